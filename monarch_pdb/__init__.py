@@ -1,0 +1,27 @@
+"""monarch-pdb: pdb for programs that run as many processes at once.
+
+This package is the agent, the part that lives inside every rank. `breakpoint()` reaches it
+through `sys.breakpointhook` (see `install`) or `PYTHONBREAKPOINT=monarch_pdb.set_trace`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from monarch_pdb.endpoint import endpoint_call
+from monarch_pdb.identity import set_identity
+
+__version__ = "0.1.0"
+__all__ = ["endpoint_call", "install", "set_identity", "set_trace"]
+
+
+def set_trace(*, header: str | None = None) -> None:
+    """Pause the calling frame in a session of the broker, stopping at its next line."""
+    from monarch_pdb import debugger
+
+    debugger.set_trace(sys._getframe(1), header=header)
+
+
+def install() -> None:
+    """Route `breakpoint()` in this process to the broker."""
+    sys.breakpointhook = set_trace

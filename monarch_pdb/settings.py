@@ -1,0 +1,69 @@
+"""Settings shared by agent, broker and shell.
+
+Every value comes from the environment (the guide's MONARCH_DEBUG_SERVER_* and our own
+MONARCH_PDB_*), and a command-line flag may override it; nothing else reads os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+DEFAULT_HOST = "localhost"
+DEFAULT_PORT = 27000
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise SystemExit(f"monarch-pdb: {name} must be a number, not {raw!r}") from None
+
+
+def _env_port(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) > 65535:
+        raise SystemExit(f"monarch-pdb: {name} must be a port number (0-65535), not {raw!r}")
+    return int(raw)
+
+
+def default_runtime_dir() -> str:
+    """A per-user directory for connection files: XDG runtime dir, else one under /tmp."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base and os.path.isdir(base):
+        return os.path.join(base, "monarch-pdb")
+    return os.path.join("/tmp", f"monarch-pdb-{os.getuid()}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str
+    port: int
+    runtime_dir: str
+    secret: str | None
+    broker_idle_exit: float
+    connect_timeout: float
+    heartbeat_interval: float
+    give_up_after: float
+    post_mortem: str
+
+    def with_overrides(self, **changes: object) -> "Settings":
+        """Apply command-line flags; a flag left at None keeps the environment's value."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def load() -> Settings:
+    return Settings(
+        host=os.environ.get("MONARCH_DEBUG_SERVER_HOST") or DEFAULT_HOST,
+        port=_env_port("MONARCH_DEBUG_SERVER_PORT", DEFAULT_PORT),
+        runtime_dir=os.environ.get("MONARCH_PDB_RUNTIME_DIR") or default_runtime_dir(),
+        secret=os.environ.get("MONARCH_PDB_SECRET") or None,
+        broker_idle_exit=_env_float("MONARCH_PDB_BROKER_IDLE_EXIT", 300.0),
+        connect_timeout=_env_float("MONARCH_PDB_CONNECT_TIMEOUT", 5.0),
+        heartbeat_interval=_env_float("MONARCH_PDB_HEARTBEAT", 1.0),
+        give_up_after=_env_float("MONARCH_PDB_GIVE_UP_AFTER", 0.0),
+        post_mortem=os.environ.get("MONARCH_PDB_POST_MORTEM", "after-breakpoint"),
+    )

@@ -1,0 +1,87 @@
+"""Fixtures every test shares: a private runtime directory, ephemeral ports, and a check that
+the test left no process of its own behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+MARKER = "MONARCH_PDB_TEST_ID"
+
+
+def processes_with_marker(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose environment carries the marker."""
+    found = []
+    needle = f"{MARKER}={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+        except OSError:
+            continue
+        found.append((int(entry), cmd))
+    return found
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.02):
+    """Poll until predicate() is truthy or the deadline passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+@pytest.fixture
+def env(tmp_path, request):
+    """Environment for the processes a test starts: private runtime dir, port 0, a marker."""
+    marker = f"{os.getpid()}-{request.node.nodeid}"
+    runtime = tmp_path / "run"
+    values = dict(os.environ)
+    for name in list(values):
+        if name.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_")):
+            del values[name]
+    values.update(
+        {
+            MARKER: marker,
+            "MONARCH_PDB_RUNTIME_DIR": str(runtime),
+            "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
+            "MONARCH_DEBUG_SERVER_PORT": "0",
+            "PYTHONUNBUFFERED": "1",
+            "TERM": "dumb",
+            "COLUMNS": "200",
+            "LINES": "50",
+        }
+    )
+    yield values
+    stop_brokers(marker)
+    wait_until(lambda: not processes_with_marker(marker), timeout=10)
+    survivors = processes_with_marker(marker)
+    for pid, _ in survivors:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not survivors, f"processes left behind: {survivors}"
+
+
+def stop_brokers(marker: str) -> None:
+    """A broker outlives the job that started it by design; the test ends it politely."""
+    for pid, cmd in processes_with_marker(marker):
+        if "monarch_pdb.broker" in cmd or "monarch-pdb broker" in cmd:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
