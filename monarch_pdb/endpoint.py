@@ -1,14 +1,37 @@
 """The scope of one endpoint call, as announced by a mesh runtime.
 
-A session opened by a breakpoint inside the scope lives until the scope exits.
+A session opened by a breakpoint inside the scope lives until the scope exits, and an
+exception leaving the scope after such a breakpoint stops the rank where it was raised.
 """
 
 from __future__ import annotations
 
+import bdb
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from monarch_pdb import settings
 from monarch_pdb.identity import CallContext, current_call
+
+POST_MORTEM_POLICIES = ("after-breakpoint", "always", "never")
+
+
+def wants_post_mortem(call: CallContext, exc: BaseException) -> bool:
+    if not isinstance(exc, Exception) or isinstance(exc, bdb.BdbQuit):
+        return False
+    policy = settings.load().post_mortem
+    if policy == "always":
+        return True
+    return policy != "never" and call.session is not None
+
+
+def _user_traceback(exc: BaseException):
+    """The traceback without this module's own frame, so `bt` shows only the program."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
 
 
 @contextmanager
@@ -17,5 +40,14 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
     token = current_call.set(call)
     try:
         yield call
+    except BaseException as exc:
+        if wants_post_mortem(call, exc):
+            from monarch_pdb import debugger
+
+            debugger.post_mortem(exc, _user_traceback(exc))
+        raise
     finally:
+        if call.session is not None:
+            sys.settrace(None)
+            call.session.end("returned")
         current_call.reset(token)

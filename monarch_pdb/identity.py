@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,13 +25,17 @@ class Identity:
     pid: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class CallContext:
-    """The endpoint call a thread or task is running, as the mesh runtime announces it."""
+    """The endpoint call a thread or task is running, as the mesh runtime announces it.
+
+    `session` is the debug session its first breakpoint opened; it lives until the call ends.
+    """
 
     actor: str
     rank: int
     coords: dict[str, int]
+    session: Any = None
 
 
 current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(

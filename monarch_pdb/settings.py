@@ -49,6 +49,7 @@ class Settings:
     heartbeat_interval: float
     give_up_after: float
     post_mortem: str
+    history_file: str
 
     def with_overrides(self, **changes: object) -> "Settings":
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -66,4 +67,7 @@ def load() -> Settings:
         heartbeat_interval=_env_float("MONARCH_PDB_HEARTBEAT", 1.0),
         give_up_after=_env_float("MONARCH_PDB_GIVE_UP_AFTER", 0.0),
         post_mortem=os.environ.get("MONARCH_PDB_POST_MORTEM", "after-breakpoint"),
+        history_file=os.environ.get(
+            "MONARCH_PDB_HISTORY", os.path.join(os.path.expanduser("~"), ".monarch_pdb_history")
+        ),
     )

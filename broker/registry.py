@@ -1,0 +1,154 @@
+"""What the broker knows: connected peers and the debug sessions their ranks hold open.
+
+Plain data and lookups; no sockets here, so the rules can be read in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from monarch_pdb import wire
+
+
+@dataclass(slots=True)
+class Peer:
+    """One connection: an agent (a rank process) or a shell."""
+
+    identity: bytes
+    role: str
+    name: str
+    host: str
+    pid: int
+    user: str
+    last_seen: float
+    sessions: set[int] = field(default_factory=set)
+
+    def describe(self) -> str:
+        who = f"{self.user}@{self.host}" if self.user else self.host
+        return f"{who} pid {self.pid}"
+
+
+@dataclass(slots=True)
+class Session:
+    """One paused (or briefly running) thread of a rank, as the broker sees it."""
+
+    id: int
+    peer: bytes
+    sid: int
+    job: str
+    actor: str
+    rank: int
+    coords: dict
+    host: str
+    pid: int
+    function: str = ""
+    filename: str = ""
+    lineno: int = 0
+    prompt: str = ""
+    reason: str = ""
+    exc: str = ""
+    paused: bool = False
+    resumed: bool = False
+    cmd: int = 0
+    holder: bytes | None = None
+    pending: list[str] = field(default_factory=list)
+
+    def row(self) -> dict:
+        return {
+            "job": self.job, "actor": self.actor, "rank": self.rank, "coords": self.coords,
+            "host": self.host, "pid": self.pid, "function": self.function,
+            "filename": self.filename, "lineno": self.lineno,
+            "state": self.reason if self.paused else "running",
+        }
+
+
+class LookupFailed(Exception):
+    """An attach or cast named something that is not there; the text is the user's line."""
+
+
+@dataclass
+class Registry:
+    peers: dict[bytes, Peer] = field(default_factory=dict)
+    sessions: dict[int, Session] = field(default_factory=dict)
+    by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
+    by_key: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    next_id: int = 1
+
+    def jobs(self) -> set[str]:
+        return {p.name for p in self.peers.values() if p.role == "agent"}
+
+    def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session, bool]:
+        """Record a session waiting for input; the flag says it was not already paused."""
+        sess = self.session_of(peer, msg.sid)
+        if sess is None:
+            sess = Session(
+                id=self.next_id, peer=peer, sid=msg.sid, job=msg.job, actor=msg.actor,
+                rank=msg.rank, coords=msg.coords, host=msg.host, pid=msg.pid,
+            )
+            self.next_id += 1
+            self.sessions[sess.id] = sess
+            self.by_agent[(peer, msg.sid)] = sess.id
+            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
+            self.peers[peer].sessions.add(sess.id)
+        newly = not sess.paused
+        sess.paused = True
+        sess.function, sess.filename, sess.lineno = msg.function, msg.filename, msg.lineno
+        sess.prompt, sess.reason, sess.exc = msg.prompt, msg.reason, msg.exc
+        if msg.output:
+            sess.pending.append(msg.output)
+        return sess, newly
+
+    def session_of(self, peer: bytes, sid: int) -> Session | None:
+        sess_id = self.by_agent.get((peer, sid))
+        return None if sess_id is None else self.sessions.get(sess_id)
+
+    def remove(self, sess: Session) -> None:
+        self.sessions.pop(sess.id, None)
+        self.by_agent.pop((sess.peer, sess.sid), None)
+        if self.by_key.get((sess.job, sess.actor, sess.rank)) == sess.id:
+            del self.by_key[(sess.job, sess.actor, sess.rank)]
+        owner = self.peers.get(sess.peer)
+        if owner is not None:
+            owner.sessions.discard(sess.id)
+        holder = self.peers.get(sess.holder) if sess.holder else None
+        if holder is not None:
+            holder.sessions.discard(sess.id)
+
+    def drop_peer(self, identity: bytes) -> tuple[Peer | None, list[Session]]:
+        """Forget a peer; for an agent, return the sessions that died with it."""
+        peer = self.peers.pop(identity, None)
+        if peer is None:
+            return None, []
+        if peer.role == "shell":
+            for sess_id in peer.sessions:
+                sess = self.sessions.get(sess_id)
+                if sess is not None and sess.holder == identity:
+                    sess.holder = None
+            return peer, []
+        gone = [self.sessions[s] for s in peer.sessions if s in self.sessions]
+        for sess in gone:
+            self.remove(sess)
+        return peer, gone
+
+    def find(self, job: str, actor: str, rank: int) -> Session:
+        """The session of actor/rank, with Monarch's wording when there is none."""
+        if job:
+            candidates = [s for s in self.sessions.values() if s.job == job and s.actor == actor]
+        else:
+            candidates = [s for s in self.sessions.values() if s.actor == actor]
+        if not candidates:
+            raise LookupFailed(f"No debug sessions for actor {actor}")
+        jobs = {s.job for s in candidates}
+        if len(jobs) > 1:
+            raise LookupFailed(
+                f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
+            )
+        sess_id = self.by_key.get((candidates[0].job, actor, rank))
+        if sess_id is None:
+            raise LookupFailed(f"No debug session for rank {rank} for actor {actor}")
+        return self.sessions[sess_id]
+
+    def rows(self) -> list[dict]:
+        paused = [s for s in self.sessions.values() if s.paused]
+        paused.sort(key=lambda s: (s.job, s.actor, s.rank))
+        return [s.row() for s in paused]

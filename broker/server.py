@@ -1,0 +1,284 @@
+"""The broker's poll loop: one ROUTER for agents and shells, one PUB for events.
+
+Single-threaded on purpose: every piece of state is touched by this loop only, so there is
+nothing to lock. The ZeroMQ guide's ROUTER broker is the model.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from monarch_pdb import discovery, wire
+from monarch_pdb.broker.registry import LookupFailed, Peer, Registry, Session
+from monarch_pdb.settings import Settings
+
+LOST_AFTER_BEATS = 3
+
+
+def log(text: str) -> None:
+    print(f"monarch-pdb broker: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Broker:
+    settings: Settings
+    secret: str
+    embedded: bool = False
+    idle_exit: float = 0.0
+    registry: Registry = field(default_factory=Registry)
+    event_seq: int = 0
+    refused_logged: int = 0
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.codec = wire.Codec(self.secret.encode())
+        self.context = zmq.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        self.router.setsockopt(zmq.MAXMSGSIZE, wire.MAX_BODY + 4096)
+        self.pub = self.context.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.handlers = {
+            wire.Hello: self.on_hello,
+            wire.Heartbeat: self.on_heartbeat,
+            wire.Bye: self.on_bye,
+            wire.Prompt: self.on_prompt,
+            wire.Output: self.on_output,
+            wire.Ended: self.on_ended,
+            wire.ListSessions: self.on_list,
+            wire.Attach: self.on_attach,
+            wire.Detach: self.on_detach,
+            wire.Send: self.on_send,
+        }
+
+    # --- life cycle --------------------------------------------------------------------
+
+    def bind(self) -> discovery.Connection:
+        host = discovery.bind_host(self.settings.host)
+        self.router.bind(f"tcp://{host}:{self.settings.port}")
+        self.pub.bind(f"tcp://{host}:0")
+        router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
+        pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid())
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        tick = max(0.05, self.settings.heartbeat_interval / 2)
+        idle_since = time.monotonic()
+        while not self.stopping:
+            if poller.poll(tick * 1000):
+                self.drain()
+            now = time.monotonic()
+            self.reap(now)
+            if self.registry.peers:
+                idle_since = now
+            elif self.idle_exit and now - idle_since > self.idle_exit:
+                log(f"idle for {self.idle_exit:g} s, exiting")
+                break
+        self.router.close()
+        self.pub.close()
+        self.context.term()
+
+    def stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def drain(self) -> None:
+        while True:
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.handle(frames)
+
+    def handle(self, frames: list[bytes]) -> None:
+        identity = frames[0]
+        try:
+            msg = self.codec.decode(frames[1:])
+        except wire.Refused as refusal:
+            self.note_refusal(str(refusal))
+            return
+        peer = self.registry.peers.get(identity)
+        if peer is None and not isinstance(msg, wire.Hello):
+            self.send(identity, wire.Unknown())
+            return
+        if peer is not None:
+            peer.last_seen = time.monotonic()
+        handler = self.handlers.get(type(msg))
+        if handler is not None:
+            handler(identity, msg)
+
+    def note_refusal(self, reason: str) -> None:
+        """A summary line now and then, never one line per bad message."""
+        total = sum(self.codec.refused.values())
+        if total >= 2 * self.refused_logged or total - self.refused_logged >= 1000:
+            self.refused_logged = total
+            counts = ", ".join(f"{n} {why}" for why, n in self.codec.refused.most_common())
+            log(f"dropped {total} bad messages so far ({counts}); latest: {reason}")
+
+    def reap(self, now: float) -> None:
+        """Declare lost every peer that has been silent for a few heartbeats."""
+        limit = LOST_AFTER_BEATS * self.settings.heartbeat_interval
+        for identity in [i for i, p in self.registry.peers.items() if now - p.last_seen > limit]:
+            self.drop(identity, "lost")
+
+    def drop(self, identity: bytes, reason: str) -> None:
+        peer, gone = self.registry.drop_peer(identity)
+        if peer is None:
+            return
+        for sess in gone:
+            self.end_session(sess, "", reason)
+        if peer.role == "agent" and peer.name not in self.registry.jobs():
+            log(f"job {peer.name} left ({reason})")
+
+    # --- sending -----------------------------------------------------------------------
+
+    def send(self, identity: bytes, msg: wire.Message) -> None:
+        self.router.send_multipart([identity, *self.codec.encode(msg)])
+
+    def publish(self, kind: str, sess: Session, detail: str = "") -> None:
+        self.event_seq += 1
+        where = f"{os.path.basename(sess.filename)}:{sess.lineno}" if sess.filename else ""
+        event = wire.Event(
+            seq=self.event_seq, kind=kind, job=sess.job, actor=sess.actor, rank=sess.rank,
+            where=where, detail=detail,
+        )
+        self.pub.send_multipart([b"event", *self.codec.encode(event)])
+
+    def end_session(self, sess: Session, text: str, reason: str) -> None:
+        if sess.holder is not None:
+            self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
+        self.registry.remove(sess)
+        self.publish("lost" if reason == "lost" else "ended", sess, reason)
+
+    # --- every peer --------------------------------------------------------------------
+
+    def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
+        if msg.role not in ("agent", "shell"):
+            self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
+            return
+        self.drop(identity, "reconnected")
+        first_of_job = msg.role == "agent" and msg.name not in self.registry.jobs()
+        self.registry.peers[identity] = Peer(
+            identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
+            user=msg.user, last_seen=time.monotonic(),
+        )
+        if first_of_job:
+            log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
+        pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.send(identity, wire.Welcome(pub=pub, heartbeat=self.settings.heartbeat_interval, broker_pid=os.getpid()))
+
+    def on_heartbeat(self, identity: bytes, msg: wire.Heartbeat) -> None:
+        self.send(identity, wire.Heartbeat())
+
+    def on_bye(self, identity: bytes, msg: wire.Bye) -> None:
+        self.drop(identity, "returned")
+
+    # --- agents ------------------------------------------------------------------------
+
+    def on_prompt(self, identity: bytes, msg: wire.Prompt) -> None:
+        sess, newly = self.registry.prompt(identity, msg)
+        if sess.holder is not None:
+            self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
+        if newly:
+            self.publish(msg.reason, sess, msg.exc)
+
+    def on_output(self, identity: bytes, msg: wire.Output) -> None:
+        sess = self.registry.session_of(identity, msg.sid)
+        if sess is None:
+            return
+        sess.pending.append(msg.text)
+        if sess.holder is not None:
+            self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
+
+    def on_ended(self, identity: bytes, msg: wire.Ended) -> None:
+        sess = self.registry.session_of(identity, msg.sid)
+        if sess is not None:
+            self.end_session(sess, msg.output, msg.reason)
+
+    # --- shells ------------------------------------------------------------------------
+
+    def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
+        self.send(identity, wire.SessionList(rows=self.registry.rows()))
+
+    def on_attach(self, identity: bytes, msg: wire.Attach) -> None:
+        try:
+            sess = self.registry.find(msg.job, msg.actor, msg.rank)
+        except LookupFailed as failure:
+            self.send(identity, wire.Error(text=str(failure)))
+            return
+        holder = self.registry.peers.get(sess.holder) if sess.holder not in (None, identity) else None
+        if holder is not None and not msg.force:
+            self.send(identity, wire.Error(
+                text=f"{sess.actor} {sess.rank} is attached in another shell ({holder.describe()}); "
+                "use 'attach --force' to take it over"
+            ))
+            return
+        if holder is not None:
+            holder.sessions.discard(sess.id)
+            self.send(holder.identity, wire.SessionEnded(session=sess.id, text="", reason="taken"))
+        sess.holder = identity
+        self.registry.peers[identity].sessions.add(sess.id)
+        self.send(identity, wire.Attached(
+            session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
+            replay="".join(sess.pending), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
+        ))
+
+    def on_detach(self, identity: bytes, msg: wire.Detach) -> None:
+        sess = self.registry.sessions.get(msg.session)
+        if sess is not None and sess.holder == identity:
+            sess.holder = None
+            self.registry.peers[identity].sessions.discard(sess.id)
+        self.send(identity, wire.Detached(session=msg.session))
+
+    def on_send(self, identity: bytes, msg: wire.Send) -> None:
+        sess = self.registry.sessions.get(msg.session)
+        if sess is None or sess.holder != identity:
+            self.send(identity, wire.SessionEnded(session=msg.session, text="", reason="returned"))
+            return
+        self.forward(sess, msg.line)
+
+    def forward(self, sess: Session, line: str) -> None:
+        """Hand one line to a session's pdb; what it prints next starts a fresh replay."""
+        sess.cmd += 1
+        sess.pending.clear()
+        sess.resumed = True
+        if sess.paused:
+            sess.paused = False
+            self.publish("resumed", sess)
+        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.cmd, line=line))
+
+
+def run(settings: Settings, embedded: bool, idle_exit: float) -> int:
+    """Run a broker in this process until stopped; 0 also when another broker already runs."""
+    lock = discovery.take_broker_lock(settings)
+    if lock is None:
+        if not embedded:
+            log(f"another broker already serves port {settings.port} (see {discovery.connection_file(settings)})")
+            return 1
+        return 0
+    if settings.secret is None and not discovery.is_local(settings.host):
+        log(f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET")
+        return 2
+    broker = Broker(settings, settings.secret or discovery.new_secret(), embedded, idle_exit)
+    try:
+        conn = broker.bind()
+    except zmq.ZMQError as error:
+        log(f"cannot listen on {settings.host}:{settings.port}: {error}")
+        return 1
+    discovery.write_connection(settings, conn)
+    log(f"listening on {conn.router} (events on {conn.pub}) as {getpass.getuser()}, pid {os.getpid()}")
+    try:
+        broker.serve()
+    finally:
+        discovery.remove_connection(settings, conn)
+    return 0

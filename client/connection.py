@@ -1,0 +1,136 @@
+"""The shell's connection to the broker: requests and replies for the shell's thread, events
+for whoever listens.
+
+Requests are answered in order, one at a time; replies and the held session's output arrive
+on one queue with a pipe beside it, so the shell can wait on the broker and the keyboard at
+once. Events are folded (`debugee ranks[0-15] stopped at debugging.py:12`) before delivery.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import queue
+import select
+import time
+from collections.abc import Callable
+
+from monarch_pdb import discovery, wire
+from monarch_pdb.link import Link
+from monarch_pdb.settings import Settings
+
+EVENT_FOLD_WINDOW = 0.1
+
+
+class NoBroker(Exception):
+    """No broker answered; the text says where we looked and how to start one."""
+
+
+class Timeout(Exception):
+    pass
+
+
+class ShellConnection:
+    def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> None:
+        self.settings = settings
+        self.on_events = on_events
+        self._replies: queue.SimpleQueue[wire.Message] = queue.SimpleQueue()
+        self._signal_r, self._signal_w = os.pipe()
+        os.set_blocking(self._signal_r, False)
+        os.set_blocking(self._signal_w, False)
+        self._events: list[wire.Event] = []
+        self._first_event = 0.0
+        self.aside: list[wire.Message] = []
+        self.link = Link(settings, "shell", getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
+
+    @classmethod
+    def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> ShellConnection:
+        conn = cls(settings, on_events)
+        if not conn.link.ready.wait(settings.connect_timeout):
+            conn.close()
+            where = f"{settings.host}:{settings.port}"
+            looked = discovery.connection_file(settings)
+            raise NoBroker(
+                f"no debug broker answers at {where} (looked for {looked}). Start your program "
+                "(its first breakpoint starts a broker) or run `monarch-pdb broker`, then try again."
+            )
+        return conn
+
+    def close(self) -> None:
+        self.link.close()
+        for fd in (self._signal_r, self._signal_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    @property
+    def signal_fd(self) -> int:
+        """Readable whenever a reply may be waiting."""
+        return self._signal_r
+
+    def post(self, msg: wire.Message) -> None:
+        self.link.post(msg)
+
+    def next_reply(self, timeout: float | None) -> wire.Message | None:
+        """The next reply or session message, or None when `timeout` passes first."""
+        if self.aside:
+            return self.aside.pop(0)
+        return self._wait(timeout)
+
+    def _wait(self, timeout: float | None) -> wire.Message | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                return self._replies.get_nowait()
+            except queue.Empty:
+                pass
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            select.select([self._signal_r], [], [], left)
+            try:
+                os.read(self._signal_r, 65536)
+            except BlockingIOError:
+                pass
+
+    def request(self, msg: wire.Message, *answers: type[wire.Message], timeout: float = 10.0) -> wire.Message:
+        """Send a request and return its answer (or an Error); other messages wait in `aside`."""
+        self.post(msg)
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._wait(deadline - time.monotonic())
+            if reply is None:
+                raise Timeout(f"the broker did not answer within {timeout:g} s")
+            if isinstance(reply, (*answers, wire.Error)):
+                return reply
+            self.aside.append(reply)
+
+    # --- link.Peer, on the link's thread -----------------------------------------------
+
+    def welcomed(self) -> list[wire.Message]:
+        return []
+
+    def received(self, msg: wire.Message) -> None:
+        self._replies.put(msg)
+        try:
+            os.write(self._signal_w, b"!")
+        except BlockingIOError:
+            pass
+
+    def event(self, msg: wire.Event) -> None:
+        if not self._events:
+            self._first_event = time.monotonic()
+        self._events.append(msg)
+
+    def idle_delay(self) -> float | None:
+        if not self._events:
+            return None
+        return max(0.0, self._first_event + EVENT_FOLD_WINDOW - time.monotonic())
+
+    def tick(self, now: float) -> list[wire.Message]:
+        if self._events and now - self._first_event >= EVENT_FOLD_WINDOW:
+            events, self._events = self._events, []
+            if self.on_events is not None:
+                self.on_events(events)
+        return []

@@ -1,0 +1,258 @@
+"""The `monarch_dbg>` shell: Monarch's debugger commands as a cmd2 application.
+
+At the top level each line is a command. While attached, every line goes verbatim to the
+rank's pdb (only `detach` stays here), and the prompt is the one pdb asked with. Events from
+the broker (a rank stopped, finished, was lost) are printed above the prompt as they come.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from dataclasses import dataclass
+
+import cmd2
+
+from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection, Timeout
+from monarch_pdb.client.events import describe_events
+from monarch_pdb.client.table import sessions_table
+
+TOP_PROMPT = "monarch_dbg> "
+BANNER = (
+    "\n\n" + "*" * 24 + " MONARCH DEBUGGER " + "*" * 24 + "\n"
+    "Enter 'help' for a list of commands.\n"
+    "Enter 'list' to show all active breakpoints.\n"
+)
+ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"}
+HIDDEN = ["alias", "edit", "macro", "run_pyscript", "shell", "shortcuts"]
+CATEGORY = "Debugger"
+RUNNING_HINT_AFTER = 1.0
+
+
+class CommandError(Exception):
+    """A command that cannot be carried out; its text is printed after Monarch's prefix."""
+
+
+@dataclass
+class Attachment:
+    session: int
+    job: str
+    actor: str
+    rank: int
+    host: str
+    paused: bool
+    prompt: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.actor} {self.rank} ({self.host})"
+
+
+def parse_rank(text: str) -> int:
+    if not text.isdigit():
+        raise CommandError(f"rank must be a non-negative whole number, not {text!r}")
+    return int(text)
+
+
+def split_job(name: str) -> tuple[str, str]:
+    """`job:actor` names an actor of one job; a bare actor name means whichever job has it."""
+    job, _, actor = name.rpartition(":")
+    return job, actor
+
+
+class DebugShell(cmd2.Cmd):
+    def __init__(self, conn: ShellConnection, history_file: str = "", **kwargs) -> None:
+        super().__init__(
+            allow_cli_args=False,
+            auto_suggest=False,
+            persistent_history_file=history_file,
+            shortcuts={"?": "help", "@": "run_script", "@@": "_relative_run_script"},
+            **kwargs,
+        )
+        self.conn = conn
+        self.prompt = TOP_PROMPT
+        self.intro = BANNER
+        self.attached: Attachment | None = None
+        self.actors: set[str] = set()
+        self.aliases.update(ALIASES)
+        self.hidden_commands.extend(HIDDEN)
+        self.default_error = "Error processing command: unknown command {!r}; enter 'help' for the list"
+        self.terminal_input = self.stdin.isatty()
+        conn.on_events = self.show_events
+
+    # --- printing ----------------------------------------------------------------------
+
+    def fail(self, text: str) -> None:
+        self.perror(f"Error processing command: {text}")
+
+    def show_events(self, events: list[wire.Event]) -> None:
+        """Runs on the connection's thread: fold the events into lines above the prompt."""
+        self.actors.update(e.actor for e in events if e.kind in ("breakpoint", "post-mortem"))
+        lines = describe_events(events)
+        if lines:
+            self.add_alert(msg="\n".join(lines))
+
+    # --- the command loop --------------------------------------------------------------
+
+    def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
+        self.settle_aside()
+        if self.attached is None:
+            return super().onecmd_plus_hooks(line, **kwargs)
+        self.attached_line(line)
+        return False
+
+    def settle_aside(self) -> None:
+        """Act on what the broker said while no command was asking (a held rank ended, say)."""
+        while self.attached is not None:
+            msg = self.conn.next_reply(0)
+            if msg is None:
+                return
+            self.session_message(msg)
+
+    def attached_line(self, line: str) -> None:
+        assert self.attached is not None
+        if line.strip() == "detach" or line == "_eof":
+            self.detach()
+            return
+        self.conn.post(wire.Send(session=self.attached.session, line=line))
+        self.attached.paused = False
+        self.follow_session()
+
+    def follow_session(self) -> None:
+        """Print what the held rank prints until it asks for input, ends, or the user detaches."""
+        started = time.monotonic()
+        hinted = False
+        try:
+            while self.attached is not None and not self.attached.paused:
+                got = self.next_input_or_message(timeout=RUNNING_HINT_AFTER)
+                if isinstance(got, str):
+                    if got.strip() == "detach":
+                        self.detach()
+                    elif got.strip():
+                        self.perror(f"{self.attached.label} is running; type 'detach' to leave it running")
+                elif got is not None:
+                    self.session_message(got)
+                elif not hinted and self.terminal_input and time.monotonic() - started >= RUNNING_HINT_AFTER:
+                    hinted = True
+                    self.pfeedback(f"({self.attached.label} is running; type 'detach' to leave it running)")
+        except KeyboardInterrupt:
+            self.detach()
+
+    def next_input_or_message(self, timeout: float) -> wire.Message | str | None:
+        """A message from the broker, or a line typed at the terminal meanwhile, or None."""
+        msg = self.conn.next_reply(0)
+        if msg is not None or not self.terminal_input:
+            return msg if msg is not None else self.conn.next_reply(timeout)
+        ready, _, _ = select.select([self.conn.signal_fd, self.stdin.fileno()], [], [], timeout)
+        if self.stdin.fileno() in ready:
+            return os.read(self.stdin.fileno(), 4096).decode(errors="replace")
+        return self.conn.next_reply(0)
+
+    def session_message(self, msg: wire.Message) -> None:
+        att = self.attached
+        if att is None or getattr(msg, "session", None) != att.session:
+            return
+        if isinstance(msg, wire.SessionOutput):
+            self.poutput(msg.text, end="")
+            if msg.paused:
+                att.paused, att.prompt = True, msg.prompt
+                self.prompt = msg.prompt or "(Pdb) "
+        elif isinstance(msg, wire.SessionEnded):
+            self.poutput(msg.text, end="")
+            if msg.reason == "lost":
+                self.perror(f"{att.actor} {att.rank} was lost: its process stopped answering")
+            elif msg.reason == "taken":
+                self.perror(f"another shell took over {att.actor} {att.rank} (attach --force)")
+            self.leave(notify_broker=False)
+
+    def detach(self) -> None:
+        self.leave(notify_broker=True)
+
+    def leave(self, notify_broker: bool) -> None:
+        att = self.attached
+        if att is None:
+            return
+        self.poutput(f"Detaching from debug session for {att.label}")
+        if notify_broker:
+            try:
+                self.conn.request(wire.Detach(session=att.session), wire.Detached, wire.SessionEnded)
+            except Timeout:
+                pass
+        self.attached = None
+        self.prompt = TOP_PROMPT
+        self.poutput(f"Detached from debug session for {att.label}")
+
+    # --- commands ----------------------------------------------------------------------
+
+    def run(self, action) -> None:
+        """Carry out one command, turning every failure into one line."""
+        try:
+            action()
+        except CommandError as error:
+            self.fail(str(error))
+        except Timeout as error:
+            self.fail(str(error))
+
+    def ask(self, msg: wire.Message, *answers: type[wire.Message]) -> wire.Message:
+        reply = self.conn.request(msg, *answers)
+        if isinstance(reply, wire.Error):
+            raise CommandError(reply.text)
+        return reply
+
+    @cmd2.with_category(CATEGORY)
+    def do_list(self, statement: cmd2.Statement) -> None:
+        """Show every rank stopped at a breakpoint: list"""
+        self.run(lambda: self.list_sessions(statement.arg_list))
+
+    def list_sessions(self, args: list[str]) -> None:
+        if args:
+            raise CommandError("list takes no arguments")
+        reply = self.ask(wire.ListSessions(), wire.SessionList)
+        rows = reply.rows  # type: ignore[attr-defined]
+        self.actors.update(r["actor"] for r in rows)
+        self.poutput(sessions_table(rows) if rows else "No active breakpoints.")
+
+    @cmd2.with_category(CATEGORY)
+    def do_attach(self, statement: cmd2.Statement) -> None:
+        """Debug one rank interactively: attach <actor> <rank> [--force]"""
+        self.run(lambda: self.attach(statement.arg_list))
+
+    def complete_attach(self, text: str, line: str, begidx: int, endidx: int):
+        return self.basic_complete(text, line, begidx, endidx, sorted(self.actors))
+
+    def attach(self, args: list[str]) -> None:
+        force = "--force" in args
+        words = [a for a in args if a != "--force"]
+        if len(words) != 2:
+            raise CommandError("usage: attach <actor> <rank> [--force]")
+        job, actor = split_job(words[0])
+        rank = parse_rank(words[1])
+        reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
+        assert isinstance(reply, wire.Attached)
+        att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
+        self.attached = att
+        self.poutput(f"Attached to debug session for {att.label}")
+        if reply.resumed and reply.replay:
+            self.poutput(f"<last pdb output for {att.actor} {att.rank} follows>")
+        self.poutput(reply.replay, end="")
+        if att.paused:
+            self.prompt = att.prompt or "(Pdb) "
+        else:
+            self.follow_session()
+
+    @cmd2.with_category(CATEGORY)
+    def do_detach(self, statement: cmd2.Statement) -> None:
+        """Leave the attached rank where it is: detach"""
+        self.fail("not attached to any rank (attach <actor> <rank> first)")
+
+    @cmd2.with_category(CATEGORY)
+    def do_quit(self, statement: cmd2.Statement) -> bool:
+        """Leave the debugger; every rank stays stopped where it is: quit"""
+        self.poutput("Quitting debug session...")
+        return True
+
+    def do__eof(self, statement: cmd2.Statement) -> bool:
+        self.poutput("")
+        return self.do_quit(statement)

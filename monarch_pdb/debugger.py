@@ -1,0 +1,216 @@
+"""pdb, with its stdin and stdout carried by the agent to the broker.
+
+Everything pdb writes is buffered; when pdb asks for a line, the buffer, the prompt and where
+the session stands travel as one message, and one message brings the line back. Output written
+while a command runs (a `!` statement that prints, say) follows after a short idle time.
+"""
+
+from __future__ import annotations
+
+import bdb
+import os
+import pdb
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from monarch_pdb import wire
+from monarch_pdb.agent import OUTPUT_IDLE, Agent
+from monarch_pdb.identity import CallContext, Identity, current, current_call
+
+
+class SessionIO:
+    """pdb's stdin and stdout for one session."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, ask: Callable[[tuple[str, str]], str]) -> None:
+        self._ask = ask
+        self._lock = threading.Lock()
+        self._chunks: list[str] = []
+        self._last_write = 0.0
+        self._last_chunk = ""
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._chunks.append(text)
+            self._last_chunk = text
+            self._last_write = time.monotonic()
+        return len(text)
+
+    def writelines(self, lines: list[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
+
+    def readline(self) -> str:
+        """pdb wants a line: hand over what it printed, and the prompt, to get one."""
+        return self._ask(self._take_with_prompt())
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError("a monarch-pdb session has no file descriptor")
+
+    def has_output(self) -> bool:
+        return bool(self._chunks)
+
+    def take_idle(self, now: float) -> str:
+        with self._lock:
+            if not self._chunks or now - self._last_write < OUTPUT_IDLE:
+                return ""
+            return self._take()
+
+    def _take_with_prompt(self) -> tuple[str, str]:
+        """Everything written so far, split from the prompt pdb wrote last."""
+        with self._lock:
+            prompt = self._last_chunk if self._chunks and not self._last_chunk.endswith("\n") else ""
+            text = self._take()
+        return text[: len(text) - len(prompt)], prompt
+
+    def _take(self) -> str:
+        text = "".join(self._chunks)
+        self._chunks.clear()
+        self._last_chunk = ""
+        return text
+
+
+def describe_function(frame) -> str:
+    """`module.function`, naming a script by its file rather than `__main__`."""
+    module = frame.f_globals.get("__name__") or ""
+    if module in ("__main__", "__mp_main__") or not module:
+        module = os.path.splitext(os.path.basename(frame.f_code.co_filename))[0]
+    return f"{module}.{frame.f_code.co_name}"
+
+
+class RemotePdb(pdb.Pdb):
+    """Stock pdb, minus what would read the rank's own terminal."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(stdin=session.io, stdout=session.io, nosigint=True)
+        self.session = session
+
+    def do_interact(self, arg: str) -> None:
+        self.error("interact is not supported by monarch-pdb; use '!' statements, p or pp instead")
+
+    def do_clear(self, arg: str) -> None:
+        """Like pdb's clear, but clearing everything does not stop to ask for a confirmation."""
+        if arg:
+            super().do_clear(arg)
+            return
+        for bp in [bp for bp in bdb.Breakpoint.bpbynumber if bp]:
+            self.message(f"Deleted {bp}")
+        self.clear_all_breaks()
+
+    do_cl = do_clear
+
+    def set_continue(self) -> None:
+        super().set_continue()
+        if not self.breaks and self.session.call is None:
+            self.session.end("continued")
+
+    def set_quit(self) -> None:
+        super().set_quit()
+        if self.session.call is None:
+            self.session.end("quit")
+
+
+@dataclass
+class Session:
+    """One paused thread's conversation with the broker, from first stop to end."""
+
+    agent: Agent
+    identity: Identity
+    call: CallContext | None
+    sid: int = 0
+    cmd: int = 0
+    reason: str = "breakpoint"
+    exc: str = ""
+    ended: bool = False
+
+    def __post_init__(self) -> None:
+        self.io = SessionIO(self.ask)
+        self.sid, self.inbox = self.agent.open_session(self.io)
+        self.debugger = RemotePdb(self)
+
+    def ask(self, printed: tuple[str, str]) -> str:
+        """Send what pdb printed and where it stands; wait for the line that answers it."""
+        output, prompt = printed
+        frame = self.debugger.curframe
+        ident = self.identity
+        self.agent.wait_for_input(wire.Prompt(
+            sid=self.sid, cmd=self.cmd, job=ident.job, actor=ident.actor, rank=ident.rank,
+            coords=ident.coords, host=ident.hostname, pid=ident.pid,
+            function=describe_function(frame) if frame else "", filename=frame.f_code.co_filename if frame else "",
+            lineno=frame.f_lineno if frame else 0, output=wire.clip(output), prompt=prompt,
+            reason=self.reason, exc=self.exc,
+        ))
+        line = self.inbox.get()
+        self.cmd = line.cmd
+        self.reason, self.exc = "breakpoint", ""
+        return line.text + "\n"
+
+    def end(self, reason: str) -> None:
+        """Close the session: forget interactive breakpoints and tell the broker."""
+        if self.ended:
+            return
+        self.ended = True
+        self.debugger.clear_all_breaks()
+        output = self.io.take_idle(float("inf"))
+        self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=wire.clip(output), reason=reason))
+        _loose_sessions.pop(threading.get_ident(), None)
+
+
+_loose_sessions: dict[int, Session] = {}
+
+
+def session_for_this_thread(agent: Agent) -> Session:
+    """The session of the running endpoint call, or of this thread outside any call."""
+    call = current_call.get()
+    existing = call.session if call is not None else _loose_sessions.get(threading.get_ident())
+    if existing is not None and not existing.ended:
+        return existing
+    session = Session(agent=agent, identity=current(), call=call)
+    if call is not None:
+        call.session = session
+    else:
+        _loose_sessions[threading.get_ident()] = session
+    return session
+
+
+def _who() -> str:
+    ident = current()
+    return f"{ident.actor} rank {ident.rank}"
+
+
+def set_trace(frame, header: str | None = None) -> None:
+    """Stop `frame` at its next line in a broker session (the target of breakpoint())."""
+    agent = Agent.get()
+    if not agent.wait_ready(_who()):
+        return
+    session = session_for_this_thread(agent)
+    if header:
+        session.io.write(header + "\n")
+    session.debugger.set_trace(frame)
+
+
+def post_mortem(exc: BaseException, traceback=None) -> None:
+    """Stop at the innermost frame of `exc`'s traceback until the user lets it go on."""
+    agent = Agent.get()
+    if not agent.wait_ready(_who()):
+        return
+    session = session_for_this_thread(agent)
+    session.reason, session.exc = "post-mortem", f"{type(exc).__name__}: {exc}"
+    debugger = session.debugger
+    debugger.reset()
+    try:
+        debugger.interaction(None, traceback or exc.__traceback__)
+    except bdb.BdbQuit:
+        pass
+    finally:
+        debugger.set_continue()

@@ -1,0 +1,167 @@
+"""Finding the broker: the per-user connection file, and starting an embedded broker.
+
+A broker writes its address and secret to `<runtime dir>/broker-<port>.json` (directory 0700,
+file 0600), keyed by the port it was asked for, and holds an exclusive lock on
+`broker-<port>.lock` for as long as it runs. A file whose lock nobody holds is stale. Agents
+and shells on the same host read the file; ranks on other hosts are given the secret in
+MONARCH_PDB_SECRET and connect to MONARCH_DEBUG_SERVER_HOST:PORT directly.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from monarch_pdb.settings import Settings
+
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", ""}
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where a broker listens and the key its messages are signed with."""
+
+    router: str
+    pub: str
+    secret: str
+    pid: int
+
+    @property
+    def key(self) -> bytes:
+        return self.secret.encode()
+
+
+def is_local(host: str) -> bool:
+    return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
+
+
+def bind_host(host: str) -> str:
+    """ZeroMQ binds addresses, not names."""
+    return "127.0.0.1" if host in ("localhost", "") else host
+
+
+def connection_file(settings: Settings) -> str:
+    return os.path.join(settings.runtime_dir, f"broker-{settings.port}.json")
+
+
+def log_file(settings: Settings) -> str:
+    return os.path.join(settings.runtime_dir, f"broker-{settings.port}.log")
+
+
+def lock_file(settings: Settings) -> str:
+    return os.path.join(settings.runtime_dir, f"broker-{settings.port}.lock")
+
+
+def ensure_runtime_dir(settings: Settings) -> None:
+    os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
+    os.chmod(settings.runtime_dir, 0o700)
+
+
+def broker_running(settings: Settings) -> bool:
+    """True when some process holds this port's broker lock."""
+    try:
+        fd = os.open(lock_file(settings), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def take_broker_lock(settings: Settings) -> int | None:
+    """The lock's descriptor, held until the process exits; None if another broker has it."""
+    ensure_runtime_dir(settings)
+    fd = os.open(lock_file(settings), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def write_connection(settings: Settings, conn: Connection) -> None:
+    path = connection_file(settings)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(conn), f)
+    os.replace(tmp, path)
+
+
+def remove_connection(settings: Settings, conn: Connection) -> None:
+    """Remove the file only if it is still ours (a newer broker may have replaced it)."""
+    if read_connection_file(settings) == conn:
+        try:
+            os.unlink(connection_file(settings))
+        except FileNotFoundError:
+            pass
+
+
+def read_connection_file(settings: Settings) -> Connection | None:
+    try:
+        with open(connection_file(settings)) as f:
+            data = json.load(f)
+        return Connection(router=data["router"], pub=data["pub"], secret=data["secret"], pid=int(data["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+def locate(settings: Settings) -> Connection | None:
+    """The broker this process should talk to, or None if none is known to be running.
+
+    A live local broker's file wins; otherwise a secret from the environment means a broker
+    elsewhere at host:port (its PUB address is learned in the handshake).
+    """
+    if broker_running(settings):
+        conn = read_connection_file(settings)
+        if conn is not None:
+            return conn if settings.secret is None else Connection(conn.router, conn.pub, settings.secret, conn.pid)
+    if settings.secret is not None and settings.port != 0:
+        return Connection(f"tcp://{settings.host}:{settings.port}", "", settings.secret, 0)
+    return None
+
+
+def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connection | None:
+    """Start a background broker for this host unless one runs, and wait for its file.
+
+    Several ranks may race here; the broker lock lets exactly one broker survive.
+    """
+    if not broker_running(settings):
+        ensure_runtime_dir(settings)
+        env = dict(os.environ)
+        env["MONARCH_DEBUG_SERVER_HOST"] = settings.host
+        env["MONARCH_DEBUG_SERVER_PORT"] = str(settings.port)
+        env["MONARCH_PDB_RUNTIME_DIR"] = settings.runtime_dir
+        with open(log_file(settings), "ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", "monarch_pdb.broker", "--embedded"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        conn = locate(settings)
+        if conn is not None:
+            return conn
+        time.sleep(0.02)
+    return None

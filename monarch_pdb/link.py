@@ -1,0 +1,219 @@
+"""A connection to the broker, owned by one background thread: the agent's and the shell's.
+
+The thread finds the broker, says hello, beats the heart, and when the broker goes silent looks
+for it again, so both a rank and a shell outlive a broker restart. Other threads never touch a
+socket: they `post` messages, and the owner's `Peer` callbacks run on the link's thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import getpass
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import zmq
+
+from monarch_pdb import discovery, wire
+from monarch_pdb.settings import Settings
+
+LOST_AFTER_BEATS = 3
+
+
+class Peer(Protocol):
+    """What the owner of a link does with it; every method runs on the link's thread."""
+
+    def welcomed(self) -> list[wire.Message]:
+        """Messages to send after each handshake (a new broker must learn what the old knew)."""
+
+    def received(self, msg: wire.Message) -> None: ...
+
+    def event(self, msg: wire.Event) -> None: ...
+
+    def idle_delay(self) -> float | None:
+        """How soon `tick` has work, or None."""
+
+    def tick(self, now: float) -> list[wire.Message]: ...
+
+
+def pub_address(router: str, pub: str) -> str:
+    """The broker's PUB endpoint as reachable from here: its port at the router's host."""
+    port = urlsplit(pub).port
+    host = urlsplit(router).hostname or "127.0.0.1"
+    return f"tcp://{host}:{port}"
+
+
+class Link:
+    def __init__(self, settings: Settings, role: str, name: str, peer: Peer,
+                 locate: Callable[[], discovery.Connection | None], events: bool = False) -> None:
+        self.settings = settings
+        self.role, self.name = role, name
+        self.peer = peer
+        self.locate = locate
+        self.events = events
+        self.pid = os.getpid()
+        self.ready = threading.Event()
+        self.connection: discovery.Connection | None = None
+        self.problem = ""
+        self.context = zmq.Context()
+        self._outbox: queue.SimpleQueue[wire.Message] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        wake = f"inproc://monarch-pdb-wake-{id(self)}"
+        self._wake_rx = self.context.socket(zmq.PAIR)
+        self._wake_rx.bind(wake)
+        self._wake_tx = self.context.socket(zmq.PAIR)
+        self._wake_tx.connect(wake)
+        self._stopping = False
+        self._subscribed = ""
+        self._thread = threading.Thread(target=self._run, name=f"monarch-pdb-{role}", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def post(self, msg: wire.Message | None = None) -> None:
+        """Queue a message for the broker (or, with None, just wake the thread)."""
+        if msg is not None:
+            self._outbox.put(msg)
+        with self._lock:
+            self._wake_tx.send(b"")
+
+    def close(self) -> None:
+        """Say goodbye, so the broker forgets this peer at once rather than after a timeout."""
+        if self._stopping or os.getpid() != self.pid:
+            return
+        self._stopping = True
+        self.post()
+        self._thread.join(timeout=1.0)
+
+    # --- the link's thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self.connection = self.locate()
+            if self.connection is None:
+                self._idle(1.0)
+                continue
+            self._converse(self.connection)
+
+    def _idle(self, seconds: float) -> None:
+        if self._wake_rx.poll(seconds * 1000):
+            self._drain_wake()
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self._wake_rx.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _hello(self) -> wire.Hello:
+        return wire.Hello(role=self.role, name=self.name, host=socket.gethostname(), pid=os.getpid(),
+                          user=getpass.getuser())
+
+    def _take_outgoing(self) -> list[wire.Message]:
+        out: list[wire.Message] = []
+        while True:
+            try:
+                out.append(self._outbox.get_nowait())
+            except queue.Empty:
+                return out
+
+    def _converse(self, conn: discovery.Connection) -> None:
+        """Talk to one broker until it goes silent or we stop."""
+        codec = wire.Codec(conn.key)
+        self._subscribed = ""
+        dealer = self.context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(conn.router)
+        sub = self.context.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, b"event")
+        sub_codec = wire.Codec(conn.key)
+        poller = zmq.Poller()
+        for sock in (dealer, self._wake_rx, sub):
+            poller.register(sock, zmq.POLLIN)
+        beat = self.settings.heartbeat_interval
+        silent_limit = max(LOST_AFTER_BEATS * beat, self.settings.connect_timeout)
+
+        def send(msg: wire.Message) -> None:
+            dealer.send_multipart(codec.encode(msg), copy=False)
+
+        send(self._hello())
+        heard = sent = time.monotonic()
+        try:
+            while True:
+                delay = self.peer.idle_delay() if self.ready.is_set() else None
+                wait = max(0.0, beat - (time.monotonic() - sent))
+                events = dict(poller.poll((wait if delay is None else min(delay, wait)) * 1000))
+                if self._wake_rx in events:
+                    self._drain_wake()
+                if self._stopping:
+                    if self.ready.is_set():
+                        dealer.setsockopt(zmq.LINGER, 500)
+                        send(wire.Bye())
+                    return
+                if dealer in events:
+                    heard = time.monotonic()
+                    for reply in self._receive_all(dealer, codec, sub, conn):
+                        send(reply)
+                if sub in events:
+                    self._receive_events(sub, sub_codec)
+                if self.ready.is_set():
+                    for msg in self._take_outgoing() + self.peer.tick(time.monotonic()):
+                        send(msg)
+                        sent = time.monotonic()
+                now = time.monotonic()
+                if now - sent >= beat:
+                    send(wire.Heartbeat() if self.ready.is_set() else self._hello())
+                    sent = now
+                if now - heard > silent_limit:
+                    self.ready.clear()
+                    self.problem = " (the broker stopped answering)"
+                    return
+        finally:
+            dealer.close()
+            sub.close()
+
+    def _receive_all(self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket,
+                     conn: discovery.Connection) -> list[wire.Message]:
+        replies: list[wire.Message] = []
+        while True:
+            try:
+                frames = dealer.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return replies
+            try:
+                msg = codec.decode(frames)
+            except wire.Refused:
+                continue
+            if isinstance(msg, wire.Welcome):
+                address = pub_address(conn.router, msg.pub)
+                if self.events and address != self._subscribed:
+                    sub.connect(address)
+                    self._subscribed = address
+                self.problem = ""
+                self.ready.set()
+                replies.extend(self.peer.welcomed())
+            elif isinstance(msg, wire.Unknown):
+                self.ready.clear()
+                replies.append(self._hello())
+            elif not isinstance(msg, wire.Heartbeat):
+                self.peer.received(msg)
+
+    def _receive_events(self, sub: zmq.Socket, codec: wire.Codec) -> None:
+        while True:
+            try:
+                frames = sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = codec.decode(frames)
+            except wire.Refused:
+                continue
+            if isinstance(msg, wire.Event):
+                self.peer.event(msg)

@@ -1,0 +1,354 @@
+"""The wire protocol: every message type, and how it is signed, encoded and checked.
+
+A message is two ZeroMQ frames after any routing identity: a 32-byte HMAC-SHA256 signature
+of the body, and the body, a msgpack map holding the protocol version (`v`), the type (`t`),
+the sender's random id (`s`) and counter (`n`), and the type's own fields. Nothing else in
+the project builds or reads these maps.
+
+A message that is too large, badly signed, replayed, undecodable, of an unknown type or with
+a field of the wrong type is refused with `Refused`; receivers count it and move on.
+"""
+
+import dataclasses
+import hashlib
+import hmac
+import os
+import types
+import typing
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import msgpack
+
+PROTOCOL = 1
+SIGNATURE_SIZE = 32
+MAX_BODY = 8 * 1024 * 1024
+MAX_OUTPUT = 1024 * 1024
+REPLAY_MEMORY = 65536
+
+
+class Refused(Exception):
+    """A message that must be dropped; the text says why, in a few words."""
+
+
+@dataclass
+class Message:
+    TYPE: ClassVar[str] = ""
+
+
+REGISTRY: dict[str, type[Message]] = {}
+_SCHEMAS: dict[type[Message], tuple[tuple[str, tuple[type, ...], bool], ...]] = {}
+
+
+def _accepted_types(annotation: Any) -> tuple[type, ...]:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return tuple(t for arg in typing.get_args(annotation) for t in _accepted_types(arg))
+    if annotation is None or annotation is type(None):
+        return (type(None),)
+    base = typing.get_origin(annotation) or annotation
+    return (float, int) if base is float else (base,)
+
+
+def message(type_name: str):
+    """Register a dataclass as a message type under its short wire name."""
+
+    def register(cls):
+        cls = dataclass(cls)
+        cls.TYPE = type_name
+        hints = typing.get_type_hints(cls)
+        _SCHEMAS[cls] = tuple(
+            (
+                f.name,
+                _accepted_types(hints[f.name]),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        )
+        REGISTRY[type_name] = cls
+        return cls
+
+    return register
+
+
+# --- connection management, every peer ---------------------------------------------------
+
+
+@message("hello")
+class Hello(Message):
+    """First message of a peer: who it is. `role` is "agent" or "shell"."""
+
+    role: str
+    name: str
+    host: str
+    pid: int
+    user: str = ""
+
+
+@message("welcome")
+class Welcome(Message):
+    """The broker's answer to Hello: where its events are published and how often to beat."""
+
+    pub: str
+    heartbeat: float
+    broker_pid: int
+
+
+@message("heartbeat")
+class Heartbeat(Message):
+    pass
+
+
+@message("unknown")
+class Unknown(Message):
+    """The broker does not know this peer (it restarted, or declared the peer lost)."""
+
+
+@message("bye")
+class Bye(Message):
+    pass
+
+
+@message("error")
+class Error(Message):
+    """A request the broker could not serve; `text` is the one line the user sees."""
+
+    text: str
+
+
+# --- agent <-> broker --------------------------------------------------------------------
+
+
+@message("prompt")
+class Prompt(Message):
+    """A session waits for input: where it stands and what pdb printed since the last input.
+
+    `cmd` is the input this answers (0 for a fresh stop). The identity travels every time,
+    so a restarted broker learns the whole session from the next prompt.
+    """
+
+    sid: int
+    cmd: int
+    job: str
+    actor: str
+    rank: int
+    coords: dict
+    host: str
+    pid: int
+    function: str
+    filename: str
+    lineno: int
+    output: str
+    prompt: str
+    reason: str = "breakpoint"
+    exc: str = ""
+
+
+@message("output")
+class Output(Message):
+    """Text a session printed while running, flushed after a short idle time."""
+
+    sid: int
+    text: str
+
+
+@message("ended")
+class Ended(Message):
+    """A session is over: its endpoint returned or its program stopped tracing."""
+
+    sid: int
+    cmd: int
+    output: str
+    reason: str = "returned"
+
+
+@message("input")
+class Input(Message):
+    """One line for a session's pdb; `cmd` numbers it so the answer can be matched."""
+
+    sid: int
+    cmd: int
+    line: str
+
+
+# --- shell <-> broker --------------------------------------------------------------------
+
+
+@message("list")
+class ListSessions(Message):
+    pass
+
+
+@message("sessions")
+class SessionList(Message):
+    """Rows of paused sessions, each a map with the keys of `SESSION_ROW_KEYS`."""
+
+    rows: list
+
+
+SESSION_ROW_KEYS = (
+    "job", "actor", "rank", "coords", "host", "pid", "function", "filename", "lineno", "state",
+)
+
+
+@message("attach")
+class Attach(Message):
+    actor: str
+    rank: int
+    job: str = ""
+    force: bool = False
+
+
+@message("attached")
+class Attached(Message):
+    """The session a shell now holds, and what it printed since the last line sent to it."""
+
+    session: int
+    job: str
+    actor: str
+    rank: int
+    host: str
+    replay: str
+    resumed: bool
+    paused: bool
+    prompt: str
+
+
+@message("detach")
+class Detach(Message):
+    session: int
+
+
+@message("detached")
+class Detached(Message):
+    session: int
+
+
+@message("send")
+class Send(Message):
+    """A line typed in an attached shell, for the session's pdb verbatim."""
+
+    session: int
+    line: str
+
+
+@message("session_output")
+class SessionOutput(Message):
+    """What the held session printed; `paused` with its prompt when it waits for input."""
+
+    session: int
+    text: str
+    paused: bool
+    prompt: str = ""
+
+
+@message("session_ended")
+class SessionEnded(Message):
+    """The held session is gone: `reason` is "returned", "lost" or "taken" (by another shell)."""
+
+    session: int
+    text: str
+    reason: str
+
+
+@message("event")
+class Event(Message):
+    """Published to every shell: a session stopped, resumed, ended or was lost."""
+
+    seq: int
+    kind: str
+    job: str
+    actor: str
+    rank: int
+    where: str = ""
+    detail: str = ""
+
+
+# --- encoding ------------------------------------------------------------------------------
+
+
+class ReplayGuard:
+    """Remembers the highest counter seen from each sender; anything not above it is a replay."""
+
+    def __init__(self, memory: int = REPLAY_MEMORY) -> None:
+        self._last: OrderedDict[bytes, int] = OrderedDict()
+        self._memory = memory
+
+    def admit(self, sender: bytes, counter: int) -> None:
+        last = self._last.get(sender)
+        if last is not None and counter <= last:
+            raise Refused("replayed")
+        self._last[sender] = counter
+        self._last.move_to_end(sender)
+        if len(self._last) > self._memory:
+            self._last.popitem(last=False)
+
+
+@dataclass
+class Codec:
+    """Signs and encodes outgoing messages; checks and decodes incoming ones.
+
+    One codec belongs to one thread. `refused` counts dropped messages by reason.
+    """
+
+    key: bytes
+    sender: bytes = field(default_factory=lambda: os.urandom(8))
+    counter: int = 0
+    guard: ReplayGuard = field(default_factory=ReplayGuard)
+    refused: Counter = field(default_factory=Counter)
+
+    def encode(self, msg: Message) -> list[bytes]:
+        self.counter += 1
+        body = {"v": PROTOCOL, "t": msg.TYPE, "s": self.sender, "n": self.counter}
+        body.update(msg.__dict__)
+        packed = msgpack.packb(body, use_bin_type=True)
+        return [hmac.new(self.key, packed, hashlib.sha256).digest(), packed]
+
+    def decode(self, frames: list[bytes]) -> Message:
+        """The message in the last two frames, or `Refused` (counted) with the reason."""
+        try:
+            return self._decode(frames)
+        except Refused as refusal:
+            self.refused[str(refusal)] += 1
+            raise
+
+    def _decode(self, frames: list[bytes]) -> Message:
+        if len(frames) < 2:
+            raise Refused("too few frames")
+        signature, packed = frames[-2], frames[-1]
+        if len(packed) > MAX_BODY:
+            raise Refused("too large")
+        expected = hmac.new(self.key, packed, hashlib.sha256).digest()
+        if not hmac.compare_digest(signature, expected):
+            raise Refused("bad signature")
+        try:
+            body = msgpack.unpackb(packed, raw=False, strict_map_key=True)
+        except Exception:
+            raise Refused("undecodable") from None
+        if not isinstance(body, dict) or body.get("v") != PROTOCOL:
+            raise Refused("wrong protocol")
+        cls = REGISTRY.get(body.get("t"))  # type: ignore[arg-type]
+        if cls is None:
+            raise Refused("unknown type")
+        sender, counter = body.get("s"), body.get("n")
+        if not isinstance(sender, bytes) or not isinstance(counter, int):
+            raise Refused("no sender")
+        values = {}
+        for name, accepted, required in _SCHEMAS[cls]:
+            if name not in body:
+                if required:
+                    raise Refused("missing field")
+                continue
+            value = body[name]
+            if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+                raise Refused("wrong field type")
+            values[name] = value
+        self.guard.admit(sender, counter)
+        return cls(**values)
+
+
+def clip(text: str, limit: int = MAX_OUTPUT) -> str:
+    """Keep a rank's output within one message, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n*** output truncated: {len(text) - limit} more characters not shown\n"
