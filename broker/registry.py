@@ -50,6 +50,7 @@ class Session:
     paused: bool = False
     resumed: bool = False
     cmd: int = 0
+    cast: int = 0
     holder: bytes | None = None
     pending: list[str] = field(default_factory=list)
 
@@ -130,20 +131,22 @@ class Registry:
             self.remove(sess)
         return peer, gone
 
-    def find(self, job: str, actor: str, rank: int) -> Session:
-        """The session of actor/rank, with Monarch's wording when there is none."""
-        if job:
-            candidates = [s for s in self.sessions.values() if s.job == job and s.actor == actor]
-        else:
-            candidates = [s for s in self.sessions.values() if s.actor == actor]
-        if not candidates:
+    def actor_sessions(self, job: str, actor: str) -> list[Session]:
+        """Every session of one actor in one job, with Monarch's wording when there is none."""
+        found = [s for s in self.sessions.values() if s.actor == actor and (not job or s.job == job)]
+        if not found:
             raise LookupFailed(f"No debug sessions for actor {actor}")
-        jobs = {s.job for s in candidates}
+        jobs = {s.job for s in found}
         if len(jobs) > 1:
             raise LookupFailed(
                 f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
             )
-        sess_id = self.by_key.get((candidates[0].job, actor, rank))
+        return found
+
+    def find(self, job: str, actor: str, rank: int) -> Session:
+        """The session of actor/rank, with Monarch's wording when there is none."""
+        job = self.actor_sessions(job, actor)[0].job
+        sess_id = self.by_key.get((job, actor, rank))
         if sess_id is None:
             raise LookupFailed(f"No debug session for rank {rank} for actor {actor}")
         return self.sessions[sess_id]

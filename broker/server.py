@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from monarch_pdb import discovery, wire
+from monarch_pdb import discovery, ranks, wire
+from monarch_pdb.broker.casts import CastInFlight
 from monarch_pdb.broker.registry import LookupFailed, Peer, Registry, Session
 from monarch_pdb.settings import Settings
 
 LOST_AFTER_BEATS = 3
+PROGRESS_EVERY = 0.25
 
 
 def log(text: str) -> None:
@@ -34,6 +36,8 @@ class Broker:
     idle_exit: float = 0.0
     registry: Registry = field(default_factory=Registry)
     event_seq: int = 0
+    casts: dict[int, CastInFlight] = field(default_factory=dict)
+    next_cast: int = 1
     refused_logged: int = 0
     stopping: bool = False
 
@@ -56,6 +60,8 @@ class Broker:
             wire.Attach: self.on_attach,
             wire.Detach: self.on_detach,
             wire.Send: self.on_send,
+            wire.Cast: self.on_cast,
+            wire.Continue: self.on_continue,
         }
 
     # --- life cycle --------------------------------------------------------------------
@@ -76,10 +82,11 @@ class Broker:
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = time.monotonic()
         while not self.stopping:
-            if poller.poll(tick * 1000):
+            if poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000):
                 self.drain()
             now = time.monotonic()
             self.reap(now)
+            self.report_casts(now)
             if self.registry.peers:
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
@@ -155,6 +162,13 @@ class Broker:
         self.pub.send_multipart([b"event", *self.codec.encode(event)])
 
     def end_session(self, sess: Session, text: str, reason: str) -> None:
+        cast = self.casts.get(sess.cast)
+        if cast is not None:
+            if reason == "lost":
+                cast.give_up(sess.id, "lost")
+            else:
+                cast.answer(sess.id, text, "finished" if reason == "returned" else reason)
+            self.finish_if_done(cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
         self.registry.remove(sess)
@@ -187,6 +201,11 @@ class Broker:
 
     def on_prompt(self, identity: bytes, msg: wire.Prompt) -> None:
         sess, newly = self.registry.prompt(identity, msg)
+        cast = self.casts.get(sess.cast)
+        if cast is not None:
+            sess.cast = 0
+            cast.answer(sess.id, msg.output, "")
+            self.finish_if_done(cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
         if newly:
@@ -247,7 +266,7 @@ class Broker:
             return
         self.forward(sess, msg.line)
 
-    def forward(self, sess: Session, line: str) -> None:
+    def forward(self, sess: Session, line: str, release: bool = False) -> None:
         """Hand one line to a session's pdb; what it prints next starts a fresh replay."""
         sess.cmd += 1
         sess.pending.clear()
@@ -255,7 +274,74 @@ class Broker:
         if sess.paused:
             sess.paused = False
             self.publish("resumed", sess)
-        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.cmd, line=line))
+        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.cmd, line=line, release=release))
+
+    def on_cast(self, identity: bytes, msg: wire.Cast) -> None:
+        try:
+            selection = ranks.parse_selector(msg.selector)
+            sessions = self.registry.actor_sessions(msg.job, msg.actor)
+        except (ranks.SelectorError, LookupFailed) as failure:
+            self.send(identity, wire.Error(text=str(failure)))
+            return
+        by_rank = {s.rank: s for s in sessions}
+        chosen = ranks.select(selection, [(s.rank, s.coords) for s in sessions])
+        if not chosen:
+            self.send(identity, wire.Error(text=no_match(msg.actor, selection, sessions)))
+            return
+        cast = CastInFlight(
+            id=self.next_cast, shell=identity, ref=msg.ref, actor=msg.actor,
+            deadline=time.monotonic() + msg.timeout, total=len(chosen),
+            next_progress=time.monotonic() + PROGRESS_EVERY,
+        )
+        self.next_cast += 1
+        self.casts[cast.id] = cast
+        for rank in chosen:
+            sess = by_rank[rank]
+            if sess.paused and not sess.cast:
+                sess.cast = cast.id
+                cast.pending[sess.id] = rank
+                self.forward(sess, msg.line)
+            else:
+                cast.missing.append([rank, "running"])
+        self.finish_if_done(cast)
+
+    def finish_if_done(self, cast: CastInFlight, expired: bool = False) -> None:
+        if cast.pending and not expired:
+            return
+        for sess_id in cast.pending:
+            sess = self.registry.sessions.get(sess_id)
+            if sess is not None:
+                sess.cast = 0
+        del self.casts[cast.id]
+        self.send(cast.shell, cast.result())
+
+    def report_casts(self, now: float) -> None:
+        for cast in list(self.casts.values()):
+            if now >= cast.deadline:
+                self.finish_if_done(cast, expired=True)
+            elif now >= cast.next_progress:
+                cast.next_progress = now + PROGRESS_EVERY
+                self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.total))
+
+    def on_continue(self, identity: bytes, msg: wire.Continue) -> None:
+        """Release every paused rank (of one job, if named) after clearing its breakpoints."""
+        released: dict[str, list[int]] = {}
+        for sess in list(self.registry.sessions.values()):
+            if sess.paused and (not msg.job or sess.job == msg.job):
+                released.setdefault(sess.actor, []).append(sess.rank)
+                self.forward(sess, "continue", release=True)
+        self.send(identity, wire.Continued(released=sorted([a, sorted(r)] for a, r in released.items())))
+
+
+def no_match(actor: str, selection: ranks.Selection, sessions: list[Session]) -> str:
+    """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
+    dims = list(dict.fromkeys(d for s in sessions for d in s.coords))
+    unknown = [d for d in ranks.dimensions(selection) if d not in dims]
+    if unknown:
+        have = ", ".join(dims) if dims else "none"
+        return f"no dimension {unknown[0]!r} in {actor} (its dimensions: {have})"
+    stopped = ranks.format_ranks(s.rank for s in sessions)
+    return f"{ranks.render_selector(selection)} matches no rank of {actor} with a session (those are ranks[{stopped}])"
 
 
 def run(settings: Settings, embedded: bool, idle_exit: float) -> int:

@@ -82,6 +82,10 @@ class ShellConnection:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
+                os.read(self._signal_r, 65536)
+            except BlockingIOError:
+                pass
+            try:
                 return self._replies.get_nowait()
             except queue.Empty:
                 pass
@@ -89,22 +93,23 @@ class ShellConnection:
             if left is not None and left <= 0:
                 return None
             select.select([self._signal_r], [], [], left)
-            try:
-                os.read(self._signal_r, 65536)
-            except BlockingIOError:
-                pass
 
     def request(self, msg: wire.Message, *answers: type[wire.Message], timeout: float = 10.0) -> wire.Message:
-        """Send a request and return its answer (or an Error); other messages wait in `aside`."""
+        """Send a request and return its answer (or an Error)."""
         self.post(msg)
+        reply = self.collect(lambda m: isinstance(m, (*answers, wire.Error)), timeout)
+        if reply is None:
+            raise Timeout(f"the broker did not answer within {timeout:g} s")
+        return reply
+
+    def collect(self, wanted: Callable[[wire.Message], bool], timeout: float) -> wire.Message | None:
+        """The next message `wanted` accepts; the others wait in `aside` for `next_reply`."""
         deadline = time.monotonic() + timeout
         while True:
-            reply = self._wait(deadline - time.monotonic())
-            if reply is None:
-                raise Timeout(f"the broker did not answer within {timeout:g} s")
-            if isinstance(reply, (*answers, wire.Error)):
-                return reply
-            self.aside.append(reply)
+            msg = self._wait(deadline - time.monotonic())
+            if msg is None or wanted(msg):
+                return msg
+            self.aside.append(msg)
 
     # --- link.Peer, on the link's thread -----------------------------------------------
 

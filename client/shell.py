@@ -7,17 +7,21 @@ the broker (a rank stopped, finished, was lost) are printed above the prompt as 
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
+import sys
 import time
 from dataclasses import dataclass
 
 import cmd2
 
 from monarch_pdb import wire
+from monarch_pdb.client import answers
 from monarch_pdb.client.connection import ShellConnection, Timeout
 from monarch_pdb.client.events import describe_events
 from monarch_pdb.client.table import sessions_table
+from monarch_pdb.ranks import SelectorError, format_ranks, render_selector, split_selector
 
 TOP_PROMPT = "monarch_dbg> "
 BANNER = (
@@ -29,6 +33,7 @@ ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"
 HIDDEN = ["alias", "edit", "macro", "run_pyscript", "shell", "shortcuts"]
 CATEGORY = "Debugger"
 RUNNING_HINT_AFTER = 1.0
+CAST_OUTPUTS = ("grouped", "raw")
 
 
 class CommandError(Exception):
@@ -66,6 +71,8 @@ class DebugShell(cmd2.Cmd):
     def __init__(self, conn: ShellConnection, history_file: str = "", **kwargs) -> None:
         super().__init__(
             allow_cli_args=False,
+            allow_redirection=False,
+            terminators=(),
             auto_suggest=False,
             persistent_history_file=history_file,
             shortcuts={"?": "help", "@": "run_script", "@@": "_relative_run_script"},
@@ -80,6 +87,12 @@ class DebugShell(cmd2.Cmd):
         self.hidden_commands.extend(HIDDEN)
         self.default_error = "Error processing command: unknown command {!r}; enter 'help' for the list"
         self.terminal_input = self.stdin.isatty()
+        self.cast_output = "grouped"
+        self.cast_timeout = 10.0
+        self.casts = itertools.count(1)
+        self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
+                                        choices=CAST_OUTPUTS))
+        self.add_settable(cmd2.Settable("cast_timeout", float, "seconds a cast waits for every rank to answer", self))
         conn.on_events = self.show_events
 
     # --- printing ----------------------------------------------------------------------
@@ -105,10 +118,7 @@ class DebugShell(cmd2.Cmd):
 
     def settle_aside(self) -> None:
         """Act on what the broker said while no command was asking (a held rank ended, say)."""
-        while self.attached is not None:
-            msg = self.conn.next_reply(0)
-            if msg is None:
-                return
+        while (msg := self.conn.next_reply(0)) is not None:
             self.session_message(msg)
 
     def attached_line(self, line: str) -> None:
@@ -241,6 +251,75 @@ class DebugShell(cmd2.Cmd):
             self.prompt = att.prompt or "(Pdb) "
         else:
             self.follow_session()
+
+    @cmd2.with_category(CATEGORY)
+    def do_cast(self, statement: cmd2.Statement) -> None:
+        """Send one pdb command to many ranks and show their answers: cast <actor> ranks(<sel>) <pdb command>"""
+        self.run(lambda: self.cast(statement.raw.strip().partition(" ")[2]))
+
+    complete_cast = complete_attach
+
+    def cast(self, args: str) -> None:
+        name, _, rest = args.strip().partition(" ")
+        if not name or not rest.strip():
+            raise CommandError("usage: cast <actor> ranks(<ranks>) <pdb command>")
+        try:
+            selection, line = split_selector(rest)
+        except SelectorError as error:
+            raise CommandError(str(error)) from None
+        if not line.strip():
+            raise CommandError("cast needs a pdb command after the selector")
+        if self.cast_output not in CAST_OUTPUTS:
+            raise CommandError(f"cast_output must be one of {', '.join(CAST_OUTPUTS)}")
+        job, actor = split_job(name)
+        ref = next(self.casts)
+        self.conn.post(wire.Cast(ref=ref, actor=actor, selector=render_selector(selection), line=line,
+                                 timeout=self.cast_timeout, job=job))
+        result = self.await_cast(ref)
+        self.poutput((answers.raw if self.cast_output == "raw" else answers.grouped)(result), end="")
+
+    def await_cast(self, ref: int) -> wire.CastResult:
+        """Wait for the broker's grouped answers, showing progress on a terminal meanwhile."""
+        deadline = time.monotonic() + self.cast_timeout + 5.0
+
+        def ours(msg: wire.Message) -> bool:
+            return isinstance(msg, wire.Error) or getattr(msg, "ref", None) == ref
+
+        shown = False
+        try:
+            while True:
+                msg = self.conn.collect(ours, max(0.0, deadline - time.monotonic()))
+                if msg is None:
+                    raise CommandError("the broker did not finish the cast in time")
+                if isinstance(msg, wire.Error):
+                    raise CommandError(msg.text)
+                if isinstance(msg, wire.CastResult):
+                    return msg
+                if isinstance(msg, wire.CastProgress) and self.terminal_input:
+                    sys.stderr.write(f"\ranswered {msg.answered}/{msg.total}")
+                    sys.stderr.flush()
+                    shown = True
+        finally:
+            if shown:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+
+    @cmd2.with_category(CATEGORY)
+    def do_continue(self, statement: cmd2.Statement) -> None:
+        """Clear the breakpoints set with b/tbreak and continue every stopped rank: continue"""
+        self.run(lambda: self.continue_all(statement.arg_list))
+
+    def continue_all(self, args: list[str]) -> None:
+        if args:
+            raise CommandError("continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
+        reply = self.ask(wire.Continue(), wire.Continued)
+        released = reply.released  # type: ignore[attr-defined]
+        if not released:
+            self.poutput("No rank is stopped.")
+            return
+        total = sum(len(r) for _, r in released)
+        parts = ", ".join(f"{actor} ranks[{format_ranks(r)}]" for actor, r in released)
+        self.poutput(f"Continued {total} rank{'s' if total != 1 else ''}: {parts}")
 
     @cmd2.with_category(CATEGORY)
     def do_detach(self, statement: cmd2.Statement) -> None:

@@ -30,6 +30,7 @@ class Line:
 
     cmd: int
     text: str
+    release: bool = False
 
 
 class OutputSource(Protocol):
@@ -130,7 +131,7 @@ class Agent:
                 inbox = self._inboxes.get(msg.sid)
                 self._waiting.pop(msg.sid, None)
             if inbox is not None:
-                inbox.put(Line(msg.cmd, msg.line))
+                inbox.put(Line(msg.cmd, msg.line, msg.release))
 
     def event(self, msg: wire.Event) -> None:
         pass

@@ -153,6 +153,8 @@ class Session:
         line = self.inbox.get()
         self.cmd = line.cmd
         self.reason, self.exc = "breakpoint", ""
+        if line.release:
+            self.debugger.clear_all_breaks()
         return line.text + "\n"
 
     def end(self, reason: str) -> None:

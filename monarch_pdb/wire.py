@@ -164,11 +164,15 @@ class Ended(Message):
 
 @message("input")
 class Input(Message):
-    """One line for a session's pdb; `cmd` numbers it so the answer can be matched."""
+    """One line for a session's pdb; `cmd` numbers it so the answer can be matched.
+
+    `release` is the top-level continue: forget the call's interactive breakpoints, then go on.
+    """
 
     sid: int
     cmd: int
     line: str
+    release: bool = False
 
 
 # --- shell <-> broker --------------------------------------------------------------------
@@ -249,6 +253,49 @@ class SessionEnded(Message):
     session: int
     text: str
     reason: str
+
+
+@message("cast")
+class Cast(Message):
+    """One pdb command for the selected ranks of an actor; `ref` is echoed in the answers."""
+
+    ref: int
+    actor: str
+    selector: str
+    line: str
+    timeout: float
+    job: str = ""
+
+
+@message("cast_progress")
+class CastProgress(Message):
+    ref: int
+    answered: int
+    total: int
+
+
+@message("cast_result")
+class CastResult(Message):
+    """The answers of a cast, grouped: `groups` holds [output, outcome, ranks] triples, most
+    common first (outcome "" when the rank waits at its next prompt, else how its session
+    ended); `missing` holds [rank, reason] pairs for ranks that did not answer."""
+
+    ref: int
+    actor: str
+    groups: list
+    missing: list
+
+
+@message("continue")
+class Continue(Message):
+    job: str = ""
+
+
+@message("continued")
+class Continued(Message):
+    """How many ranks the top-level continue released, per actor: [[actor, ranks], ...]."""
+
+    released: list
 
 
 @message("event")

@@ -1,0 +1,39 @@
+"""A cast's answers as the user reads them: grouped by identical output, or raw per rank."""
+
+from __future__ import annotations
+
+from monarch_pdb import wire
+from monarch_pdb.ranks import format_ranks
+
+OUTCOMES = {"finished": "(its endpoint finished)", "quit": "(quit)", "continued": "(continued, no longer traced)"}
+
+
+def rank_set(actor: str, ranks: list[int]) -> str:
+    return f"{actor} ranks[{format_ranks(ranks)}] ({len(ranks)})"
+
+
+def _body(output: str, outcome: str) -> str:
+    note = OUTCOMES.get(outcome, f"({outcome})" if outcome else "")
+    text = output if output.endswith("\n") or not output else output + "\n"
+    if not text and not note:
+        return "(no output)\n"
+    return text + (note + "\n" if note else "")
+
+
+def grouped(result: wire.CastResult) -> str:
+    blocks = [rank_set(result.actor, ranks) + "\n" + _body(output, outcome) for output, outcome, ranks in result.groups]
+    return "".join(blocks) + missing_lines(result)
+
+
+def raw(result: wire.CastResult) -> str:
+    per_rank = sorted((rank, output, outcome) for output, outcome, ranks in result.groups for rank in ranks)
+    lines = [f"[{rank}] {line}" for rank, output, outcome in per_rank for line in _body(output, outcome).splitlines()]
+    return "".join(line + "\n" for line in lines) + missing_lines(result)
+
+
+def missing_lines(result: wire.CastResult) -> str:
+    """One line per reason naming the ranks that did not answer."""
+    by_reason: dict[str, list[int]] = {}
+    for rank, reason in result.missing:
+        by_reason.setdefault(reason, []).append(rank)
+    return "".join(f"no answer from {rank_set(result.actor, r)}: {why}\n" for why, r in by_reason.items())
