@@ -51,6 +51,8 @@ class Session:
     resumed: bool = False
     cmd: int = 0
     cast: int = 0
+    fresh: bool = True
+    released: bool = False
     holder: bytes | None = None
     pending: list[str] = field(default_factory=list)
 
@@ -79,7 +81,8 @@ class Registry:
         return {p.name for p in self.peers.values() if p.role == "agent"}
 
     def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session, bool]:
-        """Record a session waiting for input; the flag says it was not already paused."""
+        """Record a session waiting for input; the flag says the stop is news for every shell:
+        a first stop, a stop after a top-level continue, or the start of post-mortem."""
         sess = self.session_of(peer, msg.sid)
         if sess is None:
             sess = Session(
@@ -91,7 +94,8 @@ class Registry:
             self.by_agent[(peer, msg.sid)] = sess.id
             self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
             self.peers[peer].sessions.add(sess.id)
-        newly = not sess.paused
+        newly = sess.fresh or sess.released or (msg.reason == "post-mortem" and sess.reason != "post-mortem")
+        sess.fresh = sess.released = False
         sess.paused = True
         sess.function, sess.filename, sess.lineno = msg.function, msg.filename, msg.lineno
         sess.prompt, sess.reason, sess.exc = msg.prompt, msg.reason, msg.exc

@@ -271,9 +271,8 @@ class Broker:
         sess.cmd += 1
         sess.pending.clear()
         sess.resumed = True
-        if sess.paused:
-            sess.paused = False
-            self.publish("resumed", sess)
+        sess.released = release
+        sess.paused = False
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.cmd, line=line, release=release))
 
     def on_cast(self, identity: bytes, msg: wire.Cast) -> None:

@@ -3,7 +3,7 @@ for whoever listens.
 
 Requests are answered in order, one at a time; replies and the held session's output arrive
 on one queue with a pipe beside it, so the shell can wait on the broker and the keyboard at
-once. Events are folded (`debugee ranks[0-15] stopped at debugging.py:12`) before delivery.
+once. Events are folded (`debugee ranks[0-15] (16) stopped at debugging.py:12`) before delivery.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from monarch_pdb import discovery, wire
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
-EVENT_FOLD_WINDOW = 0.1
+EVENT_QUIET = 0.1
+EVENT_FOLD_LIMIT = 1.0
 
 
 class NoBroker(Exception):
@@ -39,7 +40,7 @@ class ShellConnection:
         os.set_blocking(self._signal_r, False)
         os.set_blocking(self._signal_w, False)
         self._events: list[wire.Event] = []
-        self._first_event = 0.0
+        self._first_event = self._last_event = 0.0
         self.aside: list[wire.Message] = []
         self.link = Link(settings, "shell", getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
 
@@ -124,17 +125,22 @@ class ShellConnection:
             pass
 
     def event(self, msg: wire.Event) -> None:
+        self._last_event = time.monotonic()
         if not self._events:
-            self._first_event = time.monotonic()
+            self._first_event = self._last_event
         self._events.append(msg)
+
+    def _fold_due(self) -> float:
+        """Deliver once events pause for a moment, or a second after the first at the latest."""
+        return min(self._last_event + EVENT_QUIET, self._first_event + EVENT_FOLD_LIMIT)
 
     def idle_delay(self) -> float | None:
         if not self._events:
             return None
-        return max(0.0, self._first_event + EVENT_FOLD_WINDOW - time.monotonic())
+        return max(0.0, self._fold_due() - time.monotonic())
 
     def tick(self, now: float) -> list[wire.Message]:
-        if self._events and now - self._first_event >= EVENT_FOLD_WINDOW:
+        if self._events and now >= self._fold_due():
             events, self._events = self._events, []
             if self.on_events is not None:
                 self.on_events(events)

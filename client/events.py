@@ -1,4 +1,4 @@
-"""Events as one line each, folded: sixteen ranks stopping at one line make one line."""
+"""Events as lines above the prompt, folded: sixteen ranks stopping at once make one line."""
 
 from __future__ import annotations
 
@@ -21,16 +21,26 @@ def who(actor: str, ranks: list[int]) -> str:
     return f"{actor} ranks[{format_ranks(ranks)}] ({len(ranks)})"
 
 
+def places(wheres: list[str]) -> str:
+    """`debugging.py:11,15` for lines of one file; each place in full when files differ."""
+    files = {w.rpartition(":")[0] for w in wheres}
+    if len(files) == 1:
+        lines = sorted(w.rpartition(":")[2] for w in wheres)
+        return f"{files.pop()}:{','.join(sorted(lines, key=lambda n: (len(n), n)))}"
+    return ", ".join(sorted(wheres))
+
+
 def describe_events(events: list[wire.Event]) -> list[str]:
-    """One line per (what happened, where) for each actor, in the order first seen."""
-    groups: dict[tuple[str, str, str, str, str], list[int]] = defaultdict(list)
+    """One line per actor and kind of event (and exception, for post-mortem), in order seen."""
+    groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
     for e in events:
         if e.kind in PHRASES:
-            detail = e.detail if e.kind == "post-mortem" else ""
-            groups[(e.job, e.actor, e.kind, e.where, detail)].append(e.rank)
+            ranks, wheres = groups[(e.job, e.actor, e.kind, e.detail if e.kind == "post-mortem" else "")]
+            ranks.append(e.rank)
+            wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1
     lines = []
-    for (job, actor, kind, where, detail), ranks in groups.items():
+    for (job, actor, kind, detail), (ranks, wheres) in groups.items():
         name = f"{job}:{actor}" if several_jobs else actor
-        lines.append(f"{who(name, sorted(set(ranks)))} {PHRASES[kind].format(where=where, detail=detail)}")
+        lines.append(f"{who(name, sorted(set(ranks)))} {PHRASES[kind].format(where=places(list(wheres)), detail=detail)}")
     return lines

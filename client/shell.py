@@ -103,6 +103,9 @@ class DebugShell(cmd2.Cmd):
     def show_events(self, events: list[wire.Event]) -> None:
         """Runs on the connection's thread: fold the events into lines above the prompt."""
         self.actors.update(e.actor for e in events if e.kind in ("breakpoint", "post-mortem"))
+        att = self.attached
+        if att is not None:
+            events = [e for e in events if (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
         lines = describe_events(events)
         if lines:
             self.add_alert(msg="\n".join(lines))

@@ -7,6 +7,7 @@ exception leaving the scope after such a breakpoint stops the rank where it was 
 from __future__ import annotations
 
 import bdb
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,12 +27,16 @@ def wants_post_mortem(call: CallContext, exc: BaseException) -> bool:
     return policy != "never" and call.session is not None
 
 
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 def _user_traceback(exc: BaseException):
-    """The traceback without this module's own frame, so `bt` shows only the program."""
+    """The traceback without the leading frames of monarch_pdb (this scope, the mesh runtime),
+    so `bt` in post-mortem shows the program only."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
         tb = tb.tb_next
-    return tb
+    return tb or exc.__traceback__
 
 
 @contextmanager

@@ -4,6 +4,7 @@ the test left no process of its own behind."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 
@@ -34,14 +35,27 @@ def processes_with_marker(marker: str) -> list[tuple[int, str]]:
     return found
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.02):
-    """Poll until predicate() is truthy or the deadline passes; returns its last value."""
+def wait_for_exit(pids: list[int], timeout: float) -> None:
+    """Wait until every process in `pids` has exited, or the deadline passes (pidfd, no polling)."""
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
+    try:
+        while fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            done, _, _ = select.select(fds, [], [], left)
+            for fd in done:
+                os.close(fd)
+                fds.remove(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 @pytest.fixture
@@ -67,7 +81,7 @@ def env(tmp_path, request):
     )
     yield values
     stop_brokers(marker)
-    wait_until(lambda: not processes_with_marker(marker), timeout=10)
+    wait_for_exit([pid for pid, _ in processes_with_marker(marker)], timeout=10)
     survivors = processes_with_marker(marker)
     for pid, _ in survivors:
         try:

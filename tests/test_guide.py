@@ -1,0 +1,178 @@
+"""The guide's program with 16 ranks, debugged through the real shell in a pseudo-terminal."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pexpect
+import pytest
+from monarch_pdb.ranks import parse_ranks
+from programs import EXAMPLES, Program, wait_for_sessions
+from shell_driver import ShellDriver
+
+EXAMPLE = EXAMPLES / "debugging.py"
+BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
+
+
+@pytest.fixture
+def example(env):
+    program = Program(env, EXAMPLE)
+    try:
+        wait_for_sessions(env, 16)
+        yield program
+    finally:
+        program.stop()
+
+
+@pytest.fixture
+def shell(env):
+    driver = ShellDriver(env)
+    driver.wait_prompt()
+    yield driver
+    driver.kill()
+
+
+def table_rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|") and "Actor Name" not in line]
+
+
+@pytest.mark.timeout(90)
+def test_banner_list_attach_step_detach_replay(example, shell):
+    assert "************************ MONARCH DEBUGGER ************************" in shell.text
+    assert "Enter 'list' to show all active breakpoints." in shell.text
+    assert shell.prompt == "monarch_dbg>"
+
+    rows = table_rows(shell.command("list"))
+    assert len(rows) == 16
+    for rank, row in enumerate(rows):
+        actor, rank_text, coords, host, function, line = row
+        assert (actor, int(rank_text)) == ("debugee", rank)
+        assert coords == f"{{'host': {rank // 4}, 'gpu': {rank % 4}}}"
+        assert host and function == "debugging._debugee_actor_internal"
+        assert int(line) == BREAK_LINES[rank % 4]
+
+    out = shell.command("attach debugee 13")
+    assert out.splitlines()[0].startswith("Attached to debug session for debugee 13 (")
+    assert "debugging.py(15)_debugee_actor_internal()" in out and "-> rank += 2" in out
+    assert shell.prompt == "(Pdb)"
+    assert shell.command("p rank").strip() == "13"
+    assert "-> return rank" in shell.command("n")
+    assert shell.command("p rank").strip() == "15"
+    listing = shell.command("l")
+    assert "breakpoint()  # noqa" in listing and "->" in listing and "[EOF]" not in listing
+
+    out = shell.command("detach")
+    assert re.search(r"Detaching from debug session for debugee 13 \(.+\)\nDetached from debug session for debugee 13", out)
+    assert shell.prompt == "monarch_dbg>"
+
+    out = shell.command("attach debugee 13")
+    assert "<last pdb output for debugee 13 follows>" in out
+    assert "breakpoint()  # noqa" in out, "the replay holds what the rank printed since the last line"
+
+    out = shell.command("c")
+    assert "Detaching from debug session for debugee 13" in out and "Detached from debug session" in out
+    assert shell.prompt == "monarch_dbg>"
+    ranks = [int(r[1]) for r in table_rows(shell.command("list"))]
+    assert 13 not in ranks and len(ranks) == 15
+
+
+@pytest.mark.timeout(90)
+def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
+    cases = {
+        "attach nosuch 1": "Error processing command: No debug sessions for actor nosuch",
+        "attach debugee 99": "Error processing command: No debug session for rank 99 for actor debugee",
+        "attach debugee": "Error processing command: usage: attach <actor> <rank> [--force]",
+        "attach debugee x": "Error processing command: rank must be a non-negative whole number, not 'x'",
+        "frobnicate": "Error processing command: unknown command 'frobnicate'; enter 'help' for the list",
+        "detach": "Error processing command: not attached to any rank (attach <actor> <rank> first)",
+        "list extra": "Error processing command: list takes no arguments",
+        "cast debugee ranks(1,,2) p 1": "Error processing command: ranks(1,,2): empty item at position 9",
+        "cast debugee ranks(1)": "Error processing command: cast needs a pdb command after the selector",
+        "cast debugee ranks(gpus=1:3) c": "Error processing command: no dimension 'gpus' in debugee (its dimensions: host, gpu)",
+    }
+    for line, expected in cases.items():
+        out = shell.command(line)
+        assert out.strip() == expected, line
+        assert shell.prompt == "monarch_dbg>"
+    assert len(table_rows(shell.command("list"))) == 16
+
+
+@pytest.mark.timeout(30)
+def test_shell_without_broker_says_where_it_looked(env):
+    driver = ShellDriver(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="1"))
+    driver.expect(r"no debug broker answers at 127\.0\.0\.1:0 \(looked for .*broker-0\.json\)")
+    driver.child.expect(pexpect.EOF)
+    driver.child.close()
+    assert driver.child.exitstatus == 2
+
+
+@pytest.fixture
+def broker(env):
+    """A standalone broker, so a shell can be open before the program starts."""
+    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
+    assert "listening on" in proc.stderr.readline()
+    yield proc
+    proc.terminate()
+    proc.communicate(timeout=10)
+
+
+@pytest.mark.timeout(120)
+def test_the_guides_walkthrough(env, broker, shell):
+    program = Program(env, EXAMPLE)
+    try:
+        wait_for_sessions(env, 16)
+        announced = []
+        while len(set(announced)) < 16:
+            line = shell.expect(r"debugee (?:ranks\[([0-9,-]+)\] \(\d+\)|(\d+)) stopped at debugging\.py:[0-9,]+\n")
+            announced += parse_ranks(line.group(1) or line.group(2))
+        assert sorted(announced) == list(range(16)), "each rank is announced once"
+
+        out = shell.command("cast debugee ranks(0,1) n")
+        assert "debugee ranks[0] (1)\n> " in out and "debugee ranks[1] (1)\n> " in out
+        assert out.count("-> return rank") == 2
+
+        out = shell.command("cast debugee ranks(2:7:2) s")
+        assert "debugee ranks[2,6] (2)\n" in out and "-> _bad_rank()" in out
+        assert "debugee ranks[4] (1)\n" in out
+
+        out = shell.command("cast debugee ranks(host=2:4, gpu=1:3) c")
+        assert "debugee ranks[9,13] (2)\n(its endpoint finished)" in out
+        assert re.search(r"debugee ranks\[10,14\] \(2\)\n> .*debugging\.py\(5\)_bad_rank\(\)", out)
+
+        out = shell.command("continue")
+        assert out.strip() == "Continued 14 ranks: debugee ranks[0-8,10-12,14,15]"
+        rows = wait_for_sessions(env, 2, state="post-mortem")
+        assert sorted(int(r["rank"]) for r in rows) == [2, 6]
+        assert {r["function"] for r in rows} == {"debugging._bad_rank"}
+        shell.expect(r"debugee ranks\[[0-9,-]+\] \(\d+\) entered post-mortem at debugging\.py:5: ValueError: bad rank")
+
+        shell.command("attach debugee 2")
+        trace = shell.command("bt")
+        assert "to_debug()" in trace and trace.rstrip().endswith('-> raise ValueError("bad rank")')
+        assert "monarch_pdb" not in trace, "the runtime's own frames stay out of the user's stack"
+        shell.command("detach")
+
+        assert shell.command("continue").strip() == "Continued 2 ranks: debugee ranks[2,6]"
+        code, output = program.finish()
+        assert code != 0
+        assert "4 of 16 ranks of debugee.to_debug raised: ranks 2,6,10,14: ValueError: bad rank" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_cast_grouped_raw_and_a_rank_that_does_not_answer(example, shell):
+    out = shell.command("cast debugee ranks(:) p rank % 2")
+    assert out == "debugee ranks[0,2,4,6,8,10,12,14] (8)\n0\ndebugee ranks[1,3,5,7,9,11,13,15] (8)\n1\n"
+    shell.command("set cast_output raw")
+    assert shell.command("cast debugee ranks(host=1) p rank") == "[4] 4\n[5] 5\n[6] 6\n[7] 7\n"
+    shell.command("set cast_output grouped")
+
+    shell.command("set cast_timeout 1")
+    shell.command("cast debugee ranks(3) !import time; time.sleep(30)", timeout=10)
+    out = shell.command("cast debugee ranks(0:4) p 'here'", timeout=10)
+    assert "debugee ranks[0-2] (3)\n'here'\n" in out
+    assert "no answer from debugee ranks[3] (1): running" in out
