@@ -5,7 +5,11 @@ from __future__ import annotations
 from monarch_pdb import wire
 from monarch_pdb.ranks import format_ranks
 
-OUTCOMES = {"finished": "(its endpoint finished)", "quit": "(quit)", "continued": "(continued, no longer traced)"}
+OUTCOMES = {
+    "finished": "(its endpoint returned)",
+    "quit": "(quit: its endpoint call ends with BdbQuit)",
+    "continued": "(continued; no longer traced)",
+}
 
 
 def rank_set(actor: str, ranks: list[int]) -> str:
@@ -13,7 +17,7 @@ def rank_set(actor: str, ranks: list[int]) -> str:
 
 
 def _body(output: str, outcome: str) -> str:
-    note = OUTCOMES.get(outcome, f"({outcome})" if outcome else "")
+    note = OUTCOMES.get(outcome, f"(its endpoint {outcome})" if outcome else "")
     text = output if output.endswith("\n") or not output else output + "\n"
     if not text and not note:
         return "(no output)\n"

@@ -10,7 +10,7 @@ from monarch_pdb.ranks import format_ranks
 PHRASES = {
     "breakpoint": "stopped at {where}",
     "post-mortem": "entered post-mortem at {where}: {detail}",
-    "ended": "finished",
+    "ended": "finished{detail}",
     "lost": "was lost (its process stopped answering)",
 }
 
@@ -30,12 +30,17 @@ def places(wheres: list[str]) -> str:
     return ", ".join(sorted(wheres))
 
 
+def ending(event: wire.Event) -> str:
+    """How a session ended, when that is news: an endpoint that returned is the usual case."""
+    return "" if event.detail in ("returned", "continued") else f" ({event.detail})"
+
+
 def describe_events(events: list[wire.Event]) -> list[str]:
     """One line per actor and kind of event (and exception, for post-mortem), in order seen."""
     groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
     for e in events:
         if e.kind in PHRASES:
-            ranks, wheres = groups[(e.job, e.actor, e.kind, e.detail if e.kind == "post-mortem" else "")]
+            ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == "ended" else e.detail)]
             ranks.append(e.rank)
             wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1

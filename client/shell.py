@@ -105,7 +105,8 @@ class DebugShell(cmd2.Cmd):
         self.actors.update(e.actor for e in events if e.kind in ("breakpoint", "post-mortem"))
         att = self.attached
         if att is not None:
-            events = [e for e in events if (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
+            events = [e for e in events
+                      if e.kind in ("ended", "lost") or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
         lines = describe_events(events)
         if lines:
             self.add_alert(msg="\n".join(lines))

@@ -43,9 +43,11 @@ def _user_traceback(exc: BaseException):
 def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
     token = current_call.set(call)
+    outcome = "returned"
     try:
         yield call
     except BaseException as exc:
+        outcome = "quit" if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
         if wants_post_mortem(call, exc):
             from monarch_pdb import debugger
 
@@ -54,5 +56,5 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
     finally:
         if call.session is not None:
             sys.settrace(None)
-            call.session.end("returned")
+            call.session.end(outcome)
         current_call.reset(token)

@@ -24,10 +24,12 @@ def plain(raw: str) -> str:
 
 
 class ShellDriver:
-    def __init__(self, env: dict[str, str], *args: str, timeout: float = 20.0) -> None:
-        script = os.path.join(os.path.dirname(sys.executable), "monarch")
+    def __init__(self, env: dict[str, str], *args: str, command: list[str] | None = None,
+                 timeout: float = 20.0) -> None:
+        """Start `monarch debug ARGS`, or `command` when given (a program that opens the shell)."""
+        argv = command or [os.path.join(os.path.dirname(sys.executable), "monarch"), "debug", *args]
         shell_env = dict(env, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", MONARCH_PDB_HISTORY="")
-        self.child = pexpect.spawn(script, ["debug", *args], env=shell_env, encoding="utf-8",
+        self.child = pexpect.spawn(argv[0], argv[1:], env=shell_env, encoding="utf-8",
                                    dimensions=(50, 220), timeout=timeout)
         self.timeout = timeout
         self.raw = ""
@@ -73,28 +75,50 @@ class ShellDriver:
                 raise AssertionError(f"no prompt; the shell printed:\n{self.text[-3000:]}")
 
     def command(self, line: str, timeout: float | None = None) -> str:
-        """Type a line, wait for the next prompt, and return what was printed in between."""
+        """Type a line, wait for the next prompt, and return what was printed in between.
+
+        An event printed above the prompt also switches the prompt off and on, so the line
+        counts as accepted at the first switch-off whose redrawn prompt line ends with it.
+        """
         start = len(self.raw)
         self.child.sendline(line)
         deadline = time.monotonic() + (timeout or self.timeout)
-        while self.raw.find(PROMPT_OFF, start) < 0:
+        accepted = following = -1
+        while True:
+            if accepted < 0:
+                accepted = self._accepted_at(start, line)
+            if accepted >= 0:
+                following = self.raw.find(PROMPT_ON, accepted)
+                if following >= 0 and plain(self.raw[following:]).strip():
+                    break
             if time.monotonic() > deadline or not self._read(deadline):
-                raise AssertionError(f"{line!r} was not accepted; the shell printed:\n{self.text[-3000:]}")
-        accepted = self.raw.find(PROMPT_OFF, start) + len(PROMPT_OFF)
-        self.wait_prompt(timeout)
-        out = plain(self.raw[accepted: self.raw.rfind(PROMPT_ON)])
+                raise AssertionError(f"no prompt after {line!r}; the shell printed:\n{self.text[-3000:]}")
         self.seen = len(self.text)
-        return out
+        return plain(self.raw[accepted:following])
+
+    def _accepted_at(self, start: int, line: str) -> int:
+        at = start
+        while (off := self.raw.find(PROMPT_OFF, at)) >= 0:
+            drawn = plain(self.raw[max(self.raw.rfind(PROMPT_ON, 0, off), 0):off]).rstrip()
+            if drawn.endswith(line.strip()):
+                return off + len(PROMPT_OFF)
+            at = off + len(PROMPT_OFF)
+        return -1
 
     @property
     def prompt(self) -> str:
         return plain(self.raw[self.raw.rfind(PROMPT_ON):]).strip()
 
-    def quit(self) -> int:
-        self.child.sendline("quit")
-        self.child.expect(pexpect.EOF, timeout=self.timeout)
+    def command_until_exit(self, line: str) -> str:
+        """Type a line that ends the shell; returns everything printed after it."""
+        start = len(self.raw)
+        self.child.sendline(line)
+        deadline = time.monotonic() + self.timeout
+        while self._read(deadline):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{line!r} did not end the shell; it printed:\n{self.text[-3000:]}")
         self.child.close()
-        return self.child.exitstatus
+        return plain(self.raw[start:])
 
     def kill(self) -> None:
         if self.child.isalive():

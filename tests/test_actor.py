@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
 
-from monarch_pdb.actor.errors import format_ranks
+from monarch_pdb.actor.errors import name_ranks
 from monarch_pdb.actor.point import Extent
 
 HEADER = """\
@@ -52,9 +52,9 @@ def test_rank_sets_and_selection_are_row_major():
     assert [extent.point(rank).coords for rank in (0, 2, 3, 5)] == [
         {"host": 0, "gpu": 0}, {"host": 0, "gpu": 2}, {"host": 1, "gpu": 0}, {"host": 1, "gpu": 2}]
     assert extent.select(range(6), {"gpu": slice(1, None), "host": -1}) == (4, 5)
-    assert format_ranks([14, 2, 6, 10]) == "ranks 2,6,10,14"
-    assert format_ranks([0, 1, 2, 3, 5, 8, 9]) == "ranks 0-3,5,8-9"
-    assert format_ranks([7]) == "rank 7"
+    assert name_ranks([14, 2, 6, 10]) == "ranks 2,6,10,14"
+    assert name_ranks([0, 1, 2, 3, 5, 8, 9]) == "ranks 0-3,5,8,9"
+    assert name_ranks([7]) == "rank 7"
 
 
 @pytest.mark.timeout(60)

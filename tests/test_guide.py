@@ -139,7 +139,7 @@ def test_the_guides_walkthrough(env, broker, shell):
         assert "debugee ranks[4] (1)\n" in out
 
         out = shell.command("cast debugee ranks(host=2:4, gpu=1:3) c")
-        assert "debugee ranks[9,13] (2)\n(its endpoint finished)" in out
+        assert "debugee ranks[9,13] (2)\n(its endpoint returned)" in out
         assert re.search(r"debugee ranks\[10,14\] \(2\)\n> .*debugging\.py\(5\)_bad_rank\(\)", out)
 
         out = shell.command("continue")

@@ -7,18 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from monarch_pdb.actor.point import format_coords
+from monarch_pdb.ranks import format_ranks
 
 
-def format_ranks(ranks: Sequence[int]) -> str:
-    """`rank 3`, `ranks 2,6,10,14`, `ranks 0-3,5`: runs of consecutive ranks collapse."""
-    runs: list[list[int]] = []
-    for rank in sorted(ranks):
-        if runs and rank == runs[-1][-1] + 1:
-            runs[-1].append(rank)
-        else:
-            runs.append([rank])
-    text = ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
-    return f"rank {text}" if len(ranks) == 1 else f"ranks {text}"
+def name_ranks(ranks: Sequence[int]) -> str:
+    """`rank 3`, `ranks 2,6,10,14`, `ranks 0-3,5`, in the project's one compact form."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
 
 def type_name(exc: BaseException) -> str:
@@ -67,7 +61,7 @@ def _describe(call: str, total: int, errors: Sequence[RankError]) -> str:
     by_summary: dict[str, list[int]] = {}
     for error in errors:
         by_summary.setdefault(error.summary, []).append(error.rank)
-    causes = "; ".join(f"{format_ranks(ranks)}: {summary}" for summary, ranks in by_summary.items())
+    causes = "; ".join(f"{name_ranks(ranks)}: {summary}" for summary, ranks in by_summary.items())
     text = f"{len(errors)} of {total} rank{'s' if total != 1 else ''} of {call} raised: {causes}"
     first = errors[0]
     if first.traceback:

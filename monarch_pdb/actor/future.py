@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
-from monarch_pdb.actor.errors import ActorError, RankError, format_ranks
+from monarch_pdb.actor.errors import ActorError, RankError, name_ranks
 from monarch_pdb.actor.point import Point
 
 T = TypeVar("T")
@@ -56,7 +56,7 @@ class Future(Generic[T]):
                 missing = sorted(set(self._points) - set(self._values) - set(self._errors))
             raise TimeoutError(
                 f"{self._call}: {len(missing)} of {len(self._points)} ranks did not answer "
-                f"within {timeout}s: {format_ranks(missing)}"
+                f"within {timeout}s: {name_ranks(missing)}"
             )
         if self._errors:
             raise ActorError(self._call, len(self._points), list(self._errors.values()))

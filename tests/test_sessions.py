@@ -1,0 +1,214 @@
+"""Where sessions come from and how they end: nested meshes, threads, plain processes,
+post-mortem, quitting one rank, and a rank that dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+
+import pytest
+from programs import EXAMPLES, Program, wait_for_sessions
+from shell_driver import ShellDriver
+
+NESTED = textwrap.dedent('''
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+
+    class Inner(Actor):
+        @endpoint
+        def work(self):
+            value = current_rank().rank * 10
+            breakpoint()
+            return value
+
+
+    class Outer(Actor):
+        @endpoint
+        def run(self):
+            procs = this_host().spawn_procs(per_host={"gpu": 2})
+            return procs.spawn("inner", Inner).work.call().get().values()
+
+
+    if __name__ == "__main__":
+        outer = this_host().spawn_procs(per_host={"host": 1}).spawn("outer", Outer)
+        print("RESULT", outer.run.call().get().values())
+''')
+
+RAISES = textwrap.dedent('''
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    def explode():
+        raise KeyError("no such key")
+
+
+    class Fragile(Actor):
+        @endpoint
+        def go(self):
+            explode()
+
+
+    if __name__ == "__main__":
+        this_host().spawn_procs(per_host={"gpu": 2}).spawn("fragile", Fragile).go.call().get()
+''')
+
+THREADS = textwrap.dedent('''
+    import threading
+
+    import monarch_pdb
+
+
+    def rank_main(rank):
+        with monarch_pdb.endpoint_call("many", rank, {"host": rank // 8, "gpu": rank % 8}):
+            value = "even" if rank % 2 == 0 else "odd"
+            breakpoint()
+            return value
+
+
+    monarch_pdb.install()
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("ALL DONE")
+''')
+
+PLAIN = textwrap.dedent('''
+    def train_step(step):
+        loss = 1.0 / (step + 1)
+        breakpoint()
+        return loss
+
+    print("LOSS", train_step(3))
+''')
+
+
+def run_script(env, tmp_path, name, text, **extra):
+    script = tmp_path / name
+    script.write_text(text)
+    return Program(dict(env, **extra), script, cwd=tmp_path)
+
+
+@pytest.fixture
+def shell(env):
+    drivers = []
+
+    def open_shell():
+        driver = ShellDriver(env)
+        drivers.append(driver)
+        driver.wait_prompt()
+        return driver
+
+    yield open_shell
+    for driver in drivers:
+        driver.kill()
+
+
+@pytest.mark.timeout(90)
+def test_breakpoints_in_a_mesh_spawned_by_an_actor(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "nested.py", NESTED)
+    try:
+        rows = wait_for_sessions(env, 2)
+        assert [(r["actor"], r["rank"], r["coords"]) for r in rows] == [("inner", 0, {"gpu": 0}), ("inner", 1, {"gpu": 1})]
+        sh = shell()
+        assert sh.command("cast inner ranks(:) p value") == "inner ranks[0] (1)\n0\ninner ranks[1] (1)\n10\n"
+        assert sh.command("continue").strip() == "Continued 2 ranks: inner ranks[0,1]"
+        code, output = program.finish()
+        assert code == 0 and "RESULT [[0, 10]]" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("policy", ["always", "after-breakpoint"])
+def test_post_mortem_without_a_breakpoint_only_when_asked(env, tmp_path, shell, policy):
+    program = run_script(env, tmp_path, "fragile.py", RAISES, MONARCH_PDB_POST_MORTEM=policy)
+    try:
+        if policy == "after-breakpoint":
+            code, output = program.finish()
+            assert code != 0 and "KeyError: 'no such key'" in output
+            return
+        rows = wait_for_sessions(env, 2, state="post-mortem")
+        assert {r["function"] for r in rows} == {"fragile.explode"}
+        sh = shell()
+        assert sh.command("cast fragile ranks(0) up").count("go()") == 1
+        assert sh.command("continue").strip() == "Continued 2 ranks: fragile ranks[0,1]"
+        code, output = program.finish()
+        assert code != 0 and "ranks 0,1: KeyError: 'no such key'" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_quit_in_one_rank_ends_its_call_and_leaves_the_others(env, shell):
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        wait_for_sessions(env, 16)
+        sh = shell()
+        out = sh.command("cast debugee ranks(0) q")
+        assert out == "debugee ranks[0] (1)\n(quit: its endpoint call ends with BdbQuit)\n"
+        assert sh.command("list").count("| debugee ") == 15
+        sh.command("continue")
+        sh.command("continue")
+        code, output = program.finish()
+        assert code != 0 and "rank" in output and "BdbQuit" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_64_sessions_in_one_process_group_into_two_blocks(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "threads.py", THREADS)
+    try:
+        wait_for_sessions(env, 64)
+        sh = shell()
+        out = sh.command("cast many ranks(:) p value")
+        evens = ",".join(str(r) for r in range(0, 64, 2))
+        odds = ",".join(str(r) for r in range(1, 64, 2))
+        assert out in (
+            f"many ranks[{evens}] (32)\n'even'\nmany ranks[{odds}] (32)\n'odd'\n",
+        )
+        sh.command("set cast_output raw")
+        raw = sh.command("cast many ranks(host=7, gpu=::4) p value")
+        assert raw == "[56] 'even'\n[60] 'even'\n"
+        sh.command("continue")
+        code, output = program.finish()
+        assert code == 0 and "ALL DONE" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_any_process_with_pythonbreakpoint_and_launcher_identity(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace",
+                         RANK="3", LOCAL_RANK="1", GROUP_RANK="0", WORLD_SIZE="4")
+    try:
+        [row] = wait_for_sessions(env, 1)
+        assert (row["actor"], row["rank"], row["coords"], row["function"]) == ("train", 3, {"host": 0, "gpu": 1}, "train.train_step")
+        sh = shell()
+        assert "-> return loss" in sh.command("attach train 3")
+        assert sh.command("p loss").strip() == "0.25"
+        assert "Detached from debug session for train 3" in sh.command("c")
+        code, output = program.finish()
+        assert code == 0 and "LOSS 0.25" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="5")
+    try:
+        [row] = wait_for_sessions(env, 1)
+        sh = shell()
+        sh.command("attach train 5")
+        os.kill(row["pid"], signal.SIGKILL)
+        sh.expect(r"train 5 was lost \(its process stopped answering\)", timeout=10)
+        out = sh.command("p loss")
+        assert "was lost" in out and "Detached from debug session for train 5" in out
+        assert sh.prompt == "monarch_dbg>"
+        assert sh.command("list").strip() == "No active breakpoints."
+    finally:
+        program.stop()
