@@ -95,6 +95,14 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("cast_timeout", float, "seconds a cast waits for every rank to answer", self))
         conn.on_events = self.show_events
 
+    def preloop(self) -> None:
+        """Learn the actor names for completion before the first prompt."""
+        try:
+            reply = self.conn.request(wire.ListSessions(), wire.SessionList)
+        except Timeout:
+            return
+        self.actors.update(r["actor"] for r in getattr(reply, "rows", []))
+
     # --- printing ----------------------------------------------------------------------
 
     def fail(self, text: str) -> None:

@@ -74,11 +74,12 @@ class ShellDriver:
             if time.monotonic() > deadline or not self._read(deadline):
                 raise AssertionError(f"no prompt; the shell printed:\n{self.text[-3000:]}")
 
-    def command(self, line: str, timeout: float | None = None) -> str:
+    def command(self, line: str, timeout: float | None = None, shown: str | None = None) -> str:
         """Type a line, wait for the next prompt, and return what was printed in between.
 
         An event printed above the prompt also switches the prompt off and on, so the line
-        counts as accepted at the first switch-off whose redrawn prompt line ends with it.
+        counts as accepted at the first switch-off whose redrawn prompt line ends with it (or
+        with `shown`, when the keys typed are not the text accepted, as with the arrow keys).
         """
         start = len(self.raw)
         self.child.sendline(line)
@@ -86,7 +87,7 @@ class ShellDriver:
         accepted = following = -1
         while True:
             if accepted < 0:
-                accepted = self._accepted_at(start, line)
+                accepted = self._accepted_at(start, line if shown is None else shown)
             if accepted >= 0:
                 following = self.raw.find(PROMPT_ON, accepted)
                 if following >= 0 and plain(self.raw[following:]).strip():

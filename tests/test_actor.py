@@ -18,7 +18,7 @@ from monarch_pdb.actor.errors import name_ranks
 from monarch_pdb.actor.point import Extent
 
 HEADER = """\
-import asyncio, inspect, json, linecache, os, sys, threading, time
+import asyncio, inspect, json, linecache, os, socket, sys, threading, time
 import monarch_pdb
 from monarch_pdb import identity
 from monarch_pdb.actor import Actor, ActorError, current_rank, endpoint, this_host
@@ -210,10 +210,9 @@ def test_call_one_choose_broadcast_and_slicing(tmp_path, env):
                 raise RuntimeError("broadcast failure")
 
             @endpoint
-            def wait_for(self, path):
-                while not os.path.exists(path):
-                    time.sleep(0.01)
-                return "released"
+            def wait_for(self, port):
+                with socket.create_connection(("127.0.0.1", port)) as gate:
+                    return gate.recv(64).decode()
 
         def error_of(action):
             try:
@@ -237,11 +236,14 @@ def test_call_one_choose_broadcast_and_slicing(tmp_path, env):
             mesh.slice(host=0).remember.broadcast("host 0 only")
             mesh.fail.broadcast()
             out["seen"] = mesh.seen_values.call().get().values()
-            release = os.path.abspath("release")
-            blocked = mesh.slice(host=0).wait_for.call(release)
+            gate = socket.create_server(("127.0.0.1", 0))
+            blocked = mesh.slice(host=0).wait_for.call(gate.getsockname()[1])
             out["timeout"] = error_of(lambda: blocked.get(timeout=0.2))
             out["others"] = mesh.slice(host=1).rank.call().get(timeout=10).values()
-            open(release, "w").close()
+            for _ in range(3):
+                waiter, _ = gate.accept()
+                waiter.sendall(b"released")
+                waiter.close()
             out["released"] = blocked.get(timeout=10).values()
             report(**out)
     """)

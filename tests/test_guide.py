@@ -172,7 +172,22 @@ def test_cast_grouped_raw_and_a_rank_that_does_not_answer(example, shell):
     shell.command("set cast_output grouped")
 
     shell.command("set cast_timeout 1")
-    shell.command("cast debugee ranks(3) !import time; time.sleep(30)", timeout=10)
+    shell.command("cast debugee ranks(3) !import threading; threading.Event().wait(60)", timeout=10)
     out = shell.command("cast debugee ranks(0:4) p 'here'", timeout=10)
     assert "debugee ranks[0-2] (3)\n'here'\n" in out
     assert "no answer from debugee ranks[3] (1): running" in out
+
+
+@pytest.mark.timeout(90)
+def test_completion_and_history_at_both_prompts(example, shell):
+    shell.child.send("att\t")
+    shell.expect("ach")
+    shell.child.send("deb\t")
+    shell.expect("ugee")
+    out = shell.command(" 3", shown="attach debugee  3")
+    assert "Attached to debug session for debugee 3" in out
+    assert shell.command("p rank").strip() == "3"
+    assert shell.command("\x1b[A", shown="p rank").strip() == "3", "up-arrow recalls the last pdb line"
+    shell.command("detach")
+    out = shell.command("\x1b[A\x1b[A\x1b[A", shown="attach debugee  3")
+    assert out.startswith("Attached to debug session for debugee 3")

@@ -1,0 +1,137 @@
+"""The wire protocol refuses what it must, and the broker survives whatever reaches its port."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import socket
+import subprocess
+import sys
+
+import msgpack
+import pytest
+import zmq
+from programs import settings_for
+from shell_driver import ShellDriver
+
+from monarch_pdb import discovery, wire
+
+KEY = b"k" * 32
+
+
+def roundtrip(msg: wire.Message, sender: wire.Codec | None = None) -> wire.Message:
+    return wire.Codec(KEY).decode((sender or wire.Codec(KEY)).encode(msg))
+
+
+@pytest.mark.timeout(10)
+def test_every_message_type_round_trips_signed():
+    samples = [wire.Hello(role="agent", name="job", host="h", pid=1), wire.Heartbeat(),
+               wire.Input(sid=1, cmd=2, line="p x", release=True),
+               wire.Cast(ref=1, actor="a", selector="ranks(:)", line="p 1", timeout=1.5)]
+    for msg in samples:
+        assert roundtrip(msg) == msg
+    assert set(wire.REGISTRY) >= {"hello", "prompt", "input", "cast", "cast_result", "event"}
+
+
+def signed(packed: bytes, key: bytes = KEY) -> list[bytes]:
+    return [hmac.new(key, packed, hashlib.sha256).digest(), packed]
+
+
+def frames_with(body: dict, key: bytes = KEY) -> list[bytes]:
+    return signed(msgpack.packb(body), key)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        ([b"only one"], "too few frames"),
+        ([b"x" * 32, b"\x00" * (wire.MAX_BODY + 1)], "too large"),
+        ([b"x" * 32, msgpack.packb({"v": 1})], "bad signature"),
+        (frames_with({"v": 1, "t": "hello"}, key=b"wrong"), "bad signature"),
+        (signed(b"\xc1"), "undecodable"),
+        (signed(msgpack.packb([1, 2])), "wrong protocol"),
+        (frames_with({"v": 99, "t": "heartbeat", "s": b"s", "n": 1}), "wrong protocol"),
+        (frames_with({"v": 1, "t": "nosuch", "s": b"s", "n": 1}), "unknown type"),
+        (frames_with({"v": 1, "t": "heartbeat"}), "no sender"),
+        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "sid": "1", "cmd": 1, "line": "x"}), "wrong field type"),
+        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "sid": True, "cmd": 1, "line": "x"}), "wrong field type"),
+        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "cmd": 1, "line": "x"}), "missing field"),
+    ],
+)
+def test_bad_messages_are_refused_and_counted(frames, reason):
+    codec = wire.Codec(KEY)
+    with pytest.raises(wire.Refused, match=reason):
+        codec.decode(frames)
+    assert codec.refused[reason] == 1
+
+
+@pytest.mark.timeout(10)
+def test_a_replayed_message_is_refused():
+    sender, receiver = wire.Codec(KEY), wire.Codec(KEY)
+    frames = sender.encode(wire.Heartbeat())
+    receiver.decode(frames)
+    with pytest.raises(wire.Refused, match="replayed"):
+        receiver.decode(frames)
+
+
+@pytest.mark.timeout(10)
+def test_long_output_is_clipped_with_a_note():
+    text = wire.clip("x" * (wire.MAX_OUTPUT + 10))
+    assert text.startswith("x" * wire.MAX_OUTPUT) and "10 more characters not shown" in text
+
+
+@pytest.fixture
+def broker(env):
+    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
+    assert "listening on" in proc.stderr.readline()
+    yield proc
+    proc.terminate()
+    proc.communicate(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_the_broker_survives_garbage_and_keeps_serving(env, broker):
+    conn = discovery.read_connection_file(settings_for(env))
+    host, port = conn.router.rsplit(":", 1)
+    for junk in (os.urandom(4096), b"\x00" * 100, b"GET / HTTP/1.1\r\n\r\n"):
+        with socket.create_connection((host.removeprefix("tcp://"), int(port))) as raw:
+            raw.sendall(junk)
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(conn.router)
+    for frames in ([b"one"], [os.urandom(32), os.urandom(200)], frames_with({"v": 1, "t": "list"}, key=conn.key),
+                   wire.Codec(b"wrong key").encode(wire.ListSessions())):
+        dealer.send_multipart(frames)
+    dealer.close(linger=1000)
+    ctx.term()
+    shell = ShellDriver(env)
+    try:
+        shell.wait_prompt()
+        assert shell.command("list").strip() == "No active breakpoints."
+    finally:
+        shell.kill()
+    assert broker.poll() is None
+
+
+@pytest.mark.timeout(30)
+def test_an_idle_broker_exits_by_itself_and_removes_its_file(env):
+    proc = subprocess.run([sys.executable, "-m", "monarch_pdb.broker", "--idle-exit", "0.5"], env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0 and "idle for 0.5 s, exiting" in proc.stderr
+    assert discovery.read_connection_file(settings_for(env)) is None
+
+
+@pytest.mark.timeout(30)
+def test_the_connection_file_is_private(env, broker):
+    settings = settings_for(env)
+    assert os.stat(settings.runtime_dir).st_mode & 0o777 == 0o700
+    assert os.stat(discovery.connection_file(settings)).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.timeout(30)
+def test_a_second_standalone_broker_on_the_same_port_says_so(env, broker):
+    second = subprocess.run([sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True,
+                            text=True, timeout=20)
+    assert second.returncode == 1 and "another broker already serves port 0" in second.stderr
