@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import zmq
@@ -22,6 +23,7 @@ from monarch_pdb.settings import Settings
 
 LOST_AFTER_BEATS = 3
 PROGRESS_EVERY = 0.25
+EVENT_HISTORY = 16384
 
 
 def log(text: str) -> None:
@@ -36,6 +38,7 @@ class Broker:
     idle_exit: float = 0.0
     registry: Registry = field(default_factory=Registry)
     event_seq: int = 0
+    history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
     casts: dict[int, CastInFlight] = field(default_factory=dict)
     next_cast: int = 1
     refused_logged: int = 0
@@ -62,6 +65,7 @@ class Broker:
             wire.Send: self.on_send,
             wire.Cast: self.on_cast,
             wire.Continue: self.on_continue,
+            wire.CatchUp: self.on_catch_up,
         }
 
     # --- life cycle --------------------------------------------------------------------
@@ -80,13 +84,16 @@ class Broker:
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         tick = max(0.05, self.settings.heartbeat_interval / 2)
-        idle_since = time.monotonic()
+        idle_since = next_tick = time.monotonic()
         while not self.stopping:
             if poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000):
                 self.drain()
             now = time.monotonic()
             self.reap(now)
             self.report_casts(now)
+            if now >= next_tick:
+                next_tick = now + self.settings.heartbeat_interval
+                self.pub.send_multipart([b"event", *self.codec.encode(wire.Tick(seq=self.event_seq))])
             if self.registry.peers:
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
@@ -159,6 +166,7 @@ class Broker:
             seq=self.event_seq, kind=kind, job=sess.job, actor=sess.actor, rank=sess.rank,
             where=where, detail=detail,
         )
+        self.history.append(event)
         self.pub.send_multipart([b"event", *self.codec.encode(event)])
 
     def end_session(self, sess: Session, text: str, reason: str) -> None:
@@ -189,7 +197,12 @@ class Broker:
         if first_of_job:
             log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
         pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.send(identity, wire.Welcome(pub=pub, heartbeat=self.settings.heartbeat_interval, broker_pid=os.getpid()))
+        self.send(identity, wire.Welcome(pub=pub, heartbeat=self.settings.heartbeat_interval,
+                                         broker_pid=os.getpid(), seq=self.event_seq))
+
+    def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
+        missed = [e.row() for e in self.history if e.seq > msg.since]
+        self.send(identity, wire.Events(rows=missed))
 
     def on_heartbeat(self, identity: bytes, msg: wire.Heartbeat) -> None:
         self.send(identity, wire.Heartbeat())

@@ -140,28 +140,42 @@ def locate(settings: Settings) -> Connection | None:
 def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connection | None:
     """Start a background broker for this host unless one runs, and wait for its file.
 
-    Several ranks may race here; the broker lock lets exactly one broker survive.
+    When many ranks stop at once, the one holding the spawn lock starts the broker and the
+    others only wait; the broker lock would let just one broker survive in any case.
     """
-    if not broker_running(settings):
-        ensure_runtime_dir(settings)
-        env = dict(os.environ)
-        env["MONARCH_DEBUG_SERVER_HOST"] = settings.host
-        env["MONARCH_DEBUG_SERVER_PORT"] = str(settings.port)
-        env["MONARCH_PDB_RUNTIME_DIR"] = settings.runtime_dir
-        with open(log_file(settings), "ab") as log:
-            subprocess.Popen(
-                [sys.executable, "-m", "monarch_pdb.broker", "--embedded"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-            )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        conn = locate(settings)
-        if conn is not None:
-            return conn
-        time.sleep(0.02)
-    return None
+    ensure_runtime_dir(settings)
+    spawn_lock = os.open(os.path.join(settings.runtime_dir, f"broker-{settings.port}.spawn"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(spawn_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            spawning = not broker_running(settings)
+        except BlockingIOError:
+            spawning = False
+        if spawning:
+            _spawn_broker(settings)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            conn = locate(settings)
+            if conn is not None:
+                return conn
+            time.sleep(0.02)
+        return None
+    finally:
+        os.close(spawn_lock)
+
+
+def _spawn_broker(settings: Settings) -> None:
+    env = dict(os.environ)
+    env["MONARCH_DEBUG_SERVER_HOST"] = settings.host
+    env["MONARCH_DEBUG_SERVER_PORT"] = str(settings.port)
+    env["MONARCH_PDB_RUNTIME_DIR"] = settings.runtime_dir
+    with open(log_file(settings), "ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "monarch_pdb.broker", "--embedded"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )

@@ -71,6 +71,9 @@ class Link:
         self._wake_tx.connect(wake)
         self._stopping = False
         self._subscribed = ""
+        self._broker_pid = 0
+        self._seq = 0
+        self._catching_up = False
         self._thread = threading.Thread(target=self._run, name=f"monarch-pdb-{role}", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -162,7 +165,8 @@ class Link:
                     for reply in self._receive_all(dealer, codec, sub, conn):
                         send(reply)
                 if sub in events:
-                    self._receive_events(sub, sub_codec)
+                    for request in self._receive_events(sub, sub_codec):
+                        send(request)
                 if self.ready.is_set():
                     for msg in self._take_outgoing() + self.peer.tick(time.monotonic()):
                         send(msg)
@@ -196,24 +200,50 @@ class Link:
                 if self.events and address != self._subscribed:
                     sub.connect(address)
                     self._subscribed = address
+                if msg.broker_pid != self._broker_pid:
+                    self._broker_pid, self._seq, self._catching_up = msg.broker_pid, msg.seq, False
+                replies.extend(self._catch_up_to(msg.seq))
                 self.problem = ""
                 self.ready.set()
                 replies.extend(self.peer.welcomed())
+            elif isinstance(msg, wire.Events):
+                self._catching_up = False
+                try:
+                    missed = [wire.Event.from_row(row) for row in msg.rows]
+                except wire.Refused:
+                    continue
+                for event in missed:
+                    self._deliver(event)
             elif isinstance(msg, wire.Unknown):
                 self.ready.clear()
                 replies.append(self._hello())
             elif not isinstance(msg, wire.Heartbeat):
                 self.peer.received(msg)
 
-    def _receive_events(self, sub: zmq.Socket, codec: wire.Codec) -> None:
+    def _receive_events(self, sub: zmq.Socket, codec: wire.Codec) -> list[wire.Message]:
+        """Deliver published events in order; a gap in their numbers asks for the missing ones."""
+        requests: list[wire.Message] = []
         while True:
             try:
                 frames = sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                return requests
             try:
                 msg = codec.decode(frames)
             except wire.Refused:
                 continue
-            if isinstance(msg, wire.Event):
-                self.peer.event(msg)
+            if isinstance(msg, wire.Event) and msg.seq == self._seq + 1:
+                self._deliver(msg)
+            elif isinstance(msg, (wire.Event, wire.Tick)):
+                requests.extend(self._catch_up_to(msg.seq))
+
+    def _catch_up_to(self, seq: int) -> list[wire.Message]:
+        if seq <= self._seq or self._catching_up or not self.events:
+            return []
+        self._catching_up = True
+        return [wire.CatchUp(since=self._seq)]
+
+    def _deliver(self, event: wire.Event) -> None:
+        if event.seq > self._seq:
+            self._seq = event.seq
+            self.peer.event(event)

@@ -87,11 +87,13 @@ class Hello(Message):
 
 @message("welcome")
 class Welcome(Message):
-    """The broker's answer to Hello: where its events are published and how often to beat."""
+    """The broker's answer to Hello: where its events are published, the number of the last
+    event published, and how often to beat."""
 
     pub: str
     heartbeat: float
     broker_pid: int
+    seq: int = 0
 
 
 @message("heartbeat")
@@ -300,7 +302,8 @@ class Continued(Message):
 
 @message("event")
 class Event(Message):
-    """Published to every shell: a session stopped, resumed, ended or was lost."""
+    """Published to every shell: a session stopped (`breakpoint`), entered `post-mortem`,
+    `ended` or was `lost`. Events are numbered so a shell can tell that it missed some."""
 
     seq: int
     kind: str
@@ -309,6 +312,40 @@ class Event(Message):
     rank: int
     where: str = ""
     detail: str = ""
+
+    def row(self) -> list:
+        return [self.seq, self.kind, self.job, self.actor, self.rank, self.where, self.detail]
+
+    @classmethod
+    def from_row(cls, row: object) -> "Event":
+        types_ = (int, str, str, str, int, str, str)
+        if not isinstance(row, list) or len(row) != len(types_) or not all(
+            isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types_)
+        ):
+            raise Refused("wrong field type")
+        return cls(*row)
+
+
+@message("tick")
+class Tick(Message):
+    """Published every heartbeat with the last event's number, so a shell whose subscription
+    started late, or that dropped events, notices the gap even when nothing else happens."""
+
+    seq: int
+
+
+@message("catch_up")
+class CatchUp(Message):
+    """A shell asks for the events after `since` that it did not receive."""
+
+    since: int
+
+
+@message("events")
+class Events(Message):
+    """Missed events, as `Event.row()` lists, oldest first."""
+
+    rows: list
 
 
 # --- encoding ------------------------------------------------------------------------------
