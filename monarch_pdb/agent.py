@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import queue
 import sys
-import threading
 import itertools
+import threading
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from monarch_pdb import discovery, wire
 from monarch_pdb.identity import job_name
@@ -62,6 +62,8 @@ class Agent:
         self._unsent: list[int] = []
         self._sids = itertools.count(1)
         self._lock = threading.Lock()
+        self.loose_sessions: dict[int, Any] = {}
+        """Sessions opened outside any endpoint call, by thread: they end when tracing stops."""
         self.link = Link(settings, "agent", job_name(), self, self._locate)
 
     def _locate(self) -> discovery.Connection | None:

@@ -134,6 +134,7 @@ class Session:
     ended: bool = False
 
     def __post_init__(self) -> None:
+        self.thread = threading.get_ident()
         self.io = SessionIO(self.ask)
         self.sid, self.inbox = self.agent.open_session(self.io)
         self.debugger = RemotePdb(self)
@@ -165,23 +166,21 @@ class Session:
         self.debugger.clear_all_breaks()
         output = self.io.take_idle(float("inf"))
         self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=wire.clip(output), reason=reason))
-        _loose_sessions.pop(threading.get_ident(), None)
-
-
-_loose_sessions: dict[int, Session] = {}
+        if self.agent.loose_sessions.get(self.thread) is self:
+            del self.agent.loose_sessions[self.thread]
 
 
 def session_for_this_thread(agent: Agent) -> Session:
     """The session of the running endpoint call, or of this thread outside any call."""
     call = current_call.get()
-    existing = call.session if call is not None else _loose_sessions.get(threading.get_ident())
+    existing = call.session if call is not None else agent.loose_sessions.get(threading.get_ident())
     if existing is not None and not existing.ended:
         return existing
     session = Session(agent=agent, identity=current(), call=call)
     if call is not None:
         call.session = session
     else:
-        _loose_sessions[threading.get_ident()] = session
+        agent.loose_sessions[threading.get_ident()] = session
     return session
 
 

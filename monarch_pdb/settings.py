@@ -51,7 +51,7 @@ class Settings:
     post_mortem: str
     history_file: str
 
-    def with_overrides(self, **changes: object) -> "Settings":
+    def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -99,3 +101,13 @@ def stop_brokers(marker: str) -> None:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+
+@pytest.fixture
+def broker(env):
+    """A standalone broker, as `monarch-pdb broker` runs one, so a shell can open first."""
+    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
+    assert "listening on" in proc.stderr.readline()
+    yield proc
+    proc.terminate()
+    proc.communicate(timeout=10)

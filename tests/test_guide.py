@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pexpect
 import pytest
@@ -107,16 +105,6 @@ def test_shell_without_broker_says_where_it_looked(env):
     driver.child.expect(pexpect.EOF)
     driver.child.close()
     assert driver.child.exitstatus == 2
-
-
-@pytest.fixture
-def broker(env):
-    """A standalone broker, so a shell can be open before the program starts."""
-    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
-    assert "listening on" in proc.stderr.readline()
-    yield proc
-    proc.terminate()
-    proc.communicate(timeout=10)
 
 
 @pytest.mark.timeout(120)

@@ -212,3 +212,15 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         assert sh.command("list").strip() == "No active breakpoints."
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_an_event_does_not_break_the_line_being_typed(env, tmp_path, broker, shell):
+    sh = shell()
+    sh.child.send("li")
+    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="2")
+    try:
+        sh.expect(r"train 2 stopped at train\.py:5")
+        assert sh.command("st", shown="list").count("| train ") == 1
+    finally:
+        program.stop()

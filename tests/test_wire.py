@@ -82,15 +82,6 @@ def test_long_output_is_clipped_with_a_note():
     assert text.startswith("x" * wire.MAX_OUTPUT) and "10 more characters not shown" in text
 
 
-@pytest.fixture
-def broker(env):
-    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
-    assert "listening on" in proc.stderr.readline()
-    yield proc
-    proc.terminate()
-    proc.communicate(timeout=10)
-
-
 @pytest.mark.timeout(60)
 def test_the_broker_survives_garbage_and_keeps_serving(env, broker):
     conn = discovery.read_connection_file(settings_for(env))
