@@ -90,6 +90,9 @@ def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
         "cast debugee ranks(1,,2) p 1": "Error processing command: ranks(1,,2): empty item at position 9",
         "cast debugee ranks(1)": "Error processing command: cast needs a pdb command after the selector",
         "cast debugee ranks(gpus=1:3) c": "Error processing command: no dimension 'gpus' in debugee (its dimensions: host, gpu)",
+        "cast debugee ranks(40:50) p 1":
+            "Error processing command: ranks(40:50) matches no rank of debugee with a session (those are ranks[0-15])",
+        "cast debugee": "Error processing command: usage: cast <actor> ranks(<ranks>) <pdb command>",
     }
     for line, expected in cases.items():
         out = shell.command(line)
@@ -164,6 +167,11 @@ def test_cast_grouped_raw_and_a_rank_that_does_not_answer(example, shell):
     out = shell.command("cast debugee ranks(0:4) p 'here'", timeout=10)
     assert "debugee ranks[0-2] (3)\n'here'\n" in out
     assert "no answer from debugee ranks[3] (1): running" in out
+    shell.command("set cast_timeout 3")
+    out = shell.command("cast debugee ranks(3,7) !import threading; threading.Event().wait(60)", timeout=15)
+    assert "answered 0/2" in out, "progress shows while a cast waits"
+    assert out.endswith("no answer from debugee ranks[3] (1): running\n"
+                        "no answer from debugee ranks[7] (1): still running\n")
 
 
 @pytest.mark.timeout(90)

@@ -4,7 +4,10 @@ post-mortem, quitting one rank, and a rank that dies."""
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -224,3 +227,45 @@ def test_an_event_does_not_break_the_line_being_typed(env, tmp_path, broker, she
         assert sh.command("st", shown="list").count("| train ") == 1
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_detach_while_the_rank_runs_leaves_it_running(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="4")
+    try:
+        wait_for_sessions(env, 1)
+        sh = shell()
+        sh.command("attach train 4")
+        sh.child.sendline("!import threading; threading.Event().wait(60)")
+        sh.expect(r"\(train 4 \(.+\) is running; type 'detach' to leave it running\)")
+        sh.child.sendline("detach")
+        sh.expect(r"Detached from debug session for train 4")
+        sh.wait_prompt()
+        assert sh.prompt == "monarch_dbg>"
+        assert sh.command("list").strip() == "No active breakpoints."
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_secret_from_the_environment_reaches_a_broker_by_address_alone(env, tmp_path):
+    secret_env = dict(env, MONARCH_PDB_SECRET="s3cret-for-test")
+    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=secret_env,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        port = re.search(r"listening on tcp://127\.0\.0\.1:(\d+)", broker.stderr.readline()).group(1)
+        elsewhere = dict(secret_env, MONARCH_DEBUG_SERVER_PORT=port, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "other"))
+        program = run_script(elsewhere, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="1")
+        try:
+            wait_for_sessions(elsewhere, 1)
+            sh = ShellDriver(elsewhere)
+            try:
+                sh.wait_prompt()
+                assert sh.command("list").count("| train ") == 1
+            finally:
+                sh.kill()
+        finally:
+            program.stop()
+    finally:
+        broker.terminate()
+        broker.communicate(timeout=10)
