@@ -120,16 +120,15 @@ class Registry:
             holder.sessions.discard(sess.id)
 
     def drop_peer(self, identity: bytes) -> tuple[Peer | None, list[Session]]:
-        """Forget a peer; for an agent, return the sessions that died with it."""
+        """Forget a peer; return the sessions that died with it (an agent) or that it held (a shell)."""
         peer = self.peers.pop(identity, None)
         if peer is None:
             return None, []
         if peer.role == "shell":
-            for sess_id in peer.sessions:
-                sess = self.sessions.get(sess_id)
-                if sess is not None and sess.holder == identity:
-                    sess.holder = None
-            return peer, []
+            released = [self.sessions[s] for s in peer.sessions if s in self.sessions]
+            for sess in released:
+                sess.holder = None
+            return peer, released
         gone = [self.sessions[s] for s in peer.sessions if s in self.sessions]
         for sess in gone:
             self.remove(sess)
@@ -154,6 +153,20 @@ class Registry:
         if sess_id is None:
             raise LookupFailed(f"No debug session for rank {rank} for actor {actor}")
         return self.sessions[sess_id]
+
+    def job_rows(self) -> list[dict]:
+        jobs: dict[str, dict] = {}
+        for peer in self.peers.values():
+            if peer.role != "agent":
+                continue
+            row = jobs.setdefault(peer.name, {"job": peer.name, "processes": 0, "sessions": 0, "paused": 0, "hosts": []})
+            row["processes"] += 1
+            if peer.host not in row["hosts"]:
+                row["hosts"].append(peer.host)
+            for sess_id in peer.sessions:
+                row["sessions"] += 1
+                row["paused"] += self.sessions[sess_id].paused
+        return [jobs[name] for name in sorted(jobs)]
 
     def rows(self) -> list[dict]:
         paused = [s for s in self.sessions.values() if s.paused]

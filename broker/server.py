@@ -60,6 +60,7 @@ class Broker:
             wire.Output: self.on_output,
             wire.Ended: self.on_ended,
             wire.ListSessions: self.on_list,
+            wire.ListJobs: self.on_jobs,
             wire.Attach: self.on_attach,
             wire.Detach: self.on_detach,
             wire.Send: self.on_send,
@@ -146,11 +147,14 @@ class Broker:
             self.drop(identity, "lost")
 
     def drop(self, identity: bytes, reason: str) -> None:
-        peer, gone = self.registry.drop_peer(identity)
+        peer, affected = self.registry.drop_peer(identity)
         if peer is None:
             return
-        for sess in gone:
-            self.end_session(sess, "", reason)
+        for sess in affected:
+            if peer.role == "shell":
+                self.publish("released", sess)
+            else:
+                self.end_session(sess, "", reason)
         if peer.role == "agent" and peer.name not in self.registry.jobs():
             log(f"job {peer.name} left ({reason})")
 
@@ -242,6 +246,9 @@ class Broker:
     def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
         self.send(identity, wire.SessionList(rows=self.registry.rows()))
 
+    def on_jobs(self, identity: bytes, msg: wire.ListJobs) -> None:
+        self.send(identity, wire.JobList(rows=self.registry.job_rows()))
+
     def on_attach(self, identity: bytes, msg: wire.Attach) -> None:
         try:
             sess = self.registry.find(msg.job, msg.actor, msg.rank)
@@ -258,6 +265,7 @@ class Broker:
         if holder is not None:
             holder.sessions.discard(sess.id)
             self.send(holder.identity, wire.SessionEnded(session=sess.id, text="", reason="taken"))
+            self.publish("taken", sess, self.registry.peers[identity].describe())
         sess.holder = identity
         self.registry.peers[identity].sessions.add(sess.id)
         self.send(identity, wire.Attached(

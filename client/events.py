@@ -12,6 +12,8 @@ PHRASES = {
     "post-mortem": "entered post-mortem at {where}: {detail}",
     "ended": "finished{detail}",
     "lost": "was lost (its process stopped answering)",
+    "released": "is free again (the shell attached to it went away)",
+    "taken": "was taken over by the shell of {detail} (attach --force)",
 }
 
 

@@ -20,7 +20,7 @@ from monarch_pdb import wire
 from monarch_pdb.client import answers
 from monarch_pdb.client.connection import ShellConnection, Timeout
 from monarch_pdb.client.events import describe_events
-from monarch_pdb.client.table import sessions_table
+from monarch_pdb.client.table import jobs_table, sessions_table
 from monarch_pdb.ranks import SelectorError, format_ranks, render_selector, split_selector
 
 TOP_PROMPT = "monarch_dbg> "
@@ -113,8 +113,8 @@ class DebugShell(cmd2.Cmd):
         self.actors.update(e.actor for e in events if e.kind in ("breakpoint", "post-mortem"))
         att = self.attached
         if att is not None:
-            events = [e for e in events
-                      if e.kind in ("ended", "lost") or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
+            events = [e for e in events if e.kind not in ("breakpoint", "post-mortem")
+                      or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
         lines = describe_events(events)
         if lines:
             self.add_alert(msg="\n".join(lines))
@@ -122,7 +122,12 @@ class DebugShell(cmd2.Cmd):
     # --- the command loop --------------------------------------------------------------
 
     def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
+        was_attached = self.attached is not None
         self.settle_aside()
+        if was_attached and self.attached is None:
+            if line.strip() and line != "_eof":
+                self.perror(f"not sent: {line.strip()!r} was typed for a session that is gone")
+            return False
         if self.attached is None:
             return super().onecmd_plus_hooks(line, **kwargs)
         self.attached_line(line)
@@ -235,6 +240,17 @@ class DebugShell(cmd2.Cmd):
         rows = reply.rows  # type: ignore[attr-defined]
         self.actors.update(r["actor"] for r in rows)
         self.poutput(sessions_table(rows) if rows else "No active breakpoints.")
+
+    @cmd2.with_category(CATEGORY)
+    def do_jobs(self, statement: cmd2.Statement) -> None:
+        """Show the jobs whose ranks the broker knows: jobs"""
+        self.run(lambda: self.list_jobs(statement.arg_list))
+
+    def list_jobs(self, args: list[str]) -> None:
+        if args:
+            raise CommandError("jobs takes no arguments")
+        rows = self.ask(wire.ListJobs(), wire.JobList).rows  # type: ignore[attr-defined]
+        self.poutput(jobs_table(rows) if rows else "No job is connected.")
 
     @cmd2.with_category(CATEGORY)
     def do_attach(self, statement: cmd2.Statement) -> None:

@@ -35,3 +35,9 @@ def sessions_table(rows: list[dict]) -> str:
     with_job = len({r["job"] for r in rows}) > 1
     header = ("Job", *COLUMNS) if with_job else COLUMNS
     return grid(header, [session_cells(r, with_job) for r in rows])
+
+
+def jobs_table(rows: list[dict]) -> str:
+    header = ("Job", "Processes", "Paused", "Hosts")
+    return grid(header, [[r["job"], str(r["processes"]), f"{r['paused']}/{r['sessions']}", ", ".join(r["hosts"])]
+                         for r in rows])

@@ -197,6 +197,18 @@ SESSION_ROW_KEYS = (
 )
 
 
+@message("jobs")
+class ListJobs(Message):
+    pass
+
+
+@message("job_list")
+class JobList(Message):
+    """One map per job: `job`, `processes`, `sessions`, `paused`, `hosts`."""
+
+    rows: list
+
+
 @message("attach")
 class Attach(Message):
     actor: str
@@ -303,7 +315,8 @@ class Continued(Message):
 @message("event")
 class Event(Message):
     """Published to every shell: a session stopped (`breakpoint`), entered `post-mortem`,
-    `ended` or was `lost`. Events are numbered so a shell can tell that it missed some."""
+    `ended`, was `lost`, or was `released` by a shell that went away. Events are numbered so a
+    shell can tell that it missed some."""
 
     seq: int
     kind: str

@@ -211,6 +211,7 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         sh.expect(r"train 5 was lost \(its process stopped answering\)", timeout=10)
         out = sh.command("p loss")
         assert "was lost" in out and "Detached from debug session for train 5" in out
+        assert "not sent: 'p loss'" in out
         assert sh.prompt == "monarch_dbg>"
         assert sh.command("list").strip() == "No active breakpoints."
     finally:
@@ -269,3 +270,58 @@ def test_a_secret_from_the_environment_reaches_a_broker_by_address_alone(env, tm
     finally:
         broker.terminate()
         broker.communicate(timeout=10)
+
+
+@pytest.mark.timeout(90)
+def test_two_jobs_share_one_broker_and_are_told_apart(env, tmp_path, shell):
+    first = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0",
+                       MONARCH_PDB_JOB="alpha")
+    second = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0",
+                        MONARCH_PDB_JOB="beta")
+    try:
+        wait_for_sessions(env, 2)
+        sh = shell()
+        listing = sh.command("list")
+        assert "| Job " in listing and "| alpha " in listing and "| beta " in listing
+        jobs = sh.command("jobs")
+        assert re.search(r"\| alpha +\| 1 +\| 1/1 +\|", jobs) and re.search(r"\| beta +\| 1 +\| 1/1 +\|", jobs)
+        ambiguous = "Error processing command: actor train exists in 2 jobs (alpha, beta); name it as job:train"
+        assert sh.command("attach train 0").strip() == ambiguous
+        assert sh.command("cast train ranks(0) p 1").strip() == ambiguous
+        assert sh.command("cast beta:train ranks(0) p loss") == "train ranks[0] (1)\n0.25\n"
+        assert "Attached to debug session for train 0" in sh.command("attach alpha:train 0")
+        sh.command("c")
+        assert first.finish()[0] == 0
+        assert sh.command("list").count("| train ") == 1 and "| Job " not in sh.command("list")
+        sh.command("continue")
+        assert second.finish()[0] == 0
+    finally:
+        first.stop()
+        second.stop()
+
+
+@pytest.mark.timeout(90)
+def test_one_holder_per_session_force_takes_over_and_a_killed_shell_lets_go(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0")
+    try:
+        wait_for_sessions(env, 1)
+        first, second = shell(), shell()
+        first.command("attach train 0")
+        refused = second.command("attach train 0").strip()
+        assert re.fullmatch(r"Error processing command: train 0 is attached in another shell \(\w+@.+ pid \d+\); "
+                            r"use 'attach --force' to take it over", refused)
+        assert "Attached to debug session for train 0" in second.command("attach train 0 --force")
+        first.expect(r"train 0 was taken over by the shell of \w+@.+ pid \d+ \(attach --force\)", timeout=10)
+        out = first.command("c")
+        assert "another shell took over train 0 (attach --force)" in out and "Detached from debug session" in out
+        assert "not sent: 'c' was typed for a session that is gone" in out, "never a top-level continue"
+        assert first.prompt == "monarch_dbg>"
+
+        assert second.command("p loss").strip() == "0.25"
+        third = shell()
+        second.kill()
+        third.expect(r"train 0 is free again \(the shell attached to it went away\)", timeout=10)
+        out = third.command("attach train 0")
+        assert "<last pdb output for train 0 follows>\n0.25\n" in out
+    finally:
+        program.stop()
