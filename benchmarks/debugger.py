@@ -1,0 +1,214 @@
+"""The product's round trips: a real broker, and the guide's example paused at 16 breakpoints.
+
+The example starts exactly as the tests start it (private runtime dir, port 0, loopback), so
+its embedded broker belongs to this run alone. The shell side is `ShellConnection` without a
+terminal: what is timed is the shell's connection, the wire, the broker and the agents, not
+cmd2 or a pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from monarch_pdb import settings as settings_module
+from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
+
+from timing import timed
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "debugging.py"
+RANKS = 16
+ATTACHED_RANK = 5
+MARKER = "MONARCH_PDB_BENCH_ID"
+START_TIMEOUT = 60.0
+ANSWER_TIMEOUT = 10.0
+EXIT_GRACE = 5.0
+
+
+class Example:
+    """examples/debugging.py in its own process group, and a shell connection to its broker.
+
+    Leaving the `with` block ends every process the run started, the embedded broker too:
+    it outlives its job by design, so it is found by a marker in its environment.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.marker = f"{os.getpid()}-{time.time_ns()}"
+        self.log = workdir / "example.log"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
+        self.env.update({
+            MARKER: self.marker,
+            "MONARCH_PDB_RUNTIME_DIR": str(workdir / "run"),
+            "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
+            "MONARCH_DEBUG_SERVER_PORT": "0",
+            "PYTHONUNBUFFERED": "1",
+        })
+        self.proc: subprocess.Popen | None = None
+        self.conn: ShellConnection | None = None
+        self.changed = threading.Event()
+
+    def __enter__(self) -> Example:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _start(self) -> None:
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(EXAMPLE)], env=self.env, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        settings = self._settings().with_overrides(connect_timeout=START_TIMEOUT)
+        self.conn = ShellConnection.open(settings, on_events=lambda events: self.changed.set())
+        self._wait_for_sessions()
+
+    def _settings(self) -> settings_module.Settings:
+        """The shell's settings read from the example's environment, as a shell in it would."""
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.env)
+        try:
+            return settings_module.load()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def _wait_for_sessions(self) -> None:
+        """Re-list whenever the broker announces an event, until every rank is paused."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            self.changed.clear()
+            if len(self.list_sessions()) >= RANKS:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the example exited ({self.proc.returncode}):\n{self.log.read_text()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fewer than {RANKS} ranks paused within {START_TIMEOUT:g} s")
+            self.changed.wait(0.5)
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        for pid, command in processes_with(self.marker):
+            if "monarch_pdb.broker" in command:
+                _kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + EXIT_GRACE
+        while processes_with(self.marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid, _ in processes_with(self.marker):
+            _kill(pid, signal.SIGKILL)
+
+    # --- the measurements ----------------------------------------------------------------
+
+    def list_sessions(self) -> list[dict]:
+        return self.conn.request(wire.ListSessions(), wire.SessionList).rows  # type: ignore[attr-defined]
+
+    def list_round_trips(self, warmup: int, repeat: int) -> list[int]:
+        """`list`: ListSessions -> SessionList with every rank paused, in nanoseconds."""
+
+        def once() -> None:
+            rows = self.list_sessions()
+            if len(rows) != RANKS:
+                raise RuntimeError(f"list showed {len(rows)} sessions, not {RANKS}")
+
+        return timed(once, warmup, repeat)
+
+    def attached_round_trips(self, warmup: int, repeat: int) -> list[int]:
+        """Attached `p rank`: Send -> the rank's pdb -> SessionOutput(paused), in nanoseconds."""
+        attached = self.conn.request(wire.Attach(actor="debugee", rank=ATTACHED_RANK), wire.Attached)
+        if not isinstance(attached, wire.Attached):
+            raise RuntimeError(f"attach failed: {attached}")
+        session = attached.session
+
+        def answer(msg: wire.Message) -> bool:
+            return (isinstance(msg, (wire.SessionEnded, wire.Error))
+                    or isinstance(msg, wire.SessionOutput) and msg.session == session and msg.paused)
+
+        def once() -> None:
+            self.conn.post(wire.Send(session=session, line="p rank"))
+            reply = self.conn.collect(answer, ANSWER_TIMEOUT)
+            if not isinstance(reply, wire.SessionOutput) or reply.text != f"{ATTACHED_RANK}\n":
+                raise RuntimeError(f"attached `p rank` answered {reply}")
+
+        try:
+            return timed(once, warmup, repeat)
+        finally:
+            self.conn.request(wire.Detach(session=session), wire.Detached)
+            self.conn.aside.clear()
+
+    def cast_round_trips(self, warmup: int, repeat: int) -> list[int]:
+        """`cast debugee ranks(:) p rank`: every rank's answer back, grouped, in nanoseconds."""
+        refs = itertools.count(1)
+
+        def once() -> None:
+            ref = next(refs)
+            self.conn.post(wire.Cast(ref=ref, actor="debugee", selector="ranks(:)", line="p rank",
+                                     timeout=ANSWER_TIMEOUT))
+            result = self.conn.collect(
+                lambda m: isinstance(m, wire.Error) or isinstance(m, wire.CastResult) and m.ref == ref,
+                ANSWER_TIMEOUT + 5.0,
+            )
+            check_cast(result)
+
+        try:
+            return timed(once, warmup, repeat)
+        finally:
+            self.conn.aside.clear()  # progress reports of slow casts
+
+
+def check_cast(result: wire.Message | None) -> None:
+    """Sixteen groups, one per rank, each holding that rank's own number."""
+    if not isinstance(result, wire.CastResult):
+        raise RuntimeError(f"cast answered {result}")
+    if result.missing or len(result.groups) != RANKS:
+        raise RuntimeError(f"cast gave {len(result.groups)} groups, missing {result.missing}")
+    for output, outcome, ranks in result.groups:
+        if outcome or len(ranks) != 1 or output != f"{ranks[0]}\n":
+            raise RuntimeError(f"cast group {ranks} printed {output!r} ({outcome or 'paused'})")
+
+
+def processes_with(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose environment carries our marker."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found.append((int(entry), command))
+    return found
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

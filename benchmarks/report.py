@@ -1,0 +1,128 @@
+"""The numbers as a person reads them (a table) and as a later run compares them (JSON).
+
+Verdicts judge the median: a target says what a user waits for most of the time, and p99 on
+a shared 2-core machine is mostly the scheduler. The p99 is still shown, so a tail is seen.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+import zmq
+
+
+@dataclass(frozen=True)
+class Target:
+    """A median under `limit` milliseconds or, when `relative`, within `limit` times the floor's."""
+
+    limit: float
+    relative: bool = False
+
+    def describe(self) -> str:
+        return f"<= {self.limit:g}x floor" if self.relative else f"< {self.limit:g} ms"
+
+    def met(self, p50_ms: float, floor_p50_ms: float | None) -> bool:
+        if self.relative:
+            return floor_p50_ms is not None and p50_ms <= self.limit * floor_p50_ms
+        return p50_ms < self.limit
+
+
+@dataclass
+class Result:
+    measure: str
+    samples_ns: list[int]
+    floor: Result | None = None
+    target: Target | None = None
+
+    def percentile(self, p: float) -> float:
+        """Nearest-rank percentile, in milliseconds."""
+        ordered = sorted(self.samples_ns)
+        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] / 1e6
+
+    def row(self) -> dict:
+        p50 = self.percentile(50)
+        floor = self.floor.percentile(50) if self.floor else None
+        return {
+            "measure": self.measure,
+            "n": len(self.samples_ns),
+            "p50_ms": round(p50, 4),
+            "p99_ms": round(self.percentile(99), 4),
+            "floor": self.floor.measure if self.floor else None,
+            "floor_p50_ms": round(floor, 4) if floor is not None else None,
+            "ratio_to_floor": round(p50 / floor, 2) if floor else None,
+            "target": self.target.describe() if self.target else None,
+            "verdict": ("PASS" if self.target.met(p50, floor) else "MISS") if self.target else None,
+        }
+
+
+COLUMNS = (
+    ("measure", "measure", "<"), ("n", "n", ">"), ("p50_ms", "p50 ms", ">"), ("p99_ms", "p99 ms", ">"),
+    ("floor_p50_ms", "floor p50 ms", ">"), ("ratio_to_floor", "ratio to floor", ">"),
+    ("target", "target", "<"), ("verdict", "verdict", "<"),
+)
+
+
+def _cell(key: str, value: object) -> str:
+    if value is None:
+        return "-"
+    if key == "ratio_to_floor":
+        return f"{value:.2f}x"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def table(rows: list[dict]) -> str:
+    cells = [[_cell(key, row[key]) for key, _, _ in COLUMNS] for row in rows]
+    headers = [title for _, title, _ in COLUMNS]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(f"{v:{align}{w}}" for v, w, (_, _, align) in zip(values, widths, COLUMNS)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])
+
+
+def machine() -> dict:
+    """Enough about where the numbers came from to know whether two runs compare."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "pyzmq": zmq.pyzmq_version(),
+        "libzmq": zmq.zmq_version(),
+        "msgpack": ".".join(map(str, msgpack.version)),
+        "cpu_count": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "platform": platform.platform(),
+        "commit": _commit(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def write_json(path: Path, rows: list[dict], details: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine(), **details, "results": rows}, indent=2) + "\n")

@@ -1,0 +1,92 @@
+"""Benchmark monarch-pdb against raw pyzmq floors measured in the same run.
+
+    .venv/bin/python benchmarks/run.py [--quick]      (or: make bench [QUICK=1])
+
+Prints a table and writes benchmarks/results/latest.json. The targets are DESIGN.md's
+"Performance targets" for 16 ranks: an attached `p` within 2x of the raw relay floor, a cast
+to 16 ranks under 5 ms, `list` under 200 ms.
+
+Floors and product measures run in alternating batches, every process started once up front:
+on a small shared machine the background load drifts by tens of percent within a minute, and
+alternating makes a product number and its floor see the same drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import debugger
+import floors
+import report
+from report import Result, Target
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+ROUNDS = {"full": 10, "quick": 3}
+# Timed repetitions per measure over the whole run; full mode takes about half a minute on 2 cores.
+REPEAT = {
+    "full": {"relay": 10000, "attached": 5000, "fan_out": 3000, "cast": 2000, "list": 3000},
+    "quick": {"relay": 600, "attached": 300, "fan_out": 210, "cast": 90, "list": 210},
+}
+# Untimed repetitions before each batch: the first connects sockets and fills caches, later
+# ones make the processes of this measure hot again after the previous measure ran.
+WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
+    mode = "quick" if parser.parse_args().quick else "full"
+    # `make` and CI stop us with SIGTERM: unwind like Ctrl-C, so every process started is ended.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+    with contextlib.ExitStack() as stack:
+        say(f"monarch-pdb benchmark ({mode}): starting the floors' peers and {debugger.EXAMPLE.name} "
+            f"with {debugger.RANKS} ranks...")
+        relay = stack.enter_context(floors.Relay())
+        fan_out = stack.enter_context(floors.FanOut(debugger.RANKS))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monarch-pdb-bench-")))
+        example = stack.enter_context(debugger.Example(workdir))
+        measures = {
+            "relay": relay.round_trips, "attached": example.attached_round_trips,
+            "fan_out": fan_out.round_trips, "cast": example.cast_round_trips, "list": example.list_round_trips,
+        }
+        samples: dict[str, list[int]] = {name: [] for name in measures}
+        for n in range(ROUNDS[mode]):
+            say(f"round {n + 1} of {ROUNDS[mode]}")
+            for name, measure in measures.items():
+                samples[name] += measure(WARMUP[name], REPEAT[mode][name] // ROUNDS[mode])
+
+    floor_a = Result("raw relay round trip (floor A)", samples["relay"])
+    floor_b = Result(f"raw fan-out/gather x{debugger.RANKS} (floor B)", samples["fan_out"])
+    results = [
+        floor_a,
+        floor_b,
+        Result("attached `p rank`", samples["attached"], floor=floor_a, target=Target(2.0, relative=True)),
+        Result(f"cast ranks(:) `p rank`, {debugger.RANKS} ranks", samples["cast"], floor=floor_b, target=Target(5.0)),
+        Result(f"list, {debugger.RANKS} sessions", samples["list"], target=Target(200.0)),
+    ]
+    rows = [result.row() for result in results]
+    print(report.table(rows))
+    report.write_json(RESULTS, rows, {
+        "mode": mode, "ranks": debugger.RANKS, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP,
+        "floor_messages": floors.message_sizes(),
+    })
+    say(f"wrote {RESULTS}")
+    return 0
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        say("interrupted (every process the benchmark started has been ended)")
+        sys.exit(130)
