@@ -90,10 +90,11 @@ class Broker:
             if poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000):
                 self.drain()
             now = time.monotonic()
-            self.reap(now)
-            self.report_casts(now)
+            if self.casts:
+                self.report_casts(now)
             if now >= next_tick:
-                next_tick = now + self.settings.heartbeat_interval
+                next_tick = now + tick
+                self.reap(now)
                 self.pub.send_multipart([b"event", *self.codec.encode(wire.Tick(seq=self.event_seq))])
             if self.registry.peers:
                 idle_since = now

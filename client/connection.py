@@ -105,6 +105,9 @@ class ShellConnection:
 
     def collect(self, wanted: Callable[[wire.Message], bool], timeout: float) -> wire.Message | None:
         """The next message `wanted` accepts; the others wait in `aside` for `next_reply`."""
+        for index, msg in enumerate(self.aside):
+            if wanted(msg):
+                return self.aside.pop(index)
         deadline = time.monotonic() + timeout
         while True:
             msg = self._wait(deadline - time.monotonic())

@@ -138,7 +138,7 @@ class Link:
         sub.setsockopt(zmq.SUBSCRIBE, b"event")
         sub_codec = wire.Codec(conn.key)
         poller = zmq.Poller()
-        for sock in (dealer, self._wake_rx, sub):
+        for sock in (dealer, self._wake_rx, sub) if self.events else (dealer, self._wake_rx):
             poller.register(sock, zmq.POLLIN)
         beat = self.settings.heartbeat_interval
         silent_limit = max(LOST_AFTER_BEATS * beat, self.settings.connect_timeout)
