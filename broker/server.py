@@ -50,8 +50,13 @@ class Broker:
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
         self.router.setsockopt(zmq.MAXMSGSIZE, wire.MAX_BODY + 4096)
+        # A ROUTER drops what it cannot queue without a word; a cast to thousands of sessions
+        # behind one connection must not lose inputs, so its queues are unbounded.
+        self.router.setsockopt(zmq.SNDHWM, 0)
+        self.router.setsockopt(zmq.RCVHWM, 0)
         self.pub = self.context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, EVENT_HISTORY)
         self.handlers = {
             wire.Hello: self.on_hello,
             wire.Heartbeat: self.on_heartbeat,

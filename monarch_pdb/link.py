@@ -132,6 +132,8 @@ class Link:
         self._subscribed = ""
         dealer = self.context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.SNDHWM, 0)
+        dealer.setsockopt(zmq.RCVHWM, 0)
         dealer.connect(conn.router)
         sub = self.context.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import MARKER, processes_with_marker, wait_for_exit
 from programs import EXAMPLES, Program, wait_for_sessions
 from shell_driver import ShellDriver
 
@@ -325,3 +326,46 @@ def test_one_holder_per_session_force_takes_over_and_a_killed_shell_lets_go(env,
         assert "<last pdb output for train 0 follows>\n0.25\n" in out
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="6")
+    try:
+        wait_for_sessions(env, 1)
+        sh = shell()
+        assert sh.command("list").count("| train ") == 1
+        [(pid, _)] = [(p, c) for p, c in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in c]
+        os.kill(pid, signal.SIGKILL)
+        wait_for_exit([pid], timeout=10)
+        wait_for_sessions(env, 1, timeout=30)
+        assert sh.command("list").count("| train ") == 1, "the shell found the new broker by itself"
+        assert "-> return loss" in sh.command("attach train 6")
+        assert sh.command("p loss").strip() == "0.25"
+        sh.command("c")
+        assert program.finish()[0] == 0
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, shell):
+    first = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0",
+                       MONARCH_PDB_JOB="first")
+    second = None
+    try:
+        wait_for_sessions(env, 1)
+        second = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="1",
+                            MONARCH_PDB_JOB="second")
+        wait_for_sessions(env, 2)
+        sh = shell()
+        sh.command("cast first:train ranks(0) c")
+        assert first.finish()[0] == 0
+        assert "| second " in sh.command("jobs") and "| first " not in sh.command("jobs")
+        assert "Attached to debug session for train 1" in sh.command("attach second:train 1")
+        sh.command("c")
+        assert second.finish()[0] == 0
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
