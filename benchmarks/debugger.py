@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
@@ -26,25 +27,20 @@ from timing import timed
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "debugging.py"
 RANKS = 16
 ATTACHED_RANK = 5
-MARKER = "MONARCH_PDB_BENCH_ID"
 START_TIMEOUT = 60.0
 ANSWER_TIMEOUT = 10.0
-EXIT_GRACE = 5.0
 
 
 class Example:
     """examples/debugging.py in its own process group, and a shell connection to its broker.
 
-    Leaving the `with` block ends every process the run started, the embedded broker too:
-    it outlives its job by design, so it is found by a marker in its environment.
+    Leaving the `with` block ends every process the run started, the embedded broker too.
     """
 
     def __init__(self, workdir: Path) -> None:
-        self.marker = f"{os.getpid()}-{time.time_ns()}"
         self.log = workdir / "example.log"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
         self.env.update({
-            MARKER: self.marker,
             "MONARCH_PDB_RUNTIME_DIR": str(workdir / "run"),
             "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
             "MONARCH_DEBUG_SERVER_PORT": "0",
@@ -77,14 +73,7 @@ class Example:
 
     def _settings(self) -> settings_module.Settings:
         """The shell's settings read from the example's environment, as a shell in it would."""
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(self.env)
-        try:
-            return settings_module.load()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        return settings_module.load(self.env)
 
     def _wait_for_sessions(self) -> None:
         """Re-list whenever the broker announces an event, until every rank is paused."""
@@ -100,6 +89,9 @@ class Example:
             self.changed.wait(0.5)
 
     def stop(self) -> None:
+        """End the example (its workers die with it) and the broker it started, which would
+        otherwise outlive it by design."""
+        broker = discovery.read_connection_file(self._settings())
         if self.conn is not None:
             self.conn.close()
             self.conn = None
@@ -107,14 +99,11 @@ class Example:
             os.killpg(self.proc.pid, signal.SIGKILL)
         if self.proc is not None:
             self.proc.wait()
-        for pid, command in processes_with(self.marker):
-            if "monarch_pdb.broker" in command:
-                _kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + EXIT_GRACE
-        while processes_with(self.marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for pid, _ in processes_with(self.marker):
-            _kill(pid, signal.SIGKILL)
+        if broker is not None:
+            try:
+                os.kill(broker.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     # --- the measurements ----------------------------------------------------------------
 
@@ -183,32 +172,3 @@ def check_cast(result: wire.Message | None) -> None:
     for output, outcome, ranks in result.groups:
         if outcome or len(ranks) != 1 or output != f"{ranks[0]}\n":
             raise RuntimeError(f"cast group {ranks} printed {output!r} ({outcome or 'paused'})")
-
-
-def processes_with(marker: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process whose environment carries our marker."""
-    needle = f"{MARKER}={marker}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                command = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        found.append((int(entry), command))
-    return found
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -14,7 +14,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -40,6 +40,19 @@ class Peer(Protocol):
         """How soon `tick` has work, or None."""
 
     def tick(self, now: float) -> list[wire.Message]: ...
+
+
+def _messages(sock: zmq.Socket, codec: wire.Codec) -> Iterator[wire.Message]:
+    """Every message waiting on `sock` that passes the codec's checks; refused ones are counted."""
+    while True:
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        try:
+            yield codec.decode(frames)
+        except wire.Refused:
+            continue
 
 
 def pub_address(router: str, pub: str) -> str:
@@ -188,15 +201,7 @@ class Link:
     def _receive_all(self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket,
                      conn: discovery.Connection) -> list[wire.Message]:
         replies: list[wire.Message] = []
-        while True:
-            try:
-                frames = dealer.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return replies
-            try:
-                msg = codec.decode(frames)
-            except wire.Refused:
-                continue
+        for msg in _messages(dealer, codec):
             if isinstance(msg, wire.Welcome):
                 address = pub_address(conn.router, msg.pub)
                 if self.events and address != self._subscribed:
@@ -221,23 +226,17 @@ class Link:
                 replies.append(self._hello())
             elif not isinstance(msg, wire.Heartbeat):
                 self.peer.received(msg)
+        return replies
 
     def _receive_events(self, sub: zmq.Socket, codec: wire.Codec) -> list[wire.Message]:
         """Deliver published events in order; a gap in their numbers asks for the missing ones."""
         requests: list[wire.Message] = []
-        while True:
-            try:
-                frames = sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return requests
-            try:
-                msg = codec.decode(frames)
-            except wire.Refused:
-                continue
+        for msg in _messages(sub, codec):
             if isinstance(msg, wire.Event) and msg.seq == self._seq + 1:
                 self._deliver(msg)
             elif isinstance(msg, (wire.Event, wire.Tick)):
                 requests.extend(self._catch_up_to(msg.seq))
+        return requests
 
     def _catch_up_to(self, seq: int) -> list[wire.Message]:
         if seq <= self._seq or self._catching_up or not self.events:

@@ -7,22 +7,23 @@ MONARCH_PDB_*), and a command-line flag may override it; nothing else reads os.e
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 27000
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
+def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name, "")
     try:
         return float(raw) if raw else default
     except ValueError:
         raise SystemExit(f"monarch-pdb: {name} must be a number, not {raw!r}") from None
 
 
-def _env_port(name: str, default: int) -> int:
-    raw = os.environ.get(name, "")
+def _env_port(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "")
     if not raw:
         return default
     if not raw.isdigit() or int(raw) > 65535:
@@ -30,9 +31,9 @@ def _env_port(name: str, default: int) -> int:
     return int(raw)
 
 
-def default_runtime_dir() -> str:
+def default_runtime_dir(environ: Mapping[str, str]) -> str:
     """A per-user directory for connection files: XDG runtime dir, else one under /tmp."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
+    base = environ.get("XDG_RUNTIME_DIR")
     if base and os.path.isdir(base):
         return os.path.join(base, "monarch-pdb")
     return os.path.join("/tmp", f"monarch-pdb-{os.getuid()}")
@@ -56,18 +57,18 @@ class Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def load() -> Settings:
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from `environ` (this process's environment unless given)."""
+    env = os.environ if environ is None else environ
     return Settings(
-        host=os.environ.get("MONARCH_DEBUG_SERVER_HOST") or DEFAULT_HOST,
-        port=_env_port("MONARCH_DEBUG_SERVER_PORT", DEFAULT_PORT),
-        runtime_dir=os.environ.get("MONARCH_PDB_RUNTIME_DIR") or default_runtime_dir(),
-        secret=os.environ.get("MONARCH_PDB_SECRET") or None,
-        broker_idle_exit=_env_float("MONARCH_PDB_BROKER_IDLE_EXIT", 300.0),
-        connect_timeout=_env_float("MONARCH_PDB_CONNECT_TIMEOUT", 5.0),
-        heartbeat_interval=_env_float("MONARCH_PDB_HEARTBEAT", 1.0),
-        give_up_after=_env_float("MONARCH_PDB_GIVE_UP_AFTER", 0.0),
-        post_mortem=os.environ.get("MONARCH_PDB_POST_MORTEM", "after-breakpoint"),
-        history_file=os.environ.get(
-            "MONARCH_PDB_HISTORY", os.path.join(os.path.expanduser("~"), ".monarch_pdb_history")
-        ),
+        host=env.get("MONARCH_DEBUG_SERVER_HOST") or DEFAULT_HOST,
+        port=_env_port(env, "MONARCH_DEBUG_SERVER_PORT", DEFAULT_PORT),
+        runtime_dir=env.get("MONARCH_PDB_RUNTIME_DIR") or default_runtime_dir(env),
+        secret=env.get("MONARCH_PDB_SECRET") or None,
+        broker_idle_exit=_env_float(env, "MONARCH_PDB_BROKER_IDLE_EXIT", 300.0),
+        connect_timeout=_env_float(env, "MONARCH_PDB_CONNECT_TIMEOUT", 5.0),
+        heartbeat_interval=_env_float(env, "MONARCH_PDB_HEARTBEAT", 1.0),
+        give_up_after=_env_float(env, "MONARCH_PDB_GIVE_UP_AFTER", 0.0),
+        post_mortem=env.get("MONARCH_PDB_POST_MORTEM", "after-breakpoint"),
+        history_file=env.get("MONARCH_PDB_HISTORY", os.path.join(os.path.expanduser("~"), ".monarch_pdb_history")),
     )

@@ -37,14 +37,7 @@ class Program:
 
 
 def settings_for(env: dict[str, str]) -> settings_module.Settings:
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        return settings_module.load()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    return settings_module.load(env)
 
 
 def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, state: str | None = None) -> list[dict]:
