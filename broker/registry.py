@@ -5,6 +5,7 @@ Plain data and lookups; no sockets here, so the rules can be read in one place.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
@@ -75,7 +76,9 @@ class Registry:
     sessions: dict[int, Session] = field(default_factory=dict)
     by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
     by_key: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    next_id: int = 1
+    next_id: int = field(default_factory=lambda: secrets.randbits(40))
+    """Session ids start at random, so an id from a broker before a restart never names a
+    session of this one."""
 
     def jobs(self) -> set[str]:
         return {p.name for p in self.peers.values() if p.role == "agent"}

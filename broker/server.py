@@ -289,7 +289,8 @@ class Broker:
     def on_send(self, identity: bytes, msg: wire.Send) -> None:
         sess = self.registry.sessions.get(msg.session)
         if sess is None or sess.holder != identity:
-            self.send(identity, wire.SessionEnded(session=msg.session, text="", reason="returned"))
+            reason = "unknown" if sess is None else "taken"
+            self.send(identity, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
         self.forward(sess, msg.line)
 
@@ -370,6 +371,13 @@ def no_match(actor: str, selection: ranks.Selection, sessions: list[Session]) ->
     return f"{ranks.render_selector(selection)} matches no rank of {actor} with a session (those are ranks[{stopped}])"
 
 
+def reusable_secret(settings: Settings) -> str:
+    """The secret of the broker that last served this port, if its file is still here: ranks
+    and shells that knew it reconnect to a restarted broker without a word."""
+    previous = discovery.read_connection_file(settings)
+    return previous.secret if previous is not None else discovery.new_secret()
+
+
 def run(settings: Settings, embedded: bool, idle_exit: float) -> int:
     """Run a broker in this process until stopped; 0 also when another broker already runs."""
     lock = discovery.take_broker_lock(settings)
@@ -381,7 +389,7 @@ def run(settings: Settings, embedded: bool, idle_exit: float) -> int:
     if settings.secret is None and not discovery.is_local(settings.host):
         log(f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET")
         return 2
-    broker = Broker(settings, settings.secret or discovery.new_secret(), embedded, idle_exit)
+    broker = Broker(settings, settings.secret or reusable_secret(settings), embedded, idle_exit)
     try:
         conn = broker.bind()
     except zmq.ZMQError as error:

@@ -82,6 +82,7 @@ class DebugShell(cmd2.Cmd):
         self.prompt = TOP_PROMPT
         self.intro = BANNER
         self.attached: Attachment | None = None
+        self.last_line: str | None = None
         self.actors: set[str] = set()
         self.aliases.update(ALIASES)
         self.hidden_commands.extend(HIDDEN)
@@ -143,9 +144,11 @@ class DebugShell(cmd2.Cmd):
         if line.strip() == "detach" or line == "_eof":
             self.detach()
             return
+        self.last_line = line
         self.conn.post(wire.Send(session=self.attached.session, line=line))
         self.attached.paused = False
         self.follow_session()
+        self.last_line = None
 
     def follow_session(self) -> None:
         """Print what the held rank prints until it asks for input, ends, or the user detaches."""
@@ -187,12 +190,29 @@ class DebugShell(cmd2.Cmd):
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
         elif isinstance(msg, wire.SessionEnded):
+            if msg.reason == "unknown" and self.reattach(att):
+                return
             self.poutput(msg.text, end="")
             if msg.reason == "lost":
                 self.perror(f"{att.actor} {att.rank} was lost: its process stopped answering")
             elif msg.reason == "taken":
                 self.perror(f"another shell took over {att.actor} {att.rank} (attach --force)")
             self.leave(notify_broker=False)
+
+    def reattach(self, att: Attachment) -> bool:
+        """The broker no longer knows our session (it restarted): find the rank again and
+        resend the line it never received. False if the rank is gone."""
+        try:
+            reply = self.conn.request(wire.Attach(actor=att.actor, rank=att.rank, job=att.job), wire.Attached)
+        except Timeout:
+            return False
+        if not isinstance(reply, wire.Attached):
+            return False
+        att.session = reply.session
+        self.pfeedback(f"(the broker restarted; attached again to {att.label})")
+        if self.last_line is not None:
+            self.conn.post(wire.Send(session=att.session, line=self.last_line))
+        return True
 
     def detach(self) -> None:
         self.leave(notify_broker=True)

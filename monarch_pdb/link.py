@@ -24,6 +24,10 @@ from monarch_pdb import discovery, wire
 from monarch_pdb.settings import Settings
 
 LOST_AFTER_BEATS = 3
+# Messages about the connection itself; everything else a broker that restarted and answers
+# Unknown never saw, and is sent again after the new handshake (waiting prompts are re-sent by
+# the agent itself).
+CONNECTION_MESSAGES = (wire.Hello, wire.Heartbeat, wire.Bye, wire.CatchUp)
 
 
 class Peer(Protocol):
@@ -84,6 +88,8 @@ class Link:
         self._wake_tx.connect(wake)
         self._stopping = False
         self._subscribed = ""
+        self._unanswered: list[wire.Message] = []
+        self._resend: list[wire.Message] = []
         self._broker_pid = 0
         self._seq = 0
         self._catching_up = False
@@ -143,6 +149,7 @@ class Link:
         """Talk to one broker until it goes silent or we stop."""
         codec = wire.Codec(conn.key)
         self._subscribed = ""
+        self._unanswered, self._resend = [], []
         dealer = self.context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.SNDHWM, 0)
@@ -160,6 +167,8 @@ class Link:
 
         def send(msg: wire.Message) -> None:
             dealer.send_multipart(codec.encode(msg), copy=False)
+            if not isinstance(msg, CONNECTION_MESSAGES):
+                self._unanswered.append(msg)
 
         send(self._hello())
         heard = sent = time.monotonic()
@@ -202,6 +211,8 @@ class Link:
                      conn: discovery.Connection) -> list[wire.Message]:
         replies: list[wire.Message] = []
         for msg in _messages(dealer, codec):
+            if not isinstance(msg, wire.Unknown):
+                self._unanswered.clear()
             if isinstance(msg, wire.Welcome):
                 address = pub_address(conn.router, msg.pub)
                 if self.events and address != self._subscribed:
@@ -213,6 +224,8 @@ class Link:
                 self.problem = ""
                 self.ready.set()
                 replies.extend(self.peer.welcomed())
+                replies.extend(self._resend)
+                self._resend = []
             elif isinstance(msg, wire.Events):
                 self._catching_up = False
                 try:
@@ -223,6 +236,8 @@ class Link:
                     self._deliver(event)
             elif isinstance(msg, wire.Unknown):
                 self.ready.clear()
+                self._resend += [m for m in self._unanswered if not isinstance(m, wire.Prompt)]
+                self._unanswered = []
                 replies.append(self._hello())
             elif not isinstance(msg, wire.Heartbeat):
                 self.peer.received(msg)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -369,3 +370,41 @@ def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, she
         first.stop()
         if second is not None:
             second.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_broker(env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
+    assert "listening on" in proc.stderr.readline()
+    return proc
+
+
+@pytest.mark.timeout(120)
+def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
+    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()))
+    broker = start_broker(env)
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        before = wait_for_sessions(env, 16)
+        sh = ShellDriver(env)
+        sh.wait_prompt()
+        sh.command("attach debugee 13")
+        broker.kill()
+        broker.wait()
+        broker = start_broker(env)
+        after = wait_for_sessions(env, 16, timeout=5)
+        assert [(r["rank"], r["lineno"], r["state"]) for r in after] == [(r["rank"], r["lineno"], r["state"]) for r in before]
+        out = sh.command("p rank")
+        assert "(the broker restarted; attached again to debugee 13" in out and out.endswith("13\n")
+        sh.command("detach")
+        assert sh.command("cast debugee ranks(0,1) p rank") == "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n"
+        sh.kill()
+    finally:
+        program.stop()
+        broker.terminate()
+        broker.communicate(timeout=10)
