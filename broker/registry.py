@@ -56,6 +56,30 @@ class Session:
     released: bool = False
     holder: bytes | None = None
     pending: list[str] = field(default_factory=list)
+    pending_size: int = 0
+    dropped: int = 0
+
+    def printed(self, text: str, limit: int) -> None:
+        """Keep what the session printed since its last input, up to `limit` characters:
+        the oldest goes first, and the replay says how much."""
+        self.pending.append(text)
+        self.pending_size += len(text)
+        while self.pending_size > limit:
+            first = self.pending[0]
+            cut = min(len(first), self.pending_size - limit)
+            self.pending[0] = first[cut:]
+            if not self.pending[0]:
+                self.pending.pop(0)
+            self.pending_size -= cut
+            self.dropped += cut
+
+    def replay(self) -> str:
+        note = f"*** {self.dropped} earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)\n" if self.dropped else ""
+        return note + "".join(self.pending)
+
+    def forget_output(self) -> None:
+        self.pending.clear()
+        self.pending_size = self.dropped = 0
 
     def row(self) -> dict:
         return {
@@ -72,6 +96,7 @@ class LookupFailed(Exception):
 
 @dataclass
 class Registry:
+    history_limit: int = 1024 * 1024
     peers: dict[bytes, Peer] = field(default_factory=dict)
     sessions: dict[int, Session] = field(default_factory=dict)
     by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
@@ -103,7 +128,7 @@ class Registry:
         sess.function, sess.filename, sess.lineno = msg.function, msg.filename, msg.lineno
         sess.prompt, sess.reason, sess.exc = msg.prompt, msg.reason, msg.exc
         if msg.output:
-            sess.pending.append(msg.output)
+            sess.printed(msg.output, self.history_limit)
         return sess, newly
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import resource
 import signal
 import sys
 import time
@@ -45,11 +46,12 @@ class Broker:
     stopping: bool = False
 
     def __post_init__(self) -> None:
-        self.codec = wire.Codec(self.secret.encode())
+        self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message)
+        self.registry.history_limit = self.settings.session_history
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        self.router.setsockopt(zmq.MAXMSGSIZE, wire.MAX_BODY + 4096)
+        self.router.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message + 4096)
         # A ROUTER drops what it cannot queue without a word; a cast to thousands of sessions
         # behind one connection must not lose inputs, so its queues are unbounded.
         self.router.setsockopt(zmq.SNDHWM, 0)
@@ -185,7 +187,8 @@ class Broker:
             if reason == "lost":
                 cast.give_up(sess.id, "lost")
             else:
-                cast.answer(sess.id, text, "finished" if reason == "returned" else reason)
+                sess.printed(text, self.registry.history_limit)
+                cast.answer(sess.id, sess.replay(), "finished" if reason == "returned" else reason)
             self.finish_if_done(cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
@@ -223,11 +226,19 @@ class Broker:
     # --- agents ------------------------------------------------------------------------
 
     def on_prompt(self, identity: bytes, msg: wire.Prompt) -> None:
+        limit = self.settings.max_sessions_per_connection
+        if self.registry.session_of(identity, msg.sid) is None and len(self.registry.peers[identity].sessions) >= limit:
+            self.send(identity, wire.Dismiss(sid=msg.sid, text=f"refused a session of {msg.actor} {msg.rank}: this "
+                                             f"process already has {limit} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
+                                             "it continues without stopping"))
+            self.codec.refused["too many sessions on one connection"] += 1
+            self.note_refusal("too many sessions on one connection")
+            return
         sess, newly = self.registry.prompt(identity, msg)
         cast = self.casts.get(sess.cast)
         if cast is not None:
             sess.cast = 0
-            cast.answer(sess.id, msg.output, "")
+            cast.answer(sess.id, sess.replay(), "")
             self.finish_if_done(cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
@@ -238,7 +249,7 @@ class Broker:
         sess = self.registry.session_of(identity, msg.sid)
         if sess is None:
             return
-        sess.pending.append(msg.text)
+        sess.printed(msg.text, self.registry.history_limit)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
 
@@ -276,7 +287,7 @@ class Broker:
         self.registry.peers[identity].sessions.add(sess.id)
         self.send(identity, wire.Attached(
             session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
-            replay="".join(sess.pending), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
+            replay=sess.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
         ))
 
     def on_detach(self, identity: bytes, msg: wire.Detach) -> None:
@@ -297,7 +308,7 @@ class Broker:
     def forward(self, sess: Session, line: str, release: bool = False) -> None:
         """Hand one line to a session's pdb; what it prints next starts a fresh replay."""
         sess.cmd += 1
-        sess.pending.clear()
+        sess.forget_output()
         sess.resumed = True
         sess.released = release
         sess.paused = False
@@ -371,6 +382,21 @@ def no_match(actor: str, selection: ranks.Selection, sessions: list[Session]) ->
     return f"{ranks.render_selector(selection)} matches no rank of {actor} with a session (those are ranks[{stopped}])"
 
 
+def raise_open_file_limit() -> str:
+    """Each rank process and shell is a connection: take as many descriptors as allowed, and
+    say how many connections that makes when it is few."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= 65536:
+        return ""
+    return f"can serve about {max(soft - 64, 0)} rank processes and shells (open-file limit {soft}; raise it with ulimit -n)"
+
+
 def reusable_secret(settings: Settings) -> str:
     """The secret of the broker that last served this port, if its file is still here: ranks
     and shells that knew it reconnect to a restarted broker without a word."""
@@ -389,6 +415,7 @@ def run(settings: Settings, embedded: bool, idle_exit: float) -> int:
     if settings.secret is None and not discovery.is_local(settings.host):
         log(f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET")
         return 2
+    capacity = raise_open_file_limit()
     broker = Broker(settings, settings.secret or reusable_secret(settings), embedded, idle_exit)
     try:
         conn = broker.bind()
@@ -397,6 +424,8 @@ def run(settings: Settings, embedded: bool, idle_exit: float) -> int:
         return 1
     discovery.write_connection(settings, conn)
     log(f"listening on {conn.router} (events on {conn.pub}) as {getpass.getuser()}, pid {os.getpid()}")
+    if capacity:
+        log(capacity)
     try:
         broker.serve()
     finally:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from monarch_pdb import discovery, settings
@@ -24,11 +25,14 @@ def start_broker(config: settings.Settings) -> subprocess.Popen | None:
     if discovery.broker_running(config):
         return None
     broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], stderr=subprocess.PIPE, text=True)
-    line = broker.stderr.readline()
-    if "listening on" not in line:
-        broker.wait()
-        raise SystemExit(f"demo: the broker did not start: {line.strip() or 'no output'}")
-    return broker
+    said = []
+    for line in broker.stderr:
+        if "listening on" in line:
+            threading.Thread(target=broker.stderr.read, daemon=True).start()
+            return broker
+        said.append(line.strip())
+    broker.wait()
+    raise SystemExit(f"demo: the broker did not start: {' / '.join(said) or 'no output'}")
 
 
 def main() -> int:

@@ -75,6 +75,10 @@ class Agent:
             self.link.problem = f" (no running broker's file at {discovery.connection_file(self.settings)}{remote})"
         return conn
 
+    def clip(self, text: str) -> str:
+        """Output as large as one message may carry, with room for the rest of it."""
+        return wire.clip(text, min(wire.MAX_OUTPUT, self.settings.max_message // 2))
+
     # --- called from paused threads ----------------------------------------------------
 
     def open_session(self, output: OutputSource) -> tuple[int, queue.SimpleQueue[Line]]:
@@ -128,6 +132,9 @@ class Agent:
         return []
 
     def received(self, msg: wire.Message) -> None:
+        if isinstance(msg, wire.Dismiss):
+            print(f"monarch-pdb: the debug broker {msg.text}", file=sys.stderr, flush=True)
+            msg = wire.Input(sid=msg.sid, cmd=0, line="continue", release=True)
         if isinstance(msg, wire.Input):
             with self._lock:
                 inbox = self._inboxes.get(msg.sid)
@@ -152,5 +159,5 @@ class Agent:
         for sid, source in sources:
             text = source.take_idle(now)
             if text:
-                out.append(wire.Output(sid=sid, text=wire.clip(text)))
+                out.append(wire.Output(sid=sid, text=self.clip(text)))
         return out

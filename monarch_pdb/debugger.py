@@ -148,7 +148,7 @@ class Session:
             sid=self.sid, cmd=self.cmd, job=ident.job, actor=ident.actor, rank=ident.rank,
             coords=ident.coords, host=ident.hostname, pid=ident.pid,
             function=describe_function(frame) if frame else "", filename=frame.f_code.co_filename if frame else "",
-            lineno=frame.f_lineno if frame else 0, output=wire.clip(output), prompt=prompt,
+            lineno=frame.f_lineno if frame else 0, output=self.agent.clip(output), prompt=prompt,
             reason=self.reason, exc=self.exc,
         ))
         line = self.inbox.get()
@@ -165,7 +165,7 @@ class Session:
         self.ended = True
         self.debugger.clear_all_breaks()
         output = self.io.take_idle(float("inf"))
-        self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=wire.clip(output), reason=reason))
+        self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason))
         if self.agent.loose_sessions.get(self.thread) is self:
             del self.agent.loose_sessions[self.thread]
 

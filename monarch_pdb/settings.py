@@ -51,6 +51,9 @@ class Settings:
     give_up_after: float
     post_mortem: str
     history_file: str
+    session_history: int
+    max_message: int
+    max_sessions_per_connection: int
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -71,4 +74,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         give_up_after=_env_float(env, "MONARCH_PDB_GIVE_UP_AFTER", 0.0),
         post_mortem=env.get("MONARCH_PDB_POST_MORTEM", "after-breakpoint"),
         history_file=env.get("MONARCH_PDB_HISTORY", os.path.join(os.path.expanduser("~"), ".monarch_pdb_history")),
+        session_history=int(_env_float(env, "MONARCH_PDB_SESSION_HISTORY", 1024 * 1024)),
+        max_message=int(_env_float(env, "MONARCH_PDB_MAX_MESSAGE", 8 * 1024 * 1024)),
+        max_sessions_per_connection=int(_env_float(env, "MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION", 65536)),
     )

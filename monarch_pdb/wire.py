@@ -177,6 +177,14 @@ class Input(Message):
     release: bool = False
 
 
+@message("dismiss")
+class Dismiss(Message):
+    """The broker cannot hold this session (a limit is reached): go on without stopping."""
+
+    sid: int
+    text: str
+
+
 # --- shell <-> broker --------------------------------------------------------------------
 
 
@@ -389,6 +397,7 @@ class Codec:
     """
 
     key: bytes
+    max_body: int = MAX_BODY
     sender: bytes = field(default_factory=lambda: os.urandom(8))
     counter: int = 0
     guard: ReplayGuard = field(default_factory=ReplayGuard)
@@ -413,7 +422,7 @@ class Codec:
         if len(frames) < 2:
             raise Refused("too few frames")
         signature, packed = frames[-2], frames[-1]
-        if len(packed) > MAX_BODY:
+        if len(packed) > self.max_body:
             raise Refused("too large")
         expected = hmac.new(self.key, packed, hashlib.sha256).digest()
         if not hmac.compare_digest(signature, expected):

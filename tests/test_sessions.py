@@ -408,3 +408,32 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         program.stop()
         broker.terminate()
         broker.communicate(timeout=10)
+
+
+@pytest.mark.timeout(90)
+def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_path, shell):
+    limited = dict(env, MONARCH_PDB_SESSION_HISTORY="20000", MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION="60")
+    program = run_script(limited, tmp_path, "threads.py", THREADS)
+    try:
+        rows = wait_for_sessions(limited, 60)
+        program_text = ""
+        sh = ShellDriver(limited)
+        try:
+            sh.wait_prompt()
+            assert sh.command("list").count("| many ") == 60
+            answer = sh.command("cast many ranks(0) !for i in range(100): print(str(i).rjust(199, '.'))")
+            assert answer.count("\n") == 1 + 100, "a cast's answer holds all it printed, up to the limit"
+            assert "not kept" not in answer
+            sh.command("cast many ranks(0) !for i in range(100): print(str(i).rjust(999, '.'))")
+            out = sh.command("attach many 0")
+            assert "*** 80000 earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)" in out
+            assert out.count("....99\n") == 1 and "....80\n" in out and "....79\n" not in out
+            sh.command("detach")
+            sh.command("continue")
+        finally:
+            sh.kill()
+        code, program_text = program.finish()
+        assert "refused a session of many" in program_text and "MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION" in program_text
+        assert len(rows) == 60
+    finally:
+        program.stop()
