@@ -8,7 +8,6 @@ cmd2 or a pseudo-terminal.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -145,28 +144,15 @@ class Example:
 
     def cast_round_trips(self, warmup: int, repeat: int) -> list[int]:
         """`cast debugee ranks(:) p rank`: every rank's answer back, grouped, in nanoseconds."""
-        refs = itertools.count(1)
 
         def once() -> None:
-            ref = next(refs)
-            self.conn.post(wire.Cast(ref=ref, actor="debugee", selector="ranks(:)", line="p rank",
-                                     timeout=ANSWER_TIMEOUT))
-            result = self.conn.collect(
-                lambda m: isinstance(m, wire.Error) or isinstance(m, wire.CastResult) and m.ref == ref,
-                ANSWER_TIMEOUT + 5.0,
-            )
-            check_cast(result)
+            check_cast(self.conn.cast("debugee", "ranks(:)", "p rank", ANSWER_TIMEOUT))
 
-        try:
-            return timed(once, warmup, repeat)
-        finally:
-            self.conn.aside.clear()  # progress reports of slow casts
+        return timed(once, warmup, repeat)
 
 
-def check_cast(result: wire.Message | None) -> None:
+def check_cast(result: wire.CastResult) -> None:
     """Sixteen groups, one per rank, each holding that rank's own number."""
-    if not isinstance(result, wire.CastResult):
-        raise RuntimeError(f"cast answered {result}")
     if result.missing or len(result.groups) != RANKS:
         raise RuntimeError(f"cast gave {len(result.groups)} groups, missing {result.missing}")
     for output, outcome, ranks in result.groups:

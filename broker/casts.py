@@ -35,12 +35,22 @@ class CastInFlight:
         if rank is not None:
             self.missing.append([rank, reason])
 
-    def result(self) -> wire.CastResult:
-        """Most common answer first; ranks still pending are named as still running."""
+    def result(self, part_size: int) -> list[wire.CastResult]:
+        """Most common answer first, in parts of about `part_size` characters of output;
+        ranks still pending are named as still running."""
         missing = self.missing + [[rank, "still running"] for rank in self.pending.values()]
-        groups = sorted(self.answers.items(), key=lambda item: (-len(item[1]), min(item[1])))
-        return wire.CastResult(
-            ref=self.ref, actor=self.actor,
-            groups=[[output, outcome, sorted(ranks)] for (output, outcome), ranks in groups],
-            missing=sorted(missing),
-        )
+        ordered = sorted(self.answers.items(), key=lambda item: (-len(item[1]), min(item[1])))
+        parts: list[list] = [[]]
+        size = 0
+        for (output, outcome), ranks in ordered:
+            if parts[-1] and size + len(output) > part_size:
+                parts.append([])
+                size = 0
+            parts[-1].append([output, outcome, sorted(ranks)])
+            size += len(output) + 8 * len(ranks)
+        last = len(parts) - 1
+        return [
+            wire.CastResult(ref=self.ref, actor=self.actor, groups=groups,
+                            missing=sorted(missing) if n == last else [], more=n != last)
+            for n, groups in enumerate(parts)
+        ]

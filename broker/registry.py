@@ -52,6 +52,7 @@ class Session:
     resumed: bool = False
     cmd: int = 0
     cast: int = 0
+    queued: list[tuple[int, str]] = field(default_factory=list)
     fresh: bool = True
     released: bool = False
     holder: bytes | None = None

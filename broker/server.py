@@ -190,6 +190,10 @@ class Broker:
                 sess.printed(text, self.registry.history_limit)
                 cast.answer(sess.id, sess.replay(), "finished" if reason == "returned" else reason)
             self.finish_if_done(cast)
+        for cast_id, _ in sess.queued:
+            if (queued := self.casts.get(cast_id)) is not None:
+                queued.give_up(sess.id, "lost" if reason == "lost" else "its session ended before the command ran")
+                self.finish_if_done(queued)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
         self.registry.remove(sess)
@@ -236,14 +240,15 @@ class Broker:
             return
         sess, newly = self.registry.prompt(identity, msg)
         cast = self.casts.get(sess.cast)
+        sess.cast = 0
         if cast is not None:
-            sess.cast = 0
             cast.answer(sess.id, sess.replay(), "")
             self.finish_if_done(cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
         if newly:
             self.publish(msg.reason, sess, msg.exc)
+        self.run_queued(sess)
 
     def on_output(self, identity: bytes, msg: wire.Output) -> None:
         sess = self.registry.session_of(identity, msg.sid)
@@ -335,13 +340,26 @@ class Broker:
         self.casts[cast.id] = cast
         for rank in chosen:
             sess = by_rank[rank]
-            if sess.paused and not sess.cast:
-                sess.cast = cast.id
+            if sess.cast:
+                sess.queued.append((cast.id, msg.line))
                 cast.pending[sess.id] = rank
-                self.forward(sess, msg.line)
+            elif sess.paused:
+                cast.pending[sess.id] = rank
+                self.run_cast_line(sess, cast.id, msg.line)
             else:
                 cast.missing.append([rank, "running"])
         self.finish_if_done(cast)
+
+    def run_cast_line(self, sess: Session, cast_id: int, line: str) -> None:
+        sess.cast = cast_id
+        self.forward(sess, line)
+
+    def run_queued(self, sess: Session) -> None:
+        """A session busy with one shell's cast takes the next shell's line when it is done."""
+        while sess.queued and sess.paused:
+            cast_id, line = sess.queued.pop(0)
+            if cast_id in self.casts:
+                self.run_cast_line(sess, cast_id, line)
 
     def finish_if_done(self, cast: CastInFlight, expired: bool = False) -> None:
         if cast.pending and not expired:
@@ -349,9 +367,12 @@ class Broker:
         for sess_id in cast.pending:
             sess = self.registry.sessions.get(sess_id)
             if sess is not None:
-                sess.cast = 0
+                sess.queued = [(c, line) for c, line in sess.queued if c != cast.id]
+                if sess.cast == cast.id:
+                    sess.cast = 0
         del self.casts[cast.id]
-        self.send(cast.shell, cast.result())
+        for part in cast.result(self.settings.max_message // 2):
+            self.send(cast.shell, part)
 
     def report_casts(self, now: float) -> None:
         for cast in list(self.casts.values()):

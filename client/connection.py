@@ -9,6 +9,7 @@ once. Events are folded (`debugee ranks[0-15] (16) stopped at debugging.py:12`) 
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
 import queue
 import select
@@ -31,6 +32,10 @@ class Timeout(Exception):
     pass
 
 
+class CastFailed(Exception):
+    """A cast the broker refused or did not finish; the text is one line for the user."""
+
+
 class ShellConnection:
     def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> None:
         self.settings = settings
@@ -42,6 +47,7 @@ class ShellConnection:
         self._events: list[wire.Event] = []
         self._first_event = self._last_event = 0.0
         self.aside: list[wire.Message] = []
+        self._refs = itertools.count(1)
         self.link = Link(settings, "shell", getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
 
     @classmethod
@@ -114,6 +120,32 @@ class ShellConnection:
             if msg is None or wanted(msg):
                 return msg
             self.aside.append(msg)
+
+    def cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
+             progress: Callable[[wire.CastProgress], None] | None = None) -> wire.CastResult:
+        """Send one pdb command to the selected ranks; return all their answers, every part
+        of a large result joined. Raises CastFailed with the broker's one-line reason."""
+        ref = next(self._refs)
+        self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
+        deadline = time.monotonic() + timeout + 5.0
+        result: wire.CastResult | None = None
+        while True:
+            msg = self.collect(lambda m: isinstance(m, wire.Error) or getattr(m, "ref", None) == ref,
+                               max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                raise CastFailed("the broker did not finish the cast in time")
+            if isinstance(msg, wire.Error):
+                raise CastFailed(msg.text)
+            if isinstance(msg, wire.CastProgress) and progress is not None:
+                progress(msg)
+            elif isinstance(msg, wire.CastResult):
+                if result is None:
+                    result = msg
+                else:
+                    result.groups += msg.groups
+                    result.missing += msg.missing
+                if not msg.more:
+                    return result
 
     # --- link.Peer, on the link's thread -----------------------------------------------
 

@@ -7,7 +7,6 @@ the broker (a rank stopped, finished, was lost) are printed above the prompt as 
 
 from __future__ import annotations
 
-import itertools
 import os
 import select
 import sys
@@ -18,7 +17,7 @@ import cmd2
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers
-from monarch_pdb.client.connection import ShellConnection, Timeout
+from monarch_pdb.client.connection import CastFailed, ShellConnection, Timeout
 from monarch_pdb.client.events import describe_events
 from monarch_pdb.client.table import jobs_table, sessions_table
 from monarch_pdb.ranks import SelectorError, format_ranks, render_selector, split_selector
@@ -90,7 +89,6 @@ class DebugShell(cmd2.Cmd):
         self.terminal_input = self.stdin.isatty()
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
-        self.casts = itertools.count(1)
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
                                         choices=CAST_OUTPUTS))
         self.add_settable(cmd2.Settable("cast_timeout", float, "seconds a cast waits for every rank to answer", self))
@@ -320,37 +318,24 @@ class DebugShell(cmd2.Cmd):
         if self.cast_output not in CAST_OUTPUTS:
             raise CommandError(f"cast_output must be one of {', '.join(CAST_OUTPUTS)}")
         job, actor = split_job(name)
-        ref = next(self.casts)
-        self.conn.post(wire.Cast(ref=ref, actor=actor, selector=render_selector(selection), line=line,
-                                 timeout=self.cast_timeout, job=job))
-        result = self.await_cast(ref)
-        self.poutput((answers.raw if self.cast_output == "raw" else answers.grouped)(result), end="")
-
-    def await_cast(self, ref: int) -> wire.CastResult:
-        """Wait for the broker's grouped answers, showing progress on a terminal meanwhile."""
-        deadline = time.monotonic() + self.cast_timeout + 5.0
-
-        def ours(msg: wire.Message) -> bool:
-            return isinstance(msg, wire.Error) or getattr(msg, "ref", None) == ref
-
         shown = False
+
+        def progress(msg: wire.CastProgress) -> None:
+            nonlocal shown
+            if self.terminal_input:
+                sys.stderr.write(f"\ranswered {msg.answered}/{msg.total}")
+                sys.stderr.flush()
+                shown = True
+
         try:
-            while True:
-                msg = self.conn.collect(ours, max(0.0, deadline - time.monotonic()))
-                if msg is None:
-                    raise CommandError("the broker did not finish the cast in time")
-                if isinstance(msg, wire.Error):
-                    raise CommandError(msg.text)
-                if isinstance(msg, wire.CastResult):
-                    return msg
-                if isinstance(msg, wire.CastProgress) and self.terminal_input:
-                    sys.stderr.write(f"\ranswered {msg.answered}/{msg.total}")
-                    sys.stderr.flush()
-                    shown = True
+            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress)
+        except CastFailed as failure:
+            raise CommandError(str(failure)) from None
         finally:
             if shown:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
+        self.poutput((answers.raw if self.cast_output == "raw" else answers.grouped)(result), end="")
 
     @cmd2.with_category(CATEGORY)
     def do_continue(self, statement: cmd2.Statement) -> None:

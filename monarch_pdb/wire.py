@@ -300,12 +300,15 @@ class CastProgress(Message):
 class CastResult(Message):
     """The answers of a cast, grouped: `groups` holds [output, outcome, ranks] triples, most
     common first (outcome "" when the rank waits at its next prompt, else how its session
-    ended); `missing` holds [rank, reason] pairs for ranks that did not answer."""
+    ended); `missing` holds [rank, reason] pairs for ranks that did not answer. Large answers
+    come in several parts."""
 
     ref: int
     actor: str
     groups: list
     missing: list
+    more: bool = False
+    """True on every part but the last, when the answers are larger than one message."""
 
 
 @message("continue")
