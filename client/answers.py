@@ -41,3 +41,13 @@ def missing_lines(result: wire.CastResult) -> str:
     for rank, reason in result.missing:
         by_reason.setdefault(reason, []).append(rank)
     return "".join(f"no answer from {rank_set(result.actor, r)}: {why}\n" for why, r in by_reason.items())
+
+
+def document(result: wire.CastResult) -> dict:
+    """The README's JSON form of a cast: groups most common first, then who did not answer."""
+    return {
+        "actor": result.actor,
+        "groups": [{"ranks": ranks, "output": output, "outcome": outcome or "paused"}
+                   for output, outcome, ranks in result.groups],
+        "missing": [{"rank": rank, "reason": reason} for rank, reason in result.missing],
+    }

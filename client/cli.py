@@ -1,4 +1,5 @@
-"""Command line of `monarch-pdb debug` and `monarch debug`."""
+"""Command line of `monarch-pdb debug` and `monarch debug`: the interactive shell, or the
+same commands from a script or the command line, for programs and CI."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection
+from monarch_pdb.client.reporter import Transcript
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -14,22 +16,57 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.description = "Open the debugger shell on the ranks paused in a broker."
     parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
     parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
+    parser.add_argument("--script", metavar="FILE", action="append", default=[],
+                        help="run the commands in FILE (one per line, # comments) and exit; repeatable")
+    parser.add_argument("-c", dest="commands", metavar="CMD", action="append", default=[],
+                        help="run CMD and exit; repeatable, after any --script")
+    parser.add_argument("--json", action="store_true", help="print one JSON document per command")
+    parser.add_argument("--record", metavar="FILE", help="write a transcript that --script can replay")
     return parser
+
+
+def script_lines(args: argparse.Namespace) -> list[tuple[str, int, str]]:
+    """(where, line number, text) of every command to run, comments and blank lines left out."""
+    lines = []
+    for path in args.script:
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines += [(path, n, text.rstrip("\n")) for n, text in enumerate(f, 1)]
+        except OSError as error:
+            raise SystemExit(f"monarch-pdb: cannot read script {path}: {error.strerror}") from None
+    lines += [("-c", n, text) for n, text in enumerate(args.commands, 1)]
+    return [(where, n, text) for where, n, text in lines if text.strip() and not text.lstrip().startswith("#")]
 
 
 def run(args: argparse.Namespace) -> int:
     from monarch_pdb.client.shell import DebugShell
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
+    lines = script_lines(args)
     try:
         conn = ShellConnection.open(settings)
     except NoBroker as error:
         print(f"monarch-pdb: {error}", file=sys.stderr)
         return 2
+    transcript = Transcript.open(args.record) if args.record else None
     try:
-        return DebugShell(conn, history_file=settings.history_file).cmdloop()
+        interactive = not lines
+        shell = DebugShell(conn, history_file=settings.history_file if interactive else "", as_json=args.json,
+                           transcript=transcript)
+        if interactive:
+            return shell.cmdloop()
+        for where, number, text in lines:
+            stop = shell.onecmd_plus_hooks(text)
+            if shell.report.failure:
+                print(f"monarch-pdb: {where}:{number}: {text.strip()}: {shell.report.failure}", file=sys.stderr)
+                return 1
+            if stop:
+                break
+        return 0
     finally:
         conn.close()
+        if transcript is not None:
+            transcript.close()
 
 
 def main(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ import itertools
 import os
 import queue
 import select
+import threading
 import time
 from collections.abc import Callable
 
@@ -47,6 +48,7 @@ class ShellConnection:
         self._events: list[wire.Event] = []
         self._first_event = self._last_event = 0.0
         self.aside: list[wire.Message] = []
+        self.changed = threading.Event()
         self._refs = itertools.count(1)
         self.link = Link(settings, "shell", getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
 
@@ -121,6 +123,19 @@ class ShellConnection:
                 return msg
             self.aside.append(msg)
 
+    def wait_for_rows(self, enough: Callable[[list[dict]], bool], timeout: float) -> list[dict]:
+        """List sessions until `enough(rows)`, again after every event; the last rows when
+        `timeout` passes first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.changed.clear()
+            reply = self.request(wire.ListSessions(), wire.SessionList)
+            rows = getattr(reply, "rows", [])
+            left = deadline - time.monotonic()
+            if enough(rows) or left <= 0:
+                return rows
+            self.changed.wait(left)
+
     def cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
              progress: Callable[[wire.CastProgress], None] | None = None) -> wire.CastResult:
         """Send one pdb command to the selected ranks; return all their answers, every part
@@ -160,6 +175,7 @@ class ShellConnection:
             pass
 
     def event(self, msg: wire.Event) -> None:
+        self.changed.set()
         self._last_event = time.monotonic()
         if not self._events:
             self._first_event = self._last_event

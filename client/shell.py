@@ -19,6 +19,7 @@ from monarch_pdb import wire
 from monarch_pdb.client import answers
 from monarch_pdb.client.connection import CastFailed, ShellConnection, Timeout
 from monarch_pdb.client.events import describe_events
+from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import jobs_table, sessions_table
 from monarch_pdb.ranks import SelectorError, format_ranks, render_selector, split_selector
 
@@ -33,6 +34,7 @@ HIDDEN = ["alias", "edit", "macro", "run_pyscript", "shell", "shortcuts"]
 CATEGORY = "Debugger"
 RUNNING_HINT_AFTER = 1.0
 CAST_OUTPUTS = ("grouped", "raw")
+WAIT_TIMEOUT = 60.0
 
 
 class CommandError(Exception):
@@ -53,6 +55,16 @@ class Attachment:
     def label(self) -> str:
         return f"{self.actor} {self.rank} ({self.host})"
 
+    def describe(self) -> dict:
+        return {"job": self.job, "actor": self.actor, "rank": self.rank, "host": self.host}
+
+
+def json_row(row: dict) -> dict:
+    """A `list` row as the README's JSON schema names its fields."""
+    return {"job": row["job"], "actor": row["actor"], "rank": row["rank"], "coords": row["coords"],
+            "host": row["host"], "pid": row["pid"], "function": row["function"], "file": row["filename"],
+            "line": row["lineno"], "state": row["state"]}
+
 
 def parse_rank(text: str) -> int:
     if not text.isdigit():
@@ -67,7 +79,8 @@ def split_job(name: str) -> tuple[str, str]:
 
 
 class DebugShell(cmd2.Cmd):
-    def __init__(self, conn: ShellConnection, history_file: str = "", **kwargs) -> None:
+    def __init__(self, conn: ShellConnection, history_file: str = "", as_json: bool = False,
+                 transcript: Transcript | None = None, **kwargs) -> None:
         super().__init__(
             allow_cli_args=False,
             allow_redirection=False,
@@ -87,6 +100,9 @@ class DebugShell(cmd2.Cmd):
         self.hidden_commands.extend(HIDDEN)
         self.default_error = "Error processing command: unknown command {!r}; enter 'help' for the list"
         self.terminal_input = self.stdin.isatty()
+        self.report = Reporter(lambda text: self.poutput(text, end=""), lambda text: self.perror(text, end=""),
+                               as_json, transcript)
+        self.collected: list[str] = []
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
@@ -105,7 +121,10 @@ class DebugShell(cmd2.Cmd):
     # --- printing ----------------------------------------------------------------------
 
     def fail(self, text: str) -> None:
-        self.perror(f"Error processing command: {text}")
+        self.report.error(text)
+
+    def default(self, statement: cmd2.Statement) -> None:
+        self.fail(f"unknown command {statement.command!r}; enter 'help' for the list")
 
     def show_events(self, events: list[wire.Event]) -> None:
         """Runs on the connection's thread: fold the events into lines above the prompt."""
@@ -116,16 +135,18 @@ class DebugShell(cmd2.Cmd):
                       or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
         lines = describe_events(events)
         if lines:
+            self.report.events(lines)
             self.add_alert(msg="\n".join(lines))
 
     # --- the command loop --------------------------------------------------------------
 
     def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
+        self.report.start(line)
         was_attached = self.attached is not None
         self.settle_aside()
         if was_attached and self.attached is None:
             if line.strip() and line != "_eof":
-                self.perror(f"not sent: {line.strip()!r} was typed for a session that is gone")
+                self.fail(f"not sent: {line.strip()!r} was typed for a session that is gone")
             return False
         if self.attached is None:
             return super().onecmd_plus_hooks(line, **kwargs)
@@ -142,11 +163,15 @@ class DebugShell(cmd2.Cmd):
         if line.strip() == "detach" or line == "_eof":
             self.detach()
             return
-        self.last_line = line
-        self.conn.post(wire.Send(session=self.attached.session, line=line))
-        self.attached.paused = False
+        if line.lstrip().startswith("#"):
+            return
+        att = self.attached
+        self.last_line, self.collected = line, []
+        self.conn.post(wire.Send(session=att.session, line=line))
+        att.paused = False
         self.follow_session()
         self.last_line = None
+        self.report.result("", {"session": att.describe(), "output": "".join(self.collected)})
 
     def follow_session(self) -> None:
         """Print what the held rank prints until it asks for input, ends, or the user detaches."""
@@ -183,18 +208,20 @@ class DebugShell(cmd2.Cmd):
         if att is None or getattr(msg, "session", None) != att.session:
             return
         if isinstance(msg, wire.SessionOutput):
-            self.poutput(msg.text, end="")
+            self.collected.append(msg.text)
+            self.report.stream(msg.text)
             if msg.paused:
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
         elif isinstance(msg, wire.SessionEnded):
             if msg.reason == "unknown" and self.reattach(att):
                 return
-            self.poutput(msg.text, end="")
+            self.collected.append(msg.text)
+            self.report.stream(msg.text)
             if msg.reason == "lost":
-                self.perror(f"{att.actor} {att.rank} was lost: its process stopped answering")
+                self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
             elif msg.reason == "taken":
-                self.perror(f"another shell took over {att.actor} {att.rank} (attach --force)")
+                self.fail(f"another shell took over {att.actor} {att.rank} (attach --force)")
             self.leave(notify_broker=False)
 
     def reattach(self, att: Attachment) -> bool:
@@ -219,7 +246,7 @@ class DebugShell(cmd2.Cmd):
         att = self.attached
         if att is None:
             return
-        self.poutput(f"Detaching from debug session for {att.label}")
+        self.report.stream(f"Detaching from debug session for {att.label}\n")
         if notify_broker:
             try:
                 self.conn.request(wire.Detach(session=att.session), wire.Detached, wire.SessionEnded)
@@ -227,7 +254,8 @@ class DebugShell(cmd2.Cmd):
                 pass
         self.attached = None
         self.prompt = TOP_PROMPT
-        self.poutput(f"Detached from debug session for {att.label}")
+        self.report.stream(f"Detached from debug session for {att.label}\n")
+        self.report.result("", {"detached": att.describe()})
 
     # --- commands ----------------------------------------------------------------------
 
@@ -257,7 +285,7 @@ class DebugShell(cmd2.Cmd):
         reply = self.ask(wire.ListSessions(), wire.SessionList)
         rows = reply.rows  # type: ignore[attr-defined]
         self.actors.update(r["actor"] for r in rows)
-        self.poutput(sessions_table(rows) if rows else "No active breakpoints.")
+        self.report.result(sessions_table(rows) if rows else "No active breakpoints.", [json_row(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
     def do_jobs(self, statement: cmd2.Statement) -> None:
@@ -268,7 +296,7 @@ class DebugShell(cmd2.Cmd):
         if args:
             raise CommandError("jobs takes no arguments")
         rows = self.ask(wire.ListJobs(), wire.JobList).rows  # type: ignore[attr-defined]
-        self.poutput(jobs_table(rows) if rows else "No job is connected.")
+        self.report.result(jobs_table(rows) if rows else "No job is connected.", rows)
 
     @cmd2.with_category(CATEGORY)
     def do_attach(self, statement: cmd2.Statement) -> None:
@@ -289,14 +317,43 @@ class DebugShell(cmd2.Cmd):
         assert isinstance(reply, wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
-        self.poutput(f"Attached to debug session for {att.label}")
-        if reply.resumed and reply.replay:
-            self.poutput(f"<last pdb output for {att.actor} {att.rank} follows>")
-        self.poutput(reply.replay, end="")
+        header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
+        self.report.result(f"Attached to debug session for {att.label}\n{header}{reply.replay}",
+                           {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "
         else:
             self.follow_session()
+
+    @cmd2.with_category(CATEGORY)
+    def do_wait(self, statement: cmd2.Statement) -> None:
+        """Block until ranks are stopped: wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"""
+        self.run(lambda: self.wait(statement.arg_list))
+
+    def wait(self, args: list[str]) -> None:
+        usage = CommandError("usage: wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]")
+        timeout = WAIT_TIMEOUT
+        if "--timeout" in args:
+            at = args.index("--timeout")
+            try:
+                timeout = float(args[at + 1])
+            except (IndexError, ValueError):
+                raise usage from None
+            args = args[:at] + args[at + 2:]
+        if len(args) != 2 or not args[1].isdigit():
+            raise usage
+        name, count = args[0], int(args[1])
+        job, actor = ("", "") if name == "--any" else split_job(name)
+
+        def stopped(rows: list[dict]) -> int:
+            return sum(1 for r in rows if r["state"] != "running" and (not actor or r["actor"] == actor)
+                       and (not job or r["job"] == job))
+
+        seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= count, timeout))
+        what = f"ranks of {name}" if actor else "ranks"
+        if seen < count:
+            raise CommandError(f"waited {timeout:g} s: {seen} of {count} {what} stopped")
+        self.report.result(f"{seen} {what} stopped", {"wait": name, "wanted": count, "stopped": seen})
 
     @cmd2.with_category(CATEGORY)
     def do_cast(self, statement: cmd2.Statement) -> None:
@@ -335,7 +392,9 @@ class DebugShell(cmd2.Cmd):
             if shown:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
-        self.poutput((answers.raw if self.cast_output == "raw" else answers.grouped)(result), end="")
+        self.report.result((answers.raw if self.cast_output == "raw" else answers.grouped)(result), answers.document(result))
+        if result.missing:
+            self.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
 
     @cmd2.with_category(CATEGORY)
     def do_continue(self, statement: cmd2.Statement) -> None:
@@ -347,12 +406,10 @@ class DebugShell(cmd2.Cmd):
             raise CommandError("continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
         reply = self.ask(wire.Continue(), wire.Continued)
         released = reply.released  # type: ignore[attr-defined]
-        if not released:
-            self.poutput("No rank is stopped.")
-            return
         total = sum(len(r) for _, r in released)
         parts = ", ".join(f"{actor} ranks[{format_ranks(r)}]" for actor, r in released)
-        self.poutput(f"Continued {total} rank{'s' if total != 1 else ''}: {parts}")
+        text = f"Continued {total} rank{'s' if total != 1 else ''}: {parts}" if released else "No rank is stopped."
+        self.report.result(text, {"continued": [{"actor": a, "ranks": r} for a, r in released], "count": total})
 
     @cmd2.with_category(CATEGORY)
     def do_detach(self, statement: cmd2.Statement) -> None:
@@ -362,7 +419,7 @@ class DebugShell(cmd2.Cmd):
     @cmd2.with_category(CATEGORY)
     def do_quit(self, statement: cmd2.Statement) -> bool:
         """Leave the debugger; every rank stays stopped where it is: quit"""
-        self.poutput("Quitting debug session...")
+        self.report.result("Quitting debug session...", {"quit": True})
         return True
 
     def do__eof(self, statement: cmd2.Statement) -> bool:

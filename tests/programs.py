@@ -6,12 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 from monarch_pdb import settings as settings_module
-from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -43,21 +40,15 @@ def settings_for(env: dict[str, str]) -> settings_module.Settings:
 def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, state: str | None = None) -> list[dict]:
     """Block until `count` sessions are listed (optionally in one state); returns the rows.
 
-    Re-lists whenever the broker publishes an event, so it never sleeps on a guess.
+    The shell's own `wait` mechanism: it re-lists whenever the broker publishes an event.
     """
-    deadline = time.monotonic() + timeout
-    changed = threading.Event()
-    settings = settings_for(env).with_overrides(connect_timeout=timeout)
-    conn = ShellConnection.open(settings, on_events=lambda events: changed.set())
+    conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
-        while True:
-            changed.clear()
-            rows = conn.request(wire.ListSessions(), wire.SessionList).rows  # type: ignore[attr-defined]
-            if state is not None:
-                rows = [r for r in rows if r["state"] == state]
-            if len(rows) >= count:
-                return rows
-            if not changed.wait(max(0.0, deadline - time.monotonic())):
-                raise AssertionError(f"expected {count} sessions, saw {len(rows)}: {rows}")
+        def chosen(rows: list[dict]) -> list[dict]:
+            return [r for r in rows if state is None or r["state"] == state]
+
+        rows = chosen(conn.wait_for_rows(lambda rows: len(chosen(rows)) >= count, timeout))
+        assert len(rows) >= count, f"expected {count} sessions, saw {len(rows)}: {rows}"
+        return rows
     finally:
         conn.close()

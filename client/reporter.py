@@ -1,0 +1,93 @@
+"""Where the shell's results go: text for a person, one JSON document per command for a
+program, and optionally a transcript file for a bug report.
+
+A transcript is itself a script: commands are plain lines, and everything else (answers,
+events, time stamps) is a `#` comment, so `monarch-pdb debug --script TRANSCRIPT` replays it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+
+def stamp() -> str:
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+
+
+@dataclass
+class Transcript:
+    file: IO[str]
+
+    @classmethod
+    def open(cls, path: str) -> Transcript:
+        transcript = cls(open(path, "w", encoding="utf-8"))
+        transcript.file.write(f"# monarch-pdb transcript, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+        return transcript
+
+    def command(self, line: str) -> None:
+        self.file.write(f"# {stamp()}\n{line}\n")
+        self.file.flush()
+
+    def note(self, kind: str, text: str) -> None:
+        lines = text.rstrip("\n").split("\n") if text.strip() else []
+        self.file.write("".join(f"# {kind}: {line}\n" for line in lines))
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+@dataclass
+class Reporter:
+    """Prints a command's result (`text` or `doc`), its failure, and events; keeps the record.
+
+    `failure` is the last error since `start`, so a script knows whether its line worked.
+    """
+
+    write_out: Callable[[str], None]
+    write_err: Callable[[str], None]
+    as_json: bool = False
+    transcript: Transcript | None = None
+    failure: str = ""
+
+    def start(self, line: str) -> None:
+        self.failure = ""
+        if self.transcript is not None and line.strip() and line != "_eof":
+            self.transcript.command(line)
+
+    def result(self, text: str, doc: Any) -> None:
+        if self.as_json:
+            self.write_out(json.dumps(doc, sort_keys=True) + "\n")
+        elif text:
+            self.write_out(text if text.endswith("\n") else text + "\n")
+        if self.transcript is not None:
+            self.transcript.note("out", text)
+
+    def stream(self, text: str) -> None:
+        """Part of a result that arrives in pieces (what an attached rank prints)."""
+        if not self.as_json:
+            self.write_out(text)
+        if self.transcript is not None:
+            self.transcript.note("out", text)
+
+    def failed(self, text: str) -> None:
+        """The result was printed, but the command did not fully work (a rank did not answer)."""
+        self.failure = text
+
+    def error(self, text: str) -> None:
+        self.failure = text
+        if self.as_json:
+            self.write_out(json.dumps({"error": text}) + "\n")
+        else:
+            self.write_err(f"Error processing command: {text}\n")
+        if self.transcript is not None:
+            self.transcript.note("error", text)
+
+    def events(self, lines: list[str]) -> None:
+        if self.transcript is not None:
+            self.transcript.note(f"{stamp()} event", "\n".join(lines))

@@ -1,0 +1,147 @@
+"""The shell without a terminal: scripts, -c, exit statuses, JSON documents, transcripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from programs import EXAMPLES, Program, wait_for_sessions
+
+SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+
+SCRIPT = textwrap.dedent("""\
+    # what every rank of the job is doing
+    wait debugee 16 --timeout 60
+
+    list
+    cast debugee ranks(::5) p rank
+    cast debugee ranks(host=1, gpu=(0,3)) p rank * 10
+""")
+
+
+def shell(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([*SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def example(env):
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        wait_for_sessions(env, 16)
+        yield program
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tmp_path):
+    script = tmp_path / "state.monarch"
+    script.write_text(SCRIPT)
+    run = subprocess.Popen([*SHELL, "--script", str(script)], env=dict(env, MONARCH_PDB_HISTORY=""),
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        out, err = run.communicate(timeout=90)
+    finally:
+        program.stop()
+    assert run.returncode == 0, err
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0] == "16 ranks of debugee stopped"
+    assert sum(line.startswith("| debugee ") for line in lines) == 16
+    assert out.endswith("debugee ranks[0] (1)\n0\ndebugee ranks[5] (1)\n5\ndebugee ranks[10] (1)\n10\n"
+                        "debugee ranks[15] (1)\n15\n"
+                        "debugee ranks[4] (1)\n40\ndebugee ranks[7] (1)\n70\n")
+    assert "\x1b" not in out + err and "monarch_dbg>" not in out and "answered" not in out + err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("commands", "failing", "why"),
+    [
+        (["list", "cast debugee ranks(1,,2) p 1"], 2, "ranks(1,,2): empty item at position 9"),
+        (["cast nosuch ranks(0) p 1"], 1, "No debug sessions for actor nosuch"),
+        (["list", "frobnicate"], 2, "unknown command 'frobnicate'; enter 'help' for the list"),
+        (["wait debugee 17 --timeout 1"], 1, "waited 1 s: 16 of 17 ranks of debugee stopped"),
+        (["set cast_timeout 1", "cast debugee ranks(3) !import threading; threading.Event().wait(60)"], 2,
+         "1 of the selected ranks did not answer"),
+    ],
+)
+def test_the_first_failing_command_ends_the_run_and_is_named(env, example, commands, failing, why):
+    args = [arg for command in [*commands, "list"] for arg in ("-c", command)]
+    done = shell(env, *args)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == f"monarch-pdb: -c:{failing}: {commands[failing - 1]}: {why}"
+    assert done.stdout.count("| debugee ") <= 16, "nothing after the failing command ran"
+
+
+@pytest.mark.timeout(60)
+def test_no_broker_and_no_script_file_are_clear_failures(env, tmp_path):
+    done = shell(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="1"), "-c", "list")
+    assert done.returncode == 2 and "no debug broker answers at 127.0.0.1:0" in done.stderr
+    missing = shell(env, "--script", str(tmp_path / "nope.txt"))
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"monarch-pdb: cannot read script {tmp_path / 'nope.txt'}: No such file or directory"
+
+
+def check(value, shape) -> None:
+    """`value` has exactly the keys and types the README's schema gives."""
+    if isinstance(shape, dict):
+        assert isinstance(value, dict) and set(value) == set(shape), (value, shape)
+        for key, sub in shape.items():
+            check(value[key], sub)
+    elif isinstance(shape, list):
+        assert isinstance(value, list)
+        for item in value:
+            check(item, shape[0])
+    else:
+        assert isinstance(value, shape) and not (shape is int and isinstance(value, bool)), (value, shape)
+
+
+LIST_ROW = {"job": str, "actor": str, "rank": int, "coords": dict, "host": str, "pid": int, "function": str,
+            "file": str, "line": int, "state": str}
+CAST = {"actor": str, "groups": [{"ranks": [int], "output": str, "outcome": str}],
+        "missing": [{"rank": int, "reason": str}]}
+
+
+@pytest.mark.timeout(120)
+def test_json_documents_follow_the_documented_schema(env, example):
+    done = shell(env, "--json", "-c", "list", "-c", "cast debugee ranks(0:4) p rank % 2", "-c", "jobs",
+                 "-c", "attach debugee 5", "-c", "p rank", "-c", "detach", "-c", "continue")
+    assert done.returncode == 0, done.stderr
+    docs = [json.loads(line) for line in done.stdout.splitlines()]
+    listing, cast, jobs, attached, answer, detached, continued = docs
+    check(listing, [LIST_ROW])
+    assert [r["rank"] for r in listing] == list(range(16)) and listing[13]["coords"] == {"host": 3, "gpu": 1}
+    check(cast, CAST)
+    assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [([0, 2], "0\n"), ([1, 3], "1\n")]
+    check(jobs, [{"job": str, "processes": int, "sessions": int, "paused": int, "hosts": [str]}])
+    assert attached["attached"]["actor"] == "debugee" and "-> rank += 2" in attached["output"]
+    assert answer == {"session": attached["attached"], "output": "5\n"}
+    assert detached == {"detached": attached["attached"]}
+    assert continued["count"] == 16
+
+
+@pytest.mark.timeout(120)
+def test_a_recorded_transcript_replays(env, example, tmp_path):
+    record = tmp_path / "session.transcript"
+    first = shell(env, "--record", str(record), "-c", "cast debugee ranks(2:7:2) p rank",
+                  "-c", "attach debugee 9", "-c", "p rank * 2", "-c", "detach")
+    assert first.returncode == 0, first.stderr
+    text = record.read_text()
+    assert text.startswith("# monarch-pdb transcript, started ")
+    assert "\ncast debugee ranks(2:7:2) p rank\n" in text and "# out: debugee ranks[4] (1)\n" in text
+    assert "\np rank * 2\n# out: 18\n" in text
+    again = shell(env, "--script", str(record))
+    assert again.returncode == 0, again.stderr
+    cast_block = "debugee ranks[2] (1)\n2\ndebugee ranks[4] (1)\n4\ndebugee ranks[6] (1)\n6\n"
+    assert first.stdout.startswith(cast_block) and again.stdout.startswith(cast_block)
+    after_attach = first.stdout.split("-> rank += 2\n", 1)[1]
+    assert after_attach.startswith("18\nDetaching from debug session for debugee 9 (")
+    assert again.stdout.endswith(after_attach)
+    assert "<last pdb output for debugee 9 follows>" in again.stdout, "the rank kept its state between the runs"
