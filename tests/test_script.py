@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 from programs import EXAMPLES, Program, wait_for_sessions
+from shell_driver import ShellDriver
 
 SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 
@@ -145,3 +146,19 @@ def test_a_recorded_transcript_replays(env, example, tmp_path):
     assert after_attach.startswith("18\nDetaching from debug session for debugee 9 (")
     assert again.stdout.endswith(after_attach)
     assert "<last pdb output for debugee 9 follows>" in again.stdout, "the rank kept its state between the runs"
+
+
+@pytest.mark.timeout(120)
+def test_wait_any_and_a_script_run_from_inside_the_shell(env, example, tmp_path):
+    done = shell(env, "-c", "wait --any 16 --timeout 10", "--json", "-c", "wait --any 3")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ['{"stopped": 16, "wait": "--any", "wanted": 16}',
+                                        '{"stopped": 16, "wait": "--any", "wanted": 3}']
+    script = tmp_path / "inner.monarch"
+    script.write_text("# from inside\ncast debugee ranks(7) p rank\n")
+    driver = ShellDriver(env)
+    try:
+        driver.wait_prompt()
+        assert driver.command(f"@{script}") == "debugee ranks[7] (1)\n7\n"
+    finally:
+        driver.kill()
