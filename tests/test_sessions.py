@@ -437,3 +437,16 @@ def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_pat
         assert len(rows) == 60
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_with_no_broker_says_where_it_looked_and_can_give_up(env, tmp_path):
+    nowhere = dict(env, MONARCH_DEBUG_SERVER_HOST="127.0.0.2", MONARCH_DEBUG_SERVER_PORT=str(free_port()),
+                   MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1")
+    program = run_script(nowhere, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0")
+    code, output = program.finish()
+    port = nowhere["MONARCH_DEBUG_SERVER_PORT"]
+    assert f"train rank 0 (pid {program.proc.pid}) is paused at a breakpoint, but no debug broker answers at 127.0.0.2:{port}" in output
+    assert "for a remote broker set MONARCH_PDB_SECRET" in output and "Start one with `monarch-pdb broker`" in output
+    assert "no broker after 1 s; continuing without stopping." in output
+    assert code == 0 and "LOSS 0.25" in output
