@@ -56,31 +56,41 @@ class Session:
     fresh: bool = True
     released: bool = False
     holder: bytes | None = None
-    pending: list[str] = field(default_factory=list)
-    pending_size: int = 0
+    log: list[tuple[int, str]] = field(default_factory=list)
+    log_size: int = 0
+    out_seq: int = 0
+    input_seq: int = 0
     dropped: int = 0
 
-    def printed(self, text: str, limit: int) -> None:
-        """Keep what the session printed since its last input, up to `limit` characters:
-        the oldest goes first, and the replay says how much."""
-        self.pending.append(text)
-        self.pending_size += len(text)
-        while self.pending_size > limit:
-            first = self.pending[0]
-            cut = min(len(first), self.pending_size - limit)
-            self.pending[0] = first[cut:]
-            if not self.pending[0]:
-                self.pending.pop(0)
-            self.pending_size -= cut
-            self.dropped += cut
+    def printed(self, text: str, limit: int) -> int:
+        """Number and keep a chunk of output, holding at most `limit` characters in all: the
+        oldest goes first, and a replay says how much of it was printed since the last input."""
+        self.out_seq += 1
+        self.log.append((self.out_seq, text))
+        self.log_size += len(text)
+        while self.log_size > limit:
+            seq, first = self.log[0]
+            cut = min(len(first), self.log_size - limit)
+            if cut == len(first):
+                self.log.pop(0)
+            else:
+                self.log[0] = (seq, first[cut:])
+            self.log_size -= cut
+            if seq > self.input_seq:
+                self.dropped += cut
+        return self.out_seq
+
+    def output_since(self, seq: int) -> list[list]:
+        return [[n, text] for n, text in self.log if n > seq]
 
     def replay(self) -> str:
+        """What the session printed since the last line sent to it."""
         note = f"*** {self.dropped} earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)\n" if self.dropped else ""
-        return note + "".join(self.pending)
+        return note + "".join(text for n, text in self.log if n > self.input_seq)
 
     def forget_output(self) -> None:
-        self.pending.clear()
-        self.pending_size = self.dropped = 0
+        self.input_seq = self.out_seq
+        self.dropped = 0
 
     def row(self) -> dict:
         return {
@@ -128,8 +138,6 @@ class Registry:
         sess.paused = True
         sess.function, sess.filename, sess.lineno = msg.function, msg.filename, msg.lineno
         sess.prompt, sess.reason, sess.exc = msg.prompt, msg.reason, msg.exc
-        if msg.output:
-            sess.printed(msg.output, self.history_limit)
         return sess, newly
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:

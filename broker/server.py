@@ -56,9 +56,11 @@ class Broker:
         # behind one connection must not lose inputs, so its queues are unbounded.
         self.router.setsockopt(zmq.SNDHWM, 0)
         self.router.setsockopt(zmq.RCVHWM, 0)
-        self.pub = self.context.socket(zmq.PUB)
+        self.pub = self.context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, EVENT_HISTORY)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.followed = False
         self.handlers = {
             wire.Hello: self.on_hello,
             wire.Heartbeat: self.on_heartbeat,
@@ -74,6 +76,8 @@ class Broker:
             wire.Cast: self.on_cast,
             wire.Continue: self.on_continue,
             wire.CatchUp: self.on_catch_up,
+            wire.Follow: self.on_follow,
+            wire.OutputSince: self.on_output_since,
         }
 
     # --- life cycle --------------------------------------------------------------------
@@ -91,10 +95,14 @@ class Broker:
         signal.signal(signal.SIGINT, self.stop)
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
+        poller.register(self.pub, zmq.POLLIN)
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = time.monotonic()
         while not self.stopping:
-            if poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000):
+            ready = dict(poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000))
+            if self.pub in ready:
+                self.note_subscriptions()
+            if self.router in ready:
                 self.drain()
             now = time.monotonic()
             if self.casts:
@@ -102,7 +110,7 @@ class Broker:
             if now >= next_tick:
                 next_tick = now + tick
                 self.reap(now)
-                self.pub.send_multipart([b"event", *self.codec.encode(wire.Tick(seq=self.event_seq))])
+                self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.event_seq))])
             if self.registry.peers:
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
@@ -114,6 +122,20 @@ class Broker:
 
     def stop(self, *_: object) -> None:
         self.stopping = True
+
+    def note_subscriptions(self) -> None:
+        """Output is published only while some shell follows ranks, so casts cost nothing extra
+        otherwise; each new follower is told when its subscription is live. (A verbose XPUB
+        passes every subscription, and the last unsubscription.)"""
+        while True:
+            try:
+                frame = self.pub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if frame[1:] == wire.OUTPUT_TOPIC:
+                self.followed = frame[:1] == b"\x01"
+                if self.followed:
+                    self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(wire.OutputLive())])
 
     def drain(self) -> None:
         while True:
@@ -179,7 +201,16 @@ class Broker:
             where=where, detail=detail,
         )
         self.history.append(event)
-        self.pub.send_multipart([b"event", *self.codec.encode(event)])
+        self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(event)])
+
+    def record_output(self, sess: Session, text: str) -> None:
+        """Keep a chunk of a session's output, and publish it when some shell follows ranks."""
+        if not text:
+            return
+        seq = sess.printed(text, self.registry.history_limit)
+        if self.followed:
+            printed = wire.Printed(session=sess.id, seq=seq, job=sess.job, actor=sess.actor, rank=sess.rank, text=text)
+            self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(printed)])
 
     def end_session(self, sess: Session, text: str, reason: str) -> None:
         cast = self.casts.get(sess.cast)
@@ -187,7 +218,7 @@ class Broker:
             if reason == "lost":
                 cast.give_up(sess.id, "lost")
             else:
-                sess.printed(text, self.registry.history_limit)
+                self.record_output(sess, text)
                 cast.answer(sess.id, sess.replay(), "finished" if reason == "returned" else reason)
             self.finish_if_done(cast)
         for cast_id, _ in sess.queued:
@@ -217,6 +248,24 @@ class Broker:
         self.send(identity, wire.Welcome(pub=pub, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
 
+    def on_follow(self, identity: bytes, msg: wire.Follow) -> None:
+        try:
+            selection = ranks.parse_selector(msg.selector)
+            sessions = self.registry.actor_sessions(msg.job, msg.actor)
+        except (ranks.SelectorError, LookupFailed) as failure:
+            self.send(identity, wire.Error(text=str(failure)))
+            return
+        chosen = set(ranks.select(selection, [(s.rank, s.coords) for s in sessions]))
+        if not chosen:
+            self.send(identity, wire.Error(text=no_match(msg.actor, selection, sessions)))
+            return
+        self.send(identity, wire.Following(job=sessions[0].job, actor=msg.actor, sessions=sorted(
+            [s.id, s.rank, s.out_seq] for s in sessions if s.rank in chosen)))
+
+    def on_output_since(self, identity: bytes, msg: wire.OutputSince) -> None:
+        sess = self.registry.sessions.get(msg.session)
+        self.send(identity, wire.OutputLog(session=msg.session, rows=sess.output_since(msg.since) if sess else []))
+
     def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
         missed = [e.row() for e in self.history if e.seq > msg.since]
         self.send(identity, wire.Events(rows=missed))
@@ -239,6 +288,7 @@ class Broker:
             self.note_refusal("too many sessions on one connection")
             return
         sess, newly = self.registry.prompt(identity, msg)
+        self.record_output(sess, msg.output)
         cast = self.casts.get(sess.cast)
         sess.cast = 0
         if cast is not None:
@@ -254,7 +304,7 @@ class Broker:
         sess = self.registry.session_of(identity, msg.sid)
         if sess is None:
             return
-        sess.printed(msg.text, self.registry.history_limit)
+        self.record_output(sess, msg.text)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
 

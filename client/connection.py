@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.follow import Deliver, Follower
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
@@ -33,8 +34,8 @@ class Timeout(Exception):
     pass
 
 
-class CastFailed(Exception):
-    """A cast the broker refused or did not finish; the text is one line for the user."""
+class RequestFailed(Exception):
+    """A cast or follow the broker refused or did not finish; the text is one line for the user."""
 
 
 class ShellConnection:
@@ -49,6 +50,7 @@ class ShellConnection:
         self._first_event = self._last_event = 0.0
         self.aside: list[wire.Message] = []
         self.changed = threading.Event()
+        self.follower = Follower()
         self._refs = itertools.count(1)
         self.link = Link(settings, "shell", getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
 
@@ -139,7 +141,7 @@ class ShellConnection:
     def cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
              progress: Callable[[wire.CastProgress], None] | None = None) -> wire.CastResult:
         """Send one pdb command to the selected ranks; return all their answers, every part
-        of a large result joined. Raises CastFailed with the broker's one-line reason."""
+        of a large result joined. Raises RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
         deadline = time.monotonic() + timeout + 5.0
@@ -148,9 +150,9 @@ class ShellConnection:
             msg = self.collect(lambda m: isinstance(m, wire.Error) or getattr(m, "ref", None) == ref,
                                max(0.0, deadline - time.monotonic()))
             if msg is None:
-                raise CastFailed("the broker did not finish the cast in time")
+                raise RequestFailed("the broker did not finish the cast in time")
             if isinstance(msg, wire.Error):
-                raise CastFailed(msg.text)
+                raise RequestFailed(msg.text)
             if isinstance(msg, wire.CastProgress) and progress is not None:
                 progress(msg)
             elif isinstance(msg, wire.CastResult):
@@ -162,19 +164,45 @@ class ShellConnection:
                 if not msg.more:
                     return result
 
+    def follow(self, actor: str, selector: str, job: str, deliver: Deliver) -> wire.Following:
+        """Receive the selected ranks' output as they print it, from now on, through `deliver`
+        (called on the connection's thread with actor, rank and text)."""
+        reply = self.request(wire.Follow(actor=actor, selector=selector, job=job), wire.Following)
+        if isinstance(reply, wire.Error):
+            raise RequestFailed(reply.text)
+        assert isinstance(reply, wire.Following)
+        self.follower.start(reply, deliver)
+        self.link.follow_output = True
+        self.link.post()
+        return reply
+
+    def unfollow(self) -> None:
+        self.follower.stop()
+        self.link.follow_output = False
+        self.link.post()
+
     # --- link.Peer, on the link's thread -----------------------------------------------
 
     def welcomed(self) -> list[wire.Message]:
         return []
 
     def received(self, msg: wire.Message) -> None:
+        if isinstance(msg, wire.OutputLog):
+            self.follower.caught_up(msg)
+            return
         self._replies.put(msg)
         try:
             os.write(self._signal_w, b"!")
         except BlockingIOError:
             pass
 
-    def event(self, msg: wire.Event) -> None:
+    def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
+        if isinstance(msg, wire.Printed):
+            self.follower.printed(msg)
+            return
+        if isinstance(msg, wire.OutputLive):
+            self.follower.live()
+            return
         self.changed.set()
         self._last_event = time.monotonic()
         if not self._events:
@@ -186,6 +214,8 @@ class ShellConnection:
         return min(self._last_event + EVENT_QUIET, self._first_event + EVENT_FOLD_LIMIT)
 
     def idle_delay(self) -> float | None:
+        if self.follower.has_requests():
+            return 0.0
         if not self._events:
             return None
         return max(0.0, self._fold_due() - time.monotonic())
@@ -195,4 +225,4 @@ class ShellConnection:
             events, self._events = self._events, []
             if self.on_events is not None:
                 self.on_events(events)
-        return []
+        return self.follower.requests()

@@ -88,6 +88,8 @@ class Reporter:
         if self.transcript is not None:
             self.transcript.note("error", text)
 
-    def events(self, lines: list[str]) -> None:
+    def background(self, kind: str, lines: list[str]) -> None:
+        """What arrived by itself (events, followed output): for the transcript only; the
+        shell shows it above the prompt."""
         if self.transcript is not None:
-            self.transcript.note(f"{stamp()} event", "\n".join(lines))
+            self.transcript.note(f"{stamp()} {kind}", "\n".join(lines))

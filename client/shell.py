@@ -17,11 +17,11 @@ import cmd2
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers
-from monarch_pdb.client.connection import CastFailed, ShellConnection, Timeout
+from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
 from monarch_pdb.client.events import describe_events
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import jobs_table, sessions_table
-from monarch_pdb.ranks import SelectorError, format_ranks, render_selector, split_selector
+from monarch_pdb.ranks import SelectorError, format_ranks, parse_selector, render_selector, split_selector
 
 TOP_PROMPT = "monarch_dbg> "
 BANNER = (
@@ -135,8 +135,14 @@ class DebugShell(cmd2.Cmd):
                       or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
         lines = describe_events(events)
         if lines:
-            self.report.events(lines)
+            self.report.background("event", lines)
             self.add_alert(msg="\n".join(lines))
+
+    def show_output(self, actor: str, rank: int, text: str) -> None:
+        """Runs on the connection's thread: a followed rank's output, each line marked."""
+        lines = [f"[{actor} {rank}] {line}" for line in text.rstrip("\n").split("\n")]
+        self.report.background("output", lines)
+        self.add_alert(msg="\n".join(lines))
 
     # --- the command loop --------------------------------------------------------------
 
@@ -356,6 +362,36 @@ class DebugShell(cmd2.Cmd):
         self.report.result(f"{seen} {what} stopped", {"wait": name, "wanted": count, "stopped": seen})
 
     @cmd2.with_category(CATEGORY)
+    def do_follow(self, statement: cmd2.Statement) -> None:
+        """Show ranks' output as they print it, whoever drives them: follow <actor> [ranks(<sel>)] | follow off"""
+        self.run(lambda: self.follow(statement.raw.strip().partition(" ")[2].strip()))
+
+    def follow(self, args: str) -> None:
+        if args == "off":
+            self.conn.unfollow()
+            self.report.result("Not following any rank.", {"following": None})
+            return
+        name, _, rest = args.partition(" ")
+        if not name:
+            raise CommandError("usage: follow <actor> [ranks(<ranks>)] | follow off")
+        try:
+            selection, extra = split_selector(rest) if rest.strip() else (parse_selector("ranks(:)"), "")
+        except SelectorError as error:
+            raise CommandError(str(error)) from None
+        if extra.strip():
+            raise CommandError(f"follow takes an actor and a selector, not {extra.strip()!r}")
+        job, actor = split_job(name)
+        try:
+            following = self.conn.follow(actor, render_selector(selection), job, self.show_output)
+        except RequestFailed as failure:
+            raise CommandError(str(failure)) from None
+        rank_list = sorted(rank for _, rank, _ in following.sessions)
+        self.report.result(f"Following {actor} ranks[{format_ranks(rank_list)}] ({len(rank_list)}); 'follow off' stops.",
+                           {"following": {"job": following.job, "actor": actor, "ranks": rank_list}})
+
+    complete_follow = complete_attach
+
+    @cmd2.with_category(CATEGORY)
     def do_cast(self, statement: cmd2.Statement) -> None:
         """Send one pdb command to many ranks and show their answers: cast <actor> ranks(<sel>) <pdb command>"""
         self.run(lambda: self.cast(statement.raw.strip().partition(" ")[2]))
@@ -386,7 +422,7 @@ class DebugShell(cmd2.Cmd):
 
         try:
             result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress)
-        except CastFailed as failure:
+        except RequestFailed as failure:
             raise CommandError(str(failure)) from None
         finally:
             if shown:

@@ -142,7 +142,7 @@ class Agent:
             if inbox is not None:
                 inbox.put(Line(msg.cmd, msg.line, msg.release))
 
-    def event(self, msg: wire.Event) -> None:
+    def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         pass
 
     def idle_delay(self) -> float | None:

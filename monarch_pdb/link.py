@@ -38,7 +38,8 @@ class Peer(Protocol):
 
     def received(self, msg: wire.Message) -> None: ...
 
-    def event(self, msg: wire.Event) -> None: ...
+    def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
+        """An event, in order and without gaps; or, for a shell that follows ranks, output."""
 
     def idle_delay(self) -> float | None:
         """How soon `tick` has work, or None."""
@@ -87,6 +88,8 @@ class Link:
         self._wake_tx = self.context.socket(zmq.PAIR)
         self._wake_tx.connect(wake)
         self._stopping = False
+        self.follow_output = False
+        """Set by the owner: receive published output too (the link thread subscribes)."""
         self._subscribed = ""
         self._unanswered: list[wire.Message] = []
         self._resend: list[wire.Message] = []
@@ -157,7 +160,7 @@ class Link:
         dealer.connect(conn.router)
         sub = self.context.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, b"event")
+        sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
         sub_codec = wire.Codec(conn.key)
         poller = zmq.Poller()
         for sock in (dealer, self._wake_rx, sub) if self.events else (dealer, self._wake_rx):
@@ -172,6 +175,7 @@ class Link:
 
         send(self._hello())
         heard = sent = time.monotonic()
+        following = False
         try:
             while True:
                 delay = self.peer.idle_delay() if self.ready.is_set() else None
@@ -179,6 +183,9 @@ class Link:
                 events = dict(poller.poll((wait if delay is None else min(delay, wait)) * 1000))
                 if self._wake_rx in events:
                     self._drain_wake()
+                if self.events and self.follow_output != following:
+                    following = self.follow_output
+                    sub.setsockopt(zmq.SUBSCRIBE if following else zmq.UNSUBSCRIBE, wire.OUTPUT_TOPIC)
                 if self._stopping:
                     if self.ready.is_set():
                         dealer.setsockopt(zmq.LINGER, 500)
@@ -247,7 +254,9 @@ class Link:
         """Deliver published events in order; a gap in their numbers asks for the missing ones."""
         requests: list[wire.Message] = []
         for msg in _messages(sub, codec):
-            if isinstance(msg, wire.Event) and msg.seq == self._seq + 1:
+            if isinstance(msg, (wire.Printed, wire.OutputLive)):
+                self.peer.published(msg)
+            elif isinstance(msg, wire.Event) and msg.seq == self._seq + 1:
                 self._deliver(msg)
             elif isinstance(msg, (wire.Event, wire.Tick)):
                 requests.extend(self._catch_up_to(msg.seq))
@@ -262,4 +271,4 @@ class Link:
     def _deliver(self, event: wire.Event) -> None:
         if event.seq > self._seq:
             self._seq = event.seq
-            self.peer.event(event)
+            self.peer.published(event)

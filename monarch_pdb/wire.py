@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 import msgpack
 
 PROTOCOL = 1
+EVENT_TOPIC = b"event"
+OUTPUT_TOPIC = b"out"
 SIGNATURE_SIZE = 32
 MAX_BODY = 8 * 1024 * 1024
 MAX_OUTPUT = 1024 * 1024
@@ -348,6 +350,57 @@ class Event(Message):
         ):
             raise Refused("wrong field type")
         return cls(*row)
+
+
+@message("printed")
+class Printed(Message):
+    """Published for shells that follow ranks: a chunk of a session's output, numbered per
+    session so a follower can tell that it missed some and ask for them (`OutputSince`)."""
+
+    session: int
+    seq: int
+    job: str
+    actor: str
+    rank: int
+    text: str
+
+
+@message("output_live")
+class OutputLive(Message):
+    """Published when a shell subscribes to output: from then on its subscription is live,
+    so it fetches whatever was printed between its `Follow` and that moment."""
+
+
+@message("follow")
+class Follow(Message):
+    """A shell starts following an actor's selected ranks; answered with `Following`."""
+
+    actor: str
+    selector: str
+    job: str = ""
+
+
+@message("following")
+class Following(Message):
+    """The followed ranks, and each session's last output number: [[session, rank, seq]]."""
+
+    job: str
+    actor: str
+    sessions: list
+
+
+@message("output_since")
+class OutputSince(Message):
+    session: int
+    since: int
+
+
+@message("output_log")
+class OutputLog(Message):
+    """A session's kept output after a number: [[seq, text]], oldest first."""
+
+    session: int
+    rows: list
 
 
 @message("tick")

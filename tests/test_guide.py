@@ -187,3 +187,20 @@ def test_completion_and_history_at_both_prompts(example, shell):
     shell.command("detach")
     out = shell.command("\x1b[A\x1b[A\x1b[A", shown="attach debugee  3")
     assert out.startswith("Attached to debug session for debugee 3")
+
+
+@pytest.mark.timeout(90)
+def test_follow_shows_what_another_shell_makes_ranks_print(env, example, shell):
+    assert shell.command("follow debugee ranks(host=0, gpu=(1,2))").strip() == \
+        "Following debugee ranks[1,2] (2); 'follow off' stops."
+    other = ShellDriver(env)
+    try:
+        other.wait_prompt()
+        other.command("cast debugee ranks(0:4) p rank * 7")
+        shell.expect(r"\[debugee 1\] 7\n")
+        shell.expect(r"\[debugee 2\] 14\n")
+        assert "[debugee 0]" not in shell.text and "[debugee 3]" not in shell.text
+        assert shell.command("follow off").strip() == "Not following any rank."
+        assert shell.command("follow nosuch").strip() == "Error processing command: No debug sessions for actor nosuch"
+    finally:
+        other.kill()

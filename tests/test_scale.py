@@ -45,13 +45,23 @@ def expected(rank: int) -> str:
 
 
 @pytest.mark.timeout(240)
-def test_two_shells_casting_to_4096_sessions_each_get_every_byte_in_order(env, tmp_path):
+def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byte_in_order(env, tmp_path):
     script = tmp_path / "emulated.py"
     script.write_text(EMULATED)
     job = dict(env, MONARCH_PDB_JOB="emulated")
     programs = [Program(job, script, str(p * PER_PROCESS), str(PER_PROCESS), cwd=tmp_path) for p in range(PROCESSES)]
     try:
         wait_for_sessions(env, RANKS, timeout=120)
+        follower = ShellConnection.open(settings_for(env))
+        followed: dict[int, list[str]] = {}
+        all_followed = threading.Event()
+
+        def seen(actor: str, rank: int, text: str) -> None:
+            followed.setdefault(rank, []).append(text)
+            if len(followed) == RANKS and all("".join(parts) == 2 * expected(r) for r, parts in followed.items()):
+                all_followed.set()
+
+        follower.follow("emu", "ranks(:)", "", seen)
         results: dict[str, object] = {}
 
         def cast_from(name: str) -> None:
@@ -68,6 +78,8 @@ def test_two_shells_casting_to_4096_sessions_each_get_every_byte_in_order(env, t
             shell.start()
         for shell in shells:
             shell.join()
+        assert all_followed.wait(60), "the following shell saw both casts' answers of every rank"
+        follower.close()
         for name, result in results.items():
             assert not isinstance(result, Exception), f"{name} shell: {result}"
             assert result.missing == [], f"{name} shell: {result.missing[:5]}"
