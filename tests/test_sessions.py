@@ -210,7 +210,7 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         sh = shell()
         sh.command("attach train 5")
         os.kill(row["pid"], signal.SIGKILL)
-        sh.expect(r"train 5 was lost \(its process stopped answering\)", timeout=10)
+        sh.expect(r"train 5 was lost \(its process stopped answering\)", timeout=5)
         out = sh.command("p loss")
         assert "was lost" in out and "Detached from debug session for train 5" in out
         assert "not sent: 'p loss'" in out
