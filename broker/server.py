@@ -248,19 +248,26 @@ class Broker:
         self.send(identity, wire.Welcome(pub=pub, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
 
-    def on_follow(self, identity: bytes, msg: wire.Follow) -> None:
+    def selected(self, identity: bytes, job: str, actor: str, selector: str) -> list[Session]:
+        """The sessions a `ranks(...)` selector picks, in rank order; an empty list after telling
+        the shell why there are none."""
         try:
-            selection = ranks.parse_selector(msg.selector)
-            sessions = self.registry.actor_sessions(msg.job, msg.actor)
+            selection = ranks.parse_selector(selector)
+            sessions = self.registry.actor_sessions(job, actor)
         except (ranks.SelectorError, LookupFailed) as failure:
             self.send(identity, wire.Error(text=str(failure)))
-            return
-        chosen = set(ranks.select(selection, [(s.rank, s.coords) for s in sessions]))
+            return []
+        by_rank = {s.rank: s for s in sessions}
+        chosen = [by_rank[rank] for rank in ranks.select(selection, [(s.rank, s.coords) for s in sessions])]
         if not chosen:
-            self.send(identity, wire.Error(text=no_match(msg.actor, selection, sessions)))
-            return
-        self.send(identity, wire.Following(job=sessions[0].job, actor=msg.actor, sessions=sorted(
-            [s.id, s.rank, s.out_seq] for s in sessions if s.rank in chosen)))
+            self.send(identity, wire.Error(text=no_match(actor, selection, sessions)))
+        return chosen
+
+    def on_follow(self, identity: bytes, msg: wire.Follow) -> None:
+        chosen = self.selected(identity, msg.job, msg.actor, msg.selector)
+        if chosen:
+            self.send(identity, wire.Following(job=chosen[0].job, actor=msg.actor,
+                                               sessions=[[s.id, s.rank, s.out_seq] for s in chosen]))
 
     def on_output_since(self, identity: bytes, msg: wire.OutputSince) -> None:
         sess = self.registry.sessions.get(msg.session)
@@ -370,16 +377,8 @@ class Broker:
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.cmd, line=line, release=release))
 
     def on_cast(self, identity: bytes, msg: wire.Cast) -> None:
-        try:
-            selection = ranks.parse_selector(msg.selector)
-            sessions = self.registry.actor_sessions(msg.job, msg.actor)
-        except (ranks.SelectorError, LookupFailed) as failure:
-            self.send(identity, wire.Error(text=str(failure)))
-            return
-        by_rank = {s.rank: s for s in sessions}
-        chosen = ranks.select(selection, [(s.rank, s.coords) for s in sessions])
+        chosen = self.selected(identity, msg.job, msg.actor, msg.selector)
         if not chosen:
-            self.send(identity, wire.Error(text=no_match(msg.actor, selection, sessions)))
             return
         cast = CastInFlight(
             id=self.next_cast, shell=identity, ref=msg.ref, actor=msg.actor,
@@ -388,16 +387,15 @@ class Broker:
         )
         self.next_cast += 1
         self.casts[cast.id] = cast
-        for rank in chosen:
-            sess = by_rank[rank]
+        for sess in chosen:
             if sess.cast:
                 sess.queued.append((cast.id, msg.line))
-                cast.pending[sess.id] = rank
+                cast.pending[sess.id] = sess.rank
             elif sess.paused:
-                cast.pending[sess.id] = rank
+                cast.pending[sess.id] = sess.rank
                 self.run_cast_line(sess, cast.id, msg.line)
             else:
-                cast.missing.append([rank, "running"])
+                cast.missing.append([sess.rank, "running"])
         self.finish_if_done(cast)
 
     def run_cast_line(self, sess: Session, cast_id: int, line: str) -> None:

@@ -21,7 +21,7 @@ from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeou
 from monarch_pdb.client.events import describe_events
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import jobs_table, sessions_table
-from monarch_pdb.ranks import SelectorError, format_ranks, parse_selector, render_selector, split_selector
+from monarch_pdb.ranks import Selection, SelectorError, format_ranks, parse_selector, render_selector, split_selector
 
 TOP_PROMPT = "monarch_dbg> "
 BANNER = (
@@ -76,6 +76,22 @@ def split_job(name: str) -> tuple[str, str]:
     """`job:actor` names an actor of one job; a bare actor name means whichever job has it."""
     job, _, actor = name.rpartition(":")
     return job, actor
+
+
+def parse_target(args: str, usage: str) -> tuple[str, str, Selection | None, str]:
+    """`[job:]actor [ranks(...)] [rest]` into job, actor, the selection (if given) and the rest
+    of the line, kept verbatim for pdb."""
+    name, _, rest = args.strip().partition(" ")
+    if not name:
+        raise CommandError(usage)
+    job, actor = split_job(name)
+    if not rest.strip():
+        return job, actor, None, ""
+    try:
+        selection, after = split_selector(rest)
+    except SelectorError as error:
+        raise CommandError(str(error)) from None
+    return job, actor, selection, after
 
 
 class DebugShell(cmd2.Cmd):
@@ -371,16 +387,10 @@ class DebugShell(cmd2.Cmd):
             self.conn.unfollow()
             self.report.result("Not following any rank.", {"following": None})
             return
-        name, _, rest = args.partition(" ")
-        if not name:
-            raise CommandError("usage: follow <actor> [ranks(<ranks>)] | follow off")
-        try:
-            selection, extra = split_selector(rest) if rest.strip() else (parse_selector("ranks(:)"), "")
-        except SelectorError as error:
-            raise CommandError(str(error)) from None
+        job, actor, selection, extra = parse_target(args, "usage: follow <actor> [ranks(<ranks>)] | follow off")
         if extra.strip():
             raise CommandError(f"follow takes an actor and a selector, not {extra.strip()!r}")
-        job, actor = split_job(name)
+        selection = selection or parse_selector("ranks(:)")
         try:
             following = self.conn.follow(actor, render_selector(selection), job, self.show_output)
         except RequestFailed as failure:
@@ -399,18 +409,13 @@ class DebugShell(cmd2.Cmd):
     complete_cast = complete_attach
 
     def cast(self, args: str) -> None:
-        name, _, rest = args.strip().partition(" ")
-        if not name or not rest.strip():
+        job, actor, selection, line = parse_target(args, "usage: cast <actor> ranks(<ranks>) <pdb command>")
+        if selection is None:
             raise CommandError("usage: cast <actor> ranks(<ranks>) <pdb command>")
-        try:
-            selection, line = split_selector(rest)
-        except SelectorError as error:
-            raise CommandError(str(error)) from None
         if not line.strip():
             raise CommandError("cast needs a pdb command after the selector")
         if self.cast_output not in CAST_OUTPUTS:
             raise CommandError(f"cast_output must be one of {', '.join(CAST_OUTPUTS)}")
-        job, actor = split_job(name)
         shown = False
 
         def progress(msg: wire.CastProgress) -> None:
