@@ -12,8 +12,9 @@ import resource
 import signal
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import zmq
 
@@ -25,6 +26,7 @@ from monarch_pdb.settings import Settings
 LOST_AFTER_BEATS = 3
 PROGRESS_EVERY = 0.25
 EVENT_HISTORY = 16384
+TOLD_UNSIGNED = 4096
 
 
 def log(text: str) -> None:
@@ -37,16 +39,19 @@ class Broker:
     secret: str
     embedded: bool = False
     idle_exit: float = 0.0
+    audit: TextIO | None = None
     registry: Registry = field(default_factory=Registry)
     event_seq: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
     casts: dict[int, CastInFlight] = field(default_factory=dict)
+    told_unsigned: OrderedDict = field(default_factory=OrderedDict)
+    """Peers already told that their signatures fail: each is told once."""
     next_cast: int = 1
     refused_logged: int = 0
     stopping: bool = False
 
     def __post_init__(self) -> None:
-        self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message)
+        self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
         self.registry.history_limit = self.settings.session_history
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
@@ -151,6 +156,11 @@ class Broker:
             msg = self.codec.decode(frames[1:])
         except wire.Refused as refusal:
             self.note_refusal(str(refusal))
+            if str(refusal) == "bad signature" and identity not in self.told_unsigned:
+                self.told_unsigned[identity] = None
+                if len(self.told_unsigned) > TOLD_UNSIGNED:
+                    self.told_unsigned.popitem(last=False)
+                self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
         peer = self.registry.peers.get(identity)
         if peer is None and not isinstance(msg, wire.Hello):
@@ -263,6 +273,17 @@ class Broker:
             self.send(identity, wire.Error(text=no_match(actor, selection, sessions)))
         return chosen
 
+    def record(self, identity: bytes, job: str, actor: str, ranks_sent: list[int], line: str) -> None:
+        """The audit log: one line per command sent to ranks, and who sent it."""
+        if self.audit is None:
+            return
+        shell = self.registry.peers.get(identity)
+        who = shell.describe() if shell is not None else "unknown shell"
+        when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.audit.write(f"{when} {who} job={job} actor={actor} ranks={ranks.format_ranks(ranks_sent)} "
+                         f"command={line!r}\n")
+        self.audit.flush()
+
     def on_follow(self, identity: bytes, msg: wire.Follow) -> None:
         chosen = self.selected(identity, msg.job, msg.actor, msg.selector)
         if chosen:
@@ -365,6 +386,7 @@ class Broker:
             reason = "unknown" if sess is None else "taken"
             self.send(identity, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
+        self.record(identity, sess.job, sess.actor, [sess.rank], msg.line)
         self.forward(sess, msg.line)
 
     def forward(self, sess: Session, line: str, release: bool = False) -> None:
@@ -380,6 +402,7 @@ class Broker:
         chosen = self.selected(identity, msg.job, msg.actor, msg.selector)
         if not chosen:
             return
+        self.record(identity, chosen[0].job, msg.actor, [s.rank for s in chosen], msg.line)
         cast = CastInFlight(
             id=self.next_cast, shell=identity, ref=msg.ref, actor=msg.actor,
             deadline=time.monotonic() + msg.timeout, total=len(chosen),
@@ -432,12 +455,16 @@ class Broker:
 
     def on_continue(self, identity: bytes, msg: wire.Continue) -> None:
         """Release every paused rank (of one job, if named) after clearing its breakpoints."""
-        released: dict[str, list[int]] = {}
+        released: dict[tuple[str, str], list[int]] = {}
         for sess in list(self.registry.sessions.values()):
             if sess.paused and (not msg.job or sess.job == msg.job):
-                released.setdefault(sess.actor, []).append(sess.rank)
+                released.setdefault((sess.job, sess.actor), []).append(sess.rank)
                 self.forward(sess, "continue", release=True)
-        self.send(identity, wire.Continued(released=sorted([a, sorted(r)] for a, r in released.items())))
+        by_actor: dict[str, list[int]] = {}
+        for (job, actor), ranks_released in released.items():
+            self.record(identity, job, actor, ranks_released, "continue (top level)")
+            by_actor.setdefault(actor, []).extend(ranks_released)
+        self.send(identity, wire.Continued(released=sorted([a, sorted(r)] for a, r in by_actor.items())))
 
 
 def no_match(actor: str, selection: ranks.Selection, sessions: list[Session]) -> str:
@@ -466,26 +493,36 @@ def raise_open_file_limit() -> str:
     return f"can serve about {max(soft - 64, 0)} rank processes and shells (open-file limit {soft}; raise it with ulimit -n)"
 
 
-def reusable_secret(settings: Settings) -> str:
-    """The secret of the broker that last served this port, if its file is still here: ranks
-    and shells that knew it reconnect to a restarted broker without a word."""
+def broker_secret(settings: Settings) -> str:
+    """The configured secret; else that of the broker that last served this port, if its file
+    is still here (ranks and shells that knew it reconnect to a restarted broker without a
+    word); else a new one."""
+    configured = discovery.secret_of(settings)
+    if configured is not None:
+        return configured
     previous = discovery.read_connection_file(settings)
     return previous.secret if previous is not None else discovery.new_secret()
 
 
-def run(settings: Settings, embedded: bool, idle_exit: float) -> int:
+def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None = None) -> int:
     """Run a broker in this process until stopped; 0 also when another broker already runs."""
-    lock = discovery.take_broker_lock(settings)
+    try:
+        lock = discovery.take_broker_lock(settings)
+        secret = broker_secret(settings)
+    except discovery.Insecure as problem:
+        log(str(problem))
+        return 2
     if lock is None:
         if not embedded:
             log(f"another broker already serves port {settings.port} (see {discovery.connection_file(settings)})")
             return 1
         return 0
-    if settings.secret is None and not discovery.is_local(settings.host):
-        log(f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET")
+    if discovery.secret_of(settings) is None and not discovery.is_local(settings.host):
+        log(f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
         return 2
     capacity = raise_open_file_limit()
-    broker = Broker(settings, settings.secret or reusable_secret(settings), embedded, idle_exit)
+    audit_file = open(audit, "a", encoding="utf-8") if audit else None
+    broker = Broker(settings, secret, embedded, idle_exit, audit_file)
     try:
         conn = broker.bind()
     except zmq.ZMQError as error:
@@ -499,4 +536,6 @@ def run(settings: Settings, embedded: bool, idle_exit: float) -> int:
         broker.serve()
     finally:
         discovery.remove_connection(settings, conn)
+        if audit_file is not None:
+            audit_file.close()
     return 0

@@ -23,6 +23,7 @@ from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
 EVENT_QUIET = 0.1
+REJECTION_CHECK = 0.05
 EVENT_FOLD_LIMIT = 1.0
 
 
@@ -57,7 +58,13 @@ class ShellConnection:
     @classmethod
     def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> ShellConnection:
         conn = cls(settings, on_events)
-        if not conn.link.ready.wait(settings.connect_timeout):
+        deadline = time.monotonic() + settings.connect_timeout
+        while not conn.link.ready.wait(REJECTION_CHECK):
+            if conn.link.rejected.is_set():
+                conn.close()
+                raise NoBroker(conn.link.rejection)
+            if time.monotonic() < deadline:
+                continue
             conn.close()
             where = f"{settings.host}:{settings.port}"
             looked = discovery.connection_file(settings)

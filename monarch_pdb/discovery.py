@@ -38,6 +38,31 @@ class Connection:
         return self.secret.encode()
 
 
+class Insecure(Exception):
+    """A file holding a secret that other users could read; the text says how to fix it."""
+
+
+def read_private(path: str) -> str:
+    """The text of a file only its owner may read, as ssh insists for keys."""
+    info = os.stat(path)
+    if info.st_mode & 0o077:
+        raise Insecure(f"{path} may be read by other users, so it cannot hold a secret; run: chmod 600 {path}")
+    if info.st_uid != os.getuid():
+        raise Insecure(f"{path} belongs to another user; it cannot hold this user's secret")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def secret_of(settings: Settings) -> str | None:
+    """MONARCH_PDB_SECRET, else the contents of MONARCH_PDB_SECRET_FILE, else None."""
+    if settings.secret is not None or settings.secret_file is None:
+        return settings.secret
+    try:
+        return read_private(settings.secret_file).strip() or None
+    except FileNotFoundError:
+        raise Insecure(f"MONARCH_PDB_SECRET_FILE names {settings.secret_file}, which does not exist") from None
+
+
 def is_local(host: str) -> bool:
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
@@ -60,7 +85,10 @@ def lock_file(settings: Settings) -> str:
 
 
 def ensure_runtime_dir(settings: Settings) -> None:
+    """The per-user directory, created 0700; one that belongs to someone else is refused."""
     os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
+    if os.stat(settings.runtime_dir).st_uid != os.getuid():
+        raise Insecure(f"{settings.runtime_dir} belongs to another user; set MONARCH_PDB_RUNTIME_DIR to a directory of yours")
     os.chmod(settings.runtime_dir, 0o700)
 
 
@@ -110,9 +138,9 @@ def remove_connection(settings: Settings, conn: Connection) -> None:
 
 
 def read_connection_file(settings: Settings) -> Connection | None:
+    """The connection file's contents; Insecure if others could read it, None if unusable."""
     try:
-        with open(connection_file(settings)) as f:
-            data = json.load(f)
+        data = json.loads(read_private(connection_file(settings)))
         return Connection(router=data["router"], pub=data["pub"], secret=data["secret"], pid=int(data["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -128,12 +156,13 @@ def locate(settings: Settings) -> Connection | None:
     A live local broker's file wins; otherwise a secret from the environment means a broker
     elsewhere at host:port (its PUB address is learned in the handshake).
     """
+    secret = secret_of(settings)
     if broker_running(settings):
         conn = read_connection_file(settings)
         if conn is not None:
-            return conn if settings.secret is None else Connection(conn.router, conn.pub, settings.secret, conn.pid)
-    if settings.secret is not None and settings.port != 0:
-        return Connection(f"tcp://{settings.host}:{settings.port}", "", settings.secret, 0)
+            return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid)
+    if secret is not None and settings.port != 0:
+        return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0)
     return None
 
 

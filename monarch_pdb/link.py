@@ -47,6 +47,10 @@ class Peer(Protocol):
     def tick(self, now: float) -> list[wire.Message]: ...
 
 
+REJECTED = wire.Error(text="authentication failed")
+"""Stands for the broker's unsigned `AUTH_FAILED` answer among decoded messages."""
+
+
 def _messages(sock: zmq.Socket, codec: wire.Codec) -> Iterator[wire.Message]:
     """Every message waiting on `sock` that passes the codec's checks; refused ones are counted."""
     while True:
@@ -54,6 +58,9 @@ def _messages(sock: zmq.Socket, codec: wire.Codec) -> Iterator[wire.Message]:
             frames = sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             return
+        if frames == wire.AUTH_FAILED:
+            yield REJECTED
+            continue
         try:
             yield codec.decode(frames)
         except wire.Refused:
@@ -77,6 +84,8 @@ class Link:
         self.events = events
         self.pid = os.getpid()
         self.ready = threading.Event()
+        self.rejected = threading.Event()
+        self.rejection = ""
         self.connection: discovery.Connection | None = None
         self.problem = ""
         self.context = zmq.Context()
@@ -119,11 +128,21 @@ class Link:
 
     def _run(self) -> None:
         while not self._stopping:
-            self.connection = self.locate()
+            try:
+                self.connection = self.locate()
+            except discovery.Insecure as problem:
+                self.refuse(str(problem))
+                self.connection = None
             if self.connection is None:
                 self._idle(1.0)
                 continue
             self._converse(self.connection)
+
+    def refuse(self, why: str) -> None:
+        """Nothing will work until the user fixes something: say what, where they will see it."""
+        self.problem = f" ({why})"
+        self.rejection = why
+        self.rejected.set()
 
     def _idle(self, seconds: float) -> None:
         if self._wake_rx.poll(seconds * 1000):
@@ -150,7 +169,7 @@ class Link:
 
     def _converse(self, conn: discovery.Connection) -> None:
         """Talk to one broker until it goes silent or we stop."""
-        codec = wire.Codec(conn.key)
+        codec = wire.Codec(conn.key, max_age=self.settings.max_age)
         self._subscribed = ""
         self._unanswered, self._resend = [], []
         dealer = self.context.socket(zmq.DEALER)
@@ -161,7 +180,7 @@ class Link:
         sub = self.context.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
-        sub_codec = wire.Codec(conn.key)
+        sub_codec = wire.Codec(conn.key, max_age=self.settings.max_age)
         poller = zmq.Poller()
         for sock in (dealer, self._wake_rx, sub) if self.events else (dealer, self._wake_rx):
             poller.register(sock, zmq.POLLIN)
@@ -218,6 +237,10 @@ class Link:
                      conn: discovery.Connection) -> list[wire.Message]:
         replies: list[wire.Message] = []
         for msg in _messages(dealer, codec):
+            if msg is REJECTED:
+                self.refuse("authentication failed: the broker refuses our messages; its secret is not the one "
+                            "we use (MONARCH_PDB_SECRET, or the connection file)")
+                continue
             if not isinstance(msg, wire.Unknown):
                 self._unanswered.clear()
             if isinstance(msg, wire.Welcome):

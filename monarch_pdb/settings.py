@@ -45,6 +45,7 @@ class Settings:
     port: int
     runtime_dir: str
     secret: str | None
+    secret_file: str | None
     broker_idle_exit: float
     connect_timeout: float
     heartbeat_interval: float
@@ -54,6 +55,7 @@ class Settings:
     session_history: int
     max_message: int
     max_sessions_per_connection: int
+    max_age: float
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -68,6 +70,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         port=_env_port(env, "MONARCH_DEBUG_SERVER_PORT", DEFAULT_PORT),
         runtime_dir=env.get("MONARCH_PDB_RUNTIME_DIR") or default_runtime_dir(env),
         secret=env.get("MONARCH_PDB_SECRET") or None,
+        secret_file=env.get("MONARCH_PDB_SECRET_FILE") or None,
         broker_idle_exit=_env_float(env, "MONARCH_PDB_BROKER_IDLE_EXIT", 300.0),
         connect_timeout=_env_float(env, "MONARCH_PDB_CONNECT_TIMEOUT", 5.0),
         heartbeat_interval=_env_float(env, "MONARCH_PDB_HEARTBEAT", 1.0),
@@ -77,4 +80,5 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         session_history=int(_env_float(env, "MONARCH_PDB_SESSION_HISTORY", 1024 * 1024)),
         max_message=int(_env_float(env, "MONARCH_PDB_MAX_MESSAGE", 8 * 1024 * 1024)),
         max_sessions_per_connection=int(_env_float(env, "MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION", 65536)),
+        max_age=_env_float(env, "MONARCH_PDB_MAX_AGE", 600.0),
     )

@@ -5,14 +5,16 @@ of the body, and the body, a msgpack map holding the protocol version (`v`), the
 the sender's random id (`s`) and counter (`n`), and the type's own fields. Nothing else in
 the project builds or reads these maps.
 
-A message that is too large, badly signed, replayed, undecodable, of an unknown type or with
-a field of the wrong type is refused with `Refused`; receivers count it and move on.
+A message that is too large, badly signed, replayed, too old (the signed time stamp `ts` is
+off by more than `max_age`), undecodable, of an unknown type or with a field of the wrong type
+is refused with `Refused`; receivers count it and move on.
 """
 
 import dataclasses
 import hashlib
 import hmac
 import os
+import time
 import types
 import typing
 from collections import Counter, OrderedDict
@@ -28,6 +30,10 @@ SIGNATURE_SIZE = 32
 MAX_BODY = 8 * 1024 * 1024
 MAX_OUTPUT = 1024 * 1024
 REPLAY_MEMORY = 65536
+MAX_AGE = 600.0
+AUTH_FAILED = [b"", b"monarch-pdb: authentication failed"]
+"""The one unsigned answer: what a broker sends to a peer whose messages fail the signature
+check, so that a shell with the wrong secret says so at once instead of waiting in silence."""
 
 
 class Refused(Exception):
@@ -454,6 +460,7 @@ class Codec:
 
     key: bytes
     max_body: int = MAX_BODY
+    max_age: float = MAX_AGE
     sender: bytes = field(default_factory=lambda: os.urandom(8))
     counter: int = 0
     guard: ReplayGuard = field(default_factory=ReplayGuard)
@@ -461,7 +468,7 @@ class Codec:
 
     def encode(self, msg: Message) -> list[bytes]:
         self.counter += 1
-        body = {"v": PROTOCOL, "t": msg.TYPE, "s": self.sender, "n": self.counter}
+        body = {"v": PROTOCOL, "t": msg.TYPE, "s": self.sender, "n": self.counter, "ts": time.time()}
         body.update(msg.__dict__)
         packed = msgpack.packb(body, use_bin_type=True)
         return [hmac.new(self.key, packed, hashlib.sha256).digest(), packed]
@@ -492,9 +499,11 @@ class Codec:
         cls = REGISTRY.get(body.get("t"))  # type: ignore[arg-type]
         if cls is None:
             raise Refused("unknown type")
-        sender, counter = body.get("s"), body.get("n")
-        if not isinstance(sender, bytes) or not isinstance(counter, int):
+        sender, counter, sent = body.get("s"), body.get("n"), body.get("ts")
+        if not isinstance(sender, bytes) or not isinstance(counter, int) or not isinstance(sent, float):
             raise Refused("no sender")
+        if abs(time.time() - sent) > self.max_age:
+            raise Refused("too old")
         values = {}
         for name, accepted, required in _SCHEMAS[cls]:
             if name not in body:

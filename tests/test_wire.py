@@ -5,19 +5,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 
 import msgpack
 import pytest
 import zmq
-from programs import settings_for
+from programs import EXAMPLES, Program, settings_for, wait_for_sessions
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
 
 KEY = b"k" * 32
+DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+NOW = time.time()
 
 
 def roundtrip(msg: wire.Message, sender: wire.Codec | None = None) -> wire.Message:
@@ -52,12 +56,14 @@ def frames_with(body: dict, key: bytes = KEY) -> list[bytes]:
         (frames_with({"v": 1, "t": "hello"}, key=b"wrong"), "bad signature"),
         (signed(b"\xc1"), "undecodable"),
         (signed(msgpack.packb([1, 2])), "wrong protocol"),
-        (frames_with({"v": 99, "t": "heartbeat", "s": b"s", "n": 1}), "wrong protocol"),
-        (frames_with({"v": 1, "t": "nosuch", "s": b"s", "n": 1}), "unknown type"),
+        (frames_with({"v": 99, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW}), "wrong protocol"),
+        (frames_with({"v": 1, "t": "nosuch", "s": b"s", "n": 1, "ts": NOW}), "unknown type"),
         (frames_with({"v": 1, "t": "heartbeat"}), "no sender"),
-        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "sid": "1", "cmd": 1, "line": "x"}), "wrong field type"),
-        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "sid": True, "cmd": 1, "line": "x"}), "wrong field type"),
-        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "cmd": 1, "line": "x"}), "missing field"),
+        (frames_with({"v": 1, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW - 3600}), "too old"),
+        (frames_with({"v": 1, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW + 3600}), "too old"),
+        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": "1", "cmd": 1, "line": "x"}), "wrong field type"),
+        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": True, "cmd": 1, "line": "x"}), "wrong field type"),
+        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "cmd": 1, "line": "x"}), "missing field"),
     ],
 )
 def test_bad_messages_are_refused_and_counted(frames, reason):
@@ -126,3 +132,60 @@ def test_a_second_standalone_broker_on_the_same_port_says_so(env, broker):
     second = subprocess.run([sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True,
                             text=True, timeout=20)
     assert second.returncode == 1 and "another broker already serves port 0" in second.stderr
+
+
+@pytest.mark.timeout(30)
+def test_a_shell_with_the_wrong_secret_is_told_at_once(env, broker):
+    started = time.monotonic()
+    done = subprocess.run([*DEBUG, "-c", "list"], env=dict(env, MONARCH_PDB_SECRET="not-the-secret"),
+                          capture_output=True, text=True, timeout=20)
+    assert time.monotonic() - started < 3
+    assert done.returncode == 2
+    assert done.stderr.startswith("monarch-pdb: authentication failed: the broker refuses our messages")
+    assert "not-the-secret" not in done.stderr + done.stdout
+
+
+@pytest.mark.timeout(30)
+def test_a_secret_readable_by_others_is_refused_with_the_fix(env, broker, tmp_path):
+    settings = settings_for(env)
+    os.chmod(discovery.connection_file(settings), 0o644)
+    done = subprocess.run([*DEBUG, "-c", "list"], env=env, capture_output=True, text=True, timeout=20)
+    path = discovery.connection_file(settings)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"monarch-pdb: {path} may be read by other users, so it cannot hold a secret; run: chmod 600 {path}"
+    os.chmod(path, 0o600)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(discovery.read_connection_file(settings).secret + "\n")
+    os.chmod(secret_file, 0o640)
+    done = subprocess.run([*DEBUG, "-c", "list"], env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 2 and f"run: chmod 600 {secret_file}" in done.stderr
+    os.chmod(secret_file, 0o600)
+    done = subprocess.run([*DEBUG, "-c", "list"], env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0 and done.stdout.strip() == "No active breakpoints."
+
+
+@pytest.mark.timeout(60)
+def test_the_audit_log_names_every_command_sent_to_ranks(env, tmp_path):
+    audit = tmp_path / "audit.log"
+    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker", "--audit", str(audit)], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    assert "listening on" in broker.stderr.readline()
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        wait_for_sessions(env, 16)
+        done = subprocess.run([*DEBUG, "-c", "cast debugee ranks(host=1) p rank", "-c", "attach debugee 2",
+                               "-c", "!x = 1", "-c", "detach", "-c", "continue"], env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+    finally:
+        program.stop()
+        broker.terminate()
+        broker.communicate(timeout=10)
+    lines = audit.read_text().splitlines()
+    who = r"\S+ \S+@\S+ pid \d+ job=debugging-\d+ actor=debugee"
+    assert len(lines) == 3
+    assert re.fullmatch(rf"{who} ranks=4-7 command='p rank'", lines[0])
+    assert re.fullmatch(rf"{who} ranks=2 command='!x = 1'", lines[1])
+    assert re.fullmatch(rf"{who} ranks=0-15 command='continue \(top level\)'", lines[2])
