@@ -66,9 +66,9 @@ def json_row(row: dict) -> dict:
             "line": row["lineno"], "state": row["state"]}
 
 
-def parse_rank(text: str) -> int:
-    if not text.isdigit():
-        raise CommandError(f"rank must be a non-negative whole number, not {text!r}")
+def whole_number(text: str, what: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise CommandError(f"{what} must be a non-negative whole number, not {text!r}")
     return int(text)
 
 
@@ -334,7 +334,7 @@ class DebugShell(cmd2.Cmd):
         if len(words) != 2:
             raise CommandError("usage: attach <actor> <rank> [--force]")
         job, actor = split_job(words[0])
-        rank = parse_rank(words[1])
+        rank = whole_number(words[1], "rank")
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         assert isinstance(reply, wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
@@ -362,9 +362,9 @@ class DebugShell(cmd2.Cmd):
             except (IndexError, ValueError):
                 raise usage from None
             args = args[:at] + args[at + 2:]
-        if len(args) != 2 or not args[1].isdigit():
+        if len(args) != 2:
             raise usage
-        name, count = args[0], int(args[1])
+        name, count = args[0], whole_number(args[1], "count")
         job, actor = ("", "") if name == "--any" else split_job(name)
 
         def stopped(rows: list[dict]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
 import socket
@@ -189,3 +190,46 @@ def test_the_audit_log_names_every_command_sent_to_ranks(env, tmp_path):
     assert re.fullmatch(rf"{who} ranks=4-7 command='p rank'", lines[0])
     assert re.fullmatch(rf"{who} ranks=2 command='!x = 1'", lines[1])
     assert re.fullmatch(rf"{who} ranks=0-15 command='continue \(top level\)'", lines[2])
+
+
+@pytest.mark.timeout(120)
+def test_thousands_of_connections_coming_and_going_leave_the_broker_serving(env, broker):
+    conn = discovery.read_connection_file(settings_for(env))
+    host, port = conn.router.removeprefix("tcp://").rsplit(":", 1)
+    for n in range(2000):
+        with socket.create_connection((host, int(port))) as raw:
+            if n % 2:
+                raw.sendall(os.urandom(64))
+    ctx = zmq.Context()
+    try:
+        for _ in range(200):
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.connect(conn.router)
+            dealer.send_multipart(wire.Codec(b"wrong").encode(wire.Hello(role="shell", name="x", host="h", pid=1)))
+            dealer.close(linger=0)
+    finally:
+        ctx.term()
+    done = subprocess.run([*DEBUG, "-c", "list"], env=env, capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0 and done.stdout.strip() == "No active breakpoints."
+    assert broker.poll() is None
+    fds = len(os.listdir(f"/proc/{broker.pid}/fd"))
+    assert fds < 100, f"the broker holds {fds} descriptors after the connections closed"
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_prints_100_mb_is_cut_with_a_note(env, tmp_path):
+    script = tmp_path / "big.py"
+    script.write_text("x = 1\nbreakpoint()\nprint('done')\n")
+    program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0"), script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 1)
+        done = subprocess.run([*DEBUG, "--json", "-c", "cast big ranks(0) p 'x' * 10**8", "-c", "cast big ranks(0) p x"],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        big, small = (json.loads(line) for line in done.stdout.splitlines())
+        [group] = big["groups"]
+        assert len(group["output"]) < 2 * wire.MAX_OUTPUT
+        assert group["output"].rstrip().endswith("more characters not shown")
+        assert small["groups"][0]["output"] == "1\n", "the rank goes on answering"
+    finally:
+        program.stop()
