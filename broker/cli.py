@@ -15,6 +15,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--port", type=int, help="port to listen on (MONARCH_DEBUG_SERVER_PORT, default 27000)")
     parser.add_argument("--idle-exit", type=float, metavar="SECONDS",
                         help="exit after this long with no rank or shell connected (default: never)")
+    parser.add_argument("--curve", action="store_true", default=None,
+                        help="encrypt every connection with CurveZMQ (MONARCH_PDB_CURVE=1)")
     parser.add_argument("--audit", metavar="FILE",
                         help="append one line per command sent to any rank: time, shell, job, actor, ranks, command")
     parser.add_argument("--embedded", action="store_true", help=argparse.SUPPRESS)
@@ -22,7 +24,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_module.load().with_overrides(host=args.host, port=args.port)
+    settings = settings_module.load().with_overrides(host=args.host, port=args.port, curve=args.curve)
     idle = args.idle_exit if args.idle_exit is not None else (settings.broker_idle_exit if args.embedded else 0.0)
     return server.run(settings, embedded=args.embedded, idle_exit=idle, audit=args.audit)
 

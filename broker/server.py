@@ -18,7 +18,7 @@ from typing import TextIO
 
 import zmq
 
-from monarch_pdb import discovery, ranks, wire
+from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight
 from monarch_pdb.broker.registry import LookupFailed, Peer, Registry, Session
 from monarch_pdb.settings import Settings
@@ -27,6 +27,7 @@ LOST_AFTER_BEATS = 3
 PROGRESS_EVERY = 0.25
 EVENT_HISTORY = 16384
 TOLD_UNSIGNED = 4096
+REFUSALS_LOGGED_EVERY = 10.0
 
 
 def log(text: str) -> None:
@@ -48,6 +49,8 @@ class Broker:
     """Peers already told that their signatures fail: each is told once."""
     next_cast: int = 1
     refused_logged: int = 0
+    refusals_logged_at: float = float("-inf")
+    latest_refusal: str = ""
     stopping: bool = False
 
     def __post_init__(self) -> None:
@@ -66,6 +69,9 @@ class Broker:
         self.pub.setsockopt(zmq.SNDHWM, EVENT_HISTORY)
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.followed = False
+        if self.settings.curve:
+            curve.serve(self.router, self.secret)
+            curve.serve(self.pub, self.secret)
         self.handlers = {
             wire.Hello: self.on_hello,
             wire.Heartbeat: self.on_heartbeat,
@@ -93,7 +99,7 @@ class Broker:
         self.pub.bind(f"tcp://{host}:0")
         router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
-        return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid())
+        return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve)
 
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
@@ -115,12 +121,14 @@ class Broker:
             if now >= next_tick:
                 next_tick = now + tick
                 self.reap(now)
+                self.summarize_refusals(now)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.event_seq))])
             if self.registry.peers:
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
                 log(f"idle for {self.idle_exit:g} s, exiting")
                 break
+        self.summarize_refusals(time.monotonic(), final=True)
         self.router.close()
         self.pub.close()
         self.context.term()
@@ -173,12 +181,17 @@ class Broker:
             handler(identity, msg)
 
     def note_refusal(self, reason: str) -> None:
-        """A summary line now and then, never one line per bad message."""
+        """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
+        self.latest_refusal = reason
+        self.summarize_refusals(time.monotonic())
+
+    def summarize_refusals(self, now: float, final: bool = False) -> None:
         total = sum(self.codec.refused.values())
-        if total >= 2 * self.refused_logged or total - self.refused_logged >= 1000:
-            self.refused_logged = total
-            counts = ", ".join(f"{n} {why}" for why, n in self.codec.refused.most_common())
-            log(f"dropped {total} bad messages so far ({counts}); latest: {reason}")
+        if total == self.refused_logged or (now - self.refusals_logged_at < REFUSALS_LOGGED_EVERY and not final):
+            return
+        self.refused_logged, self.refusals_logged_at = total, now
+        counts = ", ".join(f"{n} {why}" for why, n in self.codec.refused.most_common())
+        log(f"dropped {total} bad messages so far ({counts}); latest: {self.latest_refusal}")
 
     def reap(self, now: float) -> None:
         """Declare lost every peer that has been silent for a few heartbeats."""
@@ -529,7 +542,8 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
         log(f"cannot listen on {settings.host}:{settings.port}: {error}")
         return 1
     discovery.write_connection(settings, conn)
-    log(f"listening on {conn.router} (events on {conn.pub}) as {getpass.getuser()}, pid {os.getpid()}")
+    encrypted = ", encrypted with CURVE" if settings.curve else ""
+    log(f"listening on {conn.router} (events on {conn.pub}){encrypted} as {getpass.getuser()}, pid {os.getpid()}")
     if capacity:
         log(capacity)
     try:

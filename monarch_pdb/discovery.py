@@ -32,6 +32,7 @@ class Connection:
     pub: str
     secret: str
     pid: int
+    curve: bool = False
 
     @property
     def key(self) -> bytes:
@@ -141,7 +142,8 @@ def read_connection_file(settings: Settings) -> Connection | None:
     """The connection file's contents; Insecure if others could read it, None if unusable."""
     try:
         data = json.loads(read_private(connection_file(settings)))
-        return Connection(router=data["router"], pub=data["pub"], secret=data["secret"], pid=int(data["pid"]))
+        return Connection(router=data["router"], pub=data["pub"], secret=data["secret"], pid=int(data["pid"]),
+                          curve=bool(data.get("curve", False)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -160,9 +162,9 @@ def locate(settings: Settings) -> Connection | None:
     if broker_running(settings):
         conn = read_connection_file(settings)
         if conn is not None:
-            return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid)
+            return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
     if secret is not None and settings.port != 0:
-        return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0)
+        return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0, settings.curve)
     return None
 
 

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import zmq
 
-from monarch_pdb import discovery, wire
+from monarch_pdb import curve, discovery, wire
 from monarch_pdb.settings import Settings
 
 LOST_AFTER_BEATS = 3
@@ -176,10 +176,14 @@ class Link:
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.SNDHWM, 0)
         dealer.setsockopt(zmq.RCVHWM, 0)
+        if conn.curve:
+            curve.connect(dealer, conn.secret)
         dealer.connect(conn.router)
         sub = self.context.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
+        if conn.curve:
+            curve.connect(sub, conn.secret)
         sub_codec = wire.Codec(conn.key, max_age=self.settings.max_age)
         poller = zmq.Poller()
         for sock in (dealer, self._wake_rx, sub) if self.events else (dealer, self._wake_rx):

@@ -56,6 +56,7 @@ class Settings:
     max_message: int
     max_sessions_per_connection: int
     max_age: float
+    curve: bool
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -81,4 +82,5 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         max_message=int(_env_float(env, "MONARCH_PDB_MAX_MESSAGE", 8 * 1024 * 1024)),
         max_sessions_per_connection=int(_env_float(env, "MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION", 65536)),
         max_age=_env_float(env, "MONARCH_PDB_MAX_AGE", 600.0),
+        curve=env.get("MONARCH_PDB_CURVE", "").lower() in ("1", "true", "yes", "on"),
     )

@@ -233,3 +233,31 @@ def test_a_rank_that_prints_100_mb_is_cut_with_a_note(env, tmp_path):
         assert small["groups"][0]["output"] == "1\n", "the rank goes on answering"
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
+    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker", "--curve"], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    assert "encrypted with CURVE" in broker.stderr.readline()
+    script = tmp_path / "secretive.py"
+    script.write_text("token = 'classified-value-123'\nbreakpoint()\n")
+    program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0"), script, cwd=tmp_path)
+    try:
+        [row] = wait_for_sessions(env, 1)
+        done = subprocess.run([*DEBUG, "-c", "cast secretive ranks(0) p token"], env=env, capture_output=True,
+                              text=True, timeout=30)
+        assert done.stdout == "secretive ranks[0] (1)\n'classified-value-123'\n", done.stderr
+        conn = discovery.read_connection_file(settings_for(env))
+        assert conn.curve
+        ctx = zmq.Context()
+        plain = ctx.socket(zmq.DEALER)
+        plain.connect(conn.router)
+        plain.send_multipart(wire.Codec(conn.key).encode(wire.Hello(role="shell", name="x", host="h", pid=1)))
+        assert plain.poll(1500) == 0, "a peer without CURVE gets nothing back"
+        plain.close(linger=0)
+        ctx.term()
+    finally:
+        program.stop()
+        broker.terminate()
+        broker.communicate(timeout=10)

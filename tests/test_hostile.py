@@ -1,0 +1,123 @@
+"""A live broker with real paused ranks keeps serving them whatever else reaches its port."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import subprocess
+import sys
+
+import msgpack
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from programs import EXAMPLES, Program, settings_for, wait_for_sessions
+
+from monarch_pdb import discovery, wire
+from monarch_pdb.client.connection import ShellConnection
+
+INTS = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+FIELD_VALUES = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=False), st.text(max_size=20),
+                         st.binary(max_size=20), st.lists(INTS, max_size=3),
+                         st.dictionaries(st.text(max_size=5), INTS, max_size=3))
+BODIES = st.fixed_dictionaries(
+    {"v": st.sampled_from([1, 1, 2, "1"]), "t": st.sampled_from([*wire.REGISTRY, "nosuch", 7]),
+     "s": st.binary(min_size=8, max_size=8), "n": st.integers(min_value=1, max_value=2**40)},
+    optional={"ts": st.floats(allow_nan=False), "sid": FIELD_VALUES, "session": FIELD_VALUES, "line": FIELD_VALUES,
+              "actor": FIELD_VALUES, "rank": FIELD_VALUES, "selector": FIELD_VALUES, "role": FIELD_VALUES,
+              "rows": FIELD_VALUES, "cmd": FIELD_VALUES, "output": FIELD_VALUES},
+)
+
+
+@pytest.fixture
+def live(env):
+    """The broker, a 16-rank example paused in it, and a raw socket to throw things at it."""
+    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
+    assert "listening on" in broker.stderr.readline()
+    program = Program(env, EXAMPLES / "debugging.py")
+    ctx = zmq.Context()
+    try:
+        wait_for_sessions(env, 16)
+        conn = discovery.read_connection_file(settings_for(env))
+        shell = ShellConnection.open(settings_for(env))
+        yield broker, conn, ctx, shell
+        shell.close()
+    finally:
+        ctx.destroy(linger=0)
+        program.stop()
+        broker.terminate()
+        broker.communicate(timeout=10)
+
+
+def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]]) -> None:
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(router)
+    for frames in batches:
+        sock.send_multipart(frames)
+    sock.close(linger=2000)
+
+
+def still_answers(shell: ShellConnection) -> None:
+    result = shell.cast("debugee", "ranks(::5)", "p rank", timeout=10)
+    assert [(g[0], g[2]) for g in result.groups] == [(f"{r}\n", [r]) for r in (0, 5, 10, 15)] and not result.missing
+
+
+@pytest.mark.timeout(240)
+def test_fuzzed_messages_never_disturb_real_sessions(live):
+    broker, conn, ctx, shell = live
+    signer = wire.Codec(conn.key)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.one_of(
+        st.lists(st.binary(max_size=300), min_size=1, max_size=4),
+        BODIES.map(lambda body: signed(conn.key, msgpack.packb(body, use_bin_type=True))),
+        st.binary(max_size=200).map(lambda raw: signed(conn.key, raw)),
+    ), min_size=1, max_size=20))
+    def batch(frames_list):
+        throw(ctx, conn.router, frames_list)
+        still_answers(shell)
+
+    batch()
+    replayed = signer.encode(wire.Cast(ref=1, actor="debugee", selector="ranks(0)", line="!import os; os._exit(3)",
+                                       timeout=1.0))
+    throw(ctx, conn.router, [replayed, replayed])
+    still_answers(shell)
+    assert len(shell.wait_for_rows(lambda rows: True, 1)) == 16, "no session made, none lost"
+    assert broker.poll() is None
+
+
+def signed(key: bytes, packed: bytes) -> list[bytes]:
+    return [hmac.new(key, packed, hashlib.sha256).digest(), packed]
+
+
+@pytest.mark.timeout(120)
+def test_large_frames_and_a_flood_leave_memory_bounded_and_one_summary(live):
+    broker, conn, ctx, shell = live
+    rss_before = rss_kib(broker.pid)
+    big = os.urandom(8 * 1024 * 1024)
+    throw(ctx, conn.router, [[os.urandom(32), big]] * 4 + [[os.urandom(32), big + b"x" * 8192]])
+    throw(ctx, conn.router, [[os.urandom(32), os.urandom(100)]] * 20000)
+    still_answers(shell)
+    assert rss_kib(broker.pid) - rss_before < 64 * 1024, "the broker keeps no copy of what it refused"
+    broker.terminate()
+    _, log = broker.communicate(timeout=10)
+    summaries = [line for line in log.splitlines() if "bad messages so far" in line]
+    assert 1 <= len(summaries) <= 3, f"{len(summaries)} summary lines for 20,005 bad messages"
+    assert summaries[-1].startswith("monarch-pdb broker: dropped 2000"), "the last one counts them all"
+    assert conn.secret not in log
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.timeout(30)
+def test_listening_beyond_loopback_without_a_secret_is_refused(env):
+    done = subprocess.run([sys.executable, "-m", "monarch_pdb.broker", "--host", "0.0.0.0"], env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("monarch-pdb broker: refusing to listen on 0.0.0.0 without a secret: "
+                                   "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
