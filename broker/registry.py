@@ -156,6 +156,17 @@ class Registry:
         if holder is not None:
             holder.sessions.discard(sess.id)
 
+    def adopt(self, old: bytes, new: bytes) -> None:
+        """A process that reconnected on a new socket before its old one was declared lost:
+        its sessions move to the new connection instead of being listed twice."""
+        previous = self.peers.pop(old)
+        for sess_id in previous.sessions:
+            sess = self.sessions[sess_id]
+            del self.by_agent[(old, sess.sid)]
+            sess.peer = new
+            self.by_agent[(new, sess.sid)] = sess_id
+        self.peers[new].sessions |= previous.sessions
+
     def drop_peer(self, identity: bytes) -> tuple[Peer | None, list[Session]]:
         """Forget a peer; return the sessions that died with it (an agent) or that it held (a shell)."""
         peer = self.peers.pop(identity, None)

@@ -265,6 +265,10 @@ class Broker:
             identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
             user=msg.user, last_seen=time.monotonic(),
         )
+        if msg.role == "agent":
+            for old, peer in list(self.registry.peers.items()):
+                if old != identity and peer.role == "agent" and (peer.name, peer.host, peer.pid) == (msg.name, msg.host, msg.pid):
+                    self.registry.adopt(old, identity)
         if first_of_job:
             log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
         pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)

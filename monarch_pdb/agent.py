@@ -72,7 +72,7 @@ class Agent:
             conn = discovery.start_embedded_broker(self.settings)
         if conn is None:
             remote = "" if discovery.is_local(self.settings.host) else "; for a remote broker set MONARCH_PDB_SECRET"
-            self.link.problem = f" (no running broker's file at {discovery.connection_file(self.settings)}{remote})"
+            raise discovery.NotFound(f"no running broker's file at {discovery.connection_file(self.settings)}{remote}")
         return conn
 
     def clip(self, text: str) -> str:

@@ -39,6 +39,10 @@ class Connection:
         return self.secret.encode()
 
 
+class NotFound(Exception):
+    """No broker is known; the text says where we looked."""
+
+
 class Insecure(Exception):
     """A file holding a secret that other users could read; the text says how to fix it."""
 

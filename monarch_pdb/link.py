@@ -130,6 +130,9 @@ class Link:
         while not self._stopping:
             try:
                 self.connection = self.locate()
+            except discovery.NotFound as problem:
+                self.problem = f" ({problem})"
+                self.connection = None
             except discovery.Insecure as problem:
                 self.refuse(str(problem))
                 self.connection = None
