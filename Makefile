@@ -21,7 +21,7 @@ test: $(INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(INSTALLED)
-	$(BIN)/python benchmarks/run.py $(if $(QUICK),--quick)
+	$(BIN)/python benchmarks/run.py $(if $(QUICK),--quick) $(if $(SCALE),--scale)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -100,14 +100,19 @@ class Relay(_Floor):
 
 class FanOut(_Floor):
     """Floor B: one ROUTER sends a request to each of `peers` DEALER processes and gathers
-    every answer."""
+    every answer. With `per_peer` > 1 each peer answers that many requests, as one process
+    emulating many ranks does: the same message count as a cast to peers * per_peer ranks."""
 
-    def __init__(self, peers: int) -> None:
+    def __init__(self, peers: int, per_peer: int = 1) -> None:
         super().__init__()
         self.peers = peers
+        self.per_peer = per_peer
 
     def _start(self) -> None:
         self.router = self.context.socket(zmq.ROUTER)
+        # A ROUTER drops what exceeds a peer's high-water mark; per_peer may be thousands.
+        self.router.setsockopt(zmq.SNDHWM, 0)
+        self.router.setsockopt(zmq.RCVHWM, 0)
         address = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
         for n in range(self.peers):
             self._peer("echo", f"rank-{n}", address)
@@ -119,7 +124,8 @@ class FanOut(_Floor):
             self.identities.append(self.router.recv_multipart()[0])
 
     def round_trips(self, warmup: int, repeat: int) -> list[int]:
-        request, router, identities = self.request, self.router, self.identities
+        request, router = self.request, self.router
+        identities = self.identities * self.per_peer
 
         def once() -> None:
             for identity in identities:

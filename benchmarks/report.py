@@ -80,13 +80,13 @@ def _cell(key: str, value: object) -> str:
     return str(value)
 
 
-def table(rows: list[dict]) -> str:
-    cells = [[_cell(key, row[key]) for key, _, _ in COLUMNS] for row in rows]
-    headers = [title for _, title, _ in COLUMNS]
+def table(rows: list[dict], columns: tuple[tuple[str, str, str], ...] = COLUMNS) -> str:
+    cells = [[_cell(key, row.get(key)) for key, _, _ in columns] for row in rows]
+    headers = [title for _, title, _ in columns]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
 
     def line(values: list[str]) -> str:
-        return "  ".join(f"{v:{align}{w}}" for v, w, (_, _, align) in zip(values, widths, COLUMNS)).rstrip()
+        return "  ".join(f"{v:{align}{w}}" for v, w, (_, _, align) in zip(values, widths, columns)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])
 

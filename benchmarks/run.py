@@ -1,10 +1,11 @@
 """Benchmark monarch-pdb against raw pyzmq floors measured in the same run.
 
-    .venv/bin/python benchmarks/run.py [--quick]      (or: make bench [QUICK=1])
+    .venv/bin/python benchmarks/run.py [--quick] [--scale]      (or: make bench [QUICK=1])
 
 Prints a table and writes benchmarks/results/latest.json. The targets are DESIGN.md's
 "Performance targets" for 16 ranks: an attached `p` within 2x of the raw relay floor, a cast
-to 16 ranks under 5 ms, `list` under 200 ms.
+to 16 ranks under 5 ms, `list` under 200 ms. `--scale` then adds thousands of emulated ranks
+(scale.py: 256 to 16,384; with --quick 256 and 1,024), which takes several minutes.
 
 Floors and product measures run in alternating batches, every process started once up front:
 on a small shared machine the background load drifts by tens of percent within a minute, and
@@ -23,6 +24,7 @@ from pathlib import Path
 import debugger
 import floors
 import report
+import scale
 from report import Result, Target
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -40,7 +42,9 @@ WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20}
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
-    mode = "quick" if parser.parse_args().quick else "full"
+    parser.add_argument("--scale", action="store_true", help="add the emulated-rank scale measures")
+    args = parser.parse_args()
+    mode = "quick" if args.quick else "full"
     # `make` and CI stop us with SIGTERM: unwind like Ctrl-C, so every process started is ended.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
@@ -60,6 +64,22 @@ def main() -> int:
             say(f"round {n + 1} of {ROUNDS[mode]}")
             for name, measure in measures.items():
                 samples[name] += measure(WARMUP[name], REPEAT[mode][name] // ROUNDS[mode])
+    # After the 16-rank run's processes are gone, so neither measure loads the other.
+    scaled: list[Result] = []
+    resources: list[dict] = []
+    if args.scale:
+        with tempfile.TemporaryDirectory(prefix="monarch-pdb-scale-") as workdir:
+            for processes, per_process in scale.SHAPES[mode]:
+                say(f"scale: {processes} x {per_process} emulated ranks")
+                try:
+                    results, row = scale.measure_shape(processes, per_process, Path(workdir) / f"{processes}x{per_process}", say)
+                except RuntimeError as failure:  # a shape the product cannot take is a finding, not the end
+                    say(f"scale: {processes} x {per_process} failed: {failure}")
+                    resources.append({"ranks": processes * per_process, "shape": f"{processes} x {per_process}",
+                                      "failed": str(failure)})
+                    continue
+                scaled += results
+                resources.append(row)
 
     floor_a = Result("raw relay round trip (floor A)", samples["relay"])
     floor_b = Result(f"raw fan-out/gather x{debugger.RANKS} (floor B)", samples["fan_out"])
@@ -69,12 +89,16 @@ def main() -> int:
         Result("attached `p rank`", samples["attached"], floor=floor_a, target=Target(2.0, relative=True)),
         Result(f"cast ranks(:) `p rank`, {debugger.RANKS} ranks", samples["cast"], floor=floor_b, target=Target(5.0)),
         Result(f"list, {debugger.RANKS} sessions", samples["list"], target=Target(200.0)),
+        *scaled,
     ]
     rows = [result.row() for result in results]
     print(report.table(rows))
+    if resources:
+        print()
+        print(report.table(resources, scale.RESOURCE_COLUMNS))
     report.write_json(RESULTS, rows, {
         "mode": mode, "ranks": debugger.RANKS, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP,
-        "floor_messages": floors.message_sizes(),
+        "floor_messages": floors.message_sizes(), "scale_resources": resources,
     })
     say(f"wrote {RESULTS}")
     return 0
