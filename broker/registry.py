@@ -6,6 +6,7 @@ Plain data and lookups; no sockets here, so the rules can be read in one place.
 from __future__ import annotations
 
 import secrets
+from sys import intern
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
@@ -52,7 +53,8 @@ class Session:
     resumed: bool = False
     cmd: int = 0
     cast: int = 0
-    queued: list[tuple[int, str]] = field(default_factory=list)
+    queued: tuple[tuple[int, str], ...] = ()
+    """Lines of other shells' casts waiting for this session's current one (rarely any)."""
     fresh: bool = True
     released: bool = False
     holder: bytes | None = None
@@ -107,6 +109,9 @@ class LookupFailed(Exception):
 
 @dataclass
 class Registry:
+    """Every session of every peer. Names that thousands of sessions share (job, actor, host,
+    function, file, coordinate names) are interned: one copy each, not one per session."""
+
     history_limit: int = 1024 * 1024
     peers: dict[bytes, Peer] = field(default_factory=dict)
     sessions: dict[int, Session] = field(default_factory=dict)
@@ -125,8 +130,9 @@ class Registry:
         sess = self.session_of(peer, msg.sid)
         if sess is None:
             sess = Session(
-                id=self.next_id, peer=peer, sid=msg.sid, job=msg.job, actor=msg.actor,
-                rank=msg.rank, coords=msg.coords, host=msg.host, pid=msg.pid,
+                id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
+                rank=msg.rank, coords={intern(k): v for k, v in msg.coords.items()}, host=intern(msg.host),
+                pid=msg.pid,
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
@@ -136,8 +142,8 @@ class Registry:
         newly = sess.fresh or sess.released or (msg.reason == "post-mortem" and sess.reason != "post-mortem")
         sess.fresh = sess.released = False
         sess.paused = True
-        sess.function, sess.filename, sess.lineno = msg.function, msg.filename, msg.lineno
-        sess.prompt, sess.reason, sess.exc = msg.prompt, msg.reason, msg.exc
+        sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
+        sess.prompt, sess.reason, sess.exc = intern(msg.prompt), intern(msg.reason), msg.exc
         return sess, newly
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:

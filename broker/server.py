@@ -429,7 +429,7 @@ class Broker:
         self.casts[cast.id] = cast
         for sess in chosen:
             if sess.cast:
-                sess.queued.append((cast.id, msg.line))
+                sess.queued += ((cast.id, msg.line),)
                 cast.pending[sess.id] = sess.rank
             elif sess.paused:
                 cast.pending[sess.id] = sess.rank
@@ -445,7 +445,7 @@ class Broker:
     def run_queued(self, sess: Session) -> None:
         """A session busy with one shell's cast takes the next shell's line when it is done."""
         while sess.queued and sess.paused:
-            cast_id, line = sess.queued.pop(0)
+            (cast_id, line), sess.queued = sess.queued[0], sess.queued[1:]
             if cast_id in self.casts:
                 self.run_cast_line(sess, cast_id, line)
 
@@ -455,7 +455,7 @@ class Broker:
         for sess_id in cast.pending:
             sess = self.registry.sessions.get(sess_id)
             if sess is not None:
-                sess.queued = [(c, line) for c, line in sess.queued if c != cast.id]
+                sess.queued = tuple((c, line) for c, line in sess.queued if c != cast.id)
                 if sess.cast == cast.id:
                     sess.cast = 0
         del self.casts[cast.id]
