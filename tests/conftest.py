@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -106,8 +104,8 @@ def stop_brokers(marker: str) -> None:
 @pytest.fixture
 def broker(env):
     """A standalone broker, as `monarch-pdb broker` runs one, so a shell can open first."""
-    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
-    assert "listening on" in proc.stderr.readline()
+    from programs import start_broker, stop_broker
+
+    proc, _ = start_broker(env)
     yield proc
-    proc.terminate()
-    proc.communicate(timeout=10)
+    stop_broker(proc)

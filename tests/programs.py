@@ -52,3 +52,19 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         return rows
     finally:
         conn.close()
+
+
+def start_broker(env: dict[str, str], *args: str) -> tuple[subprocess.Popen, str]:
+    """`python -m monarch_pdb.broker ARGS` in the foreground; returns it and its first line,
+    once it says it listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()
+    assert "listening on" in first, first
+    return proc, first
+
+
+def stop_broker(proc: subprocess.Popen) -> str:
+    """Stop it as SIGTERM would in production; returns what else it logged."""
+    proc.terminate()
+    return proc.communicate(timeout=10)[1]

@@ -13,7 +13,7 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from programs import EXAMPLES, Program, settings_for, wait_for_sessions
+from programs import EXAMPLES, Program, settings_for, start_broker, stop_broker, wait_for_sessions
 
 from monarch_pdb import discovery, wire
 from monarch_pdb.client.connection import ShellConnection
@@ -34,8 +34,7 @@ BODIES = st.fixed_dictionaries(
 @pytest.fixture
 def live(env):
     """The broker, a 16-rank example paused in it, and a raw socket to throw things at it."""
-    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
-    assert "listening on" in broker.stderr.readline()
+    broker, _ = start_broker(env)
     program = Program(env, EXAMPLES / "debugging.py")
     ctx = zmq.Context()
     try:
@@ -47,8 +46,8 @@ def live(env):
     finally:
         ctx.destroy(linger=0)
         program.stop()
-        broker.terminate()
-        broker.communicate(timeout=10)
+        if broker.poll() is None:
+            stop_broker(broker)
 
 
 def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]]) -> None:
@@ -101,8 +100,7 @@ def test_large_frames_and_a_flood_leave_memory_bounded_and_one_summary(live):
     throw(ctx, conn.router, [[os.urandom(32), os.urandom(100)]] * 20000)
     still_answers(shell)
     assert rss_kib(broker.pid) - rss_before < 64 * 1024, "the broker keeps no copy of what it refused"
-    broker.terminate()
-    _, log = broker.communicate(timeout=10)
+    log = stop_broker(broker)
     summaries = [line for line in log.splitlines() if "bad messages so far" in line]
     assert 1 <= len(summaries) <= 3, f"{len(summaries)} summary lines for 20,005 bad messages"
     assert summaries[-1].startswith("monarch-pdb broker: dropped 2000"), "the last one counts them all"

@@ -7,13 +7,11 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import EXAMPLES, Program, wait_for_sessions
+from programs import EXAMPLES, Program, start_broker, stop_broker, wait_for_sessions
 from shell_driver import ShellDriver
 
 NESTED = textwrap.dedent('''
@@ -253,10 +251,9 @@ def test_detach_while_the_rank_runs_leaves_it_running(env, tmp_path, shell):
 @pytest.mark.timeout(60)
 def test_a_secret_from_the_environment_reaches_a_broker_by_address_alone(env, tmp_path):
     secret_env = dict(env, MONARCH_PDB_SECRET="s3cret-for-test")
-    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=secret_env,
-                              stderr=subprocess.PIPE, text=True)
+    broker, first = start_broker(secret_env)
     try:
-        port = re.search(r"listening on tcp://127\.0\.0\.1:(\d+)", broker.stderr.readline()).group(1)
+        port = re.search(r"listening on tcp://127\.0\.0\.1:(\d+)", first).group(1)
         elsewhere = dict(secret_env, MONARCH_DEBUG_SERVER_PORT=port, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "other"))
         program = run_script(elsewhere, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="1")
         try:
@@ -270,8 +267,7 @@ def test_a_secret_from_the_environment_reaches_a_broker_by_address_alone(env, tm
         finally:
             program.stop()
     finally:
-        broker.terminate()
-        broker.communicate(timeout=10)
+        stop_broker(broker)
 
 
 @pytest.mark.timeout(90)
@@ -378,16 +374,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_broker(env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.PIPE, text=True)
-    assert "listening on" in proc.stderr.readline()
-    return proc
-
-
 @pytest.mark.timeout(120)
 def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
     env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()))
-    broker = start_broker(env)
+    broker, _ = start_broker(env)
     program = Program(env, EXAMPLES / "debugging.py")
     try:
         before = wait_for_sessions(env, 16)
@@ -396,7 +386,7 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         sh.command("attach debugee 13")
         broker.kill()
         broker.wait()
-        broker = start_broker(env)
+        broker, _ = start_broker(env)
         after = wait_for_sessions(env, 16, timeout=5)
         assert [(r["rank"], r["lineno"], r["state"]) for r in after] == [(r["rank"], r["lineno"], r["state"]) for r in before]
         out = sh.command("p rank")
@@ -406,8 +396,7 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         sh.kill()
     finally:
         program.stop()
-        broker.terminate()
-        broker.communicate(timeout=10)
+        stop_broker(broker)
 
 
 @pytest.mark.timeout(90)

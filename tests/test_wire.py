@@ -15,7 +15,7 @@ import time
 import msgpack
 import pytest
 import zmq
-from programs import EXAMPLES, Program, settings_for, wait_for_sessions
+from programs import EXAMPLES, Program, settings_for, start_broker, stop_broker, wait_for_sessions
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
@@ -170,9 +170,7 @@ def test_a_secret_readable_by_others_is_refused_with_the_fix(env, broker, tmp_pa
 @pytest.mark.timeout(60)
 def test_the_audit_log_names_every_command_sent_to_ranks(env, tmp_path):
     audit = tmp_path / "audit.log"
-    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker", "--audit", str(audit)], env=env,
-                              stderr=subprocess.PIPE, text=True)
-    assert "listening on" in broker.stderr.readline()
+    broker, _ = start_broker(env, "--audit", str(audit))
     program = Program(env, EXAMPLES / "debugging.py")
     try:
         wait_for_sessions(env, 16)
@@ -182,8 +180,7 @@ def test_the_audit_log_names_every_command_sent_to_ranks(env, tmp_path):
         assert done.returncode == 0, done.stderr
     finally:
         program.stop()
-        broker.terminate()
-        broker.communicate(timeout=10)
+        stop_broker(broker)
     lines = audit.read_text().splitlines()
     who = r"\S+ \S+@\S+ pid \d+ job=debugging-\d+ actor=debugee"
     assert len(lines) == 3
@@ -237,9 +234,8 @@ def test_a_rank_that_prints_100_mb_is_cut_with_a_note(env, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
-    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker", "--curve"], env=env,
-                              stderr=subprocess.PIPE, text=True)
-    assert "encrypted with CURVE" in broker.stderr.readline()
+    broker, first = start_broker(env, "--curve")
+    assert "encrypted with CURVE" in first
     script = tmp_path / "secretive.py"
     script.write_text("token = 'classified-value-123'\nbreakpoint()\n")
     program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0"), script, cwd=tmp_path)
@@ -259,8 +255,7 @@ def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
         ctx.term()
     finally:
         program.stop()
-        broker.terminate()
-        broker.communicate(timeout=10)
+        stop_broker(broker)
 
 
 @pytest.mark.timeout(30)
