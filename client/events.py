@@ -27,8 +27,8 @@ def places(wheres: list[str]) -> str:
     """`debugging.py:11,15` for lines of one file; each place in full when files differ."""
     files = {w.rpartition(":")[0] for w in wheres}
     if len(files) == 1:
-        lines = sorted(w.rpartition(":")[2] for w in wheres)
-        return f"{files.pop()}:{','.join(sorted(lines, key=lambda n: (len(n), n)))}"
+        lines = sorted((w.rpartition(":")[2] for w in wheres), key=lambda n: (len(n), n))
+        return f"{files.pop()}:{','.join(lines)}"
     return ", ".join(sorted(wheres))
 
 

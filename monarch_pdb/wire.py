@@ -346,16 +346,14 @@ class Event(Message):
     detail: str = ""
 
     def row(self) -> list:
-        return [self.seq, self.kind, self.job, self.actor, self.rank, self.where, self.detail]
+        return [getattr(self, name) for name, _, _ in _SCHEMAS[Event]]
 
     @classmethod
     def from_row(cls, row: object) -> "Event":
-        types_ = (int, str, str, str, int, str, str)
-        if not isinstance(row, list) or len(row) != len(types_) or not all(
-            isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types_)
-        ):
+        """An event sent as `row()`, checked like any message's fields."""
+        if not isinstance(row, list) or len(row) != len(_SCHEMAS[cls]):
             raise Refused("wrong field type")
-        return cls(*row)
+        return build(cls, {name: value for (name, _, _), value in zip(_SCHEMAS[cls], row)})
 
 
 @message("printed")
@@ -504,18 +502,25 @@ class Codec:
             raise Refused("no sender")
         if abs(time.time() - sent) > self.max_age:
             raise Refused("too old")
-        values = {}
-        for name, accepted, required in _SCHEMAS[cls]:
-            if name not in body:
-                if required:
-                    raise Refused("missing field")
-                continue
-            value = body[name]
-            if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-                raise Refused("wrong field type")
-            values[name] = value
+        msg = build(cls, body)
         self.guard.admit(sender, counter)
-        return cls(**values)
+        return msg
+
+
+def build(cls: type[Message], fields: dict) -> Message:
+    """A message of type `cls` from decoded fields, each present when required and of its
+    declared type (a bool is not an int here), or `Refused`."""
+    values = {}
+    for name, accepted, required in _SCHEMAS[cls]:
+        if name not in fields:
+            if required:
+                raise Refused("missing field")
+            continue
+        value = fields[name]
+        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+            raise Refused("wrong field type")
+        values[name] = value
+    return cls(**values)
 
 
 def clip(text: str, limit: int = MAX_OUTPUT) -> str:
