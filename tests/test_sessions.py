@@ -88,6 +88,11 @@ PLAIN = textwrap.dedent('''
 ''')
 
 
+def run_train(env, tmp_path, rank: int, **extra):
+    """PLAIN as any process outside a mesh runs: PYTHONBREAKPOINT, and a launcher's RANK."""
+    return run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK=str(rank), **extra)
+
+
 def run_script(env, tmp_path, name, text, **extra):
     script = tmp_path / name
     script.write_text(text)
@@ -185,8 +190,7 @@ def test_64_sessions_in_one_process_group_into_two_blocks(env, tmp_path, shell):
 
 @pytest.mark.timeout(90)
 def test_any_process_with_pythonbreakpoint_and_launcher_identity(env, tmp_path, shell):
-    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace",
-                         RANK="3", LOCAL_RANK="1", GROUP_RANK="0", WORLD_SIZE="4")
+    program = run_train(env, tmp_path, 3, LOCAL_RANK="1", GROUP_RANK="0", WORLD_SIZE="4")
     try:
         [row] = wait_for_sessions(env, 1)
         assert (row["actor"], row["rank"], row["coords"], row["function"]) == ("train", 3, {"host": 0, "gpu": 1}, "train.train_step")
@@ -202,7 +206,7 @@ def test_any_process_with_pythonbreakpoint_and_launcher_identity(env, tmp_path, 
 
 @pytest.mark.timeout(90)
 def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
-    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="5")
+    program = run_train(env, tmp_path, 5)
     try:
         [row] = wait_for_sessions(env, 1)
         sh = shell()
@@ -222,7 +226,7 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
 def test_an_event_does_not_break_the_line_being_typed(env, tmp_path, broker, shell):
     sh = shell()
     sh.child.send("li")
-    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="2")
+    program = run_train(env, tmp_path, 2)
     try:
         sh.expect(r"train 2 stopped at train\.py:5")
         assert sh.command("st", shown="list").count("| train ") == 1
@@ -232,7 +236,7 @@ def test_an_event_does_not_break_the_line_being_typed(env, tmp_path, broker, she
 
 @pytest.mark.timeout(60)
 def test_detach_while_the_rank_runs_leaves_it_running(env, tmp_path, shell):
-    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="4")
+    program = run_train(env, tmp_path, 4)
     try:
         wait_for_sessions(env, 1)
         sh = shell()
@@ -255,7 +259,7 @@ def test_a_secret_from_the_environment_reaches_a_broker_by_address_alone(env, tm
     try:
         port = re.search(r"listening on tcp://127\.0\.0\.1:(\d+)", first).group(1)
         elsewhere = dict(secret_env, MONARCH_DEBUG_SERVER_PORT=port, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "other"))
-        program = run_script(elsewhere, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="1")
+        program = run_train(elsewhere, tmp_path, 1)
         try:
             wait_for_sessions(elsewhere, 1)
             sh = ShellDriver(elsewhere)
@@ -272,10 +276,8 @@ def test_a_secret_from_the_environment_reaches_a_broker_by_address_alone(env, tm
 
 @pytest.mark.timeout(90)
 def test_two_jobs_share_one_broker_and_are_told_apart(env, tmp_path, shell):
-    first = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0",
-                       MONARCH_PDB_JOB="alpha")
-    second = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0",
-                        MONARCH_PDB_JOB="beta")
+    first = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="alpha")
+    second = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="beta")
     try:
         wait_for_sessions(env, 2)
         sh = shell()
@@ -300,7 +302,7 @@ def test_two_jobs_share_one_broker_and_are_told_apart(env, tmp_path, shell):
 
 @pytest.mark.timeout(90)
 def test_one_holder_per_session_force_takes_over_and_a_killed_shell_lets_go(env, tmp_path, shell):
-    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0")
+    program = run_train(env, tmp_path, 0)
     try:
         wait_for_sessions(env, 1)
         first, second = shell(), shell()
@@ -327,7 +329,7 @@ def test_one_holder_per_session_force_takes_over_and_a_killed_shell_lets_go(env,
 
 @pytest.mark.timeout(90)
 def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
-    program = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="6")
+    program = run_train(env, tmp_path, 6)
     try:
         wait_for_sessions(env, 1)
         sh = shell()
@@ -347,13 +349,11 @@ def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
 
 @pytest.mark.timeout(90)
 def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, shell):
-    first = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0",
-                       MONARCH_PDB_JOB="first")
+    first = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="first")
     second = None
     try:
         wait_for_sessions(env, 1)
-        second = run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="1",
-                            MONARCH_PDB_JOB="second")
+        second = run_train(env, tmp_path, 1, MONARCH_PDB_JOB="second")
         wait_for_sessions(env, 2)
         sh = shell()
         sh.command("cast first:train ranks(0) c")
@@ -432,7 +432,7 @@ def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_pat
 def test_a_rank_with_no_broker_says_where_it_looked_and_can_give_up(env, tmp_path):
     nowhere = dict(env, MONARCH_DEBUG_SERVER_HOST="127.0.0.2", MONARCH_DEBUG_SERVER_PORT=str(free_port()),
                    MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1")
-    program = run_script(nowhere, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0")
+    program = run_train(nowhere, tmp_path, 0)
     code, output = program.finish()
     port = nowhere["MONARCH_DEBUG_SERVER_PORT"]
     assert f"train rank 0 (pid {program.proc.pid}) is paused at a breakpoint, but no debug broker answers at 127.0.0.2:{port}" in output
