@@ -88,7 +88,10 @@ class Session:
     def replay(self) -> str:
         """What the session printed since the last line sent to it."""
         note = f"*** {self.dropped} earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)\n" if self.dropped else ""
-        return note + "".join(text for n, text in self.log if n > self.input_seq)
+        since = len(self.log)
+        while since and self.log[since - 1][0] > self.input_seq:
+            since -= 1
+        return note + "".join(text for _, text in self.log[since:])
 
     def forget_output(self) -> None:
         self.input_seq = self.out_seq
