@@ -36,9 +36,8 @@ class Line:
 class OutputSource(Protocol):
     """A session's pdb output, sent on its own once it has sat idle for OUTPUT_IDLE."""
 
-    def has_output(self) -> bool: ...
-
-    def take_idle(self, now: float) -> str: ...
+    def take_idle(self, now: float) -> str | None:
+        """Idle output, "" while output is still being written, None when there is none."""
 
 
 class Agent:
@@ -60,6 +59,9 @@ class Agent:
         self._sources: dict[int, OutputSource] = {}
         self._waiting: dict[int, wire.Prompt] = {}
         self._unsent: list[int] = []
+        self._printing: set[int] = set()
+        """Sessions that wrote output since the link last looked: only these are looked at, so
+        a process with thousands of paused sessions does no work per session when one prints."""
         self._sids = itertools.count(1)
         self._lock = threading.Lock()
         self.loose_sessions: dict[int, Any] = {}
@@ -95,7 +97,14 @@ class Agent:
             self._inboxes.pop(sid, None)
             self._sources.pop(sid, None)
             self._waiting.pop(sid, None)
+            self._printing.discard(sid)
         self.link.post(ended)
+
+    def printing(self, sid: int) -> None:
+        """A session wrote output while running: the link sends it once it sits idle."""
+        with self._lock:
+            self._printing.add(sid)
+        self.link.post()
 
     def wait_for_input(self, prompt: wire.Prompt) -> None:
         """Announce that a session waits; kept so a new broker learns of it after a restart."""
@@ -148,16 +157,21 @@ class Agent:
     def idle_delay(self) -> float | None:
         if self._unsent:
             return 0.0
-        return OUTPUT_IDLE if any(s.has_output() for s in list(self._sources.values())) else None
+        return OUTPUT_IDLE if self._printing else None
 
     def tick(self, now: float) -> list[wire.Message]:
-        """Prompts first (each took its output before anything queued after it), then idle output."""
+        """Prompts first (each took its output before anything queued after it), then idle output.
+
+        A session is forgotten here only under both locks, so a write racing with that tells
+        the agent again."""
         with self._lock:
             out: list[wire.Message] = [self._waiting[s] for s in self._unsent if s in self._waiting]
             self._unsent.clear()
-            sources = list(self._sources.items())
-        for sid, source in sources:
-            text = source.take_idle(now)
-            if text:
-                out.append(wire.Output(sid=sid, text=self.clip(text)))
+            for sid in list(self._printing):
+                source = self._sources.get(sid)
+                text = source.take_idle(now) if source is not None else None
+                if text is None:
+                    self._printing.discard(sid)
+                elif text:
+                    out.append(wire.Output(sid=sid, text=self.clip(text)))
         return out

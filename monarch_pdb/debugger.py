@@ -8,6 +8,7 @@ while a command runs (a `!` statement that prints, say) follows after a short id
 from __future__ import annotations
 
 import bdb
+import functools
 import os
 import pdb
 import threading
@@ -32,12 +33,18 @@ class SessionIO:
         self._chunks: list[str] = []
         self._last_write = 0.0
         self._last_chunk = ""
+        self._told = False
+        self.on_output: Callable[[], None] = lambda: None
+        """Called when text is written and the agent has not been told since it last found none."""
 
     def write(self, text: str) -> int:
         with self._lock:
             self._chunks.append(text)
             self._last_chunk = text
             self._last_write = time.monotonic()
+            tell, self._told = not self._told, True
+        if tell:
+            self.on_output()
         return len(text)
 
     def writelines(self, lines: list[str]) -> None:
@@ -57,12 +64,14 @@ class SessionIO:
     def fileno(self) -> int:
         raise OSError("a monarch-pdb session has no file descriptor")
 
-    def has_output(self) -> bool:
-        return bool(self._chunks)
-
-    def take_idle(self, now: float) -> str:
+    def take_idle(self, now: float) -> str | None:
+        """What was written before the last OUTPUT_IDLE seconds; "" while writing goes on;
+        None when nothing is left, after which the next write tells the agent again."""
         with self._lock:
-            if not self._chunks or now - self._last_write < OUTPUT_IDLE:
+            if not self._chunks:
+                self._told = False
+                return None
+            if now - self._last_write < OUTPUT_IDLE:
                 return ""
             return self._take()
 
@@ -137,6 +146,7 @@ class Session:
         self.thread = threading.get_ident()
         self.io = SessionIO(self.ask)
         self.sid, self.inbox = self.agent.open_session(self.io)
+        self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
 
     def ask(self, printed: tuple[str, str]) -> str:
@@ -164,7 +174,7 @@ class Session:
             return
         self.ended = True
         self.debugger.clear_all_breaks()
-        output = self.io.take_idle(float("inf"))
+        output = self.io.take_idle(float("inf")) or ""
         self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason))
         if self.agent.loose_sessions.get(self.thread) is self:
             del self.agent.loose_sessions[self.thread]
