@@ -28,6 +28,7 @@ PROGRESS_EVERY = 0.25
 EVENT_HISTORY = 16384
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
+DRAIN_AT_ONCE = 1024
 
 
 def log(text: str) -> None:
@@ -45,6 +46,7 @@ class Broker:
     event_seq: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
     casts: dict[int, CastInFlight] = field(default_factory=dict)
+    outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
     next_cast: int = 1
@@ -123,6 +125,7 @@ class Broker:
                 self.reap(now)
                 self.summarize_refusals(now)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.event_seq))])
+            self.flush()
             if self.registry.peers:
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
@@ -151,7 +154,9 @@ class Broker:
                     self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(wire.OutputLive())])
 
     def drain(self) -> None:
-        while True:
+        """Handle what has arrived, a bounded number at a time, so that answers go out between
+        the bounds even while a flood comes in."""
+        for _ in range(DRAIN_AT_ONCE):
             try:
                 frames = self.router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -161,7 +166,7 @@ class Broker:
     def handle(self, frames: list[bytes]) -> None:
         identity = frames[0]
         try:
-            msg = self.codec.decode(frames[1:])
+            msgs = self.codec.decode(frames[1:])
         except wire.Refused as refusal:
             self.note_refusal(str(refusal))
             if str(refusal) == "bad signature" and identity not in self.told_unsigned:
@@ -170,15 +175,16 @@ class Broker:
                     self.told_unsigned.popitem(last=False)
                 self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
-        peer = self.registry.peers.get(identity)
-        if peer is None and not isinstance(msg, wire.Hello):
-            self.send(identity, wire.Unknown())
-            return
-        if peer is not None:
-            peer.last_seen = time.monotonic()
-        handler = self.handlers.get(type(msg))
-        if handler is not None:
-            handler(identity, msg)
+        for msg in msgs:
+            peer = self.registry.peers.get(identity)
+            if peer is None and not isinstance(msg, wire.Hello):
+                self.send(identity, wire.Unknown())
+                continue
+            if peer is not None:
+                peer.last_seen = time.monotonic()
+            handler = self.handlers.get(type(msg))
+            if handler is not None:
+                handler(identity, msg)
 
     def note_refusal(self, reason: str) -> None:
         """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
@@ -214,7 +220,14 @@ class Broker:
     # --- sending -----------------------------------------------------------------------
 
     def send(self, identity: bytes, msg: wire.Message) -> None:
-        self.router.send_multipart([identity, *self.codec.encode(msg)])
+        """Queue a message; `flush` sends each peer's queue as few signed batches."""
+        self.outbox.setdefault(identity, []).append(msg)
+
+    def flush(self) -> None:
+        for identity, msgs in self.outbox.items():
+            for frames in self.codec.encode_many(msgs):
+                self.router.send_multipart([identity, *frames], copy=False)
+        self.outbox.clear()
 
     def publish(self, kind: str, sess: Session, detail: str = "") -> None:
         self.event_seq += 1

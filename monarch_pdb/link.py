@@ -62,7 +62,7 @@ def _messages(sock: zmq.Socket, codec: wire.Codec) -> Iterator[wire.Message]:
             yield REJECTED
             continue
         try:
-            yield codec.decode(frames)
+            yield from codec.decode(frames)
         except wire.Refused:
             continue
 
@@ -96,6 +96,7 @@ class Link:
         self._wake_rx.bind(wake)
         self._wake_tx = self.context.socket(zmq.PAIR)
         self._wake_tx.connect(wake)
+        self._wake_pending = False
         self._stopping = False
         self.follow_output = False
         """Set by the owner: receive published output too (the link thread subscribes)."""
@@ -114,7 +115,9 @@ class Link:
         if msg is not None:
             self._outbox.put(msg)
         with self._lock:
-            self._wake_tx.send(b"")
+            if not self._wake_pending:
+                self._wake_pending = True
+                self._wake_tx.send(b"")
 
     def close(self) -> None:
         """Say goodbye, so the broker forgets this peer at once rather than after a timeout."""
@@ -152,11 +155,15 @@ class Link:
             self._drain_wake()
 
     def _drain_wake(self) -> None:
+        """Take the wake-ups; the next `post` wakes us again, and one that comes meanwhile is
+        seen by the work that follows this call."""
         while True:
             try:
                 self._wake_rx.recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
+        with self._lock:
+            self._wake_pending = False
 
     def _hello(self) -> wire.Hello:
         return wire.Hello(role=self.role, name=self.name, host=socket.gethostname(), pid=os.getpid(),
@@ -194,10 +201,12 @@ class Link:
         beat = self.settings.heartbeat_interval
         silent_limit = max(LOST_AFTER_BEATS * beat, self.settings.connect_timeout)
 
-        def send(msg: wire.Message) -> None:
-            dealer.send_multipart(codec.encode(msg), copy=False)
-            if not isinstance(msg, CONNECTION_MESSAGES):
-                self._unanswered.append(msg)
+        def send(*msgs: wire.Message) -> None:
+            if not msgs:
+                return
+            for frames in codec.encode_many(list(msgs)):
+                dealer.send_multipart(frames, copy=False)
+            self._unanswered += [m for m in msgs if not isinstance(m, CONNECTION_MESSAGES)]
 
         send(self._hello())
         heard = sent = time.monotonic()
@@ -219,14 +228,13 @@ class Link:
                     return
                 if dealer in events:
                     heard = time.monotonic()
-                    for reply in self._receive_all(dealer, codec, sub, conn):
-                        send(reply)
+                    send(*self._receive_all(dealer, codec, sub, conn))
                 if sub in events:
-                    for request in self._receive_events(sub, sub_codec):
-                        send(request)
+                    send(*self._receive_events(sub, sub_codec))
                 if self.ready.is_set():
-                    for msg in self._take_outgoing() + self.peer.tick(time.monotonic()):
-                        send(msg)
+                    outgoing = self._take_outgoing() + self.peer.tick(time.monotonic())
+                    if outgoing:
+                        send(*outgoing)
                         sent = time.monotonic()
                 now = time.monotonic()
                 if now - sent >= beat:

@@ -5,6 +5,10 @@ of the body, and the body, a msgpack map holding the protocol version (`v`), the
 the sender's random id (`s`) and counter (`n`), and the type's own fields. Nothing else in
 the project builds or reads these maps.
 
+Several messages for one peer may travel as one batch (type `batch`, `items` a list of packed
+maps of type and fields), signed once: a cast to thousands of sessions behind one connection
+then costs one signature and one send per connection, not per session.
+
 A message that is too large, badly signed, replayed, too old (the signed time stamp `ts` is
 off by more than `max_age`), undecodable, of an unknown type or with a field of the wrong type
 is refused with `Refused`; receivers count it and move on.
@@ -31,6 +35,11 @@ MAX_BODY = 8 * 1024 * 1024
 MAX_OUTPUT = 1024 * 1024
 REPLAY_MEMORY = 65536
 MAX_AGE = 600.0
+BATCH = "batch"
+BATCH_BYTES = 256 * 1024
+"""Messages are batched up to this many bytes; a larger one travels alone."""
+ITEM_HEADER = 5
+"""The most bytes msgpack adds in front of each packed item of a batch."""
 AUTH_FAILED = [b"", b"monarch-pdb: authentication failed"]
 """The one unsigned answer: what a broker sends to a peer whose messages fail the signature
 check, so that a shell with the wrong secret says so at once instead of waiting in silence."""
@@ -465,21 +474,42 @@ class Codec:
     refused: Counter = field(default_factory=Counter)
 
     def encode(self, msg: Message) -> list[bytes]:
+        return self._sign({"t": msg.TYPE, **msg.__dict__})
+
+    def encode_many(self, msgs: list[Message], limit: int = BATCH_BYTES) -> list[list[bytes]]:
+        """Messages for one peer, in order, in as few signed bodies as `limit` bytes allow."""
+        if len(msgs) == 1:
+            return [self.encode(msgs[0])]
+        bodies: list[list[bytes]] = []
+        items: list[bytes] = []
+        size = 0
+        for msg in msgs:
+            item = msgpack.packb({"t": msg.TYPE, **msg.__dict__}, use_bin_type=True)
+            if items and size + len(item) + ITEM_HEADER > limit:
+                bodies.append(self._sign({"t": BATCH, "items": items}))
+                items, size = [], 0
+            items.append(item)
+            size += len(item) + ITEM_HEADER
+        bodies.append(self._sign({"t": BATCH, "items": items}))
+        return bodies
+
+    def _sign(self, fields: dict) -> list[bytes]:
         self.counter += 1
-        body = {"v": PROTOCOL, "t": msg.TYPE, "s": self.sender, "n": self.counter, "ts": time.time()}
-        body.update(msg.__dict__)
+        body = {"v": PROTOCOL, "s": self.sender, "n": self.counter, "ts": time.time()}
+        body.update(fields)
         packed = msgpack.packb(body, use_bin_type=True)
         return [hmac.new(self.key, packed, hashlib.sha256).digest(), packed]
 
-    def decode(self, frames: list[bytes]) -> Message:
-        """The message in the last two frames, or `Refused` (counted) with the reason."""
+    def decode(self, frames: list[bytes]) -> list[Message]:
+        """The messages in the last two frames (one, or a batch), or `Refused` (counted) with
+        the reason; a batch with one bad item is refused whole."""
         try:
             return self._decode(frames)
         except Refused as refusal:
             self.refused[str(refusal)] += 1
             raise
 
-    def _decode(self, frames: list[bytes]) -> Message:
+    def _decode(self, frames: list[bytes]) -> list[Message]:
         if len(frames) < 2:
             raise Refused("too few frames")
         signature, packed = frames[-2], frames[-1]
@@ -488,23 +518,40 @@ class Codec:
         expected = hmac.new(self.key, packed, hashlib.sha256).digest()
         if not hmac.compare_digest(signature, expected):
             raise Refused("bad signature")
-        try:
-            body = msgpack.unpackb(packed, raw=False, strict_map_key=True)
-        except Exception:
-            raise Refused("undecodable") from None
-        if not isinstance(body, dict) or body.get("v") != PROTOCOL:
+        body = _unpack(packed)
+        if body.get("v") != PROTOCOL:
             raise Refused("wrong protocol")
-        cls = REGISTRY.get(body.get("t"))  # type: ignore[arg-type]
-        if cls is None:
-            raise Refused("unknown type")
         sender, counter, sent = body.get("s"), body.get("n"), body.get("ts")
         if not isinstance(sender, bytes) or not isinstance(counter, int) or not isinstance(sent, float):
             raise Refused("no sender")
         if abs(time.time() - sent) > self.max_age:
             raise Refused("too old")
-        msg = build(cls, body)
+        if body.get("t") == BATCH:
+            items = body.get("items")
+            if not isinstance(items, list) or not all(isinstance(item, bytes) for item in items):
+                raise Refused("wrong field type")
+            msgs = [_build_typed(_unpack(item)) for item in items]
+        else:
+            msgs = [_build_typed(body)]
         self.guard.admit(sender, counter)
-        return msg
+        return msgs
+
+
+def _unpack(packed: bytes) -> dict:
+    try:
+        body = msgpack.unpackb(packed, raw=False, strict_map_key=True)
+    except Exception:
+        raise Refused("undecodable") from None
+    if not isinstance(body, dict):
+        raise Refused("wrong protocol")
+    return body
+
+
+def _build_typed(fields: dict) -> Message:
+    cls = REGISTRY.get(fields.get("t"))  # type: ignore[arg-type]
+    if cls is None:
+        raise Refused("unknown type")
+    return build(cls, fields)
 
 
 def build(cls: type[Message], fields: dict) -> Message:

@@ -23,11 +23,14 @@ FIELD_VALUES = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=Fal
                          st.binary(max_size=20), st.lists(INTS, max_size=3),
                          st.dictionaries(st.text(max_size=5), INTS, max_size=3))
 BODIES = st.fixed_dictionaries(
-    {"v": st.sampled_from([1, 1, 2, "1"]), "t": st.sampled_from([*wire.REGISTRY, "nosuch", 7]),
+    {"v": st.sampled_from([1, 1, 2, "1"]), "t": st.sampled_from([*wire.REGISTRY, wire.BATCH, "nosuch", 7]),
      "s": st.binary(min_size=8, max_size=8), "n": st.integers(min_value=1, max_value=2**40)},
     optional={"ts": st.floats(allow_nan=False), "sid": FIELD_VALUES, "session": FIELD_VALUES, "line": FIELD_VALUES,
               "actor": FIELD_VALUES, "rank": FIELD_VALUES, "selector": FIELD_VALUES, "role": FIELD_VALUES,
-              "rows": FIELD_VALUES, "cmd": FIELD_VALUES, "output": FIELD_VALUES},
+              "rows": FIELD_VALUES, "cmd": FIELD_VALUES, "output": FIELD_VALUES,
+              "items": st.lists(st.one_of(st.binary(max_size=30), st.builds(
+                  lambda t, sid: msgpack.packb({"t": t, "sid": sid, "cmd": 1, "line": "p 1"}),
+                  st.sampled_from([*wire.REGISTRY, wire.BATCH]), FIELD_VALUES)), max_size=4)},
 )
 
 
@@ -50,11 +53,21 @@ def live(env):
             stop_broker(broker)
 
 
-def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]]) -> None:
+def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]], key: bytes | None = None) -> None:
+    """Send every batch from one new peer; with the key, return once the broker has read them
+    all (it answers a peer's messages in order, so its Welcome to a Hello sent last says so)."""
     sock = ctx.socket(zmq.DEALER)
     sock.connect(router)
     for frames in batches:
         sock.send_multipart(frames)
+    if key is not None:
+        codec = wire.Codec(key)
+        sock.send_multipart(codec.encode(wire.Hello(role="shell", name="thrower", host="h", pid=1)))
+        welcomed = False
+        while not welcomed:
+            assert sock.poll(60_000), "the broker stopped answering"
+            frames = sock.recv_multipart()
+            welcomed = frames != wire.AUTH_FAILED and isinstance(codec.decode(frames)[0], wire.Welcome)
     sock.close(linger=2000)
 
 
@@ -97,7 +110,7 @@ def test_large_frames_and_a_flood_leave_memory_bounded_and_one_summary(live):
     rss_before = rss_kib(broker.pid)
     big = os.urandom(8 * 1024 * 1024)
     throw(ctx, conn.router, [[os.urandom(32), big]] * 4 + [[os.urandom(32), big + b"x" * 8192]])
-    throw(ctx, conn.router, [[os.urandom(32), os.urandom(100)]] * 20000)
+    throw(ctx, conn.router, [[os.urandom(32), os.urandom(100)]] * 20000, key=conn.key)
     still_answers(shell)
     assert rss_kib(broker.pid) - rss_before < 64 * 1024, "the broker keeps no copy of what it refused"
     log = stop_broker(broker)

@@ -26,7 +26,8 @@ NOW = time.time()
 
 
 def roundtrip(msg: wire.Message, sender: wire.Codec | None = None) -> wire.Message:
-    return wire.Codec(KEY).decode((sender or wire.Codec(KEY)).encode(msg))
+    [decoded] = wire.Codec(KEY).decode((sender or wire.Codec(KEY)).encode(msg))
+    return decoded
 
 
 @pytest.mark.timeout(10)
@@ -45,6 +46,45 @@ def signed(packed: bytes, key: bytes = KEY) -> list[bytes]:
 
 def frames_with(body: dict, key: bytes = KEY) -> list[bytes]:
     return signed(msgpack.packb(body), key)
+
+
+@pytest.mark.timeout(10)
+def test_many_messages_travel_in_few_signed_batches_in_order():
+    sender, receiver = wire.Codec(KEY), wire.Codec(KEY)
+    inputs = [wire.Input(sid=n, cmd=1, line="p rank") for n in range(1000)]
+    big = wire.Output(sid=0, text="x" * 3000)
+    bodies = sender.encode_many([*inputs[:500], big, *inputs[500:]], limit=4096)
+    assert 10 < len(bodies) < 30
+    assert all(len(packed) <= 4096 + 100 for _, packed in bodies)
+    decoded = [msg for frames in bodies for msg in receiver.decode(frames)]
+    assert decoded == [*inputs[:500], big, *inputs[500:]]
+
+
+def batch_of(*items: bytes) -> list[bytes]:
+    return frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": list(items)})
+
+
+HEARTBEAT_ITEM = msgpack.packb({"t": "heartbeat"})
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("frames", "reason"),
+    [
+        (batch_of(HEARTBEAT_ITEM, msgpack.packb({"t": "input", "sid": "1", "cmd": 1, "line": "x"})), "wrong field type"),
+        (batch_of(HEARTBEAT_ITEM, msgpack.packb({"t": "batch", "items": [HEARTBEAT_ITEM]})), "unknown type"),
+        (batch_of(HEARTBEAT_ITEM, b"\xc1"), "undecodable"),
+        (batch_of(HEARTBEAT_ITEM, msgpack.packb([1])), "wrong protocol"),
+        (frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": [{"t": "heartbeat"}]}),
+         "wrong field type"),
+        (frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW}), "wrong field type"),
+    ],
+)
+def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
+    codec = wire.Codec(KEY)
+    with pytest.raises(wire.Refused, match=reason):
+        codec.decode(frames)
+    assert codec.refused == {reason: 1}
 
 
 @pytest.mark.timeout(10)
