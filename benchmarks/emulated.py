@@ -17,6 +17,10 @@ from floors import die_with_parent
 
 # Enough for pdb's frames; the default 8 MB would reserve far more than a paused rank uses.
 STACK_BYTES = 256 * 1024
+# A real rank is a process of its own. Here a thousand ranks share one interpreter, and each of
+# them waiting for the GIL wakes every switch interval (5 ms by default) to ask for it: at 1,024
+# threads that costs the emulator half its CPU, which the broker under test would not see.
+SWITCH_INTERVAL = 0.1
 
 
 def rank_main(rank: int, proc: int, thread: int) -> None:
@@ -26,6 +30,7 @@ def rank_main(rank: int, proc: int, thread: int) -> None:
 
 def main(first: int, count: int) -> None:
     monarch_pdb.install()
+    sys.setswitchinterval(SWITCH_INTERVAL)
     threading.stack_size(STACK_BYTES)
     proc = first // count
     threads = [threading.Thread(target=rank_main, args=(first + t, proc, t)) for t in range(count)]
