@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 import cmd2
+from prompt_toolkit import PromptSession
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers
@@ -94,6 +95,15 @@ def parse_target(args: str, usage: str) -> tuple[str, str, Selection | None, str
     return job, actor, selection, after
 
 
+def pdb_line_session(commands: PromptSession) -> PromptSession:
+    """The prompt for lines that go verbatim to a rank's pdb: the command prompt's terminal,
+    history and style, without what only commands use (completion, highlighting, the check for
+    an unfinished multi-line command), which prompt_toolkit would otherwise run at every key.
+    One session serves every attached line."""
+    return PromptSession(history=commands.history, input=commands.input, output=commands.output,
+                         style=commands.style, color_depth=commands.color_depth, enable_suspend=True)
+
+
 class DebugShell(cmd2.Cmd):
     def __init__(self, conn: ShellConnection, history_file: str = "", as_json: bool = False,
                  transcript: Transcript | None = None, **kwargs) -> None:
@@ -109,6 +119,8 @@ class DebugShell(cmd2.Cmd):
         self.conn = conn
         self.prompt = TOP_PROMPT
         self.intro = BANNER
+        self.command_session = self.main_session
+        self.pdb_session = pdb_line_session(self.main_session)
         self.attached: Attachment | None = None
         self.last_line: str | None = None
         self.actors: set[str] = set()
@@ -133,6 +145,16 @@ class DebugShell(cmd2.Cmd):
         except Timeout:
             return
         self.actors.update(r["actor"] for r in getattr(reply, "rows", []))
+
+    @property
+    def attached(self) -> Attachment | None:
+        return self._attached
+
+    @attached.setter
+    def attached(self, att: Attachment | None) -> None:
+        """Lines typed while attached are read by the lean pdb-line session, others by cmd2's."""
+        self._attached = att
+        self.main_session = self.command_session if att is None else self.pdb_session
 
     # --- printing ----------------------------------------------------------------------
 
