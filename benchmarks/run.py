@@ -25,18 +25,22 @@ import debugger
 import floors
 import report
 import scale
+import terminal
 from report import Result, Target
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 ROUNDS = {"full": 10, "quick": 3}
 # Timed repetitions per measure over the whole run; full mode takes about half a minute on 2 cores.
 REPEAT = {
-    "full": {"relay": 10000, "attached": 5000, "fan_out": 3000, "cast": 2000, "list": 3000},
-    "quick": {"relay": 600, "attached": 300, "fan_out": 210, "cast": 90, "list": 210},
+    "full": {"relay": 10000, "attached": 5000, "fan_out": 3000, "cast": 2000, "list": 3000,
+             "tty_floor": 1000, "tty_attached": 1000, "tty_cast": 500},
+    "quick": {"relay": 600, "attached": 300, "fan_out": 210, "cast": 90, "list": 210,
+              "tty_floor": 90, "tty_attached": 90, "tty_cast": 45},
 }
 # Untimed repetitions before each batch: the first connects sockets and fills caches, later
 # ones make the processes of this measure hot again after the previous measure ran.
-WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20}
+WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20, "tty_floor": 5, "tty_attached": 5,
+          "tty_cast": 2}
 
 
 def main() -> int:
@@ -55,15 +59,19 @@ def main() -> int:
         fan_out = stack.enter_context(floors.FanOut(debugger.RANKS))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monarch-pdb-bench-")))
         example = stack.enter_context(debugger.Example(workdir))
+        shells = stack.enter_context(terminal.Shells(example.env, debugger.ATTACHED_RANK, debugger.RANKS))
         measures = {
             "relay": relay.round_trips, "attached": example.attached_round_trips,
             "fan_out": fan_out.round_trips, "cast": example.cast_round_trips, "list": example.list_round_trips,
+            "tty_floor": shells.floor_round_trips, "tty_attached": shells.attached_round_trips,
+            "tty_cast": shells.cast_round_trips,
         }
         samples: dict[str, list[int]] = {name: [] for name in measures}
         for n in range(ROUNDS[mode]):
             say(f"round {n + 1} of {ROUNDS[mode]}")
             for name, measure in measures.items():
                 samples[name] += measure(WARMUP[name], REPEAT[mode][name] // ROUNDS[mode])
+        shell_cpu = shells.cpu_ms_per_line()
     # After the 16-rank run's processes are gone, so neither measure loads the other.
     scaled: list[Result] = []
     resources: list[dict] = []
@@ -82,6 +90,7 @@ def main() -> int:
                 resources.append(row)
 
     floor_a = Result("raw relay round trip (floor A)", samples["relay"])
+    tty_floor = Result("terminal: cmd + readline answering itself (floor C)", samples["tty_floor"])
     floor_b = Result(f"raw fan-out/gather x{debugger.RANKS} (floor B)", samples["fan_out"])
     results = [
         floor_a,
@@ -89,16 +98,22 @@ def main() -> int:
         Result("attached `p rank`", samples["attached"], floor=floor_a, target=Target(2.0, relative=True)),
         Result(f"cast ranks(:) `p rank`, {debugger.RANKS} ranks", samples["cast"], floor=floor_b, target=Target(5.0)),
         Result(f"list, {debugger.RANKS} sessions", samples["list"], target=Target(200.0)),
+        tty_floor,
+        Result("terminal: attached `p rank`, Enter to prompt", samples["tty_attached"], floor=tty_floor,
+               target=Target(terminal.MONARCH_ATTACHED_MS)),
+        Result(f"terminal: cast to {debugger.RANKS} ranks, Enter to prompt", samples["tty_cast"], floor=tty_floor),
         *scaled,
     ]
     rows = [result.row() for result in results]
     print(report.table(rows))
+    print("\nthe shell's own CPU per line (ms): " + ", ".join(f"{k} {v}" for k, v in shell_cpu.items()))
     if resources:
         print()
         print(report.table(resources, scale.RESOURCE_COLUMNS))
     report.write_json(RESULTS, rows, {
         "mode": mode, "ranks": debugger.RANKS, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP,
         "floor_messages": floors.message_sizes(), "scale_resources": resources,
+        "shell_cpu_ms_per_line": shell_cpu,
     })
     say(f"wrote {RESULTS}")
     return 0
