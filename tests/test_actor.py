@@ -478,13 +478,10 @@ def assert_all_gone(pids: list[int], marker: str) -> None:
 @pytest.mark.parametrize("ending", ["return", "exception"])
 def test_root_exit_ends_every_worker_even_a_stuck_one(tmp_path, env, ending):
     ends = "" if ending == "return" else "        raise SystemExit('root gives up')\n"
-    started = time.monotonic()
-    done = run_program(tmp_path, env, TREE + ends)
-    elapsed = time.monotonic() - started
+    done = run_program(tmp_path, env, TREE + ends, timeout=20)  # a hang in exiting fails here
     out = result(done, expect_rc=0 if ending == "return" else 1)
     assert len(set(out["pids"])) == 6
     assert_all_gone(out["pids"], env[MARKER])
-    assert elapsed < 20, f"exiting took {elapsed:.1f}s"
 
 
 @pytest.mark.timeout(60)
