@@ -39,6 +39,16 @@ class RequestFailed(Exception):
     """A cast or follow the broker refused or did not finish; the text is one line for the user."""
 
 
+def readable(fds: list[int], timeout: float | None) -> list[int]:
+    """Those of `fds` that can be read within `timeout` seconds (None: no limit). Unlike
+    select(), this takes any descriptor number: a program with thousands of sockets open has
+    descriptors above 1,024."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(None if timeout is None else max(0.0, timeout) * 1000)]
+
+
 class ShellConnection:
     def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> None:
         self.settings = settings
@@ -110,7 +120,7 @@ class ShellConnection:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            select.select([self._signal_r], [], [], left)
+            readable([self._signal_r], left)
 
     def request(self, msg: wire.Message, *answers: type[wire.Message], timeout: float = 10.0) -> wire.Message:
         """Send a request and return its answer (or an Error)."""

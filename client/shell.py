@@ -8,7 +8,6 @@ the broker (a rank stopped, finished, was lost) are printed above the prompt as 
 from __future__ import annotations
 
 import os
-import select
 import sys
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from prompt_toolkit import PromptSession
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers
-from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
+from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
 from monarch_pdb.client.events import describe_events
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import jobs_table, sessions_table
@@ -242,7 +241,7 @@ class DebugShell(cmd2.Cmd):
         msg = self.conn.next_reply(0)
         if msg is not None or not self.terminal_input:
             return msg if msg is not None else self.conn.next_reply(timeout)
-        ready, _, _ = select.select([self.conn.signal_fd, self.stdin.fileno()], [], [], timeout)
+        ready = readable([self.conn.signal_fd, self.stdin.fileno()], timeout)
         if self.stdin.fileno() in ready:
             return os.read(self.stdin.fileno(), 4096).decode(errors="replace")
         return self.conn.next_reply(0)
