@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 from sys import intern
+from collections import Counter
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
@@ -23,6 +24,7 @@ class Peer:
     pid: int
     user: str
     last_seen: float
+    link: bytes = b""
     sessions: set[int] = field(default_factory=set)
 
     def describe(self) -> str:
@@ -120,12 +122,30 @@ class Registry:
     sessions: dict[int, Session] = field(default_factory=dict)
     by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
     by_key: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    by_link: dict[bytes, bytes] = field(default_factory=dict)
+    """Each link id's current connection."""
+    agents_per_job: Counter = field(default_factory=Counter)
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
 
-    def jobs(self) -> set[str]:
-        return {p.name for p in self.peers.values() if p.role == "agent"}
+    def add_peer(self, peer: Peer) -> Peer | None:
+        """Know a peer that said hello; return the connection it replaces (its link's previous
+        socket, not yet declared lost), whose sessions are then its own."""
+        self.peers[peer.identity] = peer
+        if peer.role == "agent":
+            self.agents_per_job[peer.name] += 1
+        if peer.role != "agent" or not peer.link:
+            return None
+        old = self.by_link.get(peer.link)
+        self.by_link[peer.link] = peer.identity
+        previous = self.peers.get(old) if old is not None and old != peer.identity else None
+        if previous is not None:
+            self.adopt(previous.identity, peer.identity)
+        return previous
+
+    def has_job(self, name: str) -> bool:
+        return self.agents_per_job[name] > 0
 
     def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session, bool]:
         """Record a session waiting for input; the flag says the stop is news for every shell:
@@ -168,7 +188,7 @@ class Registry:
     def adopt(self, old: bytes, new: bytes) -> None:
         """A process that reconnected on a new socket before its old one was declared lost:
         its sessions move to the new connection instead of being listed twice."""
-        previous = self.peers.pop(old)
+        previous = self._forget_peer(old)
         for sess_id in previous.sessions:
             sess = self.sessions[sess_id]
             del self.by_agent[(old, sess.sid)]
@@ -176,9 +196,19 @@ class Registry:
             self.by_agent[(new, sess.sid)] = sess_id
         self.peers[new].sessions |= previous.sessions
 
+    def _forget_peer(self, identity: bytes) -> Peer | None:
+        peer = self.peers.pop(identity, None)
+        if peer is not None and peer.role == "agent":
+            self.agents_per_job[peer.name] -= 1
+            if not self.agents_per_job[peer.name]:
+                del self.agents_per_job[peer.name]
+        if peer is not None and self.by_link.get(peer.link) == identity:
+            del self.by_link[peer.link]
+        return peer
+
     def drop_peer(self, identity: bytes) -> tuple[Peer | None, list[Session]]:
         """Forget a peer; return the sessions that died with it (an agent) or that it held (a shell)."""
-        peer = self.peers.pop(identity, None)
+        peer = self._forget_peer(identity)
         if peer is None:
             return None, []
         if peer.role == "shell":

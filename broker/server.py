@@ -52,6 +52,7 @@ class Broker:
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
     next_cast: int = 1
+    pub_endpoint: str = ""
     refused_logged: int = 0
     refusals_logged_at: float = float("-inf")
     latest_refusal: str = ""
@@ -102,7 +103,7 @@ class Broker:
         self.router.bind(f"tcp://{host}:{self.settings.port}")
         self.pub.bind(f"tcp://{host}:0")
         router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
-        pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        pub = self.pub_endpoint = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
         return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve)
 
     def serve(self) -> None:
@@ -216,7 +217,7 @@ class Broker:
                 self.publish("released", sess)
             else:
                 self.end_session(sess, "", reason)
-        if peer.role == "agent" and peer.name not in self.registry.jobs():
+        if peer.role == "agent" and not self.registry.has_job(peer.name):
             log(f"job {peer.name} left ({reason})")
 
     # --- sending -----------------------------------------------------------------------
@@ -275,19 +276,14 @@ class Broker:
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
         self.drop(identity, "reconnected")
-        first_of_job = msg.role == "agent" and msg.name not in self.registry.jobs()
-        self.registry.peers[identity] = Peer(
+        first_of_job = msg.role == "agent" and not self.registry.has_job(msg.name)
+        self.registry.add_peer(Peer(
             identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
-            user=msg.user, last_seen=time.monotonic(),
-        )
-        if msg.role == "agent":
-            for old, peer in list(self.registry.peers.items()):
-                if old != identity and peer.role == "agent" and (peer.name, peer.host, peer.pid) == (msg.name, msg.host, msg.pid):
-                    self.registry.adopt(old, identity)
+            user=msg.user, last_seen=time.monotonic(), link=msg.link,
+        ))
         if first_of_job:
             log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
-        pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.send(identity, wire.Welcome(pub=pub, heartbeat=self.settings.heartbeat_interval,
+        self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
 
     def selected(self, identity: bytes, job: str, actor: str, selector: str) -> list[Session]:

@@ -76,19 +76,21 @@ def pub_address(router: str, pub: str) -> str:
 
 class Link:
     def __init__(self, settings: Settings, role: str, name: str, peer: Peer,
-                 locate: Callable[[], discovery.Connection | None], events: bool = False) -> None:
+                 locate: Callable[[], discovery.Connection | None], events: bool = False,
+                 context: zmq.Context | None = None) -> None:
         self.settings = settings
         self.role, self.name = role, name
         self.peer = peer
         self.locate = locate
         self.events = events
         self.pid = os.getpid()
+        self.id = os.urandom(8)
         self.ready = threading.Event()
         self.rejected = threading.Event()
         self.rejection = ""
         self.connection: discovery.Connection | None = None
         self.problem = ""
-        self.context = zmq.Context()
+        self.context = context or zmq.Context()
         self._outbox: queue.SimpleQueue[wire.Message] = queue.SimpleQueue()
         self._lock = threading.Lock()
         wake = f"inproc://monarch-pdb-wake-{id(self)}"
@@ -167,7 +169,7 @@ class Link:
 
     def _hello(self) -> wire.Hello:
         return wire.Hello(role=self.role, name=self.name, host=socket.gethostname(), pid=os.getpid(),
-                          user=getpass.getuser())
+                          user=getpass.getuser(), link=self.id)
 
     def _take_outgoing(self) -> list[wire.Message]:
         out: list[wire.Message] = []

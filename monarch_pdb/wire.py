@@ -100,6 +100,9 @@ class Hello(Message):
     host: str
     pid: int
     user: str = ""
+    link: bytes = b""
+    """The sender's random id, the same across its reconnections: a peer that says hello again
+    on a new socket before its old one was declared lost is the same peer."""
 
 
 @message("welcome")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -300,20 +301,21 @@ def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
 
 @pytest.mark.timeout(30)
 def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(env, broker):
+    """The same link saying hello on a new socket takes over its sessions; another link of the
+    same process (a load generator's agents) keeps its own."""
     conn = discovery.read_connection_file(settings_for(env))
     ctx = zmq.Context()
-    hello = wire.Hello(role="agent", name="job", host="h", pid=4242)
     prompt = wire.Prompt(sid=1, cmd=0, job="job", actor="a", rank=0, coords={}, host="h", pid=4242,
                          function="m.f", filename="f.py", lineno=3, output="> f.py(3)f()\n", prompt="(Pdb) ")
     try:
-        for _ in range(2):
+        for link, rank in ((b"link-one", 0), (b"link-one", 0), (b"link-two", 1)):
             sock, codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
             sock.connect(conn.router)
-            sock.send_multipart(codec.encode(hello))
+            sock.send_multipart(codec.encode(wire.Hello(role="agent", name="job", host="h", pid=4242, link=link)))
             assert sock.poll(5000), "welcomed"
             sock.recv_multipart()
-            sock.send_multipart(codec.encode(prompt))
+            sock.send_multipart(codec.encode(dataclasses.replace(prompt, rank=rank)))
         done = subprocess.run([*DEBUG, "--json", "-c", "list"], env=env, capture_output=True, text=True, timeout=20)
-        assert [(r["actor"], r["rank"]) for r in json.loads(done.stdout)] == [("a", 0)]
+        assert [(r["actor"], r["rank"]) for r in json.loads(done.stdout)] == [("a", 0), ("a", 1)]
     finally:
         ctx.destroy(linger=0)
