@@ -191,15 +191,17 @@ class Link:
         if conn.curve:
             curve.connect(dealer, conn.secret)
         dealer.connect(conn.router)
-        sub = self.context.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
-        if conn.curve:
-            curve.connect(sub, conn.secret)
+        sub = self.context.socket(zmq.SUB) if self.events else None
+        if sub is not None:
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
+            if conn.curve:
+                curve.connect(sub, conn.secret)
         sub_codec = wire.Codec(conn.key, max_age=self.settings.max_age)
         poller = zmq.Poller()
-        for sock in (dealer, self._wake_rx, sub) if self.events else (dealer, self._wake_rx):
-            poller.register(sock, zmq.POLLIN)
+        for sock in (dealer, self._wake_rx, sub):
+            if sock is not None:
+                poller.register(sock, zmq.POLLIN)
         beat = self.settings.heartbeat_interval
         silent_limit = max(LOST_AFTER_BEATS * beat, self.settings.connect_timeout)
 
@@ -248,9 +250,10 @@ class Link:
                     return
         finally:
             dealer.close()
-            sub.close()
+            if sub is not None:
+                sub.close()
 
-    def _receive_all(self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket,
+    def _receive_all(self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket | None,
                      conn: discovery.Connection) -> list[wire.Message]:
         replies: list[wire.Message] = []
         for msg in _messages(dealer, codec):
