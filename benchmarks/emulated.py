@@ -2,8 +2,10 @@
 
 The ranks run the project's own agent, wire and pdb (only the process is shared), so the
 scale benchmark measures the broker with as many sessions as a big job has, on a small machine.
+With `own`, every rank has an agent and a connection of its own, as a rank process would;
+with `shared`, the ranks share the process's agent, as the threads of one process do.
 
-    python emulated.py PARENT_PID FIRST_RANK COUNT
+    python emulated.py PARENT_PID FIRST_RANK COUNT shared|own
 """
 
 from __future__ import annotations
@@ -11,7 +13,12 @@ from __future__ import annotations
 import sys
 import threading
 
+import zmq
+
 import monarch_pdb
+from monarch_pdb import debugger
+from monarch_pdb.agent import Agent
+from monarch_pdb.settings import load as load_settings
 
 from floors import die_with_parent
 
@@ -21,19 +28,23 @@ STACK_BYTES = 256 * 1024
 # them waiting for the GIL wakes every switch interval (5 ms by default) to ask for it: at 1,024
 # threads that costs the emulator half its CPU, which the broker under test would not see.
 SWITCH_INTERVAL = 0.1
+SOCKETS_PER_AGENT = 3
+"""A link's DEALER and its two wake-up sockets: more than a context's default 1,023 in all."""
 
 
-def rank_main(rank: int, proc: int, thread: int) -> None:
+def rank_main(rank: int, proc: int, thread: int, agent: Agent | None) -> None:
     with monarch_pdb.endpoint_call("emu", rank, {"proc": proc, "thread": thread}):
-        breakpoint()
+        debugger.set_trace(sys._getframe(), agent=agent)
 
 
-def main(first: int, count: int) -> None:
-    monarch_pdb.install()
+def main(first: int, count: int, connections: str) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL)
     threading.stack_size(STACK_BYTES)
     proc = first // count
-    threads = [threading.Thread(target=rank_main, args=(first + t, proc, t)) for t in range(count)]
+    context = zmq.Context()
+    context.set(zmq.MAX_SOCKETS, SOCKETS_PER_AGENT * count + 64)
+    agents = [Agent(load_settings(), context) if connections == "own" else None for _ in range(count)]
+    threads = [threading.Thread(target=rank_main, args=(first + t, proc, t, agents[t])) for t in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -41,6 +52,6 @@ def main(first: int, count: int) -> None:
 
 
 if __name__ == "__main__":
-    parent, first, count = map(int, sys.argv[1:])
+    parent, first, count = map(int, sys.argv[1:4])
     die_with_parent(parent)
-    main(first, count)
+    main(first, count, sys.argv[4])

@@ -101,12 +101,15 @@ class Relay(_Floor):
 class FanOut(_Floor):
     """Floor B: one ROUTER sends a request to each of `peers` DEALER processes and gathers
     every answer. With `per_peer` > 1 each peer answers that many requests, as one process
-    emulating many ranks does: the same message count as a cast to peers * per_peer ranks."""
+    emulating many ranks does: the same message count as a cast to peers * per_peer ranks.
+    With `sockets_per_peer` > 1 each process holds that many connections, as that many rank
+    processes would."""
 
-    def __init__(self, peers: int, per_peer: int = 1) -> None:
+    def __init__(self, peers: int, per_peer: int = 1, sockets_per_peer: int = 1) -> None:
         super().__init__()
         self.peers = peers
         self.per_peer = per_peer
+        self.sockets_per_peer = sockets_per_peer
 
     def _start(self) -> None:
         self.router = self.context.socket(zmq.ROUTER)
@@ -115,12 +118,13 @@ class FanOut(_Floor):
         self.router.setsockopt(zmq.RCVHWM, 0)
         address = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
         for n in range(self.peers):
-            self._peer("echo", f"rank-{n}", address)
+            self._peer("echo", f"rank-{n}", address, str(self.sockets_per_peer))
         self.identities = []
         deadline = time.monotonic() + START_TIMEOUT
-        while len(self.identities) < self.peers:
+        sockets = self.peers * self.sockets_per_peer
+        while len(self.identities) < sockets:
             if not self.router.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                raise RuntimeError(f"only {len(self.identities)} of {self.peers} fan-out peers started")
+                raise RuntimeError(f"only {len(self.identities)} of {sockets} fan-out sockets started")
             self.identities.append(self.router.recv_multipart()[0])
 
     def round_trips(self, warmup: int, repeat: int) -> list[int]:
@@ -156,20 +160,33 @@ def die_with_parent(parent: int) -> None:
         sys.exit(0)  # it died before the signal was armed
 
 
-def echo(identity: bytes, address: str | None) -> None:
-    """A rank: a DEALER that answers every message with a prompt-sized reply. With no address
-    it binds one (printed) for the relay to connect to, so each peer has one line to say."""
+def echo(identity: bytes, address: str | None, sockets: int = 1) -> None:
+    """Ranks: `sockets` DEALERs (one process standing in for that many rank processes), each
+    answering every message with a prompt-sized reply. With no address the one socket binds
+    one (printed) for the relay to connect to, so each peer has one line to say."""
     _, answer = pdb_exchange()
-    sock = zmq.Context().socket(zmq.DEALER)
-    sock.setsockopt(zmq.ROUTING_ID, identity)
-    if address is None:
-        print(f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}", flush=True)
-    else:
-        sock.connect(address)
-    sock.send(READY)
+    context = zmq.Context()
+    socks = []
+    for n in range(sockets):
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.ROUTING_ID, identity if sockets == 1 else identity + b"-%d" % n)
+        if address is None:
+            print(f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}", flush=True)
+        else:
+            sock.connect(address)
+        sock.send(READY)
+        socks.append(sock)
+    if sockets == 1:  # a blocking read without a poll keeps the relay floor as low as it can be
+        while True:
+            sock.recv_multipart()
+            sock.send_multipart(answer)
+    poller = zmq.Poller()
+    for sock in socks:
+        poller.register(sock, zmq.POLLIN)
     while True:
-        sock.recv_multipart()
-        sock.send_multipart(answer)
+        for sock, _ in poller.poll():
+            sock.recv_multipart()
+            sock.send_multipart(answer)
 
 
 def relay(worker: str) -> None:
@@ -194,6 +211,6 @@ if __name__ == "__main__":
     parent, role, *args = sys.argv[1:]
     die_with_parent(int(parent))
     if role == "echo":
-        echo(args[0].encode(), args[1] if len(args) > 1 else None)
+        echo(args[0].encode(), args[1] if len(args) > 1 else None, int(args[2]) if len(args) > 2 else 1)
     else:
         relay(args[0])

@@ -77,14 +77,13 @@ def main() -> int:
     resources: list[dict] = []
     if args.scale:
         with tempfile.TemporaryDirectory(prefix="monarch-pdb-scale-") as workdir:
-            for processes, per_process in scale.SHAPES[mode]:
-                say(f"scale: {processes} x {per_process} emulated ranks")
+            for number, shape in enumerate(scale.SHAPES[mode]):
+                say(f"scale: {shape.label} emulated ranks")
                 try:
-                    results, row = scale.measure_shape(processes, per_process, Path(workdir) / f"{processes}x{per_process}", say)
+                    results, row = scale.measure_shape(shape, Path(workdir) / f"shape-{number}", say)
                 except RuntimeError as failure:  # a shape the product cannot take is a finding, not the end
-                    say(f"scale: {processes} x {per_process} failed: {failure}")
-                    resources.append({"ranks": processes * per_process, "shape": f"{processes} x {per_process}",
-                                      "failed": str(failure)})
+                    say(f"scale: {shape.label} failed: {failure}")
+                    resources.append({"ranks": shape.ranks, "shape": shape.label, "failed": str(failure)})
                     continue
                 scaled += results
                 resources.append(row)

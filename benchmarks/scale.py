@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import floors
@@ -29,8 +30,38 @@ from monarch_pdb.client.connection import ShellConnection
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
 JOB = "emulated"
-# (processes, sessions per process); 16 x 1,024 threads of 256 KB stacks fit in a few GB.
-SHAPES = {"full": [(1, 256), (4, 256), (4, 1024), (16, 1024)], "quick": [(1, 256), (4, 256)]}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """C processes x S ranks; each rank with a connection of its own, or the process's one."""
+
+    processes: int
+    per_process: int
+    own_connections: bool = False
+
+    @property
+    def heartbeat(self) -> float:
+        """The default second, except where thousands of connections on two cores would spend
+        them on heartbeats: a job of 4,096 processes would have thousands of cores."""
+        return 5.0 if self.own_connections else 1.0
+
+    @property
+    def ranks(self) -> int:
+        return self.processes * self.per_process
+
+    @property
+    def label(self) -> str:
+        each = f", {self.ranks} connections" if self.own_connections else ""
+        return f"{self.processes} x {self.per_process}{each}"
+
+
+# 16 x 1,024 threads of 256 KB stacks fit in a few GB; 4,096 connections are 16 processes of
+# 256 agents, each agent with its own socket and link thread, as 4,096 rank processes would be.
+SHAPES = {
+    "full": [Shape(1, 256), Shape(4, 256), Shape(4, 1024), Shape(16, 256, own_connections=True), Shape(16, 1024)],
+    "quick": [Shape(1, 256), Shape(4, 256)],
+}
 # Storms, then casts and lists (alternating with the floor), per N: few for big N.
 STORMS = {256: 3, 1024: 3, 4096: 2, 16384: 2}
 REPEAT = {256: 20, 1024: 10, 4096: 5, 16384: 3}
@@ -59,11 +90,12 @@ def _die_with_us() -> None:
 class Broker:
     """`python -m monarch_pdb.broker` on a random loopback port with a private runtime dir."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, heartbeat: float) -> None:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
         self.env.update({
             "MONARCH_PDB_RUNTIME_DIR": str(workdir / "run"), "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
             "MONARCH_DEBUG_SERVER_PORT": "0", "MONARCH_PDB_JOB": JOB, "PYTHONUNBUFFERED": "1",
+            "MONARCH_PDB_HEARTBEAT": str(heartbeat),
         })
         self.settings = settings_module.load(self.env)
         discovery.ensure_runtime_dir(self.settings)
@@ -102,12 +134,14 @@ class Broker:
 class Emulators:
     """C emulator processes of S ranks each, started together: one breakpoint storm."""
 
-    def __init__(self, broker: Broker, processes: int, per_process: int, workdir: Path) -> None:
+    def __init__(self, broker: Broker, shape: Shape, workdir: Path) -> None:
         self.procs = []
-        for p in range(processes):
+        connections = "own" if shape.own_connections else "shared"
+        for p in range(shape.processes):
             with open(workdir / f"emulator-{p}.log", "ab") as log:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, str(EMULATOR), str(os.getpid()), str(p * per_process), str(per_process)],
+                    [sys.executable, str(EMULATOR), str(os.getpid()), str(p * shape.per_process),
+                     str(shape.per_process), connections],
                     env=broker.env, cwd=EMULATOR.parent, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True))
 
@@ -129,25 +163,28 @@ class Emulators:
             proc.wait()
 
 
-def measure_shape(processes: int, per_process: int, workdir: Path, say) -> tuple[list[Result], dict]:
+def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]:
     """The results of one shape, and its resource row; every process it starts ends with it."""
-    n = processes * per_process
-    shape = f"{processes} x {per_process}"
+    n = shape.ranks
     storms: list[int] = []
     samples: dict[str, list[int]] = {"fan_out": [], "cast": [], "list": []}
-    resources = {"ranks": n, "shape": shape, "failed": None}
+    resources = {"ranks": n, "shape": shape.label, "failed": None}
     workdir.mkdir()
-    broker = Broker(workdir)
+    broker = Broker(workdir, shape.heartbeat)
     emulators: Emulators | None = None
     try:
-        with floors.FanOut(processes, per_process) as fan_out:
+        if shape.own_connections:
+            floor_peers = floors.FanOut(shape.processes, sockets_per_peer=shape.per_process)
+        else:
+            floor_peers = floors.FanOut(shape.processes, shape.per_process)
+        with floor_peers as fan_out:
             conn = ShellConnection.open(broker.settings.with_overrides(connect_timeout=floors.START_TIMEOUT))
             try:
                 empty_kb = broker.rss_kb()
                 for storm in range(STORMS[n]):
-                    say(f"  N={n} ({shape}): storm {storm + 1} of {STORMS[n]}")
+                    say(f"  N={n} ({shape.label}): storm {storm + 1} of {STORMS[n]}")
                     start = time.perf_counter_ns()
-                    emulators = Emulators(broker, processes, per_process, workdir)
+                    emulators = Emulators(broker, shape, workdir)
                     rows = conn.wait_for_rows(lambda rows: len(rows) >= n, STORM_TIMEOUT)
                     storms.append(time.perf_counter_ns() - start)
                     if len(rows) < n:
@@ -169,12 +206,13 @@ def measure_shape(processes: int, per_process: int, workdir: Path, say) -> tuple
         if emulators is not None:
             emulators.kill()
         broker.stop()
-    floor = Result(f"raw fan-out/gather {shape} = {n} (floor)", samples["fan_out"])
+    floor = Result(f"raw fan-out/gather, {shape.label} (floor)", samples["fan_out"])
     return [
-        Result(f"breakpoint storm, {n} sessions listed", storms),
+        Result(f"breakpoint storm, {n} sessions listed ({shape.label})", storms),
         floor,
-        Result(f"cast ranks(:) `p rank`, {n} ranks", samples["cast"], floor=floor, target=CAST_TARGETS.get(n)),
-        Result(f"list, {n} sessions", samples["list"], target=LIST_TARGETS.get(n)),
+        Result(f"cast ranks(:) `p rank`, {n} ranks ({shape.label})", samples["cast"], floor=floor,
+               target=CAST_TARGETS.get(n)),
+        Result(f"list, {n} sessions ({shape.label})", samples["list"], target=LIST_TARGETS.get(n)),
     ], resources
 
 

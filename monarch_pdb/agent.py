@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import zmq
+
 from monarch_pdb import discovery, wire
 from monarch_pdb.identity import job_name
 from monarch_pdb.link import Link
@@ -52,7 +54,9 @@ class Agent:
                 cls._instance = Agent(load_settings())
             return cls._instance
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, context: zmq.Context | None = None) -> None:
+        """A process has one agent (`get`); a load generator that stands in for many rank
+        processes makes one per emulated rank, sharing one ZeroMQ context."""
         self.settings = settings
         self.pid = os.getpid()
         self._inboxes: dict[int, queue.SimpleQueue[Line]] = {}
@@ -66,7 +70,7 @@ class Agent:
         self._lock = threading.Lock()
         self.loose_sessions: dict[int, Any] = {}
         """Sessions opened outside any endpoint call, by thread: they end when tracing stops."""
-        self.link = Link(settings, "agent", job_name(), self, self._locate)
+        self.link = Link(settings, "agent", job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
         conn = discovery.locate(self.settings)

@@ -199,9 +199,10 @@ def _who() -> str:
     return f"{ident.actor} rank {ident.rank}"
 
 
-def set_trace(frame, header: str | None = None) -> None:
-    """Stop `frame` at its next line in a broker session (the target of breakpoint())."""
-    agent = Agent.get()
+def set_trace(frame, header: str | None = None, agent: Agent | None = None) -> None:
+    """Stop `frame` at its next line in a broker session (the target of breakpoint()), through
+    this process's agent unless another is given."""
+    agent = agent or Agent.get()
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
