@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monarch_pdb import wire
+from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
 
@@ -176,6 +176,7 @@ def session_for_this_thread(agent: Agent) -> Session:
     existing = call.session if call is not None else agent.loose_sessions.get(threading.get_ident())
     if existing is not None and not existing.ended:
         return existing
+    collectives.raise_timeouts()
     session = Session(agent=agent, identity=current(), call=call)
     if call is not None:
         call.session = session

@@ -18,13 +18,15 @@ from monarch_pdb.identity import CallContext, current_call
 POST_MORTEM_POLICIES = ("after-breakpoint", "always", "never")
 
 
-def wants_post_mortem(call: CallContext, exc: BaseException) -> bool:
+def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
+    """MONARCH_PDB_POST_MORTEM's answer for `exc`, given whether a breakpoint stopped its scope
+    (the endpoint call, or the process when there is no call) before it was raised."""
     if not isinstance(exc, Exception) or isinstance(exc, bdb.BdbQuit):
         return False
     policy = settings.load().post_mortem
     if policy == "always":
         return True
-    return policy != "never" and call.session is not None
+    return policy != "never" and stopped_before
 
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -48,7 +50,7 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
         yield call
     except BaseException as exc:
         outcome = "quit" if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
-        if wants_post_mortem(call, exc):
+        if wants_post_mortem(exc, call.session is not None):
             from monarch_pdb import debugger
 
             debugger.post_mortem(exc, _user_traceback(exc))

@@ -17,9 +17,11 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 class Program:
     """A program run in its own process group, so everything it started can be ended at once."""
 
-    def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None) -> None:
+    def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None,
+                 launcher: list[str] | None = None) -> None:
+        """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given."""
         self.proc = subprocess.Popen(
-            [sys.executable, str(script), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
 

@@ -1,0 +1,103 @@
+"""Where `breakpoint()` and uncaught exceptions of a process reach the debugger.
+
+`install` takes this process's hooks, and reaches into the runtimes that start worker
+processes of their own and take the hooks there: a Ray worker (whose task errors Ray catches
+and hands to its debugger's post-mortem) and real Monarch (whose proc bootstrap sets its own
+`breakpoint()` hook, so every proc mesh spawned after `install` runs `install` first).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from monarch_pdb import identity, settings
+from monarch_pdb.endpoint import wants_post_mortem
+
+_INSTALLED = "_monarch_pdb_installed"
+
+
+def install() -> None:
+    """Route `breakpoint()` to the broker, and uncaught exceptions to post-mortem as
+    MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that allows it."""
+    import monarch_pdb
+
+    sys.breakpointhook = monarch_pdb.set_trace
+    if not getattr(sys.excepthook, _INSTALLED, False):
+        sys.excepthook = _post_mortem_first(sys.excepthook, lambda args: args[1])
+    if not getattr(threading.excepthook, _INSTALLED, False):
+        threading.excepthook = _post_mortem_first(threading.excepthook, lambda args: args[0].exc_value)
+    if "ray" in sys.modules:
+        _take_ray_post_mortem()
+    if "monarch._src.actor.host_mesh" in sys.modules:
+        _bootstrap_monarch_procs()
+
+
+def stopped_in_this_process() -> bool:
+    """Whether a breakpoint of this process has reached the broker (its agent exists)."""
+    from monarch_pdb.agent import Agent
+
+    return Agent._instance is not None and Agent._instance.pid == os.getpid()
+
+
+def post_mortem_if_wanted(exc: BaseException | None) -> None:
+    if exc is not None and wants_post_mortem(exc, stopped_in_this_process()):
+        from monarch_pdb import debugger
+
+        debugger.post_mortem(exc)
+
+
+def _post_mortem_first(previous: Callable[..., Any], exception_of: Callable[[tuple], BaseException | None]):
+    """An exception hook that stops in post-mortem when wanted, then reports as `previous` did."""
+    def hook(*args: Any) -> None:
+        post_mortem_if_wanted(exception_of(args))
+        previous(*args)
+
+    setattr(hook, _INSTALLED, True)
+    return hook
+
+
+def _take_ray_post_mortem() -> None:
+    """In a Ray worker, Ray calls `ray.util.pdb._post_mortem()` inside its handler of a failed
+    task, when RAY_DEBUG_POST_MORTEM is 1; with post-mortem `always`, that call comes here."""
+    if settings.load().post_mortem != "always":
+        return
+    import ray.util.pdb
+
+    os.environ["RAY_DEBUG_POST_MORTEM"] = "1"
+    ray.util.pdb._post_mortem = lambda: post_mortem_if_wanted(sys.exc_info()[1])
+
+
+def _bootstrap_monarch_procs() -> None:
+    """Make HostMesh.spawn_procs run `install` in each new proc before the program's own
+    bootstrap, and give the procs this process's job name."""
+    from monarch._src.actor.host_mesh import HostMesh
+
+    spawn = HostMesh.spawn_procs
+    if getattr(spawn, _INSTALLED, False):
+        return
+    job = identity.job_name()
+
+    @functools.wraps(spawn)
+    def spawn_procs(self, per_host=None, bootstrap=None, *args: Any, **kwargs: Any):
+        first = _install_then_async if inspect.iscoroutinefunction(bootstrap) else _install_then
+        return spawn(self, per_host, functools.partial(first, job, bootstrap), *args, **kwargs)
+
+    setattr(spawn_procs, _INSTALLED, True)
+    HostMesh.spawn_procs = spawn_procs
+
+
+def _install_then(job: str, bootstrap: Callable[[], Any] | None) -> Any:
+    os.environ.setdefault("MONARCH_PDB_JOB", job)
+    install()
+    return bootstrap() if bootstrap is not None else None
+
+
+async def _install_then_async(job: str, bootstrap: Callable[[], Any]) -> None:
+    _install_then(job, None)
+    await bootstrap()
