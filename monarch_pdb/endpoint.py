@@ -41,6 +41,25 @@ def _user_traceback(exc: BaseException):
     return tb or exc.__traceback__
 
 
+def outcome_of(exc: BaseException) -> str:
+    return "quit" if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
+
+
+def stop_after_raise(call: CallContext, exc: BaseException, traceback=None) -> None:
+    """Post-mortem at the raise site, when the policy wants it for this call."""
+    if wants_post_mortem(exc, call.session is not None):
+        from monarch_pdb import debugger
+
+        debugger.post_mortem(exc, traceback or _user_traceback(exc))
+
+
+def end_call(call: CallContext, outcome: str) -> None:
+    """The call is over: its session, if a breakpoint opened one, ends with it."""
+    if call.session is not None:
+        sys.settrace(None)
+        call.session.end(outcome)
+
+
 @contextmanager
 def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
@@ -49,14 +68,9 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
     try:
         yield call
     except BaseException as exc:
-        outcome = "quit" if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
-        if wants_post_mortem(exc, call.session is not None):
-            from monarch_pdb import debugger
-
-            debugger.post_mortem(exc, _user_traceback(exc))
+        outcome = outcome_of(exc)
+        stop_after_raise(call, exc)
         raise
     finally:
-        if call.session is not None:
-            sys.settrace(None)
-            call.session.end(outcome)
+        end_call(call, outcome)
         current_call.reset(token)

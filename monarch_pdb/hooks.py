@@ -3,7 +3,8 @@
 `install` takes this process's hooks, and reaches into the runtimes that start worker
 processes of their own and take the hooks there: a Ray worker (whose task errors Ray catches
 and hands to its debugger's post-mortem) and real Monarch (whose proc bootstrap sets its own
-`breakpoint()` hook, so every proc mesh spawned after `install` runs `install` first).
+`breakpoint()` hook, so every proc mesh spawned after `install` runs `install` first, and
+each message a Monarch actor handles becomes one endpoint call with its own session).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from monarch_pdb import identity, settings
-from monarch_pdb.endpoint import wants_post_mortem
+from monarch_pdb.endpoint import end_call, outcome_of, stop_after_raise, wants_post_mortem
+from monarch_pdb.identity import CallContext, current_call
 
 _INSTALLED = "_monarch_pdb_installed"
 
@@ -36,6 +38,8 @@ def install() -> None:
         _take_ray_post_mortem()
     if "monarch._src.actor.host_mesh" in sys.modules:
         _bootstrap_monarch_procs()
+    if identity.in_monarch_proc():
+        _take_monarch_calls()
 
 
 def stopped_in_this_process() -> bool:
@@ -63,14 +67,15 @@ def _post_mortem_first(previous: Callable[..., Any], exception_of: Callable[[tup
 
 
 def _take_ray_post_mortem() -> None:
-    """In a Ray worker, Ray calls `ray.util.pdb._post_mortem()` inside its handler of a failed
-    task, when RAY_DEBUG_POST_MORTEM is 1; with post-mortem `always`, that call comes here."""
+    """In a Ray worker, Ray calls `ray.util.pdb._post_mortem()` (its module `ray.util.rpdb`)
+    inside its handler of a failed task when RAY_DEBUG_POST_MORTEM is 1; with post-mortem
+    `always`, that call comes here."""
     if settings.load().post_mortem != "always":
         return
-    import ray.util.pdb
+    from ray.util import rpdb
 
     os.environ["RAY_DEBUG_POST_MORTEM"] = "1"
-    ray.util.pdb._post_mortem = lambda: post_mortem_if_wanted(sys.exc_info()[1])
+    rpdb._post_mortem = lambda: post_mortem_if_wanted(sys.exc_info()[1])
 
 
 def _bootstrap_monarch_procs() -> None:
@@ -101,3 +106,54 @@ def _install_then(job: str, bootstrap: Callable[[], Any] | None) -> Any:
 async def _install_then_async(job: str, bootstrap: Callable[[], Any]) -> None:
     _install_then(job, None)
     await bootstrap()
+
+
+def _take_monarch_calls() -> None:
+    """In a Monarch proc, a breakpoint opens a call for the message the actor handles; Monarch's
+    own end of that message (returned, or raised and reported) ends the call's session, after
+    post-mortem when the policy wants it, as the embedded mesh does."""
+    from monarch._src.actor.actor_mesh import _Actor
+
+    sys.breakpointhook = _set_trace_in_monarch_call
+    exit_debugger, post_mortem_debug = _Actor._maybe_exit_debugger, _Actor._post_mortem_debug
+    if getattr(exit_debugger, _INSTALLED, False):
+        return
+
+    def maybe_exit_debugger(self, *args: Any, **kwargs: Any) -> None:
+        exit_debugger(self, *args, **kwargs)
+        _end_monarch_call("returned")
+
+    def post_mortem_then_report(self, exc_tb: Any) -> None:
+        post_mortem_debug(self, exc_tb)
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            stop_after_raise(_monarch_call(), exc, exc_tb)
+            _end_monarch_call(outcome_of(exc))
+
+    setattr(maybe_exit_debugger, _INSTALLED, True)
+    _Actor._maybe_exit_debugger = maybe_exit_debugger
+    _Actor._post_mortem_debug = post_mortem_then_report
+
+
+def _monarch_call() -> CallContext:
+    """The call of the message being handled, begun now if this is its first stop."""
+    call = current_call.get()
+    if call is None:
+        found = identity.from_monarch()
+        call = CallContext(actor=found.actor, rank=found.rank, coords=found.coords)
+        current_call.set(call)
+    return call
+
+
+def _end_monarch_call(outcome: str) -> None:
+    call = current_call.get()
+    if call is not None:
+        end_call(call, outcome)
+        current_call.set(None)
+
+
+def _set_trace_in_monarch_call(*args: Any, **kwargs: Any) -> None:
+    from monarch_pdb import debugger
+
+    _monarch_call()
+    debugger.set_trace(sys._getframe(1))

@@ -101,7 +101,7 @@ def from_launcher(env: Mapping[str, str]) -> Detected | None:
     """torchrun, Slurm, Open MPI or PMI (MPICH, Intel MPI), in that order, from their variables."""
     actor = _script_actor_name()
     stem = _script_stem()
-    if (rank := _int(env, "RANK")) is not None and _int(env, "LOCAL_RANK") is not None:
+    if (rank := _int(env, "RANK")) is not None:
         run = env.get("TORCHELASTIC_RUN_ID", "")
         token = run if run and run != "none" else env.get("MASTER_PORT", "")
         coords = _host_and_local(env, rank, "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
@@ -121,13 +121,18 @@ def from_launcher(env: Mapping[str, str]) -> Detected | None:
     return None
 
 
+def in_monarch_proc() -> bool:
+    """Whether Monarch's proc bootstrap is this process's main module."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(main_spec, "name", "") == "monarch._src.actor.bootstrap_main"
+
+
 def from_monarch() -> Detected | None:
     """A real Monarch actor: its name, and rank and coordinates of the message it handles.
 
     Only in a process Monarch bootstrapped: the client's own context is not an actor's.
     """
-    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if getattr(main_spec, "name", "") != "monarch._src.actor.bootstrap_main":
+    if not in_monarch_proc():
         return None
     from monarch.actor import context
 

@@ -1,0 +1,54 @@
+"""Ray, for real: four actors of examples/ray_actors.py on a local Ray instance stop in a method;
+their breakpoints reach our broker, not Ray's debugger, and with post-mortem `always` a failing
+method stops where it raised. Needs ray (`make test-engines` installs it)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from programs import EXAMPLES, Program, wait_for_sessions
+
+pytest.importorskip("ray", reason="ray is not installed (make test-engines installs monarch-pdb[ray])")
+
+TABLE_ROW = re.compile(r"^\| (\w+) +\| (\d+) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\|$", re.M)
+
+
+def start(env, *args: str, **extra: str) -> Program:
+    return Program(dict(env, **extra), EXAMPLES / "ray_actors.py", *args)
+
+
+@pytest.mark.timeout(180)
+def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
+    program = start(env)
+    try:
+        wait_for_sessions(env, 4, timeout=120)
+        sh = shell()
+        rows = TABLE_ROW.findall(sh.command("list"))
+        assert [(actor, rank, function) for actor, rank, _, _, function, _ in rows] == [
+            ("Learner", str(r), "ray_actors.step") for r in range(4)]
+        assert sh.command("cast Learner ranks(:) p value") == "".join(
+            f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4))
+        assert sh.command("continue").strip() == "Continued 4 ranks: Learner ranks[0-3]"
+        code, output = program.finish(timeout=60)
+        assert code == 0 and "STEPPED [1, 11, 21, 31]" in output, output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(180)
+def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
+    program = start(env, "--fail", MONARCH_PDB_POST_MORTEM="always")
+    try:
+        wait_for_sessions(env, 4, timeout=120, state="breakpoint")
+        sh = shell()
+        sh.command("continue")
+        rows = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
+        assert sorted((r["actor"], r["rank"], r["function"]) for r in rows) == [
+            ("Learner", r, "ray_actors.fail") for r in range(4)]
+        assert sh.command("cast Learner ranks(2) p lookup") == "Learner ranks[2] (1)\n{'rank': 2}\n"
+        assert sh.command("continue").strip() == "Continued 4 ranks: Learner ranks[0-3]"
+        code, output = program.finish(timeout=60)
+        assert code == 0 and "FAILED with KeyError" in output, output
+    finally:
+        program.stop()
