@@ -56,10 +56,10 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         conn.close()
 
 
-def start_broker(env: dict[str, str], *args: str) -> tuple[subprocess.Popen, str]:
-    """`python -m monarch_pdb.broker ARGS` in the foreground; returns it and its first line,
-    once it says it listens."""
-    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
+def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`python -m monarch_pdb.broker ARGS` in the foreground (behind LAUNCHER when given);
+    returns it and its first line, once it says it listens."""
+    proc = subprocess.Popen([*(launcher or []), sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
                             stderr=subprocess.PIPE, text=True)
     first = proc.stderr.readline()
     assert "listening on" in first, first
