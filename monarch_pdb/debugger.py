@@ -81,10 +81,14 @@ class SessionIO:
 
 
 def describe_function(frame) -> str:
-    """`module.function`, naming a script by its file rather than `__main__`."""
+    """`module.function`, naming a script by its file rather than `__main__` (the file its
+    globals name, when its code was compiled under a name like `<dynamic-code>`)."""
     module = frame.f_globals.get("__name__") or ""
     if module in ("__main__", "__mp_main__") or not module:
-        module = os.path.splitext(os.path.basename(frame.f_code.co_filename))[0]
+        path = frame.f_code.co_filename
+        if path.startswith("<") and isinstance(frame.f_globals.get("__file__"), str):
+            path = frame.f_globals["__file__"]
+        module = os.path.splitext(os.path.basename(path))[0]
     return f"{module}.{frame.f_code.co_name}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import os
 import sys
 import threading
@@ -86,25 +87,42 @@ def _bootstrap_monarch_procs() -> None:
     spawn = HostMesh.spawn_procs
     if getattr(spawn, _INSTALLED, False):
         return
-    job = identity.job_name()
+    job, script = identity.job_name(), _main_script_source()
 
     @functools.wraps(spawn)
     def spawn_procs(self, per_host=None, bootstrap=None, *args: Any, **kwargs: Any):
         first = _install_then_async if inspect.iscoroutinefunction(bootstrap) else _install_then
-        return spawn(self, per_host, functools.partial(first, job, bootstrap), *args, **kwargs)
+        return spawn(self, per_host, functools.partial(first, job, script, bootstrap), *args, **kwargs)
 
     setattr(spawn_procs, _INSTALLED, True)
     HostMesh.spawn_procs = spawn_procs
 
 
-def _install_then(job: str, bootstrap: Callable[[], Any] | None) -> Any:
+MONARCH_MAIN_CODE = "<dynamic-code>"
+"""The file name Monarch compiles the client's main script under in its procs."""
+
+
+def _main_script_source() -> str:
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        with open(path or "", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _install_then(job: str, script: str, bootstrap: Callable[[], Any] | None) -> Any:
+    """In a new proc: our hooks, the client's job name, and the main script's source for pdb's
+    `l` and `ll` (the proc's host may not have the file)."""
     os.environ.setdefault("MONARCH_PDB_JOB", job)
+    if script:
+        linecache.cache[MONARCH_MAIN_CODE] = (len(script), None, script.splitlines(True), MONARCH_MAIN_CODE)
     install()
     return bootstrap() if bootstrap is not None else None
 
 
-async def _install_then_async(job: str, bootstrap: Callable[[], Any]) -> None:
-    _install_then(job, None)
+async def _install_then_async(job: str, script: str, bootstrap: Callable[[], Any]) -> None:
+    _install_then(job, script, None)
     await bootstrap()
 
 
