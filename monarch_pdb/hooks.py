@@ -70,8 +70,12 @@ def _post_mortem_first(previous: Callable[..., Any], exception_of: Callable[[tup
 def _take_ray_post_mortem() -> None:
     """In a Ray worker, Ray calls `ray.util.pdb._post_mortem()` (its module `ray.util.rpdb`)
     inside its handler of a failed task when RAY_DEBUG_POST_MORTEM is 1; with post-mortem
-    `always`, that call comes here."""
-    if settings.load().post_mortem != "always":
+    `always`, that call comes here. Only in workers: a driver's environment passes to the
+    workers it starts, and one without this hook would stop in Ray's own debugger instead."""
+    import ray
+
+    in_worker = ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    if not in_worker or settings.load().post_mortem != "always":
         return
     from ray.util import rpdb
 

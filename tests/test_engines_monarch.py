@@ -38,7 +38,8 @@ def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
         raised = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
         assert sorted(r["rank"] for r in raised) == [2, 6, 10, 14]
         assert {r["function"] for r in raised} == {"debugging._bad_rank"}
-        assert sh.command("continue").strip() == "Continued 4 ranks: debugee ranks[2,6,10,14]"
+        # Events of those ranks stopping may still be printed above the answer.
+        assert "Continued 4 ranks: debugee ranks[2,6,10,14]" in sh.command("continue")
         code, output = program.finish(timeout=60)
         assert code != 0 and "ValueError: bad rank" in output, output
     finally:
