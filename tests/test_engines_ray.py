@@ -1,6 +1,6 @@
-"""Ray, for real: four actors of examples/ray_actors.py on a local Ray instance stop in a method;
-their breakpoints reach our broker, not Ray's debugger, and with post-mortem `always` a failing
-method stops where it raised. Needs ray (`make test-engines` installs it)."""
+"""Ray, for real: four actors of examples/ray_actors.py on a local Ray instance stop in a method,
+then a task in its function; their breakpoints reach our broker, not Ray's debugger, and with
+post-mortem `always` a failing method stops where it raised. Needs ray (`make test-engines` installs it)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,13 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         assert sh.command("cast Learner ranks(:) p value") == "".join(
             f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4))
         assert sh.command("continue").strip() == "Continued 4 ranks: Learner ranks[0-3]"
+        assert "1 ranks of evaluate stopped" in sh.command("wait evaluate 1 --timeout 60", timeout=70)
+        [task] = [r for r in wait_for_sessions(env, 1) if r["actor"] == "evaluate"]
+        assert (task["rank"], task["function"]) == (task["pid"], "ray_actors.evaluate")
+        assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task['pid']}] (1)\n300\n")
+        assert "Continued 1 rank: evaluate" in sh.command("continue")
         code, output = program.finish(timeout=60)
-        assert code == 0 and "STEPPED [1, 11, 21, 31]" in output, output
+        assert code == 0 and "STEPPED [1, 11, 21, 31]" in output and "EVALUATED 300" in output, output
     finally:
         program.stop()
 
@@ -42,6 +47,8 @@ def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
     try:
         wait_for_sessions(env, 4, timeout=120, state="breakpoint")
         sh = shell()
+        sh.command("continue")
+        sh.command("wait evaluate 1 --timeout 60", timeout=70)
         sh.command("continue")
         rows = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
         assert sorted((r["actor"], r["rank"], r["function"]) for r in rows) == [

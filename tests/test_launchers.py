@@ -3,7 +3,6 @@ set_identity over them, and install()'s post-mortem for uncaught exceptions of a
 
 from __future__ import annotations
 
-import os
 import textwrap
 
 import pytest
