@@ -12,6 +12,9 @@ from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import ShellConnection
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEBUG_SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+"""`monarch-pdb debug`: always ours, where `monarch` may be Monarch's own command when
+torchmonarch is installed too."""
 
 
 class Program:

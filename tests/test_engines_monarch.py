@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from programs import EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
 
 pytest.importorskip("monarch.actor", reason="torchmonarch is not installed (make test-engines installs monarch-pdb[monarch])")
 
@@ -26,7 +26,7 @@ def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
     program = Program(env, script, cwd=tmp_path)
     try:
         wait_for_sessions(env, 16, timeout=180)
-        sh = shell()
+        sh = shell(command=DEBUG_SHELL)
         rows = TABLE_ROW.findall(sh.command("list"))
         assert [(actor, rank, coords) for actor, rank, coords, *_ in rows] == [
             ("debugee", str(r), f"{{'host': {r // 4}, 'gpu': {r % 4}}}") for r in range(16)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from programs import EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
 
 pytest.importorskip("ray", reason="ray is not installed (make test-engines installs monarch-pdb[ray])")
 
@@ -23,7 +23,7 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
     program = start(env)
     try:
         wait_for_sessions(env, 4, timeout=120)
-        sh = shell()
+        sh = shell(command=DEBUG_SHELL)
         rows = TABLE_ROW.findall(sh.command("list"))
         assert [(actor, rank, function) for actor, rank, _, _, function, _ in rows] == [
             ("Learner", str(r), "ray_actors.step") for r in range(4)]
@@ -46,7 +46,7 @@ def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
     program = start(env, "--fail", MONARCH_PDB_POST_MORTEM="always")
     try:
         wait_for_sessions(env, 4, timeout=120, state="breakpoint")
-        sh = shell()
+        sh = shell(command=DEBUG_SHELL)
         sh.command("continue")
         sh.command("wait evaluate 1 --timeout 60", timeout=70)
         sh.command("continue")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from conftest import wait_for_exit
-from programs import EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
 
 pytest.importorskip("torch", reason="torch is not installed (make test-engines installs monarch-pdb[torch])")
 
@@ -32,7 +32,7 @@ def test_torchrun_ranks_are_listed_cast_to_and_continued(env, shell):
                       EXAMPLES / "train.py", launcher=TORCHRUN)
     try:
         rows = wait_for_sessions(env, 4, timeout=120)
-        sh = shell()
+        sh = shell(command=DEBUG_SHELL)
         listed = re.findall(r"^\| (\w+) +\| (\d) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\|$", sh.command("list"), re.M)
         assert [row[:3] for row in listed] == [("train", str(r), f"{{'host': 0, 'gpu': {r}}}") for r in range(4)]
         assert {row[4] for row in listed} == {"train.main"}

@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import pytest
-from programs import Program, start_broker, stop_broker
+from programs import DEBUG_SHELL, Program, start_broker, stop_broker
 
 RANK = textwrap.dedent('''
     import os
@@ -113,7 +113,7 @@ def test_ranks_on_two_hosts_reach_a_broker_on_a_third(env, tmp_path, network, sh
                                 RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(host), WORLD_SIZE=str(HOSTS * PER_HOST))
                 programs.append(Program(rank_env, script, launcher=[*in_namespace(namespace, f"sim-host-{host}"), sys.executable]))
         # The shell runs on the broker's host; this process could not reach that network.
-        sh = shell(command=[*in_namespace(network.broker), os.path.join(os.path.dirname(sys.executable), "monarch"), "debug"])
+        sh = shell(command=[*in_namespace(network.broker), *DEBUG_SHELL])
         assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 60", timeout=70)
         table = sh.command("list")
         rows = re.findall(r"^\| rank +\| (\d) +\| (\{.*?\}) +\| (\S+) +\|", table, re.M)
