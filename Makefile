@@ -1,10 +1,19 @@
 # Two commands for a fresh machine with only Python and make: `make demo` and `make test`.
+# `make test-engines` runs the tests with real torchrun, Ray and Monarch in a venv of its own.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-test
+ENGINES_VENV := .venv-engines
+ENGINES_BIN := $(ENGINES_VENV)/bin
+ENGINES_INSTALLED := $(ENGINES_VENV)/.installed-engines
+ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/test_engines_monarch.py \
+	tests/test_engines_mpi.py tests/test_two_hosts.py
+# torch's CPU build, exactly: an unpinned torch (or one Ray pulls in) is a multi-GB CUDA download.
+# Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-engines bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +29,21 @@ demo: $(INSTALLED)
 test: $(INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+$(ENGINES_BIN)/python:
+	$(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_BIN)/python -m pip install --quiet --upgrade pip
+
+$(ENGINES_INSTALLED): $(ENGINES_BIN)/python setup.cfg pyproject.toml
+	echo '$(TORCH_CPU)' > $(ENGINES_VENV)/constraints.txt
+	$(ENGINES_BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
+		-c $(ENGINES_VENV)/constraints.txt '$(TORCH_CPU)' -e '.[test,torch,ray,monarch]'
+	touch $@
+
+test-engines: $(ENGINES_INSTALLED)
+	$(ENGINES_BIN)/python -m pytest $(ENGINE_TESTS) $(PYTEST_ARGS)
+
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/run.py $(if $(QUICK),--quick) $(if $(SCALE),--scale)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(ENGINES_VENV) build *.egg-info .pytest_cache

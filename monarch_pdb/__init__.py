@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from monarch_pdb.endpoint import endpoint_call
+from monarch_pdb.hooks import install
 from monarch_pdb.identity import set_identity
 
 __version__ = "0.1.0"
@@ -21,7 +22,3 @@ def set_trace(*, header: str | None = None) -> None:
 
     debugger.set_trace(sys._getframe(1), header=header)
 
-
-def install() -> None:
-    """Route `breakpoint()` in this process to the broker."""
-    sys.breakpointhook = set_trace

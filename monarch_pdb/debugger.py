@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monarch_pdb import wire
+from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
 
@@ -90,10 +90,14 @@ class SessionIO:
 
 
 def describe_function(frame) -> str:
-    """`module.function`, naming a script by its file rather than `__main__`."""
+    """`module.function`, naming a script by its file rather than `__main__` (the file its
+    globals name, when its code was compiled under a name like `<dynamic-code>`)."""
     module = frame.f_globals.get("__name__") or ""
     if module in ("__main__", "__mp_main__") or not module:
-        module = os.path.splitext(os.path.basename(frame.f_code.co_filename))[0]
+        path = frame.f_code.co_filename
+        if path.startswith("<") and isinstance(frame.f_globals.get("__file__"), str):
+            path = frame.f_globals["__file__"]
+        module = os.path.splitext(os.path.basename(path))[0]
     return f"{module}.{frame.f_code.co_name}"
 
 
@@ -186,6 +190,7 @@ def session_for_this_thread(agent: Agent) -> Session:
     existing = call.session if call is not None else agent.loose_sessions.get(threading.get_ident())
     if existing is not None and not existing.ended:
         return existing
+    collectives.raise_timeouts()
     session = Session(agent=agent, identity=current(), call=call)
     if call is not None:
         call.session = session

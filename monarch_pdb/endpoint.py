@@ -18,13 +18,15 @@ from monarch_pdb.identity import CallContext, current_call
 POST_MORTEM_POLICIES = ("after-breakpoint", "always", "never")
 
 
-def wants_post_mortem(call: CallContext, exc: BaseException) -> bool:
+def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
+    """MONARCH_PDB_POST_MORTEM's answer for `exc`, given whether a breakpoint stopped its scope
+    (the endpoint call, or the process when there is no call) before it was raised."""
     if not isinstance(exc, Exception) or isinstance(exc, bdb.BdbQuit):
         return False
     policy = settings.load().post_mortem
     if policy == "always":
         return True
-    return policy != "never" and call.session is not None
+    return policy != "never" and stopped_before
 
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -39,6 +41,25 @@ def _user_traceback(exc: BaseException):
     return tb or exc.__traceback__
 
 
+def outcome_of(exc: BaseException) -> str:
+    return "quit" if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
+
+
+def stop_after_raise(call: CallContext, exc: BaseException, traceback=None) -> None:
+    """Post-mortem at the raise site, when the policy wants it for this call."""
+    if wants_post_mortem(exc, call.session is not None):
+        from monarch_pdb import debugger
+
+        debugger.post_mortem(exc, traceback or _user_traceback(exc))
+
+
+def end_call(call: CallContext, outcome: str) -> None:
+    """The call is over: its session, if a breakpoint opened one, ends with it."""
+    if call.session is not None:
+        sys.settrace(None)
+        call.session.end(outcome)
+
+
 @contextmanager
 def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
@@ -47,14 +68,9 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
     try:
         yield call
     except BaseException as exc:
-        outcome = "quit" if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
-        if wants_post_mortem(call, exc):
-            from monarch_pdb import debugger
-
-            debugger.post_mortem(exc, _user_traceback(exc))
+        outcome = outcome_of(exc)
+        stop_after_raise(call, exc)
         raise
     finally:
-        if call.session is not None:
-            sys.settrace(None)
-            call.session.end(outcome)
+        end_call(call, outcome)
         current_call.reset(token)

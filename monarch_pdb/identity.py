@@ -1,8 +1,9 @@
 """Who a paused session belongs to: job, actor, rank, coordinates, host, pid.
 
-Providers are asked most specific first: an identity set explicitly by the program, the
-endpoint call the embedded mesh runtime is running, the environment of common launchers,
-and finally the bare process.
+Sources are asked most specific first: the endpoint call the embedded mesh runtime is running,
+a real Monarch actor's context, a Ray actor or task, the environment of common launchers
+(torchrun, Slurm, Open MPI, PMI), and finally the bare process. Whatever the program set with
+`set_identity` overrides the detected values it names.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextvars
 import os
 import socket
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,16 @@ class CallContext:
     session: Any = None
 
 
+@dataclass(frozen=True)
+class Detected:
+    """What one source knows; `job` is empty when the source has no name for the whole job."""
+
+    actor: str
+    rank: int
+    coords: dict[str, int]
+    job: str = ""
+
+
 current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
     "monarch_pdb_current_call", default=None
 )
@@ -53,57 +65,120 @@ def set_identity(*, actor: str | None = None, rank: int | None = None,
             _explicit[key] = value
 
 
-def job_name() -> str:
-    """MONARCH_PDB_JOB, else the main script's name and this process's pid."""
-    named = os.environ.get("MONARCH_PDB_JOB")
-    if named:
-        return named
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-    stem = os.path.splitext(script)[0] or "python"
-    return f"{stem}-{os.getpid()}"
-
-
-def _script_actor_name() -> str:
-    named = os.environ.get("MONARCH_PDB_ACTOR")
-    if named:
-        return named
+def _script_stem() -> str:
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     return os.path.splitext(script)[0] or "python"
 
 
-def _first_int(*names: str) -> int | None:
-    for name in names:
-        raw = os.environ.get(name, "")
-        if raw.isdigit():
-            return int(raw)
+def job_name() -> str:
+    """MONARCH_PDB_JOB, else the name the detected launcher gives the whole job, else the main
+    script's name and this process's pid."""
+    named = os.environ.get("MONARCH_PDB_JOB")
+    if named:
+        return named
+    detected = detect()
+    return detected.job or f"{_script_stem()}-{os.getpid()}"
+
+
+def _script_actor_name() -> str:
+    return os.environ.get("MONARCH_PDB_ACTOR") or _script_stem()
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "")
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
+def _host_and_local(env: Mapping[str, str], rank: int, host: str, local: str, local_size: str) -> dict[str, int]:
+    """{host, gpu}: the node's index (or rank // ranks per node) and the rank within the node."""
+    local_rank, per_node, node = _int(env, local), _int(env, local_size), _int(env, host) if host else None
+    if node is None and per_node:
+        node = rank // per_node
+    return {"host": node, "gpu": local_rank} if node is not None and local_rank is not None else {}
+
+
+def from_launcher(env: Mapping[str, str]) -> Detected | None:
+    """torchrun, Slurm, Open MPI or PMI (MPICH, Intel MPI), in that order, from their variables."""
+    actor = _script_actor_name()
+    stem = _script_stem()
+    if (rank := _int(env, "RANK")) is not None:
+        run = env.get("TORCHELASTIC_RUN_ID", "")
+        token = run if run and run != "none" else env.get("MASTER_PORT", "")
+        coords = _host_and_local(env, rank, "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+        return Detected(actor, rank, coords, f"{stem}-torchrun-{token}" if token else "")
+    if (rank := _int(env, "SLURM_PROCID")) is not None:
+        coords = _host_and_local(env, rank, "SLURM_NODEID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
+        step = env.get("SLURM_STEP_ID", "")
+        return Detected(actor, rank, coords, f"{stem}-slurm-{env.get('SLURM_JOB_ID', '')}{'.' + step if step else ''}")
+    if (rank := _int(env, "OMPI_COMM_WORLD_RANK")) is not None:
+        coords = _host_and_local(env, rank, "", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
+        jobid = env.get("OMPI_MCA_ess_base_jobid", "")
+        return Detected(actor, rank, coords, f"{stem}-mpi-{jobid}" if jobid else "")
+    if (rank := _int(env, "PMI_RANK")) is not None:
+        coords = _host_and_local(env, rank, "", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+        kvs = env.get("PMI_KVSNAME", "")
+        return Detected(actor, rank, coords, f"{stem}-mpi-{kvs}" if kvs else "")
     return None
 
 
-def _launcher_rank_and_coords() -> tuple[int, dict[str, int]] | None:
-    """Rank and {host, gpu} coordinates from torchrun, Slurm or MPI variables."""
-    rank = _first_int("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-    if rank is None:
+def in_monarch_proc() -> bool:
+    """Whether Monarch's proc bootstrap is this process's main module."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(main_spec, "name", "") == "monarch._src.actor.bootstrap_main"
+
+
+def from_monarch() -> Detected | None:
+    """A real Monarch actor: its name, and rank and coordinates of the message it handles.
+
+    Only in a process Monarch bootstrapped: the client's own context is not an actor's.
+    """
+    if not in_monarch_proc():
         return None
-    host = _first_int("GROUP_RANK", "SLURM_NODEID", "OMPI_COMM_WORLD_NODE_RANK")
-    local = _first_int("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
-    coords = {"host": host, "gpu": local} if host is not None and local is not None else {}
-    return rank, coords
+    from monarch.actor import context
+
+    ctx = context()
+    point = ctx.message_rank
+    return Detected(ctx.actor_instance.actor_id.actor_name, point.rank, {k: point[k] for k in point})
+
+
+def from_ray() -> Detected | None:
+    """A Ray actor (its class) or task (its function), in a Ray worker process; the rank is
+    the pid unless the program names one with set_identity."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    runtime = ray.get_runtime_context()
+    function = runtime.get_task_function_name()
+    if function is None:
+        return None
+    parts = function.split(".")
+    actor = parts[-2] if runtime.get_actor_id() is not None and len(parts) >= 2 else parts[-1]
+    return Detected(actor, os.getpid(), {}, f"ray-{runtime.get_job_id()}")
+
+
+_SOURCES: tuple[Callable[[], Detected | None], ...] = (from_monarch, from_ray, lambda: from_launcher(os.environ))
+
+
+def detect() -> Detected:
+    """The most specific source that recognises this thread, or the bare process."""
+    call = current_call.get()
+    if call is not None:
+        return Detected(call.actor, call.rank, dict(call.coords))
+    for source in _SOURCES:
+        found = source()
+        if found is not None:
+            return found
+    return Detected(_script_actor_name(), os.getpid(), {})
 
 
 def current() -> Identity:
     """The identity of the session that is about to open in the calling thread or task."""
-    call = current_call.get()
-    if call is not None:
-        actor, rank, coords = call.actor, call.rank, dict(call.coords)
-    else:
-        launched = _launcher_rank_and_coords()
-        actor = _script_actor_name()
-        rank, coords = launched if launched is not None else (os.getpid(), {})
+    found = detect()
     return Identity(
         job=str(_explicit.get("job", job_name())),
-        actor=str(_explicit.get("actor", actor)),
-        rank=int(_explicit.get("rank", rank)),  # type: ignore[arg-type]
-        coords=dict(_explicit.get("coords", coords)),  # type: ignore[arg-type]
+        actor=str(_explicit.get("actor", found.actor)),
+        rank=int(_explicit.get("rank", found.rank)),  # type: ignore[arg-type]
+        coords=dict(_explicit.get("coords", found.coords)),  # type: ignore[arg-type]
         hostname=socket.gethostname(),
         pid=os.getpid(),
     )

@@ -57,6 +57,7 @@ class Settings:
     max_sessions_per_connection: int
     max_age: float
     curve: bool
+    collective_timeout: float
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -83,4 +84,5 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         max_sessions_per_connection=int(_env_float(env, "MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION", 65536)),
         max_age=_env_float(env, "MONARCH_PDB_MAX_AGE", 600.0),
         curve=env.get("MONARCH_PDB_CURVE", "").lower() in ("1", "true", "yes", "on"),
+        collective_timeout=_env_float(env, "MONARCH_PDB_COLLECTIVE_TIMEOUT", 3600.0),
     )

@@ -102,6 +102,25 @@ def stop_brokers(marker: str) -> None:
 
 
 @pytest.fixture
+def shell(env):
+    """Opens `monarch debug` shells on the test's environment (extra arguments and a command
+    to run it with, as ShellDriver takes them) and kills them at the end."""
+    from shell_driver import ShellDriver
+
+    drivers = []
+
+    def open_shell(*args: str, command: list[str] | None = None) -> ShellDriver:
+        driver = ShellDriver(env, *args, command=command)
+        drivers.append(driver)
+        driver.wait_prompt()
+        return driver
+
+    yield open_shell
+    for driver in drivers:
+        driver.kill()
+
+
+@pytest.fixture
 def broker(env):
     """A standalone broker, as `monarch-pdb broker` runs one, so a shell can open first."""
     from programs import start_broker, stop_broker

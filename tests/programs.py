@@ -12,14 +12,19 @@ from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import ShellConnection
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEBUG_SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+"""`monarch-pdb debug`: always ours, where `monarch` may be Monarch's own command when
+torchmonarch is installed too."""
 
 
 class Program:
     """A program run in its own process group, so everything it started can be ended at once."""
 
-    def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None) -> None:
+    def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None,
+                 launcher: list[str] | None = None) -> None:
+        """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given."""
         self.proc = subprocess.Popen(
-            [sys.executable, str(script), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
 
@@ -54,10 +59,10 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         conn.close()
 
 
-def start_broker(env: dict[str, str], *args: str) -> tuple[subprocess.Popen, str]:
-    """`python -m monarch_pdb.broker ARGS` in the foreground; returns it and its first line,
-    once it says it listens."""
-    proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
+def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`python -m monarch_pdb.broker ARGS` in the foreground (behind LAUNCHER when given);
+    returns it and its first line, once it says it listens."""
+    proc = subprocess.Popen([*(launcher or []), sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
                             stderr=subprocess.PIPE, text=True)
     first = proc.stderr.readline()
     assert "listening on" in first, first

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
-from programs import EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
 from shell_driver import ShellDriver
 
-SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 
 SCRIPT = textwrap.dedent("""\
     # what every rank of the job is doing
@@ -25,7 +22,7 @@ SCRIPT = textwrap.dedent("""\
 
 
 def shell(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([*SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
+    return subprocess.run([*DEBUG_SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -43,7 +40,7 @@ def example(env):
 def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tmp_path):
     script = tmp_path / "state.monarch"
     script.write_text(SCRIPT)
-    run = subprocess.Popen([*SHELL, "--script", str(script)], env=dict(env, MONARCH_PDB_HISTORY=""),
+    run = subprocess.Popen([*DEBUG_SHELL, "--script", str(script)], env=dict(env, MONARCH_PDB_HISTORY=""),
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     program = Program(env, EXAMPLES / "debugging.py")
     try:

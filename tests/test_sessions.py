@@ -99,21 +99,6 @@ def run_script(env, tmp_path, name, text, **extra):
     return Program(dict(env, **extra), script, cwd=tmp_path)
 
 
-@pytest.fixture
-def shell(env):
-    drivers = []
-
-    def open_shell():
-        driver = ShellDriver(env)
-        drivers.append(driver)
-        driver.wait_prompt()
-        return driver
-
-    yield open_shell
-    for driver in drivers:
-        driver.kill()
-
-
 @pytest.mark.timeout(90)
 def test_breakpoints_in_a_mesh_spawned_by_an_actor(env, tmp_path, shell):
     program = run_script(env, tmp_path, "nested.py", NESTED)

@@ -1,0 +1,181 @@
+"""Where `breakpoint()` and uncaught exceptions of a process reach the debugger.
+
+`install` takes this process's hooks, and reaches into the runtimes that start worker
+processes of their own and take the hooks there: a Ray worker (whose task errors Ray catches
+and hands to its debugger's post-mortem) and real Monarch (whose proc bootstrap sets its own
+`breakpoint()` hook, so every proc mesh spawned after `install` runs `install` first, and
+each message a Monarch actor handles becomes one endpoint call with its own session).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import linecache
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from monarch_pdb import identity, settings
+from monarch_pdb.endpoint import end_call, outcome_of, stop_after_raise, wants_post_mortem
+from monarch_pdb.identity import CallContext, current_call
+
+_INSTALLED = "_monarch_pdb_installed"
+
+
+def install() -> None:
+    """Route `breakpoint()` to the broker, and uncaught exceptions to post-mortem as
+    MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that allows it."""
+    import monarch_pdb
+
+    sys.breakpointhook = monarch_pdb.set_trace
+    if not getattr(sys.excepthook, _INSTALLED, False):
+        sys.excepthook = _post_mortem_first(sys.excepthook, lambda args: args[1])
+    if not getattr(threading.excepthook, _INSTALLED, False):
+        threading.excepthook = _post_mortem_first(threading.excepthook, lambda args: args[0].exc_value)
+    if "ray" in sys.modules:
+        _take_ray_post_mortem()
+    if "monarch._src.actor.host_mesh" in sys.modules:
+        _bootstrap_monarch_procs()
+    if identity.in_monarch_proc():
+        _take_monarch_calls()
+
+
+def stopped_in_this_process() -> bool:
+    """Whether a breakpoint of this process has reached the broker (its agent exists)."""
+    from monarch_pdb.agent import Agent
+
+    return Agent._instance is not None and Agent._instance.pid == os.getpid()
+
+
+def post_mortem_if_wanted(exc: BaseException | None) -> None:
+    if exc is not None and wants_post_mortem(exc, stopped_in_this_process()):
+        from monarch_pdb import debugger
+
+        debugger.post_mortem(exc)
+
+
+def _post_mortem_first(previous: Callable[..., Any], exception_of: Callable[[tuple], BaseException | None]):
+    """An exception hook that stops in post-mortem when wanted, then reports as `previous` did."""
+    def hook(*args: Any) -> None:
+        post_mortem_if_wanted(exception_of(args))
+        previous(*args)
+
+    setattr(hook, _INSTALLED, True)
+    return hook
+
+
+def _take_ray_post_mortem() -> None:
+    """In a Ray worker, Ray calls `ray.util.pdb._post_mortem()` (its module `ray.util.rpdb`)
+    inside its handler of a failed task when RAY_DEBUG_POST_MORTEM is 1; with post-mortem
+    `always`, that call comes here. Only in workers: a driver's environment passes to the
+    workers it starts, and one without this hook would stop in Ray's own debugger instead."""
+    import ray
+
+    in_worker = ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    if not in_worker or settings.load().post_mortem != "always":
+        return
+    from ray.util import rpdb
+
+    os.environ["RAY_DEBUG_POST_MORTEM"] = "1"
+    rpdb._post_mortem = lambda: post_mortem_if_wanted(sys.exc_info()[1])
+
+
+def _bootstrap_monarch_procs() -> None:
+    """Make HostMesh.spawn_procs run `install` in each new proc before the program's own
+    bootstrap, and give the procs this process's job name."""
+    from monarch._src.actor.host_mesh import HostMesh
+
+    spawn = HostMesh.spawn_procs
+    if getattr(spawn, _INSTALLED, False):
+        return
+    job, script = identity.job_name(), _main_script_source()
+
+    @functools.wraps(spawn)
+    def spawn_procs(self, per_host=None, bootstrap=None, *args: Any, **kwargs: Any):
+        first = _install_then_async if inspect.iscoroutinefunction(bootstrap) else _install_then
+        return spawn(self, per_host, functools.partial(first, job, script, bootstrap), *args, **kwargs)
+
+    setattr(spawn_procs, _INSTALLED, True)
+    HostMesh.spawn_procs = spawn_procs
+
+
+MONARCH_MAIN_CODE = "<dynamic-code>"
+"""The file name Monarch compiles the client's main script under in its procs."""
+
+
+def _main_script_source() -> str:
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        with open(path or "", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _install_then(job: str, script: str, bootstrap: Callable[[], Any] | None) -> Any:
+    """In a new proc: our hooks, the client's job name, and the main script's source for pdb's
+    `l` and `ll` (the proc's host may not have the file)."""
+    os.environ.setdefault("MONARCH_PDB_JOB", job)
+    if script:
+        linecache.cache[MONARCH_MAIN_CODE] = (len(script), None, script.splitlines(True), MONARCH_MAIN_CODE)
+    install()
+    return bootstrap() if bootstrap is not None else None
+
+
+async def _install_then_async(job: str, script: str, bootstrap: Callable[[], Any]) -> None:
+    _install_then(job, script, None)
+    await bootstrap()
+
+
+def _take_monarch_calls() -> None:
+    """In a Monarch proc, a breakpoint opens a call for the message the actor handles; Monarch's
+    own end of that message (returned, or raised and reported) ends the call's session, after
+    post-mortem when the policy wants it, as the embedded mesh does."""
+    from monarch._src.actor.actor_mesh import _Actor
+
+    sys.breakpointhook = _set_trace_in_monarch_call
+    exit_debugger, post_mortem_debug = _Actor._maybe_exit_debugger, _Actor._post_mortem_debug
+    if getattr(exit_debugger, _INSTALLED, False):
+        return
+
+    def maybe_exit_debugger(self, *args: Any, **kwargs: Any) -> None:
+        exit_debugger(self, *args, **kwargs)
+        _end_monarch_call("returned")
+
+    def post_mortem_then_report(self, exc_tb: Any) -> None:
+        post_mortem_debug(self, exc_tb)
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            stop_after_raise(_monarch_call(), exc, exc_tb)
+            _end_monarch_call(outcome_of(exc))
+
+    setattr(maybe_exit_debugger, _INSTALLED, True)
+    _Actor._maybe_exit_debugger = maybe_exit_debugger
+    _Actor._post_mortem_debug = post_mortem_then_report
+
+
+def _monarch_call() -> CallContext:
+    """The call of the message being handled, begun now if this is its first stop."""
+    call = current_call.get()
+    if call is None:
+        found = identity.from_monarch()
+        call = CallContext(actor=found.actor, rank=found.rank, coords=found.coords)
+        current_call.set(call)
+    return call
+
+
+def _end_monarch_call(outcome: str) -> None:
+    call = current_call.get()
+    if call is not None:
+        end_call(call, outcome)
+        current_call.set(None)
+
+
+def _set_trace_in_monarch_call(*args: Any, **kwargs: Any) -> None:
+    from monarch_pdb import debugger
+
+    _monarch_call()
+    debugger.set_trace(sys._getframe(1))

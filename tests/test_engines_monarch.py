@@ -1,0 +1,46 @@
+"""Real Monarch: the guide's program, unchanged but for importing `monarch.actor` and one line
+(`monarch_pdb.install()`), sends its breakpoints to our broker with Monarch's actor names,
+ranks and coordinates, and its ranks that raise after a breakpoint stop in post-mortem, as in
+Monarch's own debugger. Needs torchmonarch (`make test-engines` installs it)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
+
+pytest.importorskip("monarch.actor", reason="torchmonarch is not installed (make test-engines installs monarch-pdb[monarch])")
+
+EMBEDDED = "from monarch_pdb.actor import Actor, current_rank, endpoint, this_host\n"
+REAL = "from monarch.actor import Actor, current_rank, endpoint, this_host\nimport monarch_pdb\nmonarch_pdb.install()\n"
+TABLE_ROW = re.compile(r"^\| (\w+) +\| (\d+) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\|$", re.M)
+
+
+@pytest.mark.timeout(240)
+def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
+    source = (EXAMPLES / "debugging.py").read_text()
+    assert EMBEDDED in source
+    script = tmp_path / "debugging.py"
+    script.write_text(source.replace(EMBEDDED, REAL))
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 16, timeout=180)
+        sh = shell(command=DEBUG_SHELL)
+        rows = TABLE_ROW.findall(sh.command("list"))
+        assert [(actor, rank, coords) for actor, rank, coords, *_ in rows] == [
+            ("debugee", str(r), f"{{'host': {r // 4}, 'gpu': {r % 4}}}") for r in range(16)]
+        assert {function for *_, function, _ in rows} == {"debugging._debugee_actor_internal"}
+        assert "breakpoint()  # noqa" in sh.command("cast debugee ranks(0) l")
+        assert sh.command("cast debugee ranks(:) p rank % 2") == (
+            "debugee ranks[0,2,4,6,8,10,12,14] (8)\n0\ndebugee ranks[1,3,5,7,9,11,13,15] (8)\n1\n")
+        assert sh.command("continue").strip() == "Continued 16 ranks: debugee ranks[0-15]"
+        raised = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
+        assert sorted(r["rank"] for r in raised) == [2, 6, 10, 14]
+        assert {r["function"] for r in raised} == {"debugging._bad_rank"}
+        # Events of those ranks stopping may still be printed above the answer.
+        assert "Continued 4 ranks: debugee ranks[2,6,10,14]" in sh.command("continue")
+        code, output = program.finish(timeout=60)
+        assert code != 0 and "ValueError: bad rank" in output, output
+    finally:
+        program.stop()

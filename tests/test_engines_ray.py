@@ -1,0 +1,62 @@
+"""Ray, for real: four actors of examples/ray_actors.py on a local Ray instance stop in a method,
+then a task in its function; their breakpoints reach our broker, not Ray's debugger, and with
+post-mortem `always` a failing method stops where it raised. Needs ray (`make test-engines` installs it)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
+
+pytest.importorskip("ray", reason="ray is not installed (make test-engines installs monarch-pdb[ray])")
+
+TABLE_ROW = re.compile(r"^\| (\w+) +\| (\d+) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\|$", re.M)
+
+
+def start(env, *args: str, **extra: str) -> Program:
+    return Program(dict(env, **extra), EXAMPLES / "ray_actors.py", *args)
+
+
+@pytest.mark.timeout(180)
+def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
+    program = start(env)
+    try:
+        wait_for_sessions(env, 4, timeout=120)
+        sh = shell(command=DEBUG_SHELL)
+        rows = TABLE_ROW.findall(sh.command("list"))
+        assert [(actor, rank, function) for actor, rank, _, _, function, _ in rows] == [
+            ("Learner", str(r), "ray_actors.step") for r in range(4)]
+        assert sh.command("cast Learner ranks(:) p value") == "".join(
+            f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4))
+        assert sh.command("continue").strip() == "Continued 4 ranks: Learner ranks[0-3]"
+        assert "1 ranks of evaluate stopped" in sh.command("wait evaluate 1 --timeout 60", timeout=70)
+        [task] = [r for r in wait_for_sessions(env, 1) if r["actor"] == "evaluate"]
+        assert (task["rank"], task["function"]) == (task["pid"], "ray_actors.evaluate")
+        assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task['pid']}] (1)\n300\n")
+        assert "Continued 1 rank: evaluate" in sh.command("continue")
+        code, output = program.finish(timeout=60)
+        assert code == 0 and "STEPPED [1, 11, 21, 31]" in output and "EVALUATED 300" in output, output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(180)
+def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
+    program = start(env, "--fail", MONARCH_PDB_POST_MORTEM="always")
+    try:
+        wait_for_sessions(env, 4, timeout=120, state="breakpoint")
+        sh = shell(command=DEBUG_SHELL)
+        sh.command("continue")
+        sh.command("wait evaluate 1 --timeout 60", timeout=70)
+        sh.command("continue")
+        rows = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
+        assert sorted((r["actor"], r["rank"], r["function"]) for r in rows) == [
+            ("Learner", r, "ray_actors.fail") for r in range(4)]
+        # Events of the ranks stopping may still be printed above an answer: the answer ends the output.
+        assert sh.command("cast Learner ranks(2) p lookup").endswith("Learner ranks[2] (1)\n{'rank': 2}\n")
+        assert "Continued 4 ranks: Learner ranks[0-3]" in sh.command("continue")
+        code, output = program.finish(timeout=60)
+        assert code == 0 and "FAILED with KeyError" in output, output
+    finally:
+        program.stop()

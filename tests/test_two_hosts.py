@@ -1,0 +1,130 @@
+"""Two hosts: ranks in two network namespaces, each with its own address and hostname, reach a
+broker in a third over that network, with the secret from the environment. The namespaces, a
+bridge and veth pairs are made by the test (as root) and removed afterwards; without them the
+test is skipped and says why."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from programs import DEBUG_SHELL, Program, start_broker, stop_broker
+
+RANK = textwrap.dedent('''
+    import os
+    import socket
+
+    rank = int(os.environ["RANK"])
+    value = rank * rank
+    breakpoint()
+    print("rank", rank, "on", socket.gethostname(), "done", flush=True)
+''')
+
+SUBNET = "10.231.0"
+BROKER_ADDRESS = f"{SUBNET}.1"
+HOSTS = 2
+PER_HOST = 2
+
+
+def run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=20)
+
+
+def in_namespace(name: str, hostname: str | None = None) -> list[str]:
+    """A command prefix that runs in network namespace `name`, and under its own hostname."""
+    prefix = ["ip", "netns", "exec", name]
+    if hostname is None:
+        return prefix
+    return [*prefix, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
+
+
+class Network:
+    """A broker namespace holding a bridge, and one namespace per host joined to it by a veth pair."""
+
+    def __init__(self) -> None:
+        tag = str(os.getpid())
+        self.broker = f"mpdb{tag}b"
+        self.hosts = [f"mpdb{tag}h{i}" for i in range(HOSTS)]
+        self.made: list[str] = []
+        self.steps = [("ip", "netns", "add", self.broker), ("ip", "-n", self.broker, "link", "set", "lo", "up"),
+                      ("ip", "-n", self.broker, "link", "add", "br0", "type", "bridge"),
+                      ("ip", "-n", self.broker, "addr", "add", f"{BROKER_ADDRESS}/24", "dev", "br0"),
+                      ("ip", "-n", self.broker, "link", "set", "br0", "up")]
+        for i, host in enumerate(self.hosts):
+            outer, inner = f"vb{tag}{i}", f"vh{tag}{i}"
+            self.steps += [("ip", "netns", "add", host), ("ip", "-n", host, "link", "set", "lo", "up"),
+                           ("ip", "link", "add", outer, "type", "veth", "peer", "name", inner),
+                           ("ip", "link", "set", outer, "netns", self.broker),
+                           ("ip", "link", "set", inner, "netns", host),
+                           ("ip", "-n", self.broker, "link", "set", outer, "master", "br0", "up"),
+                           ("ip", "-n", host, "addr", "add", f"{SUBNET}.{10 + i}/24", "dev", inner),
+                           ("ip", "-n", host, "link", "set", inner, "up")]
+
+    def make(self) -> str | None:
+        """Build it; the reason it cannot be built, or None."""
+        if os.geteuid() != 0:
+            return "making network namespaces needs root"
+        if shutil.which("ip") is None or shutil.which("unshare") is None:
+            return "needs `ip` (iproute2) and `unshare` (util-linux)"
+        for step in self.steps:
+            done = run(*step)
+            if done.returncode != 0:
+                return f"`{' '.join(step)}` failed: {done.stderr.strip()}"
+            if step[1:3] == ("netns", "add"):
+                self.made.append(step[3])
+        return None
+
+    def remove(self) -> None:
+        for name in self.made:
+            run("ip", "netns", "del", name)
+
+
+@pytest.fixture
+def network():
+    net = Network()
+    try:
+        reason = net.make()
+        if reason:
+            pytest.skip(f"cannot simulate two hosts here: {reason}")
+        yield net
+    finally:
+        net.remove()
+
+
+@pytest.mark.timeout(120)
+def test_ranks_on_two_hosts_reach_a_broker_on_a_third(env, tmp_path, network, shell):
+    remote = dict(env, MONARCH_PDB_SECRET="two-hosts-" + os.urandom(16).hex(), MONARCH_DEBUG_SERVER_HOST=BROKER_ADDRESS)
+    broker, first = start_broker(remote, launcher=in_namespace(network.broker))
+    programs: list[Program] = []
+    try:
+        port = re.search(rf"listening on tcp://{re.escape(BROKER_ADDRESS)}:(\d+)", first).group(1)
+        script = tmp_path / "rank.py"
+        script.write_text(RANK)
+        for host, namespace in enumerate(network.hosts):
+            for local in range(PER_HOST):
+                rank = host * PER_HOST + local
+                rank_env = dict(remote, MONARCH_DEBUG_SERVER_PORT=port, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / f"host{host}"),
+                                PYTHONBREAKPOINT="monarch_pdb.set_trace", MONARCH_PDB_JOB="two-hosts",
+                                RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(host), WORLD_SIZE=str(HOSTS * PER_HOST))
+                programs.append(Program(rank_env, script, launcher=[*in_namespace(namespace, f"sim-host-{host}"), sys.executable]))
+        # The shell runs on the broker's host; this process could not reach that network.
+        sh = shell(command=[*in_namespace(network.broker), *DEBUG_SHELL])
+        assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 60", timeout=70)
+        table = sh.command("list")
+        rows = re.findall(r"^\| rank +\| (\d) +\| (\{.*?\}) +\| (\S+) +\|", table, re.M)
+        assert rows == [(str(r), f"{{'host': {r // PER_HOST}, 'gpu': {r % PER_HOST}}}", f"sim-host-{r // PER_HOST}")
+                        for r in range(HOSTS * PER_HOST)], table
+        assert sh.command("cast rank ranks(host=1) p value") == "rank ranks[2] (1)\n4\nrank ranks[3] (1)\n9\n"
+        assert sh.command("continue").strip() == "Continued 4 ranks: rank ranks[0-3]"
+        for rank, program in enumerate(programs):
+            code, output = program.finish()
+            assert code == 0 and f"rank {rank} on sim-host-{rank // PER_HOST} done" in output, output
+    finally:
+        for program in programs:
+            program.stop()
+        stop_broker(broker)
