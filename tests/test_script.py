@@ -57,7 +57,9 @@ def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tm
     assert sum(line.startswith("| debugee ") for line in lines) == 16
     assert out.endswith("debugee ranks[0] (1)\n0\ndebugee ranks[5] (1)\n5\ndebugee ranks[10] (1)\n10\n"
                         "debugee ranks[15] (1)\n15\n"
-                        "debugee ranks[4] (1)\n40\ndebugee ranks[7] (1)\n70\n")
+                        "numbers: count 4, min 0 (rank 0), max 15 (rank 15), mean 7.5, NaN/Inf 0, beyond 3 sd 0\n"
+                        "debugee ranks[4] (1)\n40\ndebugee ranks[7] (1)\n70\n"
+                        "numbers: count 2, min 40 (rank 4), max 70 (rank 7), mean 55, NaN/Inf 0, beyond 3 sd 0\n")
     assert "\x1b" not in out + err and "monarch_dbg>" not in out and "answered" not in out + err
 
 

@@ -121,7 +121,9 @@ def test_breakpoints_in_a_mesh_spawned_by_an_actor(env, tmp_path, shell):
         rows = wait_for_sessions(env, 2)
         assert [(r["actor"], r["rank"], r["coords"]) for r in rows] == [("inner", 0, {"gpu": 0}), ("inner", 1, {"gpu": 1})]
         sh = shell()
-        assert sh.command("cast inner ranks(:) p value") == "inner ranks[0] (1)\n0\ninner ranks[1] (1)\n10\n"
+        assert sh.command("cast inner ranks(:) p value") == (
+            "inner ranks[0] (1)\n0\ninner ranks[1] (1)\n10\n"
+            "numbers: count 2, min 0 (rank 0), max 10 (rank 1), mean 5, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 2 ranks: inner ranks[0,1]"
         code, output = program.finish()
         assert code == 0 and "RESULT [[0, 10]]" in output
@@ -392,7 +394,7 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         out = sh.command("p rank")
         assert "(the broker restarted; attached again to debugee 13" in out and out.endswith("13\n")
         sh.command("detach")
-        assert sh.command("cast debugee ranks(0,1) p rank") == "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n"
+        assert sh.command("cast debugee ranks(0,1) p rank").startswith("debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n")
         sh.kill()
     finally:
         program.stop()
