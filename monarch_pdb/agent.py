@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import os
 import queue
+import socket
 import sys
 import itertools
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from monarch_pdb import discovery, wire
-from monarch_pdb.identity import job_name
+from monarch_pdb import discovery, interrupt, stacks, wire
+from monarch_pdb.identity import Identity, current, job_name
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 from monarch_pdb.settings import load as load_settings
 
 OUTPUT_IDLE = 0.05
+INTERRUPT_RETRY = 0.1
+INTERRUPT_PATIENCE = 30.0
+"""Seconds an interrupt stays wanted while the main thread runs the debugger's own code."""
 
 
 @dataclass
@@ -53,6 +58,12 @@ class Agent:
                 cls._instance = Agent(load_settings())
             return cls._instance
 
+    @classmethod
+    def existing(cls) -> Agent | None:
+        """The process's agent if `install` or a breakpoint started it, without starting one."""
+        agent = cls._instance
+        return agent if agent is not None and agent.pid == os.getpid() else None
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.pid = os.getpid()
@@ -64,6 +75,12 @@ class Agent:
         self._lock = threading.Lock()
         self.loose_sessions: dict[int, Any] = {}
         """Sessions opened outside any endpoint call, by thread: they end when tracing stops."""
+        self._hosted: dict[tuple[str, str, int], dict] = {}
+        self._own = False
+        self._present_due = False
+        self._running: dict[tuple[str, int], int] = {}
+        self._interrupts: list[tuple[Identity, float]] = []
+        self._signalled = 0.0
         self.link = Link(settings, "agent", job_name(), self, self._locate)
 
     def _locate(self) -> discovery.Connection | None:
@@ -129,6 +146,7 @@ class Agent:
     def welcomed(self) -> list[wire.Message]:
         with self._lock:
             self._unsent = list(self._waiting)
+            self._present_due = bool(self._hosted) or self._own
         return []
 
     def received(self, msg: wire.Message) -> None:
@@ -141,13 +159,19 @@ class Agent:
                 self._waiting.pop(msg.sid, None)
             if inbox is not None:
                 inbox.put(Line(msg.cmd, msg.line, msg.release))
+        elif isinstance(msg, wire.TakeStacks):
+            self.link.post(self.stack_report(msg))
+        elif isinstance(msg, wire.InterruptRanks):
+            self.interrupt(msg.actor, [r for r in msg.ranks if isinstance(r, int)])
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         pass
 
     def idle_delay(self) -> float | None:
-        if self._unsent:
+        if self._unsent or self._present_due:
             return 0.0
+        if self._interrupts:
+            return INTERRUPT_RETRY
         return OUTPUT_IDLE if any(s.has_output() for s in list(self._sources.values())) else None
 
     def tick(self, now: float) -> list[wire.Message]:
@@ -160,4 +184,103 @@ class Agent:
             text = source.take_idle(now)
             if text:
                 out.append(wire.Output(sid=sid, text=self.clip(text)))
+        if self._present_due:
+            out.append(self.presence())
+        if self._interrupts:
+            self.signal_again(now)
         return out
+
+    # --- presence: the ranks this process runs, paused or not ---------------------------
+
+    def host(self, job: str, actor: str, rank: int, coords: dict) -> None:
+        """A rank this process runs from now on, named by a mesh runtime: the broker learns it
+        at once (it replaces the process's own identity, see `host_self`)."""
+        key = (job, actor, rank)
+        with self._lock:
+            if key in self._hosted:
+                return
+            self._hosted[key] = dict(coords)
+            self._own = False
+            self._present_due = True
+        self.link.post()
+
+    def host_self(self) -> None:
+        """The process is a rank of its own (its identity: launcher variables, set_identity)
+        until a mesh runtime names the ranks it runs."""
+        with self._lock:
+            self._own = not self._hosted
+            self._present_due = True
+        self.link.post()
+
+    def renamed(self) -> None:
+        """The program named itself (set_identity): tell the broker, if it is its own rank."""
+        if self._own:
+            with self._lock:
+                self._present_due = True
+            self.link.post()
+
+    def presence(self) -> wire.Present:
+        with self._lock:
+            self._present_due = False
+            hosted = list(self._hosted.items())
+            own = self._own
+        if own:
+            ident = current()
+            hosted = [((ident.job, ident.actor, ident.rank), ident.coords)]
+        return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in hosted])
+
+    def running(self, actor: str, rank: int, thread: int | None) -> None:
+        """The thread that runs a rank's endpoint call from now on (None: the call ended)."""
+        with self._lock:
+            if thread is None:
+                self._running.pop((actor, rank), None)
+            else:
+                self._running[(actor, rank)] = thread
+
+    def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
+        with self._lock:
+            running = {rank: thread for (actor, rank), thread in self._running.items() if actor == msg.actor}
+        ranks = [r for r in msg.ranks if isinstance(r, int)]
+        return wire.StackReport(ref=msg.ref, groups=stacks.take(ranks, running, msg.threads == "all"))
+
+    # --- interrupts: stopping running ranks where they are -----------------------------
+
+    def interrupt(self, actor: str, ranks: list[int]) -> None:
+        """Ask the thread that runs each rank to stop in a session; only the main thread can be
+        asked (see monarch_pdb.interrupt), so a rank running in another one stays running."""
+        with self._lock:
+            hosted = {(a, r): (job, coords) for (job, a, r), coords in self._hosted.items()}
+            threads = dict(self._running)
+        main = threading.main_thread().ident
+        for rank in ranks:
+            thread = threads.get((actor, rank), main)
+            if not interrupt.can_interrupt(thread):
+                continue
+            job, coords = hosted.get((actor, rank), (None, {}))
+            ident = current() if job is None else Identity(job=job, actor=actor, rank=rank, coords=dict(coords),
+                                                           hostname=socket.gethostname(), pid=os.getpid())
+            with self._lock:
+                self._interrupts.append((ident, time.monotonic()))
+        if self._interrupts:
+            self.signal_again(time.monotonic(), force=True)
+
+    def signal_again(self, now: float, force: bool = False) -> None:
+        """Signal the main thread while an interrupt is wanted: its handler waits while the
+        thread runs the debugger's own code, and interrupts nobody took are forgotten."""
+        with self._lock:
+            self._interrupts = [(ident, since) for ident, since in self._interrupts if now - since < INTERRUPT_PATIENCE]
+            wanted = bool(self._interrupts)
+        if wanted and (force or now - self._signalled >= INTERRUPT_RETRY):
+            self._signalled = now
+            interrupt.signal_main_thread()
+
+    def next_interrupt(self) -> Identity | None:
+        """Called by the signal handler: the rank to stop (one session per thread at a time,
+        so the rest are dropped). Never blocks: the handler may run while a lock is held."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            wanted, self._interrupts = self._interrupts, []
+        finally:
+            self._lock.release()
+        return wanted[0][0] if wanted else None

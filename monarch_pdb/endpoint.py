@@ -9,11 +9,13 @@ from __future__ import annotations
 import bdb
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from monarch_pdb import settings
-from monarch_pdb.identity import CallContext, current_call
+from monarch_pdb.agent import Agent
+from monarch_pdb.identity import CallContext, current, current_call
 
 POST_MORTEM_POLICIES = ("after-breakpoint", "always", "never")
 
@@ -44,6 +46,10 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
     token = current_call.set(call)
     outcome = "returned"
+    agent = Agent.existing()
+    if agent is not None:
+        agent.host(current().job, actor, rank, coords)
+        agent.running(actor, rank, threading.get_ident())
     try:
         yield call
     except BaseException as exc:
@@ -54,6 +60,8 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
             debugger.post_mortem(exc, _user_traceback(exc))
         raise
     finally:
+        if agent is not None:
+            agent.running(actor, rank, None)
         if call.session is not None:
             sys.settrace(None)
             call.session.end(outcome)

@@ -1,0 +1,54 @@
+"""Every thread's Python stack, read from the agent's own thread without stopping anyone.
+
+`sys._current_frames()` is a snapshot the interpreter takes under the GIL, so it works while
+the program's threads block in a lock, a socket read, a sleep or a C call that releases the
+GIL. A rank's "main" thread is the one running its endpoint call, or the process's main
+thread when none is running (a worker waiting for its next call, a plain process).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+
+
+def frames_of(frame) -> list[list]:
+    """[file, line, function] of `frame` and its callers, outermost first."""
+    out = []
+    while frame is not None:
+        out.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
+        frame = frame.f_back
+    out.reverse()
+    return out
+
+
+def take(ranks: Iterable[int], running: Mapping[int, int], every_thread: bool) -> list[list]:
+    """[threads, ranks] pairs, ranks whose stacks have the same frames sharing one pair (the
+    threads of two ranks differ in name only). `running` maps a rank to the thread running its
+    endpoint call; the calling thread, the agent's, is never reported."""
+    current = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
+    main = threading.main_thread().ident
+    busy = set(running.values())
+    walked: dict[int, tuple[list, tuple]] = {}
+
+    def thread(ident: int) -> tuple[list, tuple]:
+        """The thread as reported, and what makes it equal to another."""
+        if ident not in walked:
+            frames = frames_of(current.get(ident))
+            walked[ident] = ([names.get(ident, f"thread {ident}"), frames], tuple(map(tuple, frames)))
+        return walked[ident]
+
+    idle = [t for t in sorted(current) if t != me and t not in busy] if every_thread else []
+    groups: dict[tuple, list] = {}
+    for rank in ranks:
+        own = running.get(rank, main)
+        taken = [thread(t) for t in [own, *(t for t in idle if t != own)] if t in current]
+        key = tuple(same for _, same in taken)
+        if key in groups:
+            groups[key][1].append(rank)
+        else:
+            groups[key] = [[reported for reported, _ in taken], [rank]]
+    return list(groups.values())
