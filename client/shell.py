@@ -308,7 +308,7 @@ class DebugShell(cmd2.Cmd):
     def list_sessions(self, args: list[str]) -> None:
         every = args == ["--all"]
         if args and not every:
-            raise CommandError("list takes no arguments but --all")
+            raise CommandError("usage: list [--all]")
         reply = self.ask(wire.ListAll() if every else wire.ListSessions(), wire.SessionList)
         rows = reply.rows  # type: ignore[attr-defined]
         self.actors.update(r["actor"] for r in rows)
