@@ -26,7 +26,8 @@ class Peer:
     last_seen: float
     sessions: set[int] = field(default_factory=set)
     present: list = field(default_factory=list)
-    """The ranks this process runs, paused or not: (job, actor, rank, coords) tuples."""
+    """The ranks this process runs, paused or not: (job, actor, rank, dimension names,
+    coordinates) tuples (no dict per rank: a big job has many)."""
 
     def describe(self) -> str:
         who = f"{self.user}@{self.host}" if self.user else self.host
@@ -135,6 +136,8 @@ class Registry:
     sessions: dict[int, Session] = field(default_factory=dict)
     by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
     by_key: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    dims: dict[tuple, tuple] = field(default_factory=dict)
+    """One copy of each tuple of dimension names that present ranks use."""
     departed: OrderedDict = field(default_factory=OrderedDict)
     """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, "lost" or "finished")."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
@@ -257,15 +260,16 @@ class Registry:
                     and isinstance(item[2], int) and not isinstance(item[2], bool) and isinstance(item[3], dict)
                     and all(isinstance(k, str) and isinstance(v, int) for k, v in item[3].items())):
                 continue
-            job, actor, rank, coords = intern(item[0]), intern(item[1]), item[2], {intern(k): v for k, v in item[3].items()}
-            present.append((job, actor, rank, coords))
+            job, actor, rank = intern(item[0]), intern(item[1]), item[2]
+            dims = tuple(intern(k) for k in item[3])
+            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values())))
             self.departed.pop((job, actor, rank), None)
         self.peers[identity].present = present
 
     def depart(self, peer: Peer, state: str) -> None:
         """A process is gone: its ranks stay listed as `lost` or `finished`."""
-        for job, actor, rank, coords in peer.present:
-            self.departed[(job, actor, rank)] = (coords, peer.host, peer.pid, state)
+        for job, actor, rank, dims, values in peer.present:
+            self.departed[(job, actor, rank)] = (dict(zip(dims, values)), peer.host, peer.pid, state)
             self.departed.move_to_end((job, actor, rank))
         while len(self.departed) > DEPARTED_KEPT:
             self.departed.popitem(last=False)
@@ -275,9 +279,9 @@ class Registry:
         rank order."""
         found: dict[tuple[str, int], LiveRank] = {}
         for peer in self.peers.values():
-            for j, a, rank, coords in peer.present:
+            for j, a, rank, dims, values in peer.present:
                 if a == actor and (not job or j == job):
-                    found[(j, rank)] = LiveRank(peer.identity, j, a, rank, coords)
+                    found[(j, rank)] = LiveRank(peer.identity, j, a, rank, dict(zip(dims, values)))
         for sess in self.sessions.values():
             if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
                 found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords)
@@ -295,9 +299,10 @@ class Registry:
         process is gone."""
         rows = {(s.job, s.actor, s.rank): s.row() for s in self.sessions.values()}
         for peer in self.peers.values():
-            for job, actor, rank, coords in peer.present:
+            for job, actor, rank, dims, values in peer.present:
                 rows.setdefault((job, actor, rank), {
-                    "job": job, "actor": actor, "rank": rank, "coords": coords, "host": peer.host, "pid": peer.pid,
+                    "job": job, "actor": actor, "rank": rank, "coords": dict(zip(dims, values)), "host": peer.host,
+                    "pid": peer.pid,
                     "function": "", "filename": "", "lineno": 0, "state": "running",
                 })
         for (job, actor, rank), (coords, host, pid, state) in self.departed.items():

@@ -25,6 +25,9 @@ from monarch_pdb.settings import load as load_settings
 
 OUTPUT_IDLE = 0.05
 INTERRUPT_RETRY = 0.1
+PRESENT_EVERY = 0.25
+"""Seconds between two announcements of this process's ranks: a thousand ranks starting at
+once make a few messages, not a thousand growing ones."""
 INTERRUPT_PATIENCE = 30.0
 """Seconds an interrupt stays wanted while the main thread runs the debugger's own code."""
 
@@ -78,6 +81,7 @@ class Agent:
         self._hosted: dict[tuple[str, str, int], dict] = {}
         self._own = False
         self._present_due = False
+        self._present_at = float("-inf")
         self._running: dict[tuple[str, int], int] = {}
         self._interrupts: list[tuple[Identity, float]] = []
         self._signalled = 0.0
@@ -168,8 +172,10 @@ class Agent:
         pass
 
     def idle_delay(self) -> float | None:
-        if self._unsent or self._present_due:
+        if self._unsent:
             return 0.0
+        if self._present_due:
+            return max(0.0, self._present_at + PRESENT_EVERY - time.monotonic())
         if self._interrupts:
             return INTERRUPT_RETRY
         return OUTPUT_IDLE if any(s.has_output() for s in list(self._sources.values())) else None
@@ -184,7 +190,8 @@ class Agent:
             text = source.take_idle(now)
             if text:
                 out.append(wire.Output(sid=sid, text=self.clip(text)))
-        if self._present_due:
+        if self._present_due and now >= self._present_at + PRESENT_EVERY:
+            self._present_at = now
             out.append(self.presence())
         if self._interrupts:
             self.signal_again(now)
