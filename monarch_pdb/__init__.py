@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from monarch_pdb.endpoint import endpoint_call
 from monarch_pdb import identity
+from monarch_pdb.endpoint import endpoint_call
 
 __version__ = "0.1.0"
 __all__ = ["endpoint_call", "install", "set_identity", "set_trace"]
