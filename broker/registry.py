@@ -252,8 +252,9 @@ class Registry:
 
     # --- presence: ranks known whether or not they are paused ----------------------------
 
-    def set_present(self, identity: bytes, ranks: list) -> None:
-        """What a process says it runs; malformed entries are skipped."""
+    def set_present(self, identity: bytes, ranks: list, added: bool) -> None:
+        """What a process says it runs (`added`: besides what it said before); malformed
+        entries are skipped."""
         present = []
         for item in ranks:
             if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and isinstance(item[1], str)
@@ -264,7 +265,11 @@ class Registry:
             dims = tuple(intern(k) for k in item[3])
             present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values())))
             self.departed.pop((job, actor, rank), None)
-        self.peers[identity].present = present
+        peer = self.peers[identity]
+        if added:
+            peer.present.extend(present)
+        else:
+            peer.present = present
 
     def depart(self, peer: Peer, state: str) -> None:
         """A process is gone: its ranks stay listed as `lost` or `finished`."""

@@ -504,7 +504,7 @@ class Broker:
 
     def on_present(self, identity: bytes, msg: wire.Present) -> None:
         if self.registry.peers[identity].role == "agent":
-            self.registry.set_present(identity, msg.ranks)
+            self.registry.set_present(identity, msg.ranks, msg.added)
 
     def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:
         self.send(identity, wire.SessionList(rows=self.registry.all_rows()))

@@ -81,6 +81,8 @@ class Agent:
         self._hosted: dict[tuple[str, str, int], dict] = {}
         self._own = False
         self._present_due = False
+        self._announced: int | None = None
+        """How many of `_hosted` the broker has (in order); None: it needs them all."""
         self._present_at = float("-inf")
         self._running: dict[tuple[str, int], int] = {}
         self._interrupts: list[tuple[Identity, float]] = []
@@ -151,6 +153,7 @@ class Agent:
         with self._lock:
             self._unsent = list(self._waiting)
             self._present_due = bool(self._hosted) or self._own
+            self._announced = None
         return []
 
     def received(self, msg: wire.Message) -> None:
@@ -207,7 +210,8 @@ class Agent:
             if key in self._hosted:
                 return
             self._hosted[key] = dict(coords)
-            self._own = False
+            if self._own:
+                self._own, self._announced = False, None
             self._present_due = True
         self.link.post()
 
@@ -217,6 +221,7 @@ class Agent:
         with self._lock:
             self._own = not self._hosted
             self._present_due = True
+            self._announced = None
         self.link.post()
 
     def renamed(self) -> None:
@@ -227,14 +232,19 @@ class Agent:
             self.link.post()
 
     def presence(self) -> wire.Present:
+        """The ranks the broker does not have yet (all of them when it needs all)."""
         with self._lock:
             self._present_due = False
             hosted = list(self._hosted.items())
             own = self._own
+            since = self._announced
+            self._announced = None if own else len(hosted)
         if own:
             ident = current()
-            hosted = [((ident.job, ident.actor, ident.rank), ident.coords)]
-        return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in hosted])
+            return wire.Present(ranks=[[ident.job, ident.actor, ident.rank, ident.coords]])
+        fresh = hosted if since is None else hosted[since:]
+        return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in fresh],
+                            added=since is not None)
 
     def running(self, actor: str, rank: int, thread: int | None) -> None:
         """The thread that runs a rank's endpoint call from now on (None: the call ended)."""

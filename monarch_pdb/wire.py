@@ -434,10 +434,12 @@ class Events(Message):
 
 @message("present")
 class Present(Message):
-    """Agent to broker: every rank this process runs, paused or not, as [job, actor, rank,
-    coords] lists; sent after each handshake and whenever a mesh runtime names a new rank."""
+    """Agent to broker: the ranks this process runs, paused or not, as [job, actor, rank,
+    coords] lists: all of them after each handshake, then (`added`) those a mesh runtime named
+    since, so a thousand ranks starting at once cost a thousand entries, not a million."""
 
     ranks: list
+    added: bool = False
 
 
 @message("list_all")
