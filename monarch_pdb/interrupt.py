@@ -9,16 +9,14 @@ GIL: the shell names those ranks and shows their stacks instead.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
+
+from monarch_pdb.stacks import debugger_code
 
 SIGNAL = signal.SIGRTMAX - 3
 """A real-time signal, which programs and launchers rarely use (unlike SIGUSR1/SIGUSR2), so
 its handler need not be shared."""
-
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-RUNTIME_DIR = os.path.join(PACKAGE_DIR, "actor") + os.sep
 
 
 def arm() -> bool:
@@ -42,11 +40,10 @@ def signal_main_thread() -> None:
 
 
 def inside_agent(frame) -> bool:
-    """The interrupted code is the debugger's own (which may hold the agent's locks): the
-    session must wait until the program's code runs again."""
+    """The interrupted code is the debugger's own (which may hold the agent's locks, or be
+    paused already): the session must wait until the program's code runs again."""
     while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith(PACKAGE_DIR) and not name.startswith(RUNTIME_DIR):
+        if debugger_code(frame.f_code.co_filename):
             return True
         frame = frame.f_back
     return False

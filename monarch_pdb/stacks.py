@@ -8,18 +8,34 @@ thread when none is running (a worker waiting for its next call, a plain process
 
 from __future__ import annotations
 
+import bdb
+import os
+import pdb
 import sys
 import threading
 from collections.abc import Iterable, Mapping
 
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+RUNTIME_DIR = os.path.join(PACKAGE_DIR, "actor") + os.sep
+DEBUGGER_FILES = frozenset({bdb.__file__, pdb.__file__})
+
+
+def debugger_code(filename: str) -> bool:
+    """pdb's or this package's own code (the mesh runtime under actor/ is the program's)."""
+    return filename in DEBUGGER_FILES or (filename.startswith(PACKAGE_DIR) and not filename.startswith(RUNTIME_DIR))
+
 
 def frames_of(frame) -> list[list]:
-    """[file, line, function] of `frame` and its callers, outermost first."""
+    """[file, line, function] of `frame` and its callers, outermost first, without the
+    debugger's frames on top: a paused rank is where its program stopped, not inside pdb."""
     out = []
     while frame is not None:
         out.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
         frame = frame.f_back
     out.reverse()
+    for depth, (filename, _, _) in enumerate(out):
+        if debugger_code(filename):
+            return out[:depth]
     return out
 
 

@@ -212,6 +212,9 @@ def test_a_hang_merged_stacks_interrupt_and_numbers(env, tmp_path):
             assert out.strip() == "Interrupted 15 ranks: trainer ranks[0-2,4-15] (15)"
             listing = shell.command("list")
             assert listing.count("hang.all_reduce") == 15 and "| trainer    | 3 " not in listing
+            paused = shell.command("stacks trainer")
+            assert "│  hang.py:11 all_reduce  ranks[0-2,4-15] (15)\n└─ hang.py:26 step  ranks[3] (1)\n" in paused, \
+                "a paused rank's stack ends where its program stopped, not inside the debugger"
             numbers = shell.command("cast trainer ranks(:) p loss")
             assert numbers.splitlines()[-1] == ("numbers: count 15, min 1 (rank 0), max 1.15 (rank 15), mean 1.08, "
                                                 "NaN/Inf 1 ranks[5], beyond 3 sd 0")
