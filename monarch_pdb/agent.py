@@ -84,7 +84,7 @@ class Agent:
         self._announced: int | None = None
         """How many of `_hosted` the broker has (in order); None: it needs them all."""
         self._present_at = float("-inf")
-        self._running: dict[tuple[str, int], int] = {}
+        self._running: dict[tuple[str, int], tuple[int, Any]] = {}
         self._interrupts: list[tuple[Identity, float]] = []
         self._signalled = 0.0
         self.link = Link(settings, "agent", job_name(), self, self._locate)
@@ -246,17 +246,18 @@ class Agent:
         return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in fresh],
                             added=since is not None)
 
-    def running(self, actor: str, rank: int, thread: int | None) -> None:
-        """The thread that runs a rank's endpoint call from now on (None: the call ended)."""
+    def running(self, actor: str, rank: int, thread: int | None, task: Any = None) -> None:
+        """The thread that runs a rank's endpoint call from now on, and its asyncio task if it
+        is a coroutine's (thread None: the call ended)."""
         with self._lock:
             if thread is None:
                 self._running.pop((actor, rank), None)
             else:
-                self._running[(actor, rank)] = thread
+                self._running[(actor, rank)] = (thread, task)
 
     def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
         with self._lock:
-            running = {rank: thread for (actor, rank), thread in self._running.items() if actor == msg.actor}
+            running = {rank: how for (actor, rank), how in self._running.items() if actor == msg.actor}
         ranks = [r for r in msg.ranks if isinstance(r, int)]
         return wire.StackReport(ref=msg.ref, groups=stacks.take(ranks, running, msg.threads == "all"))
 
@@ -267,7 +268,7 @@ class Agent:
         asked (see monarch_pdb.interrupt), so a rank running in another one stays running."""
         with self._lock:
             hosted = {(a, r): (job, coords) for (job, a, r), coords in self._hosted.items()}
-            threads = dict(self._running)
+            threads = {key: thread for key, (thread, _) in self._running.items()}
         main = threading.main_thread().ident
         for rank in ranks:
             thread = threads.get((actor, rank), main)

@@ -6,6 +6,7 @@ exception leaving the scope after such a breakpoint stops the rank where it was 
 
 from __future__ import annotations
 
+import asyncio
 import bdb
 import os
 import sys
@@ -41,6 +42,14 @@ def _user_traceback(exc: BaseException):
     return tb or exc.__traceback__
 
 
+def running_task() -> asyncio.Task | None:
+    """The asyncio task this call runs in, when it is a coroutine's."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
 @contextmanager
 def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
@@ -49,7 +58,7 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
     agent = Agent.existing()
     if agent is not None:
         agent.host(current().job, actor, rank, coords)
-        agent.running(actor, rank, threading.get_ident())
+        agent.running(actor, rank, threading.get_ident(), running_task())
     try:
         yield call
     except BaseException as exc:

@@ -3,11 +3,14 @@
 `sys._current_frames()` is a snapshot the interpreter takes under the GIL, so it works while
 the program's threads block in a lock, a socket read, a sleep or a C call that releases the
 GIL. A rank's "main" thread is the one running its endpoint call, or the process's main
-thread when none is running (a worker waiting for its next call, a plain process).
+thread when none is running (a worker waiting for its next call, a plain process). A rank whose
+call is an asyncio task waiting in an `await` shows the coroutines it awaits in place of the
+event loop's frames, which would be the same for every rank.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bdb
 import os
 import pdb
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Mapping
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 RUNTIME_DIR = os.path.join(PACKAGE_DIR, "actor") + os.sep
 DEBUGGER_FILES = frozenset({bdb.__file__, pdb.__file__})
+ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
 
 
 def debugger_code(filename: str) -> bool:
@@ -39,15 +43,31 @@ def frames_of(frame) -> list[list]:
     return out
 
 
-def take(ranks: Iterable[int], running: Mapping[int, int], every_thread: bool) -> list[list]:
+def awaiting(frames: list[list], task: asyncio.Task) -> list[list]:
+    """A suspended task's stack: the thread's frames up to the event loop, then each coroutine
+    the task awaits, outermost first."""
+    loop_at = next((i for i, f in enumerate(frames) if f[0].startswith(ASYNCIO_DIR)), len(frames))
+    chain = []
+    coro = task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        chain.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames[:loop_at] + chain
+
+
+def take(ranks: Iterable[int], running: Mapping[int, tuple[int, asyncio.Task | None]], every_thread: bool) -> list[list]:
     """[threads, ranks] pairs, ranks whose stacks have the same frames sharing one pair (the
     threads of two ranks differ in name only). `running` maps a rank to the thread running its
-    endpoint call; the calling thread, the agent's, is never reported."""
+    endpoint call and the call's asyncio task, if any; the calling thread, the agent's, is
+    never reported."""
     current = sys._current_frames()
     names = {t.ident: t.name for t in threading.enumerate()}
     me = threading.get_ident()
     main = threading.main_thread().ident
-    busy = set(running.values())
+    busy = {thread for thread, _ in running.values()}
     walked: dict[int, tuple[list, tuple]] = {}
 
     def thread(ident: int) -> tuple[list, tuple]:
@@ -60,8 +80,12 @@ def take(ranks: Iterable[int], running: Mapping[int, int], every_thread: bool) -
     idle = [t for t in sorted(current) if t != me and t not in busy] if every_thread else []
     groups: dict[tuple, list] = {}
     for rank in ranks:
-        own = running.get(rank, main)
+        own, task = running.get(rank, (main, None))
         taken = [thread(t) for t in [own, *(t for t in idle if t != own)] if t in current]
+        if taken and task is not None and not getattr(task.get_coro(), "cr_running", True):
+            name, frames = taken[0][0]
+            frames = awaiting(frames, task)
+            taken[0] = ([name, frames], tuple(map(tuple, frames)))
         key = tuple(same for _, same in taken)
         if key in groups:
             groups[key][1].append(rank)

@@ -128,6 +128,34 @@ THREADS = textwrap.dedent('''
     time.sleep(3600)
 ''')
 
+ASYNC = textwrap.dedent('''
+    import asyncio
+
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+
+    async def gather_grads():
+        await asyncio.Event().wait()
+
+
+    async def fetch():
+        await asyncio.sleep(3600)
+
+
+    class Waiter(Actor):
+        @endpoint
+        async def step(self):
+            print("WAITING", flush=True)
+            if current_rank().rank == 3:
+                await fetch()
+            else:
+                await gather_grads()
+
+
+    if __name__ == "__main__":
+        this_host().spawn_procs(per_host={"host": 2, "gpu": 2}).spawn("waiter", Waiter).step.call().get()
+''')
+
 PLAIN = textwrap.dedent('''
     import time
 
@@ -304,5 +332,21 @@ def test_a_plain_process_is_known_from_its_start_and_can_be_interrupted(env, tmp
         assert "| train      | 0    | {}     |" in done.stdout and "plain.read_socket" in done.stdout
         assert "train ranks[0] (1)\n3600\n" in done.stdout
         assert re.search(r"\| running \|\n\+-+", done.stdout)
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_ranks_waiting_in_an_await_show_the_coroutines_they_await(env, tmp_path):
+    program = run_program(env, tmp_path, "waiter.py", ASYNC)
+    try:
+        wait_for_lines(program, "WAITING", 4)
+        done = debug(env, "stacks waiter")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[:2] == ["waiter ranks[0-3] (4): 2 distinct stacks", "rank 3 is elsewhere: waiter.py:12 fetch"]
+        assert "├─ waiter.py:22 step  ranks[0-2] (3)" in lines and "│  waiter.py:8 gather_grads  ranks[0-2] (3)" in lines
+        assert "└─ waiter.py:20 step  ranks[3] (1)" in lines and "   waiter.py:12 fetch  ranks[3] (1)" in lines
+        assert not any("base_events.py" in line or "selectors.py" in line for line in lines), "no event loop frames"
     finally:
         program.stop()
