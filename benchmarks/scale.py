@@ -3,8 +3,8 @@ real breakpoint, measured with the shell's own connection.
 
 Per shape (C processes x S sessions = N ranks): the breakpoint storm (emulators started until
 all N are listed), `cast emu ranks(:) p rank` to all N against a raw fan-out/gather floor of
-the same message count (floors.FanOut with C peers answering S each), `list` of N, and the
-broker's memory per session and CPU per session per cast, read from /proc. The broker is its
+the same message count (floors.FanOut with C peers answering S each), `list` of N, `stacks`
+of N merged and printed, and the broker's memory per session and CPU per session per cast, read from /proc. The broker is its
 own process (not embedded in a rank) so its RSS and CPU time are the broker's alone.
 """
 
@@ -26,6 +26,7 @@ from timing import timed
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
+from monarch_pdb.client import stacks
 from monarch_pdb.client.connection import ShellConnection
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
@@ -72,6 +73,8 @@ ANSWER_TIMEOUT = 120.0
 # of 16,384 under 200 ms; broker memory under 2 KB per session.
 CAST_TARGETS = {1024: Target(2.0, relative=True), 16384: Target(1000.0)}
 LIST_TARGETS = {16384: Target(200.0)}
+# Issue 9: `stacks` of every rank merged and printed, 1,024 under 1 s and 16,384 under 5 s.
+STACKS_TARGETS = {1024: Target(1000.0), 16384: Target(5000.0)}
 MEMORY_TARGET_KB = 2.0
 RESOURCE_COLUMNS = (
     ("ranks", "N", ">"), ("shape", "shape", "<"), ("broker_rss_mb", "broker RSS MB", ">"),
@@ -167,7 +170,7 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
     """The results of one shape, and its resource row; every process it starts ends with it."""
     n = shape.ranks
     storms: list[int] = []
-    samples: dict[str, list[int]] = {"fan_out": [], "cast": [], "list": []}
+    samples: dict[str, list[int]] = {"fan_out": [], "cast": [], "list": [], "stacks": []}
     resources = {"ranks": n, "shape": shape.label, "failed": None}
     workdir.mkdir()
     broker = Broker(workdir, shape.heartbeat)
@@ -197,6 +200,7 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
                         say(f"  N={n}: casts and lists")
                         cpu = _alternate(conn, broker, fan_out, n, samples)
                         resources["cpu_us_per_session_cast"] = round(cpu / len(samples["cast"]) / n * 1e6, 2)
+                        samples["stacks"] = _stacks(conn, n)
                     emulators.release(conn)
                     emulators = None
                     conn.wait_for_rows(lambda rows: not rows, ANSWER_TIMEOUT)
@@ -213,6 +217,8 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
         Result(f"cast ranks(:) `p rank`, {n} ranks ({shape.label})", samples["cast"], floor=floor,
                target=CAST_TARGETS.get(n)),
         Result(f"list, {n} sessions ({shape.label})", samples["list"], target=LIST_TARGETS.get(n)),
+        Result(f"stacks of {n} ranks, merged and printed ({shape.label})", samples["stacks"],
+               target=STACKS_TARGETS.get(n)),
     ], resources
 
 
@@ -241,3 +247,17 @@ def _alternate(conn: ShellConnection, broker: Broker, fan_out: floors.FanOut, n:
         cpu += broker.cpu_seconds() - before
         samples["list"] += timed(listed, warmup, 1)
     return cpu
+
+
+def _stacks(conn: ShellConnection, n: int) -> list[int]:
+    """`stacks emu`: every rank's stack taken by its agent's thread, gathered by the broker,
+    merged into one tree and printed (to nothing) by the shell's own code."""
+    with open(os.devnull, "w") as sink:
+        def once() -> None:
+            result = conn.stacks("emu", "ranks(:)", "main", ANSWER_TIMEOUT)
+            ranks = sum(len(r) for _, r in result.groups)
+            if result.missing or ranks != n:
+                raise RuntimeError(f"stacks came for {ranks} of {n} ranks, missing {len(result.missing)}")
+            sink.write(stacks.text(result, every_thread=False))
+
+        return timed(once, WARMUP, REPEAT[n])

@@ -6,8 +6,8 @@ Plain data and lookups; no sockets here, so the rules can be read in one place.
 from __future__ import annotations
 
 import secrets
+from collections import Counter, OrderedDict
 from sys import intern
-from collections import Counter
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
@@ -26,6 +26,9 @@ class Peer:
     last_seen: float
     link: bytes = b""
     sessions: set[int] = field(default_factory=set)
+    present: list = field(default_factory=list)
+    """The ranks this process runs, paused or not: (job, actor, rank, dimension names,
+    coordinates) tuples (no dict per rank: a big job has many)."""
 
     def describe(self) -> str:
         who = f"{self.user}@{self.host}" if self.user else self.host
@@ -108,6 +111,21 @@ class Session:
         }
 
 
+DEPARTED_KEPT = 65536
+"""Ranks of processes that are gone, remembered for `list --all` and `mesh` (the latest ones)."""
+
+
+@dataclass(slots=True)
+class LiveRank:
+    """A rank some connected process runs, paused or not."""
+
+    peer: bytes
+    job: str
+    actor: str
+    rank: int
+    coords: dict
+
+
 class LookupFailed(Exception):
     """An attach or cast named something that is not there; the text is the user's line."""
 
@@ -125,6 +143,10 @@ class Registry:
     by_link: dict[bytes, bytes] = field(default_factory=dict)
     """Each link id's current connection."""
     agents_per_job: Counter = field(default_factory=Counter)
+    dims: dict[tuple, tuple] = field(default_factory=dict)
+    """One copy of each tuple of dimension names that present ranks use."""
+    departed: OrderedDict = field(default_factory=OrderedDict)
+    """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, "lost" or "finished")."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
@@ -259,3 +281,70 @@ class Registry:
         paused = [s for s in self.sessions.values() if s.paused]
         paused.sort(key=lambda s: (s.job, s.actor, s.rank))
         return [s.row() for s in paused]
+
+    # --- presence: ranks known whether or not they are paused ----------------------------
+
+    def set_present(self, identity: bytes, ranks: list, added: bool) -> None:
+        """What a process says it runs (`added`: besides what it said before); malformed
+        entries are skipped."""
+        present = []
+        for item in ranks:
+            if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and isinstance(item[1], str)
+                    and isinstance(item[2], int) and not isinstance(item[2], bool) and isinstance(item[3], dict)
+                    and all(isinstance(k, str) and isinstance(v, int) for k, v in item[3].items())):
+                continue
+            job, actor, rank = intern(item[0]), intern(item[1]), item[2]
+            dims = tuple(intern(k) for k in item[3])
+            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values())))
+            self.departed.pop((job, actor, rank), None)
+        peer = self.peers[identity]
+        if added:
+            peer.present.extend(present)
+        else:
+            peer.present = present
+
+    def depart(self, peer: Peer, state: str) -> None:
+        """A process is gone: its ranks stay listed as `lost` or `finished`."""
+        for job, actor, rank, dims, values in peer.present:
+            self.departed[(job, actor, rank)] = (dict(zip(dims, values)), peer.host, peer.pid, state)
+            self.departed.move_to_end((job, actor, rank))
+        while len(self.departed) > DEPARTED_KEPT:
+            self.departed.popitem(last=False)
+
+    def live_ranks(self, job: str, actor: str) -> list[LiveRank]:
+        """Every rank of one actor that a connected process runs (or holds a session of), in
+        rank order."""
+        found: dict[tuple[str, int], LiveRank] = {}
+        for peer in self.peers.values():
+            for j, a, rank, dims, values in peer.present:
+                if a == actor and (not job or j == job):
+                    found[(j, rank)] = LiveRank(peer.identity, j, a, rank, dict(zip(dims, values)))
+        for sess in self.sessions.values():
+            if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
+                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords)
+        if not found:
+            raise LookupFailed(f"No running rank of actor {actor} is known to the broker")
+        jobs = {j for j, _ in found}
+        if len(jobs) > 1:
+            raise LookupFailed(
+                f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
+            )
+        return sorted(found.values(), key=lambda r: r.rank)
+
+    def all_rows(self) -> list[dict]:
+        """`list --all`: every session, every rank running without one, and ranks whose
+        process is gone."""
+        rows = {(s.job, s.actor, s.rank): s.row() for s in self.sessions.values()}
+        for peer in self.peers.values():
+            for job, actor, rank, dims, values in peer.present:
+                rows.setdefault((job, actor, rank), {
+                    "job": job, "actor": actor, "rank": rank, "coords": dict(zip(dims, values)), "host": peer.host,
+                    "pid": peer.pid,
+                    "function": "", "filename": "", "lineno": 0, "state": "running",
+                })
+        for (job, actor, rank), (coords, host, pid, state) in self.departed.items():
+            rows.setdefault((job, actor, rank), {
+                "job": job, "actor": actor, "rank": rank, "coords": coords, "host": host, "pid": pid,
+                "function": "", "filename": "", "lineno": 0, "state": state,
+            })
+        return [rows[key] for key in sorted(rows)]

@@ -21,7 +21,8 @@ import zmq
 
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight
-from monarch_pdb.broker.registry import LookupFailed, Peer, Registry, Session
+from monarch_pdb.broker.registry import LiveRank, LookupFailed, Peer, Registry, Session
+from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.settings import Settings
 
 LOST_AFTER_BEATS = 3
@@ -57,6 +58,8 @@ class Broker:
     refusals_logged_at: float = float("-inf")
     latest_refusal: str = ""
     stopping: bool = False
+    stack_requests: dict[int, StacksInFlight] = field(default_factory=dict)
+    next_stack_request: int = 1
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
@@ -95,6 +98,13 @@ class Broker:
             wire.Follow: self.on_follow,
             wire.OutputSince: self.on_output_since,
         }
+        self.handlers.update({
+            wire.Present: self.on_present,
+            wire.ListAll: self.on_list_all,
+            wire.Stacks: self.on_stacks,
+            wire.StackReport: self.on_stack_report,
+            wire.Interrupt: self.on_interrupt,
+        })
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -123,6 +133,8 @@ class Broker:
             now = time.monotonic()
             if self.casts:
                 self.report_casts(now)
+            if self.stack_requests:
+                self.expire_stack_requests(now)
             if now >= next_tick:
                 next_tick = now + tick
                 self.reap(now)
@@ -217,6 +229,11 @@ class Broker:
                 self.publish("released", sess)
             else:
                 self.end_session(sess, "", reason)
+        if peer.role == "agent" and reason != "reconnected":
+            self.registry.depart(peer, "lost" if reason == "lost" else "finished")
+            for request in list(self.stack_requests.values()):
+                request.lost(identity)
+                self.finish_stacks_if_done(request)
         if peer.role == "agent" and not self.registry.has_job(peer.name):
             log(f"job {peer.name} left ({reason})")
 
@@ -494,8 +511,80 @@ class Broker:
             by_actor.setdefault(actor, []).extend(ranks_released)
         self.send(identity, wire.Continued(released=sorted([a, sorted(r)] for a, r in by_actor.items())))
 
+    # --- presence, stacks and interrupts -----------------------------------------------
 
-def no_match(actor: str, selection: ranks.Selection, sessions: list[Session]) -> str:
+    def on_present(self, identity: bytes, msg: wire.Present) -> None:
+        if self.registry.peers[identity].role == "agent":
+            self.registry.set_present(identity, msg.ranks, msg.added)
+
+    def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:
+        self.send(identity, wire.SessionList(rows=self.registry.all_rows()))
+
+    def selected_live(self, identity: bytes, job: str, actor: str, selector: str) -> list[LiveRank]:
+        """The live ranks a `ranks(...)` selector picks, paused or not; an empty list after
+        telling the shell why there are none."""
+        try:
+            selection = ranks.parse_selector(selector)
+            live = self.registry.live_ranks(job, actor)
+        except (ranks.SelectorError, LookupFailed) as failure:
+            self.send(identity, wire.Error(text=str(failure)))
+            return []
+        by_rank = {r.rank: r for r in live}
+        chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in live])]
+        if not chosen:
+            self.send(identity, wire.Error(text=no_match(actor, selection, live, "that runs")))
+        return chosen
+
+    def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
+        chosen = self.selected_live(identity, msg.job, msg.actor, msg.selector)
+        if not chosen:
+            return
+        request = StacksInFlight(id=self.next_stack_request, shell=identity, ref=msg.ref, actor=msg.actor,
+                                 deadline=time.monotonic() + msg.timeout)
+        self.next_stack_request += 1
+        for live in chosen:
+            request.waiting.setdefault(live.peer, []).append(live.rank)
+        self.stack_requests[request.id] = request
+        for peer, asked in request.waiting.items():
+            self.send(peer, wire.TakeStacks(ref=request.id, actor=msg.actor, ranks=asked, threads=msg.threads))
+
+    def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:
+        request = self.stack_requests.get(msg.ref)
+        if request is not None and identity in request.waiting:
+            request.report(identity, msg.groups)
+            self.finish_stacks_if_done(request)
+
+    def finish_stacks_if_done(self, request: StacksInFlight, expired: bool = False) -> None:
+        if (request.waiting and not expired) or request.id not in self.stack_requests:
+            return
+        del self.stack_requests[request.id]
+        for part in request.result(self.settings.max_message // 2):
+            self.send(request.shell, part)
+
+    def expire_stack_requests(self, now: float) -> None:
+        for request in list(self.stack_requests.values()):
+            if now >= request.deadline:
+                self.finish_stacks_if_done(request, expired=True)
+
+    def on_interrupt(self, identity: bytes, msg: wire.Interrupt) -> None:
+        """Ask the processes of the selected ranks to stop them; ranks already paused are left."""
+        chosen = self.selected_live(identity, msg.job, msg.actor, msg.selector)
+        if not chosen:
+            return
+        by_peer: dict[bytes, list[int]] = {}
+        for live in chosen:
+            sess = self.registry.sessions.get(self.registry.by_key.get((live.job, live.actor, live.rank), -1))
+            if sess is None or not sess.paused:
+                by_peer.setdefault(live.peer, []).append(live.rank)
+        asked = sorted(rank for peer_ranks in by_peer.values() for rank in peer_ranks)
+        self.record(identity, chosen[0].job, msg.actor, asked, "interrupt")
+        for peer, peer_ranks in by_peer.items():
+            self.send(peer, wire.InterruptRanks(actor=msg.actor, ranks=peer_ranks))
+        self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
+
+
+def no_match(actor: str, selection: ranks.Selection, sessions: list[Session] | list[LiveRank],
+             having: str = "with a session") -> str:
     """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
     dims = list(dict.fromkeys(d for s in sessions for d in s.coords))
     unknown = [d for d in ranks.dimensions(selection) if d not in dims]
@@ -503,7 +592,7 @@ def no_match(actor: str, selection: ranks.Selection, sessions: list[Session]) ->
         have = ", ".join(dims) if dims else "none"
         return f"no dimension {unknown[0]!r} in {actor} (its dimensions: {have})"
     stopped = ranks.format_ranks(s.rank for s in sessions)
-    return f"{ranks.render_selector(selection)} matches no rank of {actor} with a session (those are ranks[{stopped}])"
+    return f"{ranks.render_selector(selection)} matches no rank of {actor} {having} (those are ranks[{stopped}])"
 
 
 def raise_open_file_limit() -> str:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from monarch_pdb import wire
+from monarch_pdb.client.numbers import Summary, summarize
 from monarch_pdb.ranks import format_ranks
 
+NUMBER_LINES = 16
+"""Numeric answers take one line per distinct value; past this many, only the most common
+values and the notable ones (extremes, NaN/Inf, outliers) are shown, and the rest counted."""
 OUTCOMES = {
     "finished": "(its endpoint returned)",
     "quit": "(quit: its endpoint call ends with BdbQuit)",
@@ -25,8 +29,22 @@ def _body(output: str, outcome: str) -> str:
 
 
 def grouped(result: wire.CastResult) -> str:
-    blocks = [rank_set(result.actor, ranks) + "\n" + _body(output, outcome) for output, outcome, ranks in result.groups]
+    summary = summarize(result.groups)
+    groups = result.groups if summary is None else shown_groups(result.groups, summary)
+    blocks = [rank_set(result.actor, ranks) + "\n" + _body(output, outcome) for output, outcome, ranks in groups]
+    if summary is not None:
+        hidden = sum(len(ranks) for _, _, ranks in result.groups) - sum(len(ranks) for _, _, ranks in groups)
+        more = f"... {hidden} more ranks with other values ('set cast_output raw' shows each)\n" if hidden else ""
+        blocks.append(more + summary.line() + "\n")
     return "".join(blocks) + missing_lines(result)
+
+
+def shown_groups(groups: list, summary: Summary) -> list:
+    """Of many distinct numbers, the most common values and the notable ones (the extremes,
+    NaN/Inf, outliers); all of them when they are few."""
+    notable = set(summary.nonfinite) | set(summary.outliers)
+    notable |= {extreme[1] for extreme in (summary.minimum, summary.maximum) if extreme is not None}
+    return [g for index, g in enumerate(groups) if index < NUMBER_LINES or notable.intersection(g[2])]
 
 
 def raw(result: wire.CastResult) -> str:
@@ -45,9 +63,13 @@ def missing_lines(result: wire.CastResult) -> str:
 
 def document(result: wire.CastResult) -> dict:
     """The README's JSON form of a cast: groups most common first, then who did not answer."""
-    return {
+    doc = {
         "actor": result.actor,
         "groups": [{"ranks": ranks, "output": output, "outcome": outcome or "paused"}
                    for output, outcome, ranks in result.groups],
         "missing": [{"rank": rank, "reason": reason} for rank, reason in result.missing],
     }
+    summary = summarize(result.groups)
+    if summary is not None:
+        doc["numbers"] = summary.document()
+    return doc

@@ -181,6 +181,29 @@ class ShellConnection:
                 if not msg.more:
                     return result
 
+    def stacks(self, actor: str, selector: str, threads: str, timeout: float, job: str = "") -> wire.StacksResult:
+        """The selected live ranks' stacks, every part of a large result joined. Raises
+        RequestFailed with the broker's one-line reason."""
+        ref = next(self._refs)
+        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job))
+        deadline = time.monotonic() + timeout + 5.0
+        result: wire.StacksResult | None = None
+        while True:
+            msg = self.collect(lambda m: isinstance(m, wire.Error) or (isinstance(m, wire.StacksResult) and m.ref == ref),
+                               max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                raise RequestFailed("the broker did not gather the stacks in time")
+            if isinstance(msg, wire.Error):
+                raise RequestFailed(msg.text)
+            assert isinstance(msg, wire.StacksResult)
+            if result is None:
+                result = msg
+            else:
+                result.groups += msg.groups
+                result.missing += msg.missing
+            if not msg.more:
+                return result
+
     def follow(self, actor: str, selector: str, job: str, deliver: Deliver) -> wire.Following:
         """Receive the selected ranks' output as they print it, from now on, through `deliver`
         (called on the connection's thread with actor, rank and text)."""

@@ -10,6 +10,7 @@ from monarch_pdb.ranks import format_ranks
 PHRASES = {
     "breakpoint": "stopped at {where}",
     "post-mortem": "entered post-mortem at {where}: {detail}",
+    "interrupted": "stopped by interrupt at {where}",
     "ended": "finished{detail}",
     "lost": "was lost (its process stopped answering)",
     "released": "is free again (the shell attached to it went away)",

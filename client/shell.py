@@ -7,7 +7,9 @@ the broker (a rank stopped, finished, was lost) are printed above the prompt as 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ import cmd2
 from prompt_toolkit import PromptSession
 
 from monarch_pdb import wire
-from monarch_pdb.client import answers
+from monarch_pdb.client import answers, mesh, stacks
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
 from monarch_pdb.client.events import describe_events
 from monarch_pdb.client.reporter import Reporter, Transcript
@@ -35,6 +37,8 @@ CATEGORY = "Debugger"
 RUNNING_HINT_AFTER = 1.0
 CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
+INTERRUPT_TIMEOUT = 5.0
+STACK_THREADS = ("main", "all")
 
 
 class CommandError(Exception):
@@ -319,16 +323,18 @@ class DebugShell(cmd2.Cmd):
 
     @cmd2.with_category(CATEGORY)
     def do_list(self, statement: cmd2.Statement) -> None:
-        """Show every rank stopped at a breakpoint: list"""
+        """Show every rank stopped at a breakpoint: list; every rank known, running too: list --all"""
         self.run(lambda: self.list_sessions(statement.arg_list))
 
     def list_sessions(self, args: list[str]) -> None:
-        if args:
-            raise CommandError("list takes no arguments")
-        reply = self.ask(wire.ListSessions(), wire.SessionList)
+        every = args == ["--all"]
+        if args and not every:
+            raise CommandError("usage: list [--all]")
+        reply = self.ask(wire.ListAll() if every else wire.ListSessions(), wire.SessionList)
         rows = reply.rows  # type: ignore[attr-defined]
         self.actors.update(r["actor"] for r in rows)
-        self.report.result(sessions_table(rows) if rows else "No active breakpoints.", [json_row(r) for r in rows])
+        empty = "No rank is known to the broker." if every else "No active breakpoints."
+        self.report.result(sessions_table(rows, with_state=every) if rows else empty, [json_row(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
     def do_jobs(self, statement: cmd2.Statement) -> None:
@@ -487,3 +493,124 @@ class DebugShell(cmd2.Cmd):
     def do__eof(self, statement: cmd2.Statement) -> bool:
         self.poutput("")
         return self.do_quit(statement)
+
+    # --- the whole job at once: stacks, interrupt, mesh --------------------------------
+
+    @cmd2.with_category(CATEGORY)
+    def do_stacks(self, statement: cmd2.Statement) -> None:
+        """Merged Python stacks of running ranks, without stopping them: stacks [actor] [ranks(<sel>)] [--thread main|all] [--json]"""
+        self.run(lambda: self.stacks(statement.raw.strip().partition(" ")[2]))
+
+    complete_stacks = complete_attach
+
+    def stacks(self, args: str) -> None:
+        usage = "usage: stacks [actor] [ranks(<ranks>)] [--thread main|all] [--json]"
+        args, as_json = option(args, "--json", False, usage)
+        args, threads = option(args, "--thread", True, usage)
+        threads = threads or "main"
+        if threads not in STACK_THREADS:
+            raise CommandError(f"--thread is main or all, not {threads!r}")
+        if args.strip():
+            job, actor, selection, extra = parse_target(args, usage)
+            if extra.strip():
+                raise CommandError(f"stacks takes an actor and a selector, not {extra.strip()!r}")
+            targets = [(job, actor)]
+        else:
+            selection = None
+            rows = self.ask(wire.ListAll(), wire.SessionList).rows  # type: ignore[attr-defined]
+            targets = sorted({(r["job"], r["actor"]) for r in rows if r["state"] not in ("lost", "finished")})
+            if not targets:
+                raise CommandError("no running rank is known to the broker")
+        selector = render_selector(selection or parse_selector("ranks(:)"))
+        texts, docs = [], []
+        for job, actor in targets:
+            try:
+                result = self.conn.stacks(actor, selector, threads, self.cast_timeout, job)
+            except RequestFailed as failure:
+                raise CommandError(str(failure)) from None
+            texts.append(stacks.text(result, threads == "all"))
+            docs.append(stacks.document(result))
+            if result.missing:
+                self.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
+        doc = docs[0] if len(docs) == 1 else docs
+        self.report.result(json.dumps(doc, sort_keys=True) if as_json else "".join(texts), doc)
+
+    @cmd2.with_category(CATEGORY)
+    def do_interrupt(self, statement: cmd2.Statement) -> None:
+        """Stop running ranks where they are, as sessions: interrupt <actor> ranks(<sel>) [--timeout S]"""
+        self.run(lambda: self.interrupt(statement.raw.strip().partition(" ")[2]))
+
+    complete_interrupt = complete_attach
+
+    def interrupt(self, args: str) -> None:
+        usage = "usage: interrupt <actor> ranks(<ranks>) [--timeout S]"
+        args, limit = option(args, "--timeout", True, usage)
+        try:
+            timeout = INTERRUPT_TIMEOUT if limit is None else float(limit)
+        except ValueError:
+            raise CommandError(f"--timeout takes seconds, not {limit!r}") from None
+        job, actor, selection, extra = parse_target(args, usage)
+        if selection is None or extra.strip():
+            raise CommandError(usage)
+        reply = self.ask(wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
+        assert isinstance(reply, wire.Interrupting)
+        asked = set(reply.ranks)
+
+        def stopped(rows: list[dict]) -> set[int]:
+            return {r["rank"] for r in rows if r["job"] == reply.job and r["actor"] == actor} & asked
+
+        done = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) == asked, timeout)) if asked else set()
+        stuck = sorted(asked - done)
+        lines = [f"Interrupted {len(done)} rank{'s' if len(done) != 1 else ''}"
+                 + (f": {answers.rank_set(actor, sorted(done))}" if done else "")]
+        if not asked:
+            lines = [f"Every selected rank of {actor} is already stopped."]
+        doc: dict = {"interrupted": {"job": reply.job, "actor": actor, "ranks": sorted(done)}, "not_stopped": stuck}
+        if stuck:
+            lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {timeout:g} s (a thread other than "
+                         "its process's main one, C code holding the GIL, or the signal blocked); where they are:")
+            try:
+                where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", "main", self.cast_timeout, reply.job)
+                lines.append(stacks.text(where, False).rstrip("\n"))
+                doc["stacks"] = stacks.document(where)
+            except RequestFailed as failure:
+                lines.append(f"(no stacks: {failure})")
+            self.report.failed(f"{len(stuck)} ranks did not stop")
+        self.actors.add(actor)
+        self.report.result("\n".join(lines), doc)
+
+    @cmd2.with_category(CATEGORY)
+    def do_mesh(self, statement: cmd2.Statement) -> None:
+        """A picture of the mesh, each rank's state in its cell: mesh [actor]"""
+        self.run(lambda: self.mesh(statement.arg_list))
+
+    complete_mesh = complete_attach
+
+    def mesh(self, args: list[str]) -> None:
+        if len(args) > 1:
+            raise CommandError("usage: mesh [actor]")
+        job, actor = split_job(args[0]) if args else ("", "")
+        rows = self.ask(wire.ListAll(), wire.SessionList).rows  # type: ignore[attr-defined]
+        by_actor: dict[tuple[str, str], list[dict]] = {}
+        for row in rows:
+            if (not actor or row["actor"] == actor) and (not job or row["job"] == job):
+                by_actor.setdefault((row["job"], row["actor"]), []).append(row)
+        if not by_actor:
+            raise CommandError(f"No rank of actor {actor} is known to the broker" if actor else "No rank is known to the broker")
+        several_jobs = len({j for j, _ in by_actor}) > 1
+        colour = self.stdout.isatty() and not self.report.as_json
+        names = {key: f"{key[0]}:{key[1]}" if several_jobs else key[1] for key in by_actor}
+        pictures = [mesh.picture(names[key], by_actor[key], colour) for key in sorted(by_actor)]
+        docs = [mesh.document(names[key], by_actor[key]) for key in sorted(by_actor)]
+        self.report.result("\n".join(pictures), docs[0] if len(docs) == 1 else docs)
+
+
+def option(args: str, name: str, valued: bool, usage: str) -> tuple[str, str | bool | None]:
+    """Take `name` (and its value, when `valued`) out of a command's arguments."""
+    pattern = re.compile(rf"(?:^|\s){re.escape(name)}(?:\s+(\S+))?(?=\s|$)" if valued else rf"(?:^|\s){re.escape(name)}(?=\s|$)")
+    match = pattern.search(args)
+    if match is None:
+        return args, None if valued else False
+    if valued and match.group(1) is None:
+        raise CommandError(usage)
+    return args[:match.start()] + " " + args[match.end():], match.group(1) if valued else True

@@ -11,7 +11,7 @@ def coords_text(coords: dict) -> str:
 
 def session_cells(row: dict, with_job: bool) -> list[str]:
     cells = [row["actor"], str(row["rank"]), coords_text(row["coords"]), row["host"], row["function"],
-             str(row["lineno"])]
+             str(row["lineno"]) if row["lineno"] else ""]
     return [row["job"], *cells] if with_job else cells
 
 
@@ -30,11 +30,16 @@ def grid(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def sessions_table(rows: list[dict]) -> str:
-    """Monarch's six columns; a Job column first when sessions come from more than one job."""
+def sessions_table(rows: list[dict], with_state: bool = False) -> str:
+    """Monarch's six columns; a Job column first when sessions come from more than one job,
+    and a State column last for `list --all`."""
     with_job = len({r["job"] for r in rows}) > 1
     header = ("Job", *COLUMNS) if with_job else COLUMNS
-    return grid(header, [session_cells(r, with_job) for r in rows])
+    cells = [session_cells(r, with_job) for r in rows]
+    if with_state:
+        header = (*header, "State")
+        cells = [[*c, r["state"]] for c, r in zip(cells, rows)]
+    return grid(header, cells)
 
 
 def jobs_table(rows: list[dict]) -> str:

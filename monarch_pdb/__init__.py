@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sys
 
+from monarch_pdb import identity
 from monarch_pdb.endpoint import endpoint_call
 from monarch_pdb.hooks import install
-from monarch_pdb.identity import set_identity
 
 __version__ = "0.1.0"
 __all__ = ["endpoint_call", "install", "set_identity", "set_trace"]
@@ -22,3 +22,13 @@ def set_trace(*, header: str | None = None) -> None:
 
     debugger.set_trace(sys._getframe(1), header=header)
 
+
+def set_identity(*, actor: str | None = None, rank: int | None = None,
+                 coords: dict[str, int] | None = None, job: str | None = None) -> None:
+    """Name this process's sessions explicitly; overrides every detected value given."""
+    from monarch_pdb.agent import Agent
+
+    identity.set_identity(actor=actor, rank=rank, coords=coords, job=job)
+    agent = Agent.existing()
+    if agent is not None:
+        agent.renamed()

@@ -9,21 +9,29 @@ from __future__ import annotations
 
 import os
 import queue
+import socket
 import sys
 import itertools
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import zmq
 
-from monarch_pdb import discovery, wire
-from monarch_pdb.identity import job_name
+from monarch_pdb import discovery, interrupt, stacks, wire
+from monarch_pdb.identity import Identity, current, job_name
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 from monarch_pdb.settings import load as load_settings
 
 OUTPUT_IDLE = 0.05
+INTERRUPT_RETRY = 0.1
+PRESENT_EVERY = 0.25
+"""Seconds between two announcements of this process's ranks: a thousand ranks starting at
+once make a few messages, not a thousand growing ones."""
+INTERRUPT_PATIENCE = 30.0
+"""Seconds an interrupt stays wanted while the main thread runs the debugger's own code."""
 
 
 @dataclass
@@ -54,6 +62,12 @@ class Agent:
                 cls._instance = Agent(load_settings())
             return cls._instance
 
+    @classmethod
+    def existing(cls) -> Agent | None:
+        """The process's agent if `install` or a breakpoint started it, without starting one."""
+        agent = cls._instance
+        return agent if agent is not None and agent.pid == os.getpid() else None
+
     def __init__(self, settings: Settings, context: zmq.Context | None = None) -> None:
         """A process has one agent (`get`); a load generator that stands in for many rank
         processes makes one per emulated rank, sharing one ZeroMQ context."""
@@ -70,6 +84,17 @@ class Agent:
         self._lock = threading.Lock()
         self.loose_sessions: dict[int, Any] = {}
         """Sessions opened outside any endpoint call, by thread: they end when tracing stops."""
+        self.stopped = False
+        """Whether a session has opened in this process (post-mortem's default policy asks)."""
+        self._hosted: dict[tuple[str, str, int], dict] = {}
+        self._own = False
+        self._present_due = False
+        self._announced: int | None = None
+        """How many of `_hosted` the broker has (in order); None: it needs them all."""
+        self._present_at = float("-inf")
+        self._running: dict[tuple[str, int], tuple[int, Any]] = {}
+        self._interrupts: list[tuple[Identity, float]] = []
+        self._signalled = 0.0
         self.link = Link(settings, "agent", job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
@@ -94,6 +119,7 @@ class Agent:
         with self._lock:
             self._inboxes[sid] = inbox
             self._sources[sid] = output
+            self.stopped = True
         return sid, inbox
 
     def close_session(self, sid: int, ended: wire.Ended) -> None:
@@ -142,6 +168,8 @@ class Agent:
     def welcomed(self) -> list[wire.Message]:
         with self._lock:
             self._unsent = list(self._waiting)
+            self._present_due = bool(self._hosted) or self._own
+            self._announced = None
         return []
 
     def received(self, msg: wire.Message) -> None:
@@ -154,6 +182,10 @@ class Agent:
                 self._waiting.pop(msg.sid, None)
             if inbox is not None:
                 inbox.put(Line(msg.cmd, msg.line, msg.release))
+        elif isinstance(msg, wire.TakeStacks):
+            self.link.post(self.stack_report(msg))
+        elif isinstance(msg, wire.InterruptRanks):
+            self.interrupt(msg.actor, [r for r in msg.ranks if isinstance(r, int)])
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         pass
@@ -161,6 +193,10 @@ class Agent:
     def idle_delay(self) -> float | None:
         if self._unsent:
             return 0.0
+        if self._present_due:
+            return max(0.0, self._present_at + PRESENT_EVERY - time.monotonic())
+        if self._interrupts:
+            return INTERRUPT_RETRY
         return OUTPUT_IDLE if self._printing else None
 
     def tick(self, now: float) -> list[wire.Message]:
@@ -178,4 +214,112 @@ class Agent:
                     self._printing.discard(sid)
                 elif text:
                     out.append(wire.Output(sid=sid, text=self.clip(text)))
+        if self._present_due and now >= self._present_at + PRESENT_EVERY:
+            self._present_at = now
+            out.append(self.presence())
+        if self._interrupts:
+            self.signal_again(now)
         return out
+
+    # --- presence: the ranks this process runs, paused or not ---------------------------
+
+    def host(self, job: str, actor: str, rank: int, coords: dict) -> None:
+        """A rank this process runs from now on, named by a mesh runtime: the broker learns it
+        at once (it replaces the process's own identity, see `host_self`)."""
+        key = (job, actor, rank)
+        with self._lock:
+            if key in self._hosted:
+                return
+            self._hosted[key] = dict(coords)
+            if self._own:
+                self._own, self._announced = False, None
+            self._present_due = True
+        self.link.post()
+
+    def host_self(self) -> None:
+        """The process is a rank of its own (its identity: launcher variables, set_identity)
+        until a mesh runtime names the ranks it runs."""
+        with self._lock:
+            self._own = not self._hosted
+            self._present_due = True
+            self._announced = None
+        self.link.post()
+
+    def renamed(self) -> None:
+        """The program named itself (set_identity): tell the broker, if it is its own rank."""
+        if self._own:
+            with self._lock:
+                self._present_due = True
+            self.link.post()
+
+    def presence(self) -> wire.Present:
+        """The ranks the broker does not have yet (all of them when it needs all)."""
+        with self._lock:
+            self._present_due = False
+            hosted = list(self._hosted.items())
+            own = self._own
+            since = self._announced
+            self._announced = None if own else len(hosted)
+        if own:
+            ident = current()
+            return wire.Present(ranks=[[ident.job, ident.actor, ident.rank, ident.coords]])
+        fresh = hosted if since is None else hosted[since:]
+        return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in fresh],
+                            added=since is not None)
+
+    def running(self, actor: str, rank: int, thread: int | None, task: Any = None) -> None:
+        """The thread that runs a rank's endpoint call from now on, and its asyncio task if it
+        is a coroutine's (thread None: the call ended)."""
+        with self._lock:
+            if thread is None:
+                self._running.pop((actor, rank), None)
+            else:
+                self._running[(actor, rank)] = (thread, task)
+
+    def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
+        with self._lock:
+            running = {rank: how for (actor, rank), how in self._running.items() if actor == msg.actor}
+        ranks = [r for r in msg.ranks if isinstance(r, int)]
+        return wire.StackReport(ref=msg.ref, groups=stacks.take(ranks, running, msg.threads == "all"))
+
+    # --- interrupts: stopping running ranks where they are -----------------------------
+
+    def interrupt(self, actor: str, ranks: list[int]) -> None:
+        """Ask the thread that runs each rank to stop in a session; only the main thread can be
+        asked (see monarch_pdb.interrupt), so a rank running in another one stays running."""
+        with self._lock:
+            hosted = {(a, r): (job, coords) for (job, a, r), coords in self._hosted.items()}
+            threads = {key: thread for key, (thread, _) in self._running.items()}
+        main = threading.main_thread().ident
+        for rank in ranks:
+            thread = threads.get((actor, rank), main)
+            if not interrupt.can_interrupt(thread):
+                continue
+            job, coords = hosted.get((actor, rank), (None, {}))
+            ident = current() if job is None else Identity(job=job, actor=actor, rank=rank, coords=dict(coords),
+                                                           hostname=socket.gethostname(), pid=os.getpid())
+            with self._lock:
+                self._interrupts.append((ident, time.monotonic()))
+        if self._interrupts:
+            self.signal_again(time.monotonic(), force=True)
+
+    def signal_again(self, now: float, force: bool = False) -> None:
+        """Signal the main thread while an interrupt is wanted: its handler waits while the
+        thread runs the debugger's own code, and interrupts nobody took are forgotten."""
+        with self._lock:
+            self._interrupts = [(ident, since) for ident, since in self._interrupts if now - since < INTERRUPT_PATIENCE]
+            wanted = bool(self._interrupts)
+        if wanted and (force or now - self._signalled >= INTERRUPT_RETRY):
+            self._signalled = now
+            interrupt.signal_main_thread()
+
+    def next_interrupt(self) -> Identity | None:
+        """Called by the signal handler: the rank to stop (one session per thread at a time,
+        so the rest are dropped). Never blocks: the handler may run while a lock is held."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            wanted, self._interrupts = self._interrupts, []
+        finally:
+            self._lock.release()
+        return wanted[0][0] if wanted else None

@@ -11,6 +11,7 @@ import bdb
 import functools
 import os
 import pdb
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -184,14 +185,15 @@ class Session:
             del self.agent.loose_sessions[self.thread]
 
 
-def session_for_this_thread(agent: Agent) -> Session:
-    """The session of the running endpoint call, or of this thread outside any call."""
+def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> Session:
+    """The session of the running endpoint call, or of this thread outside any call (named
+    `identity` when given, else as `current` finds it)."""
     call = current_call.get()
     existing = call.session if call is not None else agent.loose_sessions.get(threading.get_ident())
     if existing is not None and not existing.ended:
         return existing
     collectives.raise_timeouts()
-    session = Session(agent=agent, identity=current(), call=call)
+    session = Session(agent=agent, identity=current() if identity is None or call is not None else identity, call=call)
     if call is not None:
         call.session = session
     else:
@@ -231,3 +233,22 @@ def post_mortem(exc: BaseException, traceback=None) -> None:
         pass
     finally:
         debugger.set_continue()
+
+
+def interrupt(frame, identity: Identity) -> None:
+    """Stop this thread at `frame`, where a signal found it, at once: inside the call it was
+    blocked in rather than at its next line, which may never come. Afterwards `n`, `s` and
+    breakpoints work as after breakpoint()."""
+    agent = Agent.get()
+    session = session_for_this_thread(agent, identity)
+    session.reason = "interrupted"
+    debugger = session.debugger
+    debugger.reset()
+    caller = frame
+    while caller is not None:
+        caller.f_trace = debugger.trace_dispatch
+        debugger.botframe = caller
+        caller = caller.f_back
+    debugger.interaction(frame, None)
+    if debugger.stoplineno != -1 or debugger.breaks:
+        sys.settrace(debugger.trace_dispatch)

@@ -6,14 +6,17 @@ exception leaving the scope after such a breakpoint stops the rank where it was 
 
 from __future__ import annotations
 
+import asyncio
 import bdb
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from monarch_pdb import settings
-from monarch_pdb.identity import CallContext, current_call
+from monarch_pdb.agent import Agent
+from monarch_pdb.identity import CallContext, current, current_call
 
 POST_MORTEM_POLICIES = ("after-breakpoint", "always", "never")
 
@@ -60,11 +63,23 @@ def end_call(call: CallContext, outcome: str) -> None:
         call.session.end(outcome)
 
 
+def running_task() -> asyncio.Task | None:
+    """The asyncio task this call runs in, when it is a coroutine's."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
 @contextmanager
 def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
     token = current_call.set(call)
     outcome = "returned"
+    agent = Agent.existing()
+    if agent is not None:
+        agent.host(current().job, actor, rank, coords)
+        agent.running(actor, rank, threading.get_ident(), running_task())
     try:
         yield call
     except BaseException as exc:
@@ -72,5 +87,7 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
         stop_after_raise(call, exc)
         raise
     finally:
+        if agent is not None:
+            agent.running(actor, rank, None)
         end_call(call, outcome)
         current_call.reset(token)

@@ -25,12 +25,22 @@ from monarch_pdb.identity import CallContext, current_call
 _INSTALLED = "_monarch_pdb_installed"
 
 
-def install() -> None:
+def install(*, announce: bool = True) -> None:
     """Route `breakpoint()` to the broker, and uncaught exceptions to post-mortem as
-    MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that allows it."""
+    MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that allows it.
+
+    The process is known to the broker from now on, running or not, so `list --all`, `stacks`
+    and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
+    False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
     import monarch_pdb
+    from monarch_pdb import interrupt
+    from monarch_pdb.agent import Agent
 
     sys.breakpointhook = monarch_pdb.set_trace
+    agent = Agent.get()
+    interrupt.arm()
+    if announce:
+        agent.host_self()
     if not getattr(sys.excepthook, _INSTALLED, False):
         sys.excepthook = _post_mortem_first(sys.excepthook, lambda args: args[1])
     if not getattr(threading.excepthook, _INSTALLED, False):
@@ -44,10 +54,11 @@ def install() -> None:
 
 
 def stopped_in_this_process() -> bool:
-    """Whether a breakpoint of this process has reached the broker (its agent exists)."""
+    """Whether a breakpoint of this process has opened a session."""
     from monarch_pdb.agent import Agent
 
-    return Agent._instance is not None and Agent._instance.pid == os.getpid()
+    agent = Agent.existing()
+    return agent is not None and agent.stopped
 
 
 def post_mortem_if_wanted(exc: BaseException | None) -> None:

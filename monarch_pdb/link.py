@@ -127,7 +127,8 @@ class Link:
             return
         self._stopping = True
         self.post()
-        self._thread.join(timeout=1.0)
+        if self.ready.is_set():  # else there is no one to tell, and nothing to wait for
+            self._thread.join(timeout=1.0)
 
     # --- the link's thread -------------------------------------------------------------
 

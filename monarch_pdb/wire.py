@@ -441,6 +441,97 @@ class Events(Message):
     rows: list
 
 
+# --- presence, stacks and interrupts ------------------------------------------------------
+
+
+@message("present")
+class Present(Message):
+    """Agent to broker: the ranks this process runs, paused or not, as [job, actor, rank,
+    coords] lists: all of them after each handshake, then (`added`) those a mesh runtime named
+    since, so a thousand ranks starting at once cost a thousand entries, not a million."""
+
+    ranks: list
+    added: bool = False
+
+
+@message("list_all")
+class ListAll(Message):
+    """`list --all`: answered with `SessionList` rows for every rank the broker knows, its
+    `state` one of breakpoint, post-mortem, interrupted, running, lost, finished."""
+
+
+@message("stacks")
+class Stacks(Message):
+    """Shell to broker: the Python stacks of the selected live ranks, answered with
+    `StacksResult`. `threads` is "main" (the thread running the rank) or "all"."""
+
+    ref: int
+    actor: str
+    selector: str
+    timeout: float
+    threads: str = "main"
+    job: str = ""
+
+
+@message("take_stacks")
+class TakeStacks(Message):
+    """Broker to agent: report the stacks of these ranks of one actor, without stopping them."""
+
+    ref: int
+    actor: str
+    ranks: list
+    threads: str
+
+
+@message("stack_report")
+class StackReport(Message):
+    """Agent to broker: [threads, ranks] pairs, ranks with identical stacks sharing one pair;
+    `threads` is a list of [thread name, frames], frames [file, line, function] lists,
+    outermost first."""
+
+    ref: int
+    groups: list
+
+
+@message("stacks_result")
+class StacksResult(Message):
+    """Broker to shell: the stacks of a `Stacks` request as [threads, ranks] pairs, merged
+    over every process; `missing` holds [rank, reason] pairs. Large results come in parts."""
+
+    ref: int
+    actor: str
+    groups: list
+    missing: list
+    more: bool = False
+
+
+@message("interrupt")
+class Interrupt(Message):
+    """Shell to broker: stop the selected running ranks where they are; answered with
+    `Interrupting`, then each rank that stops is an ordinary session."""
+
+    actor: str
+    selector: str
+    job: str = ""
+
+
+@message("interrupt_ranks")
+class InterruptRanks(Message):
+    """Broker to agent: stop these ranks of one actor in the thread that runs them."""
+
+    actor: str
+    ranks: list
+
+
+@message("interrupting")
+class Interrupting(Message):
+    """The ranks asked to stop (those already stopped are left out)."""
+
+    job: str
+    actor: str
+    ranks: list
+
+
 # --- encoding ------------------------------------------------------------------------------
 
 

@@ -33,7 +33,8 @@ def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
         assert {function for *_, function, _ in rows} == {"debugging._debugee_actor_internal"}
         assert "breakpoint()  # noqa" in sh.command("cast debugee ranks(0) l")
         assert sh.command("cast debugee ranks(:) p rank % 2") == (
-            "debugee ranks[0,2,4,6,8,10,12,14] (8)\n0\ndebugee ranks[1,3,5,7,9,11,13,15] (8)\n1\n")
+            "debugee ranks[0,2,4,6,8,10,12,14] (8)\n0\ndebugee ranks[1,3,5,7,9,11,13,15] (8)\n1\n"
+            "numbers: count 16, min 0 (rank 0), max 1 (rank 1), mean 0.5, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 16 ranks: debugee ranks[0-15]"
         raised = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
         assert sorted(r["rank"] for r in raised) == [2, 6, 10, 14]

@@ -39,7 +39,9 @@ def test_mpirun_ranks_are_one_job_with_mpi_ranks(env, tmp_path, shell):
         sh = shell(command=DEBUG_SHELL)
         listed = re.findall(r"^\| (\w+) +\| (\d) +\| (\{.*?\}) +\|", sh.command("list"), re.M)
         assert listed == [("solver", str(r), f"{{'host': 0, 'gpu': {r}}}") for r in range(4)]
-        assert sh.command("cast solver ranks(::2) p value") == "solver ranks[0] (1)\n100\nsolver ranks[2] (1)\n102\n"
+        assert sh.command("cast solver ranks(::2) p value") == (
+            "solver ranks[0] (1)\n100\nsolver ranks[2] (1)\n102\n"
+            "numbers: count 2, min 100 (rank 0), max 102 (rank 2), mean 101, NaN/Inf 0, beyond 3 sd 0\n")
         assert "Continued 4 ranks: solver ranks[0-3]" in sh.command("continue")
         code, output = program.finish(timeout=60)
         assert code == 0 and all(f"rank {r} done" in output for r in range(4)), output

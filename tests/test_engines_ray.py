@@ -28,7 +28,8 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         assert [(actor, rank, function) for actor, rank, _, _, function, _ in rows] == [
             ("Learner", str(r), "ray_actors.step") for r in range(4)]
         assert sh.command("cast Learner ranks(:) p value") == "".join(
-            f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4))
+            f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4)) + (
+            "numbers: count 4, min 0 (rank 0), max 30 (rank 3), mean 15, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 4 ranks: Learner ranks[0-3]"
         assert "1 ranks of evaluate stopped" in sh.command("wait evaluate 1 --timeout 60", timeout=70)
         [task] = [r for r in wait_for_sessions(env, 1) if r["actor"] == "evaluate"]

@@ -54,7 +54,9 @@ def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tm
     assert sum(line.startswith("| debugee ") for line in lines) == 16
     assert out.endswith("debugee ranks[0] (1)\n0\ndebugee ranks[5] (1)\n5\ndebugee ranks[10] (1)\n10\n"
                         "debugee ranks[15] (1)\n15\n"
-                        "debugee ranks[4] (1)\n40\ndebugee ranks[7] (1)\n70\n")
+                        "numbers: count 4, min 0 (rank 0), max 15 (rank 15), mean 7.5, NaN/Inf 0, beyond 3 sd 0\n"
+                        "debugee ranks[4] (1)\n40\ndebugee ranks[7] (1)\n70\n"
+                        "numbers: count 2, min 40 (rank 4), max 70 (rank 7), mean 55, NaN/Inf 0, beyond 3 sd 0\n")
     assert "\x1b" not in out + err and "monarch_dbg>" not in out and "answered" not in out + err
 
 
@@ -105,6 +107,8 @@ LIST_ROW = {"job": str, "actor": str, "rank": int, "coords": dict, "host": str, 
             "file": str, "line": int, "state": str}
 CAST = {"actor": str, "groups": [{"ranks": [int], "output": str, "outcome": str}],
         "missing": [{"rank": int, "reason": str}]}
+NUMERIC_CAST = dict(CAST, numbers={"count": int, "min": {"value": float, "rank": int}, "max": {"value": float, "rank": int},
+                                   "mean": float, "nonfinite": [int], "outliers": [int]})
 
 
 @pytest.mark.timeout(120)
@@ -116,8 +120,10 @@ def test_json_documents_follow_the_documented_schema(env, example):
     listing, cast, jobs, attached, answer, detached, continued = docs
     check(listing, [LIST_ROW])
     assert [r["rank"] for r in listing] == list(range(16)) and listing[13]["coords"] == {"host": 3, "gpu": 1}
-    check(cast, CAST)
+    check(cast, NUMERIC_CAST)
     assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [([0, 2], "0\n"), ([1, 3], "1\n")]
+    assert cast["numbers"] == {"count": 4, "min": {"value": 0.0, "rank": 0}, "max": {"value": 1.0, "rank": 1},
+                               "mean": 0.5, "nonfinite": [], "outliers": []}
     check(jobs, [{"job": str, "processes": int, "sessions": int, "paused": int, "hosts": [str]}])
     assert attached["attached"]["actor"] == "debugee" and "-> rank += 2" in attached["output"]
     assert answer == {"session": attached["attached"], "output": "5\n"}

@@ -106,7 +106,9 @@ def test_breakpoints_in_a_mesh_spawned_by_an_actor(env, tmp_path, shell):
         rows = wait_for_sessions(env, 2)
         assert [(r["actor"], r["rank"], r["coords"]) for r in rows] == [("inner", 0, {"gpu": 0}), ("inner", 1, {"gpu": 1})]
         sh = shell()
-        assert sh.command("cast inner ranks(:) p value") == "inner ranks[0] (1)\n0\ninner ranks[1] (1)\n10\n"
+        assert sh.command("cast inner ranks(:) p value") == (
+            "inner ranks[0] (1)\n0\ninner ranks[1] (1)\n10\n"
+            "numbers: count 2, min 0 (rank 0), max 10 (rank 1), mean 5, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 2 ranks: inner ranks[0,1]"
         code, output = program.finish()
         assert code == 0 and "RESULT [[0, 10]]" in output
@@ -377,7 +379,7 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         out = sh.command("p rank")
         assert "(the broker restarted; attached again to debugee 13" in out and out.endswith("13\n")
         sh.command("detach")
-        assert sh.command("cast debugee ranks(0,1) p rank") == "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n"
+        assert sh.command("cast debugee ranks(0,1) p rank").startswith("debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n")
         sh.kill()
     finally:
         program.stop()
@@ -390,12 +392,12 @@ def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_pat
     program = run_script(limited, tmp_path, "threads.py", THREADS)
     try:
         rows = wait_for_sessions(limited, 60)
+        held = rows[0]["rank"]  # which 60 of the 64 ranks got a session depends on thread timing
         program_text = ""
         sh = ShellDriver(limited)
         try:
             sh.wait_prompt()
             assert sh.command("list").count("| many ") == 60
-            held = rows[0]["rank"]  # which 60 of the 64 threads got a session is up to the scheduler
             answer = sh.command(f"cast many ranks({held}) !for i in range(100): print(str(i).rjust(199, '.'))")
             assert answer.count("\n") == 1 + 100, "a cast's answer holds all it printed, up to the limit"
             assert "not kept" not in answer

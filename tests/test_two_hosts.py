@@ -119,7 +119,9 @@ def test_ranks_on_two_hosts_reach_a_broker_on_a_third(env, tmp_path, network, sh
         rows = re.findall(r"^\| rank +\| (\d) +\| (\{.*?\}) +\| (\S+) +\|", table, re.M)
         assert rows == [(str(r), f"{{'host': {r // PER_HOST}, 'gpu': {r % PER_HOST}}}", f"sim-host-{r // PER_HOST}")
                         for r in range(HOSTS * PER_HOST)], table
-        assert sh.command("cast rank ranks(host=1) p value") == "rank ranks[2] (1)\n4\nrank ranks[3] (1)\n9\n"
+        assert sh.command("cast rank ranks(host=1) p value") == (
+            "rank ranks[2] (1)\n4\nrank ranks[3] (1)\n9\n"
+            "numbers: count 2, min 4 (rank 2), max 9 (rank 3), mean 6.5, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 4 ranks: rank ranks[0-3]"
         for rank, program in enumerate(programs):
             code, output = program.finish()

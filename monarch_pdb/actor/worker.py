@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
     sys.path[:] = boot.sys_path
     sys.argv[:] = boot.argv
     _line_buffer_output()
-    monarch_pdb.install()
+    monarch_pdb.install(announce=False)
     inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
     threading.Thread(target=_read, args=(conn, inbox), name="monarch_pdb.actor inbox", daemon=True).start()
     try:

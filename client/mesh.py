@@ -1,0 +1,63 @@
+"""A picture of a mesh: its first two dimensions as a grid of rank states, further dimensions
+folded into pages, a letter per state (and a colour in a terminal), with a legend."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+STATES = {
+    # a `list --all` state: its letter, its word in the legend, its ANSI colour
+    "breakpoint": ("S", "stopped", "33"),
+    "interrupted": ("S", "stopped", "33"),
+    "post-mortem": ("P", "post-mortem", "31"),
+    "running": ("R", "running", "32"),
+    "lost": ("L", "lost", "35"),
+    "finished": ("F", "finished", "34"),
+}
+LEGEND = ("breakpoint", "running", "post-mortem", "lost", "finished")
+ABSENT = "."
+ROW_WITHOUT_COORDS = 16
+"""Ranks without coordinates (plain processes) are laid out this many to a row."""
+
+
+def layout(rows: list[dict]) -> tuple[list[str], dict[tuple[int, ...], dict]]:
+    """The dimension names (rows, columns, pages...), and each rank's row by coordinates."""
+    dims = list(dict.fromkeys(d for r in rows for d in r["coords"]))
+    if not dims:
+        return ["rank // 16", "rank % 16"], {divmod(r["rank"], ROW_WITHOUT_COORDS): r for r in rows}
+    if len(dims) == 1:
+        return ["", dims[0]], {(0, r["coords"].get(dims[0], 0)): r for r in rows}
+    return dims, {tuple(r["coords"].get(d, 0) for d in dims): r for r in rows}
+
+
+def cell(state: str | None, colour: bool) -> str:
+    if state is None:
+        return ABSENT
+    letter, _, code = STATES.get(state, ("?", "", "0"))
+    return f"\x1b[{code}m{letter}\x1b[0m" if colour else letter
+
+
+def picture(actor: str, rows: list[dict], colour: bool) -> str:
+    dims, at = layout(rows)
+    extent = [max(key[i] for key in at) + 1 for i in range(len(dims))]
+    width = len(str(extent[1] - 1))
+    lead = len(str(extent[0] - 1))
+    lines = [f"{actor}: {dims[0]} (rows) x {dims[1]} (columns)" if dims[0] else f"{actor}: {dims[1]}"]
+    for fixed in itertools.product(*(range(n) for n in extent[2:])):
+        if fixed:
+            lines.append(", ".join(f"{d}={v}" for d, v in zip(dims[2:], fixed)) + ":")
+        lines.append(" " * (lead + 2) + " ".join(str(c).rjust(width) for c in range(extent[1])))
+        for r in range(extent[0]):
+            states = [at[key]["state"] if (key := (r, c, *fixed)) in at else None for c in range(extent[1])]
+            lines.append(str(r).rjust(lead) + "  " + " ".join(" " * (width - 1) + cell(s, colour) for s in states))
+    counts = Counter(STATES.get(r["state"], ("?", "other", ""))[1] for r in rows)
+    legend = [f"{cell(state, colour)} {STATES[state][1]} ({counts[STATES[state][1]]})" for state in LEGEND]
+    lines.append("  ".join(legend + [f"{ABSENT} no rank"]))
+    return "\n".join(lines) + "\n"
+
+
+def document(actor: str, rows: list[dict]) -> dict:
+    return {"actor": actor, "dims": layout(rows)[0],
+            "ranks": [{"rank": r["rank"], "coords": r["coords"], "state": r["state"]} for r in rows],
+            "counts": dict(Counter(r["state"] for r in rows))}

@@ -1,0 +1,352 @@
+"""Seeing the whole job at once: every rank known from its start (`list --all`), merged stacks
+of running ranks, interrupting ranks that hang without a breakpoint(), and the mesh picture."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from programs import Program, settings_for
+from shell_driver import ShellDriver
+
+from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
+
+SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+
+HANG = textwrap.dedent('''
+    import signal
+    import threading
+    import time
+
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+
+    def all_reduce(loss):
+        print("WAITING", current_rank().rank, flush=True)
+        time.sleep(3600)
+
+
+    def next_batch(loss):
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        print("WAITING", current_rank().rank, flush=True)
+        threading.Event().wait()
+
+
+    class Trainer(Actor):
+        @endpoint
+        def step(self):
+            rank = current_rank().rank
+            loss = float("nan") if rank == 5 else 1.0 + rank / 100
+            if rank == 3:
+                next_batch(loss)
+            else:
+                all_reduce(loss)
+
+
+    if __name__ == "__main__":
+        this_host().spawn_procs(per_host={"host": 4, "gpu": 4}).spawn("trainer", Trainer).step.call().get()
+''')
+
+STATES = textwrap.dedent('''
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+
+    class Mixed(Actor):
+        @endpoint
+        def go(self):
+            row, rank = current_rank().rank // 4, current_rank().rank
+            if row == 0:
+                breakpoint()
+            elif row == 1:
+                time.sleep(3600)
+            elif row == 2:
+                raise ValueError(f"rank {rank} fails")
+            elif rank < 14:
+                os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                sys.exit(0)
+
+
+    if __name__ == "__main__":
+        mesh = this_host().spawn_procs(per_host={"host": 4, "gpu": 4}).spawn("mixed", Mixed)
+        while not os.path.exists("go"):  # until the test has seen every rank
+            time.sleep(0.05)
+        try:
+            mesh.go.call().get()
+        except Exception:
+            pass
+        threading.Event().wait()
+''')
+
+THREADS = textwrap.dedent('''
+    import threading
+    import time
+
+    import monarch_pdb
+
+    started = threading.Barrier(5)
+
+
+    def wait_for_peers(event):
+        started.wait()
+        event.wait()
+
+
+    def load_shard():
+        started.wait()
+        time.sleep(3600)
+
+
+    def rank_main(rank, event):
+        with monarch_pdb.endpoint_call("worker", rank, {"gpu": rank}):
+            if rank == 3:
+                load_shard()
+            else:
+                wait_for_peers(event)
+
+
+    monarch_pdb.install()
+    event = threading.Event()
+    for rank in range(4):
+        threading.Thread(target=rank_main, args=(rank, event), daemon=True).start()
+    started.wait()
+    print("WAITING", flush=True)
+    time.sleep(3600)
+''')
+
+ASYNC = textwrap.dedent('''
+    import asyncio
+
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+
+    async def gather_grads():
+        await asyncio.Event().wait()
+
+
+    async def fetch():
+        await asyncio.sleep(3600)
+
+
+    class Waiter(Actor):
+        @endpoint
+        async def step(self):
+            print("WAITING", flush=True)
+            if current_rank().rank == 3:
+                await fetch()
+            else:
+                await gather_grads()
+
+
+    if __name__ == "__main__":
+        this_host().spawn_procs(per_host={"host": 2, "gpu": 2}).spawn("waiter", Waiter).step.call().get()
+''')
+
+PLAIN = textwrap.dedent('''
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    monarch_pdb.set_identity(actor="train", rank=0)
+
+
+    def read_socket(seconds):
+        print("WAITING", flush=True)
+        time.sleep(seconds)
+        return seconds
+
+
+    total = read_socket(3600)
+''')
+
+
+def run_program(env, tmp_path, name: str, text: str, **extra: str) -> Program:
+    script = tmp_path / name
+    script.write_text(text)
+    return Program(dict(env, **extra), script, cwd=tmp_path)
+
+
+def wait_for_lines(program: Program, word: str, count: int, timeout: float = 60.0) -> str:
+    """What the program printed until `count` lines start with `word`."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    fd = program.proc.stdout.fileno()
+    while sum(line.startswith(word) for line in text.splitlines()) < count:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"expected {count} {word} lines; the program printed:\n{text}"
+        chunk = os.read(fd, 65536).decode()
+        assert chunk, f"the program ended; it printed:\n{text}"
+        text += chunk
+    return text
+
+
+def wait_for_all_rows(env, enough, timeout: float = 30.0) -> list[dict]:
+    """`list --all` rows once `enough(rows)`; asked again after every event, or a moment later."""
+    conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            conn.changed.clear()
+            rows = conn.request(wire.ListAll(), wire.SessionList).rows
+            if enough(rows):
+                return rows
+            assert time.monotonic() < deadline, f"never enough rows: {rows}"
+            conn.changed.wait(0.1)
+    finally:
+        conn.close()
+
+
+def debug(env, *commands: str, flags: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess:
+    args = [a for command in commands for a in ("-c", command)]
+    return subprocess.run([*SHELL, *flags, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(120)
+def test_a_hang_merged_stacks_interrupt_and_numbers(env, tmp_path):
+    program = run_program(env, tmp_path, "hang.py", HANG)
+    try:
+        wait_for_lines(program, "WAITING", 16)
+        listed = debug(env, "list --all", "stacks trainer")
+        assert listed.returncode == 0, listed.stderr
+        table, stacks = listed.stdout.split("trainer ranks[0-15] (16): 2 distinct stacks\n")
+        assert table.count("| running |") == 16
+        lines = stacks.splitlines()
+        assert lines[0] == "rank 3 is elsewhere: hang.py:17 next_batch"
+        assert "├─ hang.py:28 step  ranks[0-2,4-15] (15)" in lines
+        assert "│  hang.py:11 all_reduce  ranks[0-2,4-15] (15)" in lines
+        assert "└─ hang.py:26 step  ranks[3] (1)" in lines
+        assert "   hang.py:17 next_batch  ranks[3] (1)" in lines
+
+        shell = ShellDriver(env)
+        try:
+            shell.wait_prompt()
+            out = shell.command("interrupt trainer ranks(0,1,2,4,5,6,7,8,9,10,11,12,13,14,15)")
+            assert out.strip() == "Interrupted 15 ranks: trainer ranks[0-2,4-15] (15)"
+            listing = shell.command("list")
+            assert listing.count("hang.all_reduce") == 15 and "| trainer    | 3 " not in listing
+            paused = shell.command("stacks trainer")
+            assert "│  hang.py:11 all_reduce  ranks[0-2,4-15] (15)\n└─ hang.py:26 step  ranks[3] (1)\n" in paused, \
+                "a paused rank's stack ends where its program stopped, not inside the debugger"
+            numbers = shell.command("cast trainer ranks(:) p loss")
+            assert numbers.splitlines()[-1] == ("numbers: count 15, min 1 (rank 0), max 1.15 (rank 15), mean 1.08, "
+                                                "NaN/Inf 1 ranks[5], beyond 3 sd 0")
+            assert "trainer ranks[5] (1)\nnan\n" in numbers
+            shell.command("attach trainer 9")
+            backtrace = shell.command("bt")
+            assert backtrace.rstrip().endswith("all_reduce()\n-> time.sleep(3600)")
+            assert "-> all_reduce(loss)" in backtrace
+            assert shell.command("p loss").strip() == "1.09"
+            shell.command("detach")
+            stuck = shell.command("interrupt trainer ranks(3) --timeout 1")
+            assert stuck.startswith("Interrupted 0 ranks\ntrainer ranks[3] (1) did not stop within 1 s")
+            assert "\nhang.py:17 next_batch  ranks[3] (1)\n" in stuck
+            assert shell.command("continue").strip() == "Continued 15 ranks: trainer ranks[0-2,4-15]"
+            after = shell.command("stacks trainer ranks(host=0)")
+            assert after.startswith("trainer ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: hang.py:17 next_batch\n")
+        finally:
+            shell.kill()
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(120)
+def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
+    program = run_program(env, tmp_path, "states.py", STATES, MONARCH_PDB_POST_MORTEM="always",
+                          MONARCH_PDB_HEARTBEAT="0.3")
+    try:
+        wait_for_all_rows(env, lambda rows: [r["state"] for r in rows] == ["running"] * 16)
+        (tmp_path / "go").touch()
+        wait_for_all_rows(env, lambda rows: [r["state"] for r in rows] == ["breakpoint"] * 4 + ["running"] * 4
+                          + ["post-mortem"] * 4 + ["lost"] * 2 + ["finished"] * 2)
+        done = debug(env, "mesh", "mesh mixed")
+        assert done.returncode == 0, done.stderr
+        picture = ("mixed: host (rows) x gpu (columns)\n"
+                   "   0 1 2 3\n"
+                   "0  S S S S\n"
+                   "1  R R R R\n"
+                   "2  P P P P\n"
+                   "3  L L F F\n"
+                   "S stopped (4)  R running (4)  P post-mortem (4)  L lost (2)  F finished (2)  . no rank\n")
+        assert done.stdout == picture + picture
+        doc = json.loads(debug(env, "mesh", flags=("--json",)).stdout)
+        assert doc["dims"] == ["host", "gpu"] and doc["counts"] == {
+            "breakpoint": 4, "running": 4, "post-mortem": 4, "lost": 2, "finished": 2}
+        terminal = ShellDriver(env)
+        try:
+            terminal.wait_prompt()
+            coloured = terminal.command("mesh")
+            assert "\x1b[33mS\x1b[0m" in terminal.raw and "3  L L F F" in coloured
+        finally:
+            terminal.kill()
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_ranks_that_are_threads_have_their_own_stacks_and_are_not_interrupted(env, tmp_path):
+    program = run_program(env, tmp_path, "threads.py", THREADS)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        wait_for_all_rows(env, lambda rows: len(rows) == 4)
+        done = debug(env, "list --all", "stacks", "stacks worker --thread all --json", "interrupt worker ranks(1) --timeout 1")
+        assert done.returncode == 1, "an interrupt that stops nothing fails the script"
+        assert done.stdout.count("| running |") == 4 and "| threads" not in done.stdout
+        text = done.stdout
+        assert "worker ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: threads.py:17 load_shard\n" in text
+        assert "threads.py:12 wait_for_peers  ranks[0-2] (3)" in text
+        assert "Interrupted 0 ranks\nworker ranks[1] (1) did not stop within 1 s" in text
+        doc = json.loads(next(line for line in text.splitlines() if line.startswith("{")))
+        assert [g["ranks"] for g in doc["groups"]] == [[0, 1, 2], [3]]
+        names = [t["name"] for t in doc["groups"][1]["threads"]]
+        assert names[0].startswith("Thread-") and "MainThread" in names and not any("monarch-pdb" in n for n in names)
+        assert doc["elsewhere"] == [{"ranks": [3], "where": "threads.py:17 load_shard"}]
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_plain_process_is_known_from_its_start_and_can_be_interrupted(env, tmp_path):
+    program = run_program(env, tmp_path, "plain.py", PLAIN)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        wait_for_all_rows(env, lambda rows: [(r["actor"], r["rank"]) for r in rows] == [("train", 0)])
+        done = debug(env, "interrupt train ranks(0)", "list", "cast train ranks(0) p seconds", "continue", "list --all")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Interrupted 1 rank: train ranks[0] (1)\n")
+        assert "| train      | 0    | {}     |" in done.stdout and "plain.read_socket" in done.stdout
+        assert "train ranks[0] (1)\n3600\n" in done.stdout
+        assert re.search(r"\| running \|\n\+-+", done.stdout)
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_ranks_waiting_in_an_await_show_the_coroutines_they_await(env, tmp_path):
+    program = run_program(env, tmp_path, "waiter.py", ASYNC)
+    try:
+        wait_for_lines(program, "WAITING", 4)
+        done = debug(env, "stacks waiter")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[:2] == ["waiter ranks[0-3] (4): 2 distinct stacks", "rank 3 is elsewhere: waiter.py:12 fetch"]
+        assert "├─ waiter.py:22 step  ranks[0-2] (3)" in lines and "│  waiter.py:8 gather_grads  ranks[0-2] (3)" in lines
+        assert "└─ waiter.py:20 step  ranks[3] (1)" in lines and "   waiter.py:12 fetch  ranks[3] (1)" in lines
+        assert not any("base_events.py" in line or "selectors.py" in line for line in lines), "no event loop frames"
+    finally:
+        program.stop()
