@@ -18,11 +18,13 @@ pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed 
 
 RANK = textwrap.dedent('''
     import os
+    import sys
 
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     value = rank + 100
     breakpoint()
-    print("rank", rank, "done", flush=True)
+    sys.stdout.write(f"rank {rank} done\\n")  # one write: mpirun interleaves the ranks' output
+    sys.stdout.flush()
 ''')
 
 
