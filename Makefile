@@ -13,7 +13,7 @@ ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/t
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines bench clean
+.PHONY: demo test test-engines bench bench-monarch clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ test-engines: $(ENGINES_INSTALLED)
 
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/run.py $(if $(QUICK),--quick) $(if $(SCALE),--scale)
+
+# The guide's program on real Monarch, under Monarch's debugger and under ours, side by side.
+bench-monarch: $(ENGINES_INSTALLED)
+	$(ENGINES_BIN)/python benchmarks/versus_monarch.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) $(ENGINES_VENV) build *.egg-info .pytest_cache

@@ -36,7 +36,9 @@ class Example:
     Leaving the `with` block ends every process the run started, the embedded broker too.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, script: Path = EXAMPLE, ranks: int = RANKS,
+                 attached_rank: int = ATTACHED_RANK) -> None:
+        self.script, self.ranks, self.attached_rank = script, ranks, attached_rank
         self.log = workdir / "example.log"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
         self.env.update({
@@ -63,7 +65,7 @@ class Example:
     def _start(self) -> None:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, str(EXAMPLE)], env=self.env, stdin=subprocess.DEVNULL,
+                [sys.executable, str(self.script)], env=self.env, cwd=self.script.parent, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         settings = self._settings().with_overrides(connect_timeout=START_TIMEOUT)
@@ -79,12 +81,12 @@ class Example:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             self.changed.clear()
-            if len(self.list_sessions()) >= RANKS:
+            if len(self.list_sessions()) >= self.ranks:
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the example exited ({self.proc.returncode}):\n{self.log.read_text()}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"fewer than {RANKS} ranks paused within {START_TIMEOUT:g} s")
+                raise RuntimeError(f"fewer than {self.ranks} ranks paused within {START_TIMEOUT:g} s")
             self.changed.wait(0.5)
 
     def stop(self) -> None:
@@ -114,14 +116,14 @@ class Example:
 
         def once() -> None:
             rows = self.list_sessions()
-            if len(rows) != RANKS:
-                raise RuntimeError(f"list showed {len(rows)} sessions, not {RANKS}")
+            if len(rows) != self.ranks:
+                raise RuntimeError(f"list showed {len(rows)} sessions, not {self.ranks}")
 
         return timed(once, warmup, repeat)
 
     def attached_round_trips(self, warmup: int, repeat: int) -> list[int]:
         """Attached `p rank`: Send -> the rank's pdb -> SessionOutput(paused), in nanoseconds."""
-        attached = self.conn.request(wire.Attach(actor="debugee", rank=ATTACHED_RANK), wire.Attached)
+        attached = self.conn.request(wire.Attach(actor="debugee", rank=self.attached_rank), wire.Attached)
         if not isinstance(attached, wire.Attached):
             raise RuntimeError(f"attach failed: {attached}")
         session = attached.session
@@ -133,7 +135,7 @@ class Example:
         def once() -> None:
             self.conn.post(wire.Send(session=session, line="p rank"))
             reply = self.conn.collect(answer, ANSWER_TIMEOUT)
-            if not isinstance(reply, wire.SessionOutput) or reply.text != f"{ATTACHED_RANK}\n":
+            if not isinstance(reply, wire.SessionOutput) or reply.text != f"{self.attached_rank}\n":
                 raise RuntimeError(f"attached `p rank` answered {reply}")
 
         try:
@@ -146,14 +148,14 @@ class Example:
         """`cast debugee ranks(:) p rank`: every rank's answer back, grouped, in nanoseconds."""
 
         def once() -> None:
-            check_cast(self.conn.cast("debugee", "ranks(:)", "p rank", ANSWER_TIMEOUT))
+            check_cast(self.conn.cast("debugee", "ranks(:)", "p rank", ANSWER_TIMEOUT), self.ranks)
 
         return timed(once, warmup, repeat)
 
 
-def check_cast(result: wire.CastResult) -> None:
-    """Sixteen groups, one per rank, each holding that rank's own number."""
-    if result.missing or len(result.groups) != RANKS:
+def check_cast(result: wire.CastResult, ranks: int) -> None:
+    """One group per rank, each holding that rank's own number."""
+    if result.missing or len(result.groups) != ranks:
         raise RuntimeError(f"cast gave {len(result.groups)} groups, missing {result.missing}")
     for output, outcome, ranks in result.groups:
         if outcome or len(ranks) != 1 or output != f"{ranks[0]}\n":
