@@ -303,19 +303,20 @@ class Broker:
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
 
-    def selected(self, identity: bytes, job: str, actor: str, selector: str) -> list[Session]:
-        """The sessions a `ranks(...)` selector picks, in rank order; an empty list after telling
-        the shell why there are none."""
+    def selected(self, identity: bytes, job: str, actor: str, selector: str, live: bool = False) -> list:
+        """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
+        not), in rank order; an empty list after telling the shell why there are none."""
         try:
             selection = ranks.parse_selector(selector)
-            sessions = self.registry.actor_sessions(job, actor)
+            found = self.registry.live_ranks(job, actor) if live else self.registry.actor_sessions(job, actor)
         except (ranks.SelectorError, LookupFailed) as failure:
             self.send(identity, wire.Error(text=str(failure)))
             return []
-        by_rank = {s.rank: s for s in sessions}
-        chosen = [by_rank[rank] for rank in ranks.select(selection, [(s.rank, s.coords) for s in sessions])]
+        by_rank = {r.rank: r for r in found}
+        chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in found])]
         if not chosen:
-            self.send(identity, wire.Error(text=no_match(actor, selection, sessions)))
+            having = "that runs" if live else "with a session"
+            self.send(identity, wire.Error(text=no_match(actor, selection, found, having)))
         return chosen
 
     def record(self, identity: bytes, job: str, actor: str, ranks_sent: list[int], line: str) -> None:
@@ -520,23 +521,8 @@ class Broker:
     def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:
         self.send(identity, wire.SessionList(rows=self.registry.all_rows()))
 
-    def selected_live(self, identity: bytes, job: str, actor: str, selector: str) -> list[LiveRank]:
-        """The live ranks a `ranks(...)` selector picks, paused or not; an empty list after
-        telling the shell why there are none."""
-        try:
-            selection = ranks.parse_selector(selector)
-            live = self.registry.live_ranks(job, actor)
-        except (ranks.SelectorError, LookupFailed) as failure:
-            self.send(identity, wire.Error(text=str(failure)))
-            return []
-        by_rank = {r.rank: r for r in live}
-        chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in live])]
-        if not chosen:
-            self.send(identity, wire.Error(text=no_match(actor, selection, live, "that runs")))
-        return chosen
-
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
-        chosen = self.selected_live(identity, msg.job, msg.actor, msg.selector)
+        chosen = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if not chosen:
             return
         request = StacksInFlight(id=self.next_stack_request, shell=identity, ref=msg.ref, actor=msg.actor,
@@ -568,7 +554,7 @@ class Broker:
 
     def on_interrupt(self, identity: bytes, msg: wire.Interrupt) -> None:
         """Ask the processes of the selected ranks to stop them; ranks already paused are left."""
-        chosen = self.selected_live(identity, msg.job, msg.actor, msg.selector)
+        chosen = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if not chosen:
             return
         by_peer: dict[bytes, list[int]] = {}
@@ -583,8 +569,7 @@ class Broker:
         self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
 
 
-def no_match(actor: str, selection: ranks.Selection, sessions: list[Session] | list[LiveRank],
-             having: str = "with a session") -> str:
+def no_match(actor: str, selection: ranks.Selection, sessions: list[Session] | list[LiveRank], having: str) -> str:
     """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
     dims = list(dict.fromkeys(d for s in sessions for d in s.coords))
     unknown = [d for d in ranks.dimensions(selection) if d not in dims]

@@ -161,18 +161,31 @@ class ShellConnection:
         of a large result joined. Raises RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
+        return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress)
+
+    def stacks(self, actor: str, selector: str, threads: str, timeout: float, job: str = "") -> wire.StacksResult:
+        """The selected live ranks' stacks, every part of a large result joined. Raises
+        RequestFailed with the broker's one-line reason."""
+        ref = next(self._refs)
+        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job))
+        return self._parts(ref, wire.StacksResult, timeout, "gather the stacks")
+
+    def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult], timeout: float, doing: str,
+               progress: Callable[[wire.CastProgress], None] | None = None):
+        """The answer to request `ref`, its `groups` and `missing` joined over every part (a
+        large answer comes in several, the last with `more` false)."""
         deadline = time.monotonic() + timeout + 5.0
-        result: wire.CastResult | None = None
+        result = None
         while True:
             msg = self.collect(lambda m: isinstance(m, wire.Error) or getattr(m, "ref", None) == ref,
                                max(0.0, deadline - time.monotonic()))
             if msg is None:
-                raise RequestFailed("the broker did not finish the cast in time")
+                raise RequestFailed(f"the broker did not {doing} in time")
             if isinstance(msg, wire.Error):
                 raise RequestFailed(msg.text)
             if isinstance(msg, wire.CastProgress) and progress is not None:
                 progress(msg)
-            elif isinstance(msg, wire.CastResult):
+            elif isinstance(msg, kind):
                 if result is None:
                     result = msg
                 else:
@@ -180,29 +193,6 @@ class ShellConnection:
                     result.missing += msg.missing
                 if not msg.more:
                     return result
-
-    def stacks(self, actor: str, selector: str, threads: str, timeout: float, job: str = "") -> wire.StacksResult:
-        """The selected live ranks' stacks, every part of a large result joined. Raises
-        RequestFailed with the broker's one-line reason."""
-        ref = next(self._refs)
-        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job))
-        deadline = time.monotonic() + timeout + 5.0
-        result: wire.StacksResult | None = None
-        while True:
-            msg = self.collect(lambda m: isinstance(m, wire.Error) or (isinstance(m, wire.StacksResult) and m.ref == ref),
-                               max(0.0, deadline - time.monotonic()))
-            if msg is None:
-                raise RequestFailed("the broker did not gather the stacks in time")
-            if isinstance(msg, wire.Error):
-                raise RequestFailed(msg.text)
-            assert isinstance(msg, wire.StacksResult)
-            if result is None:
-                result = msg
-            else:
-                result.groups += msg.groups
-                result.missing += msg.missing
-            if not msg.more:
-                return result
 
     def follow(self, actor: str, selector: str, job: str, deliver: Deliver) -> wire.Following:
         """Receive the selected ranks' output as they print it, from now on, through `deliver`
