@@ -11,7 +11,10 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,3 +129,19 @@ def _commit() -> str:
 def write_json(path: Path, rows: list[dict], details: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": machine(), **details, "results": rows}, indent=2) + "\n")
+
+
+def say(text: str) -> None:
+    """Progress, on stderr so the table on stdout stays clean."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def run(main: Callable[[], int]) -> None:
+    """Run a benchmark to its exit status. `make` and CI stop a run with SIGTERM, which unwinds
+    like Ctrl-C, so every process the benchmark started is ended either way."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        say("interrupted (every process the benchmark started has been ended)")
+        sys.exit(130)

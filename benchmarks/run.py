@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
-import sys
 import tempfile
 from pathlib import Path
 
@@ -26,7 +24,7 @@ import floors
 import report
 import scale
 import terminal
-from report import Result, Target
+from report import Result, Target, say
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 ROUNDS = {"full": 10, "quick": 3}
@@ -49,8 +47,6 @@ def main() -> int:
     parser.add_argument("--scale", action="store_true", help="add the emulated-rank scale measures")
     args = parser.parse_args()
     mode = "quick" if args.quick else "full"
-    # `make` and CI stop us with SIGTERM: unwind like Ctrl-C, so every process started is ended.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     with contextlib.ExitStack() as stack:
         say(f"monarch-pdb benchmark ({mode}): starting the floors' peers and {debugger.EXAMPLE.name} "
@@ -118,13 +114,6 @@ def main() -> int:
     return 0
 
 
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        say("interrupted (every process the benchmark started has been ended)")
-        sys.exit(130)
+    report.run(main)

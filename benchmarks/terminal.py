@@ -52,22 +52,24 @@ class Terminal:
         self.child.delaybeforesend = None  # pexpect waits 50 ms before each send unless told not to
         self.screen = b""
 
-    def wait_for(self, text: str) -> None:
-        """Read until `text` shows (escape sequences aside) in what was printed since the last wait."""
-        wanted = text.encode()
+    def wait_for(self, *texts: str) -> None:
+        """Read until `texts` show, in this order (escape sequences aside), in what was printed
+        since the last wait."""
+        wanted = re.compile(b".*?".join(re.escape(text.encode()) for text in texts), re.DOTALL)
         deadline = time.monotonic() + ANSWER_TIMEOUT
-        while wanted not in ANSI.sub(b"", self.screen):
+        while not wanted.search(ANSI.sub(b"", self.screen)):
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.child.child_fd], [], [], left)[0]:
-                raise RuntimeError(f"no {text!r} within {ANSWER_TIMEOUT:g} s; the screen shows {self.screen[-400:]!r}")
+                raise RuntimeError(f"no {texts!r} within {ANSWER_TIMEOUT:g} s; the screen shows {self.screen[-400:]!r}")
             self.screen += os.read(self.child.child_fd, 65536)
         self.screen = b""
 
     def line(self, text: str, answer: str, prompt: str) -> None:
-        """Type `text` and Enter; return once `answer` and then `prompt` are shown (prompt_toolkit
-        draws a prompt's trailing space as a cursor move, so that is not waited for)."""
+        """Type `text` and Enter; return once `answer` and, after it, `prompt` are shown
+        (prompt_toolkit draws a prompt's trailing space as a cursor move, so that is not waited
+        for; a cast may print a summary line between)."""
         self.child.send(text + "\r")
-        self.wait_for(answer + prompt.rstrip())
+        self.wait_for(answer, prompt.rstrip())
 
     def cpu_seconds(self) -> float:
         with open(f"/proc/{self.child.pid}/stat") as f:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import debugger
 import report
-from report import Result
+from report import Result, say
 from timing import timed
 
 RESULTS = Path(__file__).resolve().parent / "results" / "monarch.json"
@@ -155,7 +155,6 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
     args = parser.parse_args()
     mode = "quick" if args.quick else "full"
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     samples: dict[tuple[int, str, str], list[int]] = {}
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monarch-pdb-versus-")))
@@ -199,13 +198,6 @@ def monarch_version() -> str:
     return version("torchmonarch")
 
 
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        say("interrupted (every process the benchmark started has been ended)")
-        sys.exit(130)
+    report.run(main)
