@@ -46,8 +46,8 @@ class Line:
 class OutputSource(Protocol):
     """A session's pdb output, sent on its own once it has sat idle for OUTPUT_IDLE."""
 
-    def take_idle(self, now: float) -> str | None:
-        """Idle output, "" while output is still being written, None when there is none."""
+    def take_idle(self, now: float) -> tuple[str, bool]:
+        """Output that has sat idle, and whether the session still holds some to come back for."""
 
 
 class Agent:
@@ -78,8 +78,8 @@ class Agent:
         self._waiting: dict[int, wire.Prompt] = {}
         self._unsent: list[int] = []
         self._printing: set[int] = set()
-        """Sessions that wrote output since the link last looked: only these are looked at, so
-        a process with thousands of paused sessions does no work per session when one prints."""
+        """Sessions holding output that neither a prompt nor the link has taken yet: only these
+        are looked at, so a process with thousands of paused sessions does no work for them."""
         self._sids = itertools.count(1)
         self._lock = threading.Lock()
         self.loose_sessions: dict[int, Any] = {}
@@ -141,6 +141,7 @@ class Agent:
         with self._lock:
             self._waiting[prompt.sid] = prompt
             self._unsent.append(prompt.sid)
+            self._printing.discard(prompt.sid)  # its output went with the prompt
         self.link.post()
 
     def wait_ready(self, who: str) -> bool:
@@ -202,17 +203,17 @@ class Agent:
     def tick(self, now: float) -> list[wire.Message]:
         """Prompts first (each took its output before anything queued after it), then idle output.
 
-        A session is forgotten here only under both locks, so a write racing with that tells
-        the agent again."""
+        A session is forgotten here only under both locks, and its output emptied under the
+        second, so a write racing with that tells the agent again."""
         with self._lock:
             out: list[wire.Message] = [self._waiting[s] for s in self._unsent if s in self._waiting]
             self._unsent.clear()
             for sid in list(self._printing):
                 source = self._sources.get(sid)
-                text = source.take_idle(now) if source is not None else None
-                if text is None:
+                text, held = source.take_idle(now) if source is not None else ("", False)
+                if not held:
                     self._printing.discard(sid)
-                elif text:
+                if text:
                     out.append(wire.Output(sid=sid, text=self.clip(text)))
         if self._present_due and now >= self._present_at + PRESENT_EVERY:
             self._present_at = now

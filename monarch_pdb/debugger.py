@@ -65,15 +65,24 @@ class SessionIO:
     def fileno(self) -> int:
         raise OSError("a monarch-pdb session has no file descriptor")
 
-    def take_idle(self, now: float) -> str | None:
-        """What was written before the last OUTPUT_IDLE seconds; "" while writing goes on;
-        None when nothing is left, after which the next write tells the agent again."""
+    def take_idle(self, now: float) -> tuple[str, bool]:
+        """The whole lines written before the last OUTPUT_IDLE seconds, and whether output is
+        still held: written too recently, or an unfinished line, which may be pdb's prompt and
+        then goes with the prompt. Once nothing is held, the next write tells the agent again."""
         with self._lock:
-            if not self._chunks:
-                self._told = False
-                return None
-            if now - self._last_write < OUTPUT_IDLE:
-                return ""
+            if not self._chunks or now - self._last_write < OUTPUT_IDLE:
+                self._told = bool(self._chunks)
+                return "", self._told
+            text = self._take()
+            cut = text.rfind("\n") + 1
+            if cut < len(text):
+                self._chunks.append(text[cut:])
+                self._last_chunk = text[cut:]
+                self._told = True
+            return text[:cut], self._told
+
+    def take_all(self) -> str:
+        with self._lock:
             return self._take()
 
     def _take_with_prompt(self) -> tuple[str, str]:
@@ -84,9 +93,11 @@ class SessionIO:
         return text[: len(text) - len(prompt)], prompt
 
     def _take(self) -> str:
+        """Empty the buffer; the next write tells the agent again."""
         text = "".join(self._chunks)
         self._chunks.clear()
         self._last_chunk = ""
+        self._told = False
         return text
 
 
@@ -179,7 +190,7 @@ class Session:
             return
         self.ended = True
         self.debugger.clear_all_breaks()
-        output = self.io.take_idle(float("inf")) or ""
+        output = self.io.take_all()
         self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason))
         if self.agent.loose_sessions.get(self.thread) is self:
             del self.agent.loose_sessions[self.thread]
