@@ -43,9 +43,10 @@ class Shape:
 
     @property
     def heartbeat(self) -> float:
-        """The default second, except where thousands of connections on two cores would spend
-        them on heartbeats: a job of 4,096 processes would have thousands of cores."""
-        return 5.0 if self.own_connections else 1.0
+        """The default second, except where two cores stand in for thousands: 4,096 connections
+        would spend them on heartbeats, and the link thread of one interpreter running 16,384
+        ranks waits seconds for the GIL while they answer a cast."""
+        return 5.0 if self.own_connections or self.per_process > 1024 else 1.0
 
     @property
     def ranks(self) -> int:
@@ -57,10 +58,11 @@ class Shape:
         return f"{self.processes} x {self.per_process}{each}"
 
 
-# 16 x 1,024 threads of 256 KB stacks fit in a few GB; 4,096 connections are 16 processes of
-# 256 agents, each agent with its own socket and link thread, as 4,096 rank processes would be.
+# 16,384 threads of 256 KB stacks fit in a few GB; 4,096 connections are 16 processes of 256
+# agents, each agent with its own socket and link thread, as 4,096 rank processes would be.
 SHAPES = {
-    "full": [Shape(1, 256), Shape(4, 256), Shape(4, 1024), Shape(16, 256, own_connections=True), Shape(16, 1024)],
+    "full": [Shape(1, 256), Shape(4, 256), Shape(4, 1024), Shape(16, 256, own_connections=True), Shape(16, 1024),
+             Shape(1, 16384)],
     "quick": [Shape(1, 256), Shape(4, 256)],
 }
 # Storms, then casts and lists (alternating with the floor), per N: few for big N.
