@@ -83,8 +83,7 @@ STATES = textwrap.dedent('''
 
     if __name__ == "__main__":
         mesh = this_host().spawn_procs(per_host={"host": 4, "gpu": 4}).spawn("mixed", Mixed)
-        while not os.path.exists("go"):  # until the test has seen every rank
-            time.sleep(0.05)
+        open("go").read()  # a FIFO: blocks until the test has seen every rank running
         try:
             mesh.go.call().get()
         except Exception:
@@ -267,11 +266,12 @@ def test_a_hang_merged_stacks_interrupt_and_numbers(env, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
+    os.mkfifo(tmp_path / "go")
     program = run_program(env, tmp_path, "states.py", STATES, MONARCH_PDB_POST_MORTEM="always",
                           MONARCH_PDB_HEARTBEAT="0.3")
     try:
         wait_for_all_rows(env, lambda rows: [r["state"] for r in rows] == ["running"] * 16)
-        (tmp_path / "go").touch()
+        os.close(os.open(tmp_path / "go", os.O_WRONLY | os.O_NONBLOCK))  # the program reads it: go
         wait_for_all_rows(env, lambda rows: [r["state"] for r in rows] == ["breakpoint"] * 4 + ["running"] * 4
                           + ["post-mortem"] * 4 + ["lost"] * 2 + ["finished"] * 2)
         done = debug(env, "mesh", "mesh mixed")
