@@ -27,6 +27,8 @@ from monarch_pdb import wire
 from timing import timed
 
 READY = b"ready"
+EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "debugging.py")
+"""The path the 16-rank example's prompts carry, so the floor's answer is exactly as long."""
 RELAY_WORKER = b"worker"
 START_TIMEOUT = 30.0
 
@@ -38,7 +40,7 @@ def pdb_exchange() -> tuple[list[bytes], list[bytes]]:
     answer = codec.encode(wire.Prompt(
         sid=1, cmd=1, job="debugging-1234", actor="debugee", rank=5, coords={"host": 1, "gpu": 1},
         host="bench-host", pid=12345, function="debugging._debugee_actor_internal",
-        filename="/work/main/examples/debugging.py", lineno=15, output="5\n", prompt="(Pdb) ",
+        filename=EXAMPLE_FILE, lineno=15, output="5\n", prompt="(Pdb) ",
     ))
     return request, answer
 
