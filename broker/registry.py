@@ -151,20 +151,19 @@ class Registry:
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
 
-    def add_peer(self, peer: Peer) -> Peer | None:
-        """Know a peer that said hello; return the connection it replaces (its link's previous
-        socket, not yet declared lost), whose sessions are then its own."""
+    def add_peer(self, peer: Peer) -> None:
+        """Know a peer that said hello. An agent whose link had another socket, not yet declared
+        lost, takes over that connection's sessions."""
         self.peers[peer.identity] = peer
-        if peer.role == "agent":
-            self.agents_per_job[peer.name] += 1
-        if peer.role != "agent" or not peer.link:
-            return None
+        if peer.role != "agent":
+            return
+        self.agents_per_job[peer.name] += 1
+        if not peer.link:
+            return
         old = self.by_link.get(peer.link)
         self.by_link[peer.link] = peer.identity
-        previous = self.peers.get(old) if old is not None and old != peer.identity else None
-        if previous is not None:
-            self.adopt(previous.identity, peer.identity)
-        return previous
+        if old is not None and old != peer.identity and old in self.peers:
+            self.adopt(old, peer.identity)
 
     def has_job(self, name: str) -> bool:
         return self.agents_per_job[name] > 0
