@@ -190,13 +190,14 @@ class Broker:
                     self.told_unsigned.popitem(last=False)
                 self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
+        now = time.monotonic()
         for msg in msgs:
             peer = self.registry.peers.get(identity)
             if peer is None and not isinstance(msg, wire.Hello):
                 self.send(identity, wire.Unknown())
                 continue
             if peer is not None:
-                peer.last_seen = time.monotonic()
+                peer.last_seen = now
             handler = self.handlers.get(type(msg))
             if handler is not None:
                 handler(identity, msg)
