@@ -48,6 +48,7 @@ class Session:
     coords: dict
     host: str
     pid: int
+    instance: str = ""
     function: str = ""
     filename: str = ""
     lineno: int = 0
@@ -107,7 +108,7 @@ class Session:
             "job": self.job, "actor": self.actor, "rank": self.rank, "coords": self.coords,
             "host": self.host, "pid": self.pid, "function": self.function,
             "filename": self.filename, "lineno": self.lineno,
-            "state": self.reason if self.paused else "running",
+            "state": self.reason if self.paused else "running", "instance": self.instance,
         }
 
 
@@ -176,7 +177,7 @@ class Registry:
             sess = Session(
                 id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
                 rank=msg.rank, coords={intern(k): v for k, v in msg.coords.items()}, host=intern(msg.host),
-                pid=msg.pid,
+                pid=msg.pid, instance=msg.instance,
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
@@ -339,11 +340,11 @@ class Registry:
                 rows.setdefault((job, actor, rank), {
                     "job": job, "actor": actor, "rank": rank, "coords": dict(zip(dims, values)), "host": peer.host,
                     "pid": peer.pid,
-                    "function": "", "filename": "", "lineno": 0, "state": "running",
+                    "function": "", "filename": "", "lineno": 0, "state": "running", "instance": "",
                 })
         for (job, actor, rank), (coords, host, pid, state) in self.departed.items():
             rows.setdefault((job, actor, rank), {
                 "job": job, "actor": actor, "rank": rank, "coords": coords, "host": host, "pid": pid,
-                "function": "", "filename": "", "lineno": 0, "state": state,
+                "function": "", "filename": "", "lineno": 0, "state": state, "instance": "",
             })
         return [rows[key] for key in sorted(rows)]

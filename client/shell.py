@@ -67,7 +67,7 @@ def json_row(row: dict) -> dict:
     """A `list` row as the README's JSON schema names its fields."""
     return {"job": row["job"], "actor": row["actor"], "rank": row["rank"], "coords": row["coords"],
             "host": row["host"], "pid": row["pid"], "function": row["function"], "file": row["filename"],
-            "line": row["lineno"], "state": row["state"]}
+            "line": row["lineno"], "state": row["state"], "instance": row["instance"]}
 
 
 def whole_number(text: str, what: str) -> int:

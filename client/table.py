@@ -32,13 +32,16 @@ def grid(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
 
 def sessions_table(rows: list[dict], with_state: bool = False) -> str:
     """Monarch's six columns; a Job column first when sessions come from more than one job,
-    and a State column last for `list --all`."""
+    an Instance column when an engine names its actors (a Ray actor's or task's id), and a
+    State column last for `list --all`."""
     with_job = len({r["job"] for r in rows}) > 1
-    header = ("Job", *COLUMNS) if with_job else COLUMNS
+    header = ["Job", *COLUMNS] if with_job else list(COLUMNS)
     cells = [session_cells(r, with_job) for r in rows]
-    if with_state:
-        header = (*header, "State")
-        cells = [[*c, r["state"]] for c, r in zip(cells, rows)]
+    extra = [("Instance", "instance")] if any(r["instance"] for r in rows) else []
+    extra += [("State", "state")] if with_state else []
+    for title, key in extra:
+        header.append(title)
+        cells = [[*c, r[key]] for c, r in zip(cells, rows)]
     return grid(header, cells)
 
 

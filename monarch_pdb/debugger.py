@@ -175,7 +175,7 @@ class Session:
             coords=ident.coords, host=ident.hostname, pid=ident.pid,
             function=describe_function(frame) if frame else "", filename=frame.f_code.co_filename if frame else "",
             lineno=frame.f_lineno if frame else 0, output=self.agent.clip(output), prompt=prompt,
-            reason=self.reason, exc=self.exc,
+            reason=self.reason, exc=self.exc, instance=ident.instance,
         ))
         line = self.inbox.get()
         self.cmd = line.cmd

@@ -25,6 +25,7 @@ class Identity:
     coords: dict[str, int] = field(default_factory=dict)
     hostname: str = ""
     pid: int = 0
+    instance: str = ""
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Detected:
     rank: int
     coords: dict[str, int]
     job: str = ""
+    instance: str = ""
+    """The engine's own id for the actor or task (Ray's), so a row can be matched with its tools."""
 
 
 current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
@@ -152,8 +155,10 @@ def from_ray() -> Detected | None:
     if function is None:
         return None
     parts = function.split(".")
-    actor = parts[-2] if runtime.get_actor_id() is not None and len(parts) >= 2 else parts[-1]
-    return Detected(actor, os.getpid(), {}, f"ray-{runtime.get_job_id()}")
+    actor_id = runtime.get_actor_id()
+    name = parts[-2] if actor_id is not None and len(parts) >= 2 else parts[-1]
+    instance = f"actor {actor_id}" if actor_id is not None else f"task {runtime.get_task_id()}"
+    return Detected(name, os.getpid(), {}, f"ray-{runtime.get_job_id()}", instance)
 
 
 _SOURCES: tuple[Callable[[], Detected | None], ...] = (from_monarch, from_ray, lambda: from_launcher(os.environ))
@@ -181,4 +186,5 @@ def current() -> Identity:
         coords=dict(_explicit.get("coords", found.coords)),  # type: ignore[arg-type]
         hostname=socket.gethostname(),
         pid=os.getpid(),
+        instance=found.instance,
     )

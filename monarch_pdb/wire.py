@@ -164,6 +164,7 @@ class Prompt(Message):
     prompt: str
     reason: str = "breakpoint"
     exc: str = ""
+    instance: str = ""
 
 
 @message("output")
@@ -221,7 +222,7 @@ class SessionList(Message):
 
 
 SESSION_ROW_KEYS = (
-    "job", "actor", "rank", "coords", "host", "pid", "function", "filename", "lineno", "state",
+    "job", "actor", "rank", "coords", "host", "pid", "function", "filename", "lineno", "state", "instance",
 )
 
 

@@ -11,7 +11,8 @@ from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
 
 pytest.importorskip("ray", reason="ray is not installed (make test-engines installs monarch-pdb[ray])")
 
-TABLE_ROW = re.compile(r"^\| (\w+) +\| (\d+) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\|$", re.M)
+TABLE_ROW = re.compile(r"^\| (\w+) +\| (\d+) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\| (\w+ \w+) +\|$", re.M)
+ANSWER = re.compile(r"^Learner ranks\[(\d+)\] \(1\)\n'(\w+)'$", re.M)
 
 
 def start(env, *args: str, **extra: str) -> Program:
@@ -25,8 +26,12 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         wait_for_sessions(env, 4, timeout=120)
         sh = shell(command=DEBUG_SHELL)
         rows = TABLE_ROW.findall(sh.command("list"))
-        assert [(actor, rank, function) for actor, rank, _, _, function, _ in rows] == [
+        assert [(actor, rank, function) for actor, rank, _, _, function, _, _ in rows] == [
             ("Learner", str(r), "ray_actors.step") for r in range(4)]
+        # The Instance column names each actor as Ray itself does.
+        ids = dict(ANSWER.findall(sh.command("cast Learner ranks(:) p __import__('ray').get_runtime_context().get_actor_id()")))
+        assert len(set(ids.values())) == 4
+        assert [instance for _, rank, *_, instance in rows] == [f"actor {ids[str(r)]}" for r in range(4)]
         assert sh.command("cast Learner ranks(:) p value") == "".join(
             f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4)) + (
             "numbers: count 4, min 0 (rank 0), max 30 (rank 3), mean 15, NaN/Inf 0, beyond 3 sd 0\n")
@@ -34,6 +39,7 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         assert "1 ranks of evaluate stopped" in sh.command("wait evaluate 1 --timeout 60", timeout=70)
         [task] = [r for r in wait_for_sessions(env, 1) if r["actor"] == "evaluate"]
         assert (task["rank"], task["function"]) == (task["pid"], "ray_actors.evaluate")
+        assert re.fullmatch(r"task [0-9a-f]+", task["instance"]), task
         assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task['pid']}] (1)\n300\n")
         assert "Continued 1 rank: evaluate" in sh.command("continue")
         code, output = program.finish(timeout=60)
