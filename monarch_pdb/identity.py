@@ -119,9 +119,23 @@ def from_launcher(env: Mapping[str, str]) -> Detected | None:
         return Detected(actor, rank, coords, f"{stem}-mpi-{jobid}" if jobid else "")
     if (rank := _int(env, "PMI_RANK")) is not None:
         coords = _host_and_local(env, rank, "", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-        kvs = env.get("PMI_KVSNAME", "")
+        kvs = env.get("PMI_KVSNAME", "") or _hydra_control_port()
         return Detected(actor, rank, coords, f"{stem}-mpi-{kvs}" if kvs else "")
     return None
+
+
+def _hydra_control_port() -> str:
+    """The `host:port` of the mpiexec that started this rank, which all its ranks share.
+
+    Hydra (MPICH, Intel MPI) names the job in no variable: only its proxy, this process's
+    parent, carries the launcher's address on its command line.
+    """
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return ""
+    return args[args.index("--control-port") + 1] if "--control-port" in args[:-1] else ""
 
 
 def in_monarch_proc() -> bool:
