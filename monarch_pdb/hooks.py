@@ -46,11 +46,28 @@ def install(*, announce: bool = True) -> None:
     if not getattr(threading.excepthook, _INSTALLED, False):
         threading.excepthook = _post_mortem_first(threading.excepthook, lambda args: args[0].exc_value)
     if "ray" in sys.modules:
-        _take_ray_post_mortem()
+        _reach_into("ray", "post-mortem of Ray tasks stops in Ray's own debugger", _take_ray_post_mortem)
     if "monarch._src.actor.host_mesh" in sys.modules:
-        _bootstrap_monarch_procs()
+        _reach_into("torchmonarch", "breakpoints of Monarch's procs stay with Monarch's debugger",
+                    _bootstrap_monarch_procs)
     if identity.in_monarch_proc():
-        _take_monarch_calls()
+        _reach_into("torchmonarch", "a breakpoint here opens no session per message", _take_monarch_calls)
+
+
+def _reach_into(package: str, otherwise: str, take: Callable[[], None]) -> None:
+    """Take one engine's hook, which replaces private functions of the release it was written
+    for (ray 2.60, torchmonarch 0.7); with another release whose insides differ, say what does
+    not work in one line and let the program run."""
+    try:
+        take()
+    except (ImportError, AttributeError) as error:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            release = version(package)
+        except PackageNotFoundError:
+            release = "unknown"
+        print(f"monarch-pdb: cannot hook into {package} {release} ({error}): {otherwise}", file=sys.stderr)
 
 
 def stopped_in_this_process() -> bool:

@@ -3,6 +3,7 @@ set_identity over them, and install()'s post-mortem for uncaught exceptions of a
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -104,3 +105,63 @@ def test_install_leaves_an_uncaught_exception_alone_without_a_breakpoint(env, tm
     script.write_text(FAILING)
     code, output = Program(env, script, cwd=tmp_path).finish()
     assert code == 1 and "KeyError: 'missing'" in output and "monarch-pdb" not in output
+
+
+OTHER_RELEASES = {
+    "ray/__init__.py": textwrap.dedent('''
+        """A Ray release without the private post-mortem function monarch-pdb replaces."""
+        from types import SimpleNamespace
+
+        WORKER_MODE = 1
+
+
+        def is_initialized():
+            return True
+
+
+        def get_runtime_context():
+            return SimpleNamespace(worker=SimpleNamespace(mode=WORKER_MODE), get_task_function_name=lambda: None)
+    '''),
+    "monarch/__init__.py": "",
+    "monarch/_src/__init__.py": "",
+    "monarch/_src/actor/__init__.py": "",
+    "monarch/_src/actor/host_mesh.py": '"""A Monarch release whose proc meshes are spawned by another class."""\n',
+}
+
+BESIDE_ENGINES = textwrap.dedent('''
+    import monarch._src.actor.host_mesh
+    import ray
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    value = 42
+    breakpoint()
+    print("FINISHED", flush=True)
+''')
+
+
+@pytest.mark.timeout(60)
+def test_engine_releases_whose_insides_differ_are_named_and_the_program_still_runs(env, tmp_path, shell):
+    for name, text in OTHER_RELEASES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    script = tmp_path / "beside.py"
+    script.write_text(BESIDE_ENGINES)
+    program = Program(dict(env, MONARCH_PDB_POST_MORTEM="always"), script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 1)
+        assert shell().command("cast beside ranks(:) p value").endswith("\n42\n")
+        shell().command("continue")
+        code, output = program.finish()
+        assert code == 0 and output.splitlines()[-1] == "FINISHED", output
+        said = [line for line in output.splitlines() if line.startswith("monarch-pdb:")]
+        assert [re.sub(r"into (\S+) \S+ \(", r"into \1 RELEASE (", line, count=1) for line in said] == [
+            "monarch-pdb: cannot hook into ray RELEASE (No module named 'ray.util'): "
+            "post-mortem of Ray tasks stops in Ray's own debugger",
+            "monarch-pdb: cannot hook into torchmonarch RELEASE (cannot import name 'HostMesh' from "
+            f"'monarch._src.actor.host_mesh' ({tmp_path / 'monarch/_src/actor/host_mesh.py'})): "
+            "breakpoints of Monarch's procs stay with Monarch's debugger",
+        ], output
+    finally:
+        program.stop()
