@@ -28,7 +28,7 @@ class Peer:
     sessions: set[int] = field(default_factory=set)
     present: list = field(default_factory=list)
     """The ranks this process runs, paused or not: (job, actor, rank, dimension names,
-    coordinates) tuples (no dict per rank: a big job has many)."""
+    coordinates, instance) tuples (no dict per rank: a big job has many)."""
 
     def describe(self) -> str:
         who = f"{self.user}@{self.host}" if self.user else self.host
@@ -147,7 +147,7 @@ class Registry:
     dims: dict[tuple, tuple] = field(default_factory=dict)
     """One copy of each tuple of dimension names that present ranks use."""
     departed: OrderedDict = field(default_factory=OrderedDict)
-    """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, "lost" or "finished")."""
+    """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, "lost" or "finished", instance)."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
@@ -289,13 +289,16 @@ class Registry:
         entries are skipped."""
         present = []
         for item in ranks:
-            if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and isinstance(item[1], str)
-                    and isinstance(item[2], int) and not isinstance(item[2], bool) and isinstance(item[3], dict)
-                    and all(isinstance(k, str) and isinstance(v, int) for k, v in item[3].items())):
+            if not (isinstance(item, list) and len(item) in (4, 5) and isinstance(item[0], str)
+                    and isinstance(item[1], str) and isinstance(item[2], int) and not isinstance(item[2], bool)
+                    and isinstance(item[3], dict)
+                    and all(isinstance(k, str) and isinstance(v, int) for k, v in item[3].items())
+                    and (len(item) == 4 or isinstance(item[4], str))):
                 continue
             job, actor, rank = intern(item[0]), intern(item[1]), item[2]
             dims = tuple(intern(k) for k in item[3])
-            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values())))
+            instance = item[4] if len(item) == 5 else ""
+            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values()), instance))
             self.departed.pop((job, actor, rank), None)
         peer = self.peers[identity]
         if added:
@@ -305,8 +308,8 @@ class Registry:
 
     def depart(self, peer: Peer, state: str) -> None:
         """A process is gone: its ranks stay listed as `lost` or `finished`."""
-        for job, actor, rank, dims, values in peer.present:
-            self.departed[(job, actor, rank)] = (dict(zip(dims, values)), peer.host, peer.pid, state)
+        for job, actor, rank, dims, values, instance in peer.present:
+            self.departed[(job, actor, rank)] = (dict(zip(dims, values)), peer.host, peer.pid, state, instance)
             self.departed.move_to_end((job, actor, rank))
         while len(self.departed) > DEPARTED_KEPT:
             self.departed.popitem(last=False)
@@ -316,7 +319,7 @@ class Registry:
         rank order."""
         found: dict[tuple[str, int], LiveRank] = {}
         for peer in self.peers.values():
-            for j, a, rank, dims, values in peer.present:
+            for j, a, rank, dims, values, _ in peer.present:
                 if a == actor and (not job or j == job):
                     found[(j, rank)] = LiveRank(peer.identity, j, a, rank, dict(zip(dims, values)))
         for sess in self.sessions.values():
@@ -336,15 +339,15 @@ class Registry:
         process is gone."""
         rows = {(s.job, s.actor, s.rank): s.row() for s in self.sessions.values()}
         for peer in self.peers.values():
-            for job, actor, rank, dims, values in peer.present:
+            for job, actor, rank, dims, values, instance in peer.present:
                 rows.setdefault((job, actor, rank), {
                     "job": job, "actor": actor, "rank": rank, "coords": dict(zip(dims, values)), "host": peer.host,
                     "pid": peer.pid,
-                    "function": "", "filename": "", "lineno": 0, "state": "running", "instance": "",
+                    "function": "", "filename": "", "lineno": 0, "state": "running", "instance": instance,
                 })
-        for (job, actor, rank), (coords, host, pid, state) in self.departed.items():
+        for (job, actor, rank), (coords, host, pid, state, instance) in self.departed.items():
             rows.setdefault((job, actor, rank), {
                 "job": job, "actor": actor, "rank": rank, "coords": coords, "host": host, "pid": pid,
-                "function": "", "filename": "", "lineno": 0, "state": state, "instance": "",
+                "function": "", "filename": "", "lineno": 0, "state": state, "instance": instance,
             })
         return [rows[key] for key in sorted(rows)]

@@ -28,8 +28,12 @@ from monarch_pdb.settings import load as load_settings
 OUTPUT_IDLE = 0.05
 INTERRUPT_RETRY = 0.1
 PRESENT_EVERY = 0.25
-"""Seconds between two announcements of this process's ranks: a thousand ranks starting at
-once make a few messages, not a thousand growing ones."""
+"""Seconds between two announcements of the ranks a mesh runtime names: a thousand ranks
+starting at once make a few messages, not a thousand growing ones. A process that is its own
+rank is announced at once, in the same batch as a prompt that renames it."""
+OWN_RECHECK = 1.0
+"""Seconds between two looks at a process's own identity, which its engine may change after
+start-up (a Ray worker becomes an actor)."""
 INTERRUPT_PATIENCE = 30.0
 """Seconds an interrupt stays wanted while the main thread runs the debugger's own code."""
 
@@ -88,6 +92,12 @@ class Agent:
         """Whether a session has opened in this process (post-mortem's default policy asks)."""
         self._hosted: dict[tuple[str, str, int], dict] = {}
         self._own = False
+        self._own_as: list | None = None
+        """The [job, actor, rank, coords, instance] the broker has for this process, when it is its own rank."""
+        self._own_stopped_as: list | None = None
+        """Its sessions' identity while one is open: a paused thread may see more of it (a Ray
+        task's name) than the link's thread does."""
+        self._own_checked = float("-inf")
         self._present_due = False
         self._announced: int | None = None
         """How many of `_hosted` the broker has (in order); None: it needs them all."""
@@ -128,6 +138,8 @@ class Agent:
             self._sources.pop(sid, None)
             self._waiting.pop(sid, None)
             self._printing.discard(sid)
+            if not self._inboxes:
+                self._own_stopped_as = None
         self.link.post(ended)
 
     def printing(self, sid: int) -> None:
@@ -141,6 +153,9 @@ class Agent:
         with self._lock:
             self._waiting[prompt.sid] = prompt
             self._unsent.append(prompt.sid)
+            self._own_stopped_as = [prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance]
+            if self._own and self._own_stopped_as != self._own_as:
+                self._present_due = True
             self._printing.discard(prompt.sid)  # its output went with the prompt
         self.link.post()
 
@@ -195,7 +210,7 @@ class Agent:
         if self._unsent:
             return 0.0
         if self._present_due:
-            return max(0.0, self._present_at + PRESENT_EVERY - time.monotonic())
+            return 0.0 if self._own else max(0.0, self._present_at + PRESENT_EVERY - time.monotonic())
         if self._interrupts:
             return INTERRUPT_RETRY
         return OUTPUT_IDLE if self._printing else None
@@ -215,7 +230,11 @@ class Agent:
                     self._printing.discard(sid)
                 if text:
                     out.append(wire.Output(sid=sid, text=self.clip(text)))
-        if self._present_due and now >= self._present_at + PRESENT_EVERY:
+        if self._own and now >= self._own_checked + OWN_RECHECK:
+            self._own_checked = now
+            if self.own_identity() != self._own_as:
+                self._present_due = True
+        if self._present_due and (self._own or now >= self._present_at + PRESENT_EVERY):
             self._present_at = now
             out.append(self.presence())
         if self._interrupts:
@@ -262,11 +281,18 @@ class Agent:
             since = self._announced
             self._announced = None if own else len(hosted)
         if own:
-            ident = current()
-            return wire.Present(ranks=[[ident.job, ident.actor, ident.rank, ident.coords]])
+            self._own_as = self.own_identity()
+            return wire.Present(ranks=[self._own_as])
         fresh = hosted if since is None else hosted[since:]
         return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in fresh],
                             added=since is not None)
+
+    def own_identity(self) -> list:
+        """[job, actor, rank, coords, instance] of a process that is its own rank."""
+        if self._own_stopped_as is not None:
+            return self._own_stopped_as
+        ident = current()
+        return [ident.job, ident.actor, ident.rank, ident.coords, ident.instance]
 
     def running(self, actor: str, rank: int, thread: int | None, task: Any = None) -> None:
         """The thread that runs a rank's endpoint call from now on, and its asyncio task if it

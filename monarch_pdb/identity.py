@@ -159,8 +159,12 @@ def from_monarch() -> Detected | None:
 
 
 def from_ray() -> Detected | None:
-    """A Ray actor (its class) or task (its function), in a Ray worker process; the rank is
-    the pid unless the program names one with set_identity."""
+    """A Ray actor (its class) or task (its function), or an idle worker, in a Ray worker
+    process; the rank is the pid unless the program names one with set_identity.
+
+    Asked from a thread that runs no task (the agent's, announcing the process), Ray names no
+    function, so an actor's class comes from its handle.
+    """
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
         return None
@@ -168,11 +172,22 @@ def from_ray() -> Detected | None:
     function = runtime.get_task_function_name()
     if function is None:
         return None
+    job = f"ray-{runtime.get_job_id()}"
     parts = function.split(".")
     actor_id = runtime.get_actor_id()
-    name = parts[-2] if actor_id is not None and len(parts) >= 2 else parts[-1]
-    instance = f"actor {actor_id}" if actor_id is not None else f"task {runtime.get_task_id()}"
-    return Detected(name, os.getpid(), {}, f"ray-{runtime.get_job_id()}", instance)
+    if actor_id is not None:
+        name = parts[-2] if len(parts) >= 2 else _ray_actor_class(runtime)
+        return Detected(name, os.getpid(), {}, job, f"actor {actor_id}")
+    if function:
+        return Detected(parts[-1], os.getpid(), {}, job, f"task {runtime.get_task_id()}")
+    return Detected(_script_actor_name(), os.getpid(), {}, job)
+
+
+def _ray_actor_class(runtime: Any) -> str:
+    """The class of this worker's actor, from a private field of its handle that Ray has kept
+    since 1.0 (the public API names it only inside a task); "actor" if it is not there."""
+    descriptor = getattr(runtime.current_actor, "_ray_actor_creation_function_descriptor", None)
+    return getattr(descriptor, "class_name", "") or "actor"
 
 
 _SOURCES: tuple[Callable[[], Detected | None], ...] = (from_monarch, from_ray, lambda: from_launcher(os.environ))

@@ -448,8 +448,9 @@ class Events(Message):
 @message("present")
 class Present(Message):
     """Agent to broker: the ranks this process runs, paused or not, as [job, actor, rank,
-    coords] lists: all of them after each handshake, then (`added`) those a mesh runtime named
-    since, so a thousand ranks starting at once cost a thousand entries, not a million."""
+    coords] lists (and the instance, when the engine names one): all of them after each
+    handshake, then (`added`) those a mesh runtime named since, so a thousand ranks starting
+    at once cost a thousand entries, not a million."""
 
     ranks: list
     added: bool = False

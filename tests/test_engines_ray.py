@@ -15,6 +15,11 @@ TABLE_ROW = re.compile(r"^\| (\w+) +\| (\d+) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +
 ANSWER = re.compile(r"^Learner ranks\[(\d+)\] \(1\)\n'(\w+)'$", re.M)
 
 
+def cells_of(table: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Actor Name")]
+
+
 def start(env, *args: str, **extra: str) -> Program:
     return Program(dict(env, **extra), EXAMPLES / "ray_actors.py", *args)
 
@@ -40,6 +45,10 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         [task] = [r for r in wait_for_sessions(env, 1) if r["actor"] == "evaluate"]
         assert (task["rank"], task["function"]) == (task["pid"], "ray_actors.evaluate")
         assert re.fullmatch(r"task [0-9a-f]+", task["instance"]), task
+        # Every process once: the actors run on as themselves, the task's worker is its session.
+        assert [(c[0], c[1], c[6], c[7]) for c in cells_of(sh.command("list --all"))] == [
+            ("Learner", str(r), f"actor {ids[str(r)]}", "running") for r in range(4)] + [
+            ("evaluate", str(task["pid"]), task["instance"], "breakpoint")]
         assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task['pid']}] (1)\n300\n")
         assert "Continued 1 rank: evaluate" in sh.command("continue")
         code, output = program.finish(timeout=60)
