@@ -110,7 +110,8 @@ def from_launcher(env: Mapping[str, str]) -> Detected | None:
         coords = _host_and_local(env, rank, "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
         return Detected(actor, rank, coords, f"{stem}-torchrun-{token}" if token else "")
     if (rank := _int(env, "SLURM_PROCID")) is not None:
-        coords = _host_and_local(env, rank, "SLURM_NODEID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
+        # Slurm sets SLURM_NODEID wherever it sets SLURM_PROCID: the host needs no ranks per node.
+        coords = _host_and_local(env, rank, "SLURM_NODEID", "SLURM_LOCALID", "")
         step = env.get("SLURM_STEP_ID", "")
         return Detected(actor, rank, coords, f"{stem}-slurm-{env.get('SLURM_JOB_ID', '')}{'.' + step if step else ''}")
     if (rank := _int(env, "OMPI_COMM_WORLD_RANK")) is not None:

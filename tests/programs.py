@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from monarch_pdb import settings as settings_module
@@ -73,3 +76,33 @@ def stop_broker(proc: subprocess.Popen) -> str:
     """Stop it as SIGTERM would in production; returns what else it logged."""
     proc.terminate()
     return proc.communicate(timeout=10)[1]
+
+
+LAUNCHED_RANK = textwrap.dedent('''
+    import os
+    import sys
+
+    rank = int(os.environ[sys.argv[1]])  # the variable the launcher names the rank with
+    value = rank + 100
+    breakpoint()
+    sys.stdout.write(f"rank {rank} done\\n")  # one write: the launcher interleaves the ranks' output
+    sys.stdout.flush()
+''')
+"""A rank of a multi-process launcher (mpirun, srun), saved as solver.py by the tests of launchers."""
+
+
+def debug_launched_ranks(env: dict[str, str], shell: Callable, program: Program, job_is: Callable[[str], bool]) -> None:
+    """What a user does with four LAUNCHED_RANKs: they are one job (`job_is` judges its name while
+    they are paused), ranks 0-3 on host 0 with their local rank as gpu; a cast reaches the ranks
+    chosen, `continue` all of them, and the launcher then exits 0 with every rank's last line."""
+    rows = wait_for_sessions(env, 4, timeout=90)
+    assert len({r["job"] for r in rows}) == 1 and job_is(rows[0]["job"]), rows
+    sh = shell(command=DEBUG_SHELL)
+    listed = re.findall(r"^\| (\w+) +\| (\d) +\| (\{.*?\}) +\|", sh.command("list"), re.M)
+    assert listed == [("solver", str(r), f"{{'host': 0, 'gpu': {r}}}") for r in range(4)]
+    assert sh.command("cast solver ranks(::2) p value") == (
+        "solver ranks[0] (1)\n100\nsolver ranks[2] (1)\n102\n"
+        "numbers: count 2, min 100 (rank 0), max 102 (rank 2), mean 101, NaN/Inf 0, beyond 3 sd 0\n")
+    assert "Continued 4 ranks: solver ranks[0-3]" in sh.command("continue")
+    code, output = program.finish(timeout=60)
+    assert code == 0 and all(f"rank {r} done" in output for r in range(4)), output
