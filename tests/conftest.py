@@ -81,14 +81,20 @@ def env(tmp_path, request):
     )
     yield values
     stop_brokers(marker)
-    wait_for_exit([pid for pid, _ in processes_with_marker(marker)], timeout=10)
+    survivors = reap(marker, timeout=10)
+    assert not survivors, f"processes left behind: {survivors}"
+
+
+def reap(marker: str, timeout: float) -> list[tuple[int, str]]:
+    """Give the marked processes `timeout` to exit, kill those that did not, and name them."""
+    wait_for_exit([pid for pid, _ in processes_with_marker(marker)], timeout=timeout)
     survivors = processes_with_marker(marker)
     for pid, _ in survivors:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    assert not survivors, f"processes left behind: {survivors}"
+    return survivors
 
 
 def stop_brokers(marker: str) -> None:

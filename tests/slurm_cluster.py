@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from conftest import MARKER, processes_with_marker, wait_for_exit
+from conftest import MARKER, processes_with_marker, reap, wait_for_exit
 
 SRUN, SLURMCTLD, SLURMD = (shutil.which(name) for name in ("srun", "slurmctld", "slurmd"))
 SKIP_REASON = ("srun, slurmctld or slurmd is not installed (Debian: apt-get install slurm-wlm)"
@@ -116,11 +115,5 @@ def slurm(env: dict[str, str], tmp_path: Path) -> Iterator[SlurmCluster]:
             daemon.terminate()
             daemon.wait(timeout=30)
         copier.join(timeout=10)
-        wait_for_exit([pid for pid, _ in processes_with_marker(daemons_marker)], timeout=10)
-        left = processes_with_marker(daemons_marker)
-        for pid, _ in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        left = reap(daemons_marker, timeout=10)
         assert not left, f"Slurm processes left behind: {left}"
