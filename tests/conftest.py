@@ -82,7 +82,20 @@ def env(tmp_path, request):
     yield values
     stop_brokers(marker)
     survivors = reap(marker, timeout=10)
+    report = getattr(request.node, "call_report", None)
+    if report is not None and report.failed:
+        for log in sorted(runtime.glob("broker-*.log")):
+            print(f"--- {log.name}, written by the brokers the ranks started ---\n{log.read_text(errors='replace')}")
     assert not survivors, f"processes left behind: {survivors}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep the test's own outcome on its item, so a fixture's teardown can tell it failed."""
+    report = yield
+    if report.when == "call":
+        item.call_report = report
+    return report
 
 
 def reap(marker: str, timeout: float) -> list[tuple[int, str]]:
