@@ -104,12 +104,16 @@ class Session:
         self.dropped = 0
 
     def row(self) -> dict:
-        return {
-            "job": self.job, "actor": self.actor, "rank": self.rank, "coords": self.coords,
-            "host": self.host, "pid": self.pid, "function": self.function,
-            "filename": self.filename, "lineno": self.lineno,
-            "state": self.reason if self.paused else "running", "instance": self.instance,
-        }
+        return rank_row(self.job, self.actor, self.rank, self.coords, self.host, self.pid,
+                        self.reason if self.paused else "running", self.instance,
+                        self.function, self.filename, self.lineno)
+
+
+def rank_row(job: str, actor: str, rank: int, coords: dict, host: str, pid: int, state: str, instance: str,
+             function: str = "", filename: str = "", lineno: int = 0) -> dict:
+    """A row of `list` (the keys of wire.SESSION_ROW_KEYS); a rank without a session stands nowhere."""
+    return {"job": job, "actor": actor, "rank": rank, "coords": coords, "host": host, "pid": pid,
+            "function": function, "filename": filename, "lineno": lineno, "state": state, "instance": instance}
 
 
 DEPARTED_KEPT = 65536
@@ -340,14 +344,10 @@ class Registry:
         rows = {(s.job, s.actor, s.rank): s.row() for s in self.sessions.values()}
         for peer in self.peers.values():
             for job, actor, rank, dims, values, instance in peer.present:
-                rows.setdefault((job, actor, rank), {
-                    "job": job, "actor": actor, "rank": rank, "coords": dict(zip(dims, values)), "host": peer.host,
-                    "pid": peer.pid,
-                    "function": "", "filename": "", "lineno": 0, "state": "running", "instance": instance,
-                })
+                if (job, actor, rank) not in rows:
+                    rows[(job, actor, rank)] = rank_row(job, actor, rank, dict(zip(dims, values)), peer.host,
+                                                        peer.pid, "running", instance)
         for (job, actor, rank), (coords, host, pid, state, instance) in self.departed.items():
-            rows.setdefault((job, actor, rank), {
-                "job": job, "actor": actor, "rank": rank, "coords": coords, "host": host, "pid": pid,
-                "function": "", "filename": "", "lineno": 0, "state": state, "instance": instance,
-            })
+            if (job, actor, rank) not in rows:
+                rows[(job, actor, rank)] = rank_row(job, actor, rank, coords, host, pid, state, instance)
         return [rows[key] for key in sorted(rows)]
