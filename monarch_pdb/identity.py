@@ -73,14 +73,13 @@ def _script_stem() -> str:
     return os.path.splitext(script)[0] or "python"
 
 
-def job_name() -> str:
-    """MONARCH_PDB_JOB, else the name the detected launcher gives the whole job, else the main
-    script's name and this process's pid."""
+def job_name(detected: Detected | None = None) -> str:
+    """MONARCH_PDB_JOB, else the name the detected launcher gives the whole job (`detected`,
+    when the caller has it already), else the main script's name and this process's pid."""
     named = os.environ.get("MONARCH_PDB_JOB")
     if named:
         return named
-    detected = detect()
-    return detected.job or f"{_script_stem()}-{os.getpid()}"
+    return (detected or detect()).job or f"{_script_stem()}-{os.getpid()}"
 
 
 def _script_actor_name() -> str:
@@ -210,7 +209,7 @@ def current() -> Identity:
     """The identity of the session that is about to open in the calling thread or task."""
     found = detect()
     return Identity(
-        job=str(_explicit.get("job", job_name())),
+        job=str(_explicit["job"] if "job" in _explicit else job_name(found)),
         actor=str(_explicit.get("actor", found.actor)),
         rank=int(_explicit.get("rank", found.rank)),  # type: ignore[arg-type]
         coords=dict(_explicit.get("coords", found.coords)),  # type: ignore[arg-type]
