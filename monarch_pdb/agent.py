@@ -153,9 +153,9 @@ class Agent:
         with self._lock:
             self._waiting[prompt.sid] = prompt
             self._unsent.append(prompt.sid)
-            self._own_stopped_as = [prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance]
-            if self._own and self._own_stopped_as != self._own_as:
-                self._present_due = True
+            if self._own:
+                self._own_stopped_as = [prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance]
+                self._present_due = self._present_due or self._own_stopped_as != self._own_as
             self._printing.discard(prompt.sid)  # its output went with the prompt
         self.link.post()
 
