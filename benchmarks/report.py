@@ -24,18 +24,20 @@ import zmq
 
 @dataclass(frozen=True)
 class Target:
-    """A median under `limit` milliseconds or, when `relative`, within `limit` times the floor's."""
+    """A median under `ms` milliseconds, within `times_floor` times the floor's, or both."""
 
-    limit: float
-    relative: bool = False
+    ms: float | None = None
+    times_floor: float | None = None
 
     def describe(self) -> str:
-        return f"<= {self.limit:g}x floor" if self.relative else f"< {self.limit:g} ms"
+        parts = ([f"< {self.ms:g} ms"] if self.ms is not None else []) + \
+                ([f"<= {self.times_floor:g}x floor"] if self.times_floor is not None else [])
+        return " and ".join(parts)
 
     def met(self, p50_ms: float, floor_p50_ms: float | None) -> bool:
-        if self.relative:
-            return floor_p50_ms is not None and p50_ms <= self.limit * floor_p50_ms
-        return p50_ms < self.limit
+        under = self.ms is None or p50_ms < self.ms
+        near = self.times_floor is None or (floor_p50_ms is not None and p50_ms <= self.times_floor * floor_p50_ms)
+        return under and near
 
 
 @dataclass

@@ -73,10 +73,10 @@ STORM_TIMEOUT = 600.0
 ANSWER_TIMEOUT = 120.0
 # Targets from DESIGN.md: a cast to 1,024 within 2x its floor, to 16,384 under 1 s; `list`
 # of 16,384 under 200 ms; broker memory under 2 KB per session.
-CAST_TARGETS = {1024: Target(2.0, relative=True), 16384: Target(1000.0)}
-LIST_TARGETS = {16384: Target(200.0)}
+CAST_TARGETS = {1024: Target(times_floor=2.0), 16384: Target(ms=1000.0)}
+LIST_TARGETS = {16384: Target(ms=200.0)}
 # Issue 9: `stacks` of every rank merged and printed, 1,024 under 1 s and 16,384 under 5 s.
-STACKS_TARGETS = {1024: Target(1000.0), 16384: Target(5000.0)}
+STACKS_TARGETS = {1024: Target(ms=1000.0), 16384: Target(ms=5000.0)}
 MEMORY_TARGET_KB = 2.0
 RESOURCE_COLUMNS = (
     ("ranks", "N", ">"), ("shape", "shape", "<"), ("broker_rss_mb", "broker RSS MB", ">"),

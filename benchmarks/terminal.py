@@ -40,13 +40,17 @@ Echo().cmdloop()
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MONARCH_ATTACHED_MS = 2.7
 """Monarch's attached `p rank` through its netcat client (monarch-compat.md)."""
+CAST_MS = 10.0
+"""A cast to 16 ranks typed in the shell, every answer shown: what feels instant."""
+CPU_MS_PER_LINE = 1.5
+"""The shell's own CPU for an attached line, so a busy host does not make it lag."""
 
 
 class Terminal:
     """A program in a pseudo-terminal, driven one line at a time."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.child = pexpect.spawn(argv[0], argv[1:], env=dict(env, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1",
+        self.child = pexpect.spawn(argv[0], argv[1:], env=dict(env, TERM="xterm",
                                                               MONARCH_PDB_HISTORY=""),
                                    dimensions=(50, 200), timeout=ANSWER_TIMEOUT)
         self.child.delaybeforesend = None  # pexpect waits 50 ms before each send unless told not to
@@ -65,9 +69,8 @@ class Terminal:
         self.screen = b""
 
     def line(self, text: str, answer: str, prompt: str) -> None:
-        """Type `text` and Enter; return once `answer` and, after it, `prompt` are shown
-        (prompt_toolkit draws a prompt's trailing space as a cursor move, so that is not waited
-        for; a cast may print a summary line between)."""
+        """Type `text` and Enter; return once `answer` and, after it, `prompt` are shown (a
+        cast may print a summary line between)."""
         self.child.send(text + "\r")
         self.wait_for(answer, prompt.rstrip())
 

@@ -38,6 +38,11 @@ def script_lines(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     return [(where, n, text) for where, n, text in lines if text.strip() and not text.lstrip().startswith("#")]
 
 
+def shorten(text: str, width: int = 200) -> str:
+    """A script's line as an error message quotes it: a long one by its start."""
+    return text if len(text) <= width else f"{text[:width]}... ({len(text):,} characters)"
+
+
 def run(args: argparse.Namespace) -> int:
     from monarch_pdb.client.shell import DebugShell
 
@@ -58,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         for where, number, text in lines:
             stop = shell.onecmd_plus_hooks(text)
             if shell.report.failure:
-                print(f"monarch-pdb: {where}:{number}: {text.strip()}: {shell.report.failure}", file=sys.stderr)
+                print(f"monarch-pdb: {where}:{number}: {shorten(text.strip())}: {shell.report.failure}", file=sys.stderr)
                 return 1
             if stop:
                 break

@@ -97,6 +97,13 @@ class ShellConnection:
         """Readable whenever a reply may be waiting."""
         return self._signal_r
 
+    def wake(self) -> None:
+        """Make a wait on `signal_fd` return, so the shell's thread looks at what it holds."""
+        try:
+            os.write(self._signal_w, b"!")
+        except BlockingIOError:
+            pass
+
     def post(self, msg: wire.Message) -> None:
         self.link.post(msg)
 
@@ -221,10 +228,7 @@ class ShellConnection:
             self.follower.caught_up(msg)
             return
         self._replies.put(msg)
-        try:
-            os.write(self._signal_w, b"!")
-        except BlockingIOError:
-            pass
+        self.wake()
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         if isinstance(msg, wire.Printed):

@@ -57,7 +57,7 @@ class Reporter:
 
     def start(self, line: str) -> None:
         self.failure = ""
-        if self.transcript is not None and line.strip() and line != "_eof":
+        if self.transcript is not None and line.strip():
             self.transcript.command(line)
 
     def result(self, text: str, doc: Any) -> None:
@@ -79,12 +79,12 @@ class Reporter:
         """The result was printed, but the command did not fully work (a rank did not answer)."""
         self.failure = text
 
-    def error(self, text: str) -> None:
+    def error(self, text: str, prefix: str = "Error processing command: ") -> None:
         self.failure = text
         if self.as_json:
             self.write_out(json.dumps({"error": text}) + "\n")
         else:
-            self.write_err(f"Error processing command: {text}\n")
+            self.write_err(f"{prefix}{text}\n")
         if self.transcript is not None:
             self.transcript.note("error", text)
 

@@ -3,19 +3,29 @@
 At the top level each line is a command. While attached, every line goes verbatim to the
 rank's pdb (only `detach` stays here), and the prompt is the one pdb asked with. Events from
 the broker (a rank stopped, finished, was lost) are printed above the prompt as they come.
+
+Lines are read by GNU readline, as pdb reads them: cmd2 3.5. The two prompts keep their own
+readline history and completion, swapped when the shell attaches or detaches, so a line costs
+the same at both. Results are written straight to the terminal, not through cmd2's rich
+console, which costs a millisecond a call.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import re
 import sys
 import time
 from dataclasses import dataclass
+from typing import TypeVar
+
+import threading
 
 import cmd2
-from prompt_toolkit import PromptSession
+from cmd2.rl_utils import RlType, readline, rl_type
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
@@ -39,6 +49,15 @@ CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
 INTERRUPT_TIMEOUT = 5.0
 STACK_THREADS = ("main", "all")
+EOF = "eof"
+"""What cmd2 hands over for Ctrl-D at either prompt."""
+ERROR_COLOUR, PLAIN = "\x1b[91m", "\x1b[0m"
+MAX_COMMAND_LINE = 65536
+"""cmd2 splits a command into words in time that grows with the square of its length: a
+longer line is refused at once rather than parsed for seconds."""
+PDB_HISTORY_SUFFIX = ".pdb"
+PDB_HISTORY_LENGTH = 1000
+Answer = TypeVar("Answer", bound=wire.Message)
 
 
 class CommandError(Exception):
@@ -98,13 +117,69 @@ def parse_target(args: str, usage: str) -> tuple[str, str, Selection | None, str
     return job, actor, selection, after
 
 
-def pdb_line_session(commands: PromptSession) -> PromptSession:
-    """The prompt for lines that go verbatim to a rank's pdb: the command prompt's terminal,
-    history and style, without what only commands use (completion, highlighting, the check for
-    an unfinished multi-line command), which prompt_toolkit would otherwise run at every key.
-    One session serves every attached line."""
-    return PromptSession(history=commands.history, input=commands.input, output=commands.output,
-                         style=commands.style, color_depth=commands.color_depth, enable_suspend=True)
+def seconds(text: str) -> float:
+    """A time limit, for `set cast_timeout` and every `--timeout`: positive, finite seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"needs a positive number of seconds, not {text!r}")
+    return value
+
+
+@functools.cache
+def pdb_commands() -> list[str]:
+    import pdb
+
+    return sorted({name[3:] for name in dir(pdb.Pdb) if name.startswith("do_")} | {"detach"})
+
+
+def pdb_completions(text: str) -> list[str]:
+    """pdb's commands that start with `text`; the only one is completed with its space."""
+    names = [name for name in pdb_commands() if name.startswith(text)]
+    return [names[0] + " "] if len(names) == 1 else names
+
+
+@dataclass
+class PdbHistory:
+    """The lines typed at the pdb prompt, kept apart from the commands (whose history cmd2
+    keeps) and saved beside them. readline holds one history at a time; `swap` trades them."""
+
+    path: str
+    lines: list[str]
+    in_readline: bool = False
+
+    @classmethod
+    def load(cls, commands_file: str) -> PdbHistory:
+        path = commands_file + PDB_HISTORY_SUFFIX if commands_file else ""
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, ValueError):
+            lines = []
+        return cls(path, lines[-PDB_HISTORY_LENGTH:])
+
+    def swap(self) -> None:
+        held = readline_history()
+        readline.clear_history()
+        for line in self.lines:
+            readline.add_history(line)
+        self.lines, self.in_readline = held, not self.in_readline
+
+    def save(self) -> None:
+        if not self.path:
+            return
+        lines = readline_history() if self.in_readline else self.lines
+        try:
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.writelines(line + "\n" for line in lines[-PDB_HISTORY_LENGTH:] if "\n" not in line)
+        except OSError:
+            pass
+
+
+def readline_history() -> list[str]:
+    return [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
 
 
 class DebugShell(cmd2.Cmd):
@@ -113,8 +188,7 @@ class DebugShell(cmd2.Cmd):
         super().__init__(
             allow_cli_args=False,
             allow_redirection=False,
-            terminators=(),
-            auto_suggest=False,
+            terminators=[],
             persistent_history_file=history_file,
             shortcuts={"?": "help", "@": "run_script", "@@": "_relative_run_script"},
             **kwargs,
@@ -122,32 +196,42 @@ class DebugShell(cmd2.Cmd):
         self.conn = conn
         self.prompt = TOP_PROMPT
         self.intro = BANNER
-        self.command_session = self.main_session
-        self.pdb_session = pdb_line_session(self.main_session)
-        self.attached: Attachment | None = None
+        self.readline_terminal = rl_type == RlType.GNU and sys.stdin.isatty()
+        self.pdb_history = PdbHistory.load(history_file)
+        self._attached: Attachment | None = None
         self.last_line: str | None = None
         self.actors: set[str] = set()
         self.aliases.update(ALIASES)
         self.hidden_commands.extend(HIDDEN)
-        self.default_error = "Error processing command: unknown command {!r}; enter 'help' for the list"
         self.terminal_input = self.stdin.isatty()
-        self.report = Reporter(lambda text: self.poutput(text, end=""), lambda text: self.perror(text, end=""),
-                               as_json, transcript)
+        self.interactive = False
+        self.colour_errors = sys.stderr.isatty()
+        self.report = Reporter(self.write_out, self.write_err, as_json, transcript)
+        self.alerts: list[str] = []
+        self.alerts_lock = threading.Lock()
         self.collected: list[str] = []
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
                                         choices=CAST_OUTPUTS))
-        self.add_settable(cmd2.Settable("cast_timeout", float, "seconds a cast waits for every rank to answer", self))
+        self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
         conn.on_events = self.show_events
 
     def preloop(self) -> None:
-        """Learn the actor names for completion before the first prompt."""
+        """Learn the actor names for completion before the first prompt. A paste arrives as one
+        line, each of its lines then run in turn, so none is taken for keys typed while a rank
+        runs (CPython turns readline's bracketed paste off)."""
+        self.interactive = True
+        if self.readline_terminal:
+            readline.parse_and_bind("set enable-bracketed-paste on")
         try:
             reply = self.conn.request(wire.ListSessions(), wire.SessionList)
         except Timeout:
             return
         self.actors.update(r["actor"] for r in getattr(reply, "rows", []))
+
+    def postloop(self) -> None:
+        self.pdb_history.save()
 
     @property
     def attached(self) -> Attachment | None:
@@ -155,14 +239,32 @@ class DebugShell(cmd2.Cmd):
 
     @attached.setter
     def attached(self, att: Attachment | None) -> None:
-        """Lines typed while attached are read by the lean pdb-line session, others by cmd2's."""
+        """Attaching and detaching swap readline's history, so each prompt recalls its own lines."""
+        if (att is None) != (self._attached is None) and self.readline_terminal:
+            self.pdb_history.swap()
         self._attached = att
-        self.main_session = self.command_session if att is None else self.pdb_session
 
     # --- printing ----------------------------------------------------------------------
 
+    def write_out(self, text: str) -> None:
+        self.stdout.write(text)
+        self.stdout.flush()
+
+    def write_err(self, text: str) -> None:
+        sys.stderr.write(f"{ERROR_COLOUR}{text.rstrip(chr(10))}{PLAIN}\n" if self.colour_errors else text)
+        sys.stderr.flush()
+
+    def note(self, text: str) -> None:
+        """A line for the person at the terminal, not part of any result."""
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
     def fail(self, text: str) -> None:
         self.report.error(text)
+
+    def perror(self, *objects, sep: str = " ", end: str = "\n", **kwargs) -> None:
+        """cmd2's own errors (a bad `set`, `help nosuch`) are reported as ours are, and fail a script."""
+        self.report.error(sep.join(map(str, objects)), prefix="")
 
     def default(self, statement: cmd2.Statement) -> None:
         self.fail(f"unknown command {statement.command!r}; enter 'help' for the list")
@@ -177,27 +279,77 @@ class DebugShell(cmd2.Cmd):
         lines = describe_events(events)
         if lines:
             self.report.background("event", lines)
-            self.add_alert(msg="\n".join(lines))
+            self.alert(lines)
 
     def show_output(self, actor: str, rank: int, text: str) -> None:
         """Runs on the connection's thread: a followed rank's output, each line marked."""
         lines = [f"[{actor} {rank}] {line}" for line in text.rstrip("\n").split("\n")]
         self.report.background("output", lines)
-        self.add_alert(msg="\n".join(lines))
+        self.alert(lines)
+
+    def alert(self, lines: list[str]) -> None:
+        """Runs on the connection's thread. At a prompt the lines go above it at once; while a
+        command runs (cmd2's terminal lock is held) they wait for the command's end."""
+        if not self.interactive:
+            return
+        with self.alerts_lock:
+            self.alerts += lines
+        if self.terminal_input and self.terminal_lock.acquire(blocking=False):
+            try:
+                text = self.take_alerts()
+                if text:
+                    self.async_alert(text)
+            finally:
+                self.terminal_lock.release()
+        else:
+            self.conn.wake()
+
+    def take_alerts(self) -> str:
+        with self.alerts_lock:
+            lines, self.alerts = self.alerts, []
+        return "\n".join(lines)
+
+    def show_alerts(self) -> None:
+        """On the shell's thread, between two lines: what arrived while a command ran."""
+        text = self.take_alerts()
+        if text:
+            self.write_out(text + "\n")
+
+    def complete(self, text: str, state: int, custom_settings=None) -> str | None:
+        """At the pdb prompt, Tab completes pdb's commands; at ours, cmd2 completes ours."""
+        if self.attached is None:
+            return super().complete(text, state, custom_settings)
+        if state == 0:
+            line = readline.get_line_buffer()
+            self.pdb_matches = pdb_completions(text) if not line[:readline.get_begidx()].strip() else []
+        return self.pdb_matches[state] if state < len(self.pdb_matches) else None
 
     # --- the command loop --------------------------------------------------------------
 
     def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
-        self.report.start(line)
+        """One line typed, pasted or read from a script; a paste of several lines runs each."""
+        first, newline, rest = line.partition("\n")
+        stop = self.one_line(first, **kwargs)
+        self.show_alerts()
+        if newline and rest.strip() and not stop:
+            return self.onecmd_plus_hooks(rest)
+        return stop
+
+    def one_line(self, line: str, **kwargs) -> bool:
+        self.report.start("" if line == EOF else line)
         was_attached = self.attached is not None
         self.settle_aside()
         if was_attached and self.attached is None:
-            if line.strip() and line != "_eof":
+            if line.strip() and line != EOF:
                 self.fail(f"not sent: {line.strip()!r} was typed for a session that is gone")
             return False
-        if self.attached is None:
+        if self.attached is not None:
+            self.attached_line(line)
+        elif len(line) > MAX_COMMAND_LINE:
+            self.fail(f"a command of {len(line):,} characters is over the limit of {MAX_COMMAND_LINE:,}; "
+                      "nothing was run (lines typed while attached have no such limit)")
+        else:
             return super().onecmd_plus_hooks(line, **kwargs)
-        self.attached_line(line)
         return False
 
     def settle_aside(self) -> None:
@@ -207,7 +359,7 @@ class DebugShell(cmd2.Cmd):
 
     def attached_line(self, line: str) -> None:
         assert self.attached is not None
-        if line.strip() == "detach" or line == "_eof":
+        if line.strip() == "detach" or line == EOF:
             self.detach()
             return
         if line.lstrip().startswith("#"):
@@ -227,16 +379,18 @@ class DebugShell(cmd2.Cmd):
         try:
             while self.attached is not None and not self.attached.paused:
                 got = self.next_input_or_message(timeout=RUNNING_HINT_AFTER)
+                self.show_alerts()
                 if isinstance(got, str):
                     if got.strip() == "detach":
                         self.detach()
                     elif got.strip():
-                        self.perror(f"{self.attached.label} is running; type 'detach' to leave it running")
+                        self.note(f"{self.attached.label} is running; type 'detach' to leave it running")
                 elif got is not None:
                     self.session_message(got)
-                elif not hinted and self.terminal_input and time.monotonic() - started >= RUNNING_HINT_AFTER:
+                if (not hinted and self.attached is not None and not self.attached.paused and self.terminal_input
+                        and time.monotonic() - started >= RUNNING_HINT_AFTER):
                     hinted = True
-                    self.pfeedback(f"({self.attached.label} is running; type 'detach' to leave it running)")
+                    self.note(f"({self.attached.label} is running; type 'detach' to leave it running)")
         except KeyboardInterrupt:
             self.detach()
 
@@ -281,7 +435,7 @@ class DebugShell(cmd2.Cmd):
         if not isinstance(reply, wire.Attached):
             return False
         att.session = reply.session
-        self.pfeedback(f"(the broker restarted; attached again to {att.label})")
+        self.note(f"(the broker restarted; attached again to {att.label})")
         if self.last_line is not None:
             self.conn.post(wire.Send(session=att.session, line=self.last_line))
         return True
@@ -310,15 +464,17 @@ class DebugShell(cmd2.Cmd):
         """Carry out one command, turning every failure into one line."""
         try:
             action()
-        except CommandError as error:
+        except (CommandError, Timeout) as error:
             self.fail(str(error))
-        except Timeout as error:
-            self.fail(str(error))
+        except KeyboardInterrupt:
+            self.fail("stopped waiting (Ctrl-C)")
 
-    def ask(self, msg: wire.Message, *answers: type[wire.Message]) -> wire.Message:
-        reply = self.conn.request(msg, *answers)
+    def ask(self, msg: wire.Message, answer: type[Answer]) -> Answer:
+        """The broker's answer to `msg`; its refusal becomes the command's one-line error."""
+        reply = self.conn.request(msg, answer)
         if isinstance(reply, wire.Error):
             raise CommandError(reply.text)
+        assert isinstance(reply, answer)
         return reply
 
     @cmd2.with_category(CATEGORY)
@@ -330,8 +486,7 @@ class DebugShell(cmd2.Cmd):
         every = args == ["--all"]
         if args and not every:
             raise CommandError("usage: list [--all]")
-        reply = self.ask(wire.ListAll() if every else wire.ListSessions(), wire.SessionList)
-        rows = reply.rows  # type: ignore[attr-defined]
+        rows = self.ask(wire.ListAll() if every else wire.ListSessions(), wire.SessionList).rows
         self.actors.update(r["actor"] for r in rows)
         empty = "No rank is known to the broker." if every else "No active breakpoints."
         self.report.result(sessions_table(rows, with_state=every) if rows else empty, [json_row(r) for r in rows])
@@ -344,7 +499,7 @@ class DebugShell(cmd2.Cmd):
     def list_jobs(self, args: list[str]) -> None:
         if args:
             raise CommandError("jobs takes no arguments")
-        rows = self.ask(wire.ListJobs(), wire.JobList).rows  # type: ignore[attr-defined]
+        rows = self.ask(wire.ListJobs(), wire.JobList).rows
         self.report.result(jobs_table(rows) if rows else "No job is connected.", rows)
 
     @cmd2.with_category(CATEGORY)
@@ -352,8 +507,21 @@ class DebugShell(cmd2.Cmd):
         """Debug one rank interactively: attach <actor> <rank> [--force]"""
         self.run(lambda: self.attach(statement.arg_list))
 
-    def complete_attach(self, text: str, line: str, begidx: int, endidx: int):
+    def complete_actor(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         return self.basic_complete(text, line, begidx, endidx, sorted(self.actors))
+
+    def complete_attach(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        """The actor, then one of its paused ranks, as the broker knows them now."""
+        words = line[:begidx].split()
+        if len(words) != 2:
+            return self.complete_actor(text, line, begidx, endidx)
+        job, actor = split_job(words[1])
+        try:
+            rows = self.ask(wire.ListSessions(), wire.SessionList).rows
+        except (CommandError, Timeout):
+            return []
+        ranks = sorted({r["rank"] for r in rows if r["actor"] == actor and (not job or r["job"] == job)})
+        return self.basic_complete(text, line, begidx, endidx, [str(rank) for rank in ranks])
 
     def attach(self, args: list[str]) -> None:
         force = "--force" in args
@@ -363,7 +531,6 @@ class DebugShell(cmd2.Cmd):
         job, actor = split_job(words[0])
         rank = whole_number(words[1], "rank")
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
-        assert isinstance(reply, wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
@@ -377,20 +544,14 @@ class DebugShell(cmd2.Cmd):
     @cmd2.with_category(CATEGORY)
     def do_wait(self, statement: cmd2.Statement) -> None:
         """Block until ranks are stopped: wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"""
-        self.run(lambda: self.wait(statement.arg_list))
+        self.run(lambda: self.wait(statement.raw.strip().partition(" ")[2]))
 
-    def wait(self, args: list[str]) -> None:
-        usage = CommandError("usage: wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]")
-        timeout = WAIT_TIMEOUT
-        if "--timeout" in args:
-            at = args.index("--timeout")
-            try:
-                timeout = float(args[at + 1])
-            except (IndexError, ValueError):
-                raise usage from None
-            args = args[:at] + args[at + 2:]
+    def wait(self, text: str) -> None:
+        usage = "usage: wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"
+        text, timeout = timeout_option(text, WAIT_TIMEOUT, usage)
+        args = text.split()
         if len(args) != 2:
-            raise usage
+            raise CommandError(usage)
         name, count = args[0], whole_number(args[1], "count")
         job, actor = ("", "") if name == "--any" else split_job(name)
 
@@ -426,14 +587,14 @@ class DebugShell(cmd2.Cmd):
         self.report.result(f"Following {actor} ranks[{format_ranks(rank_list)}] ({len(rank_list)}); 'follow off' stops.",
                            {"following": {"job": following.job, "actor": actor, "ranks": rank_list}})
 
-    complete_follow = complete_attach
+    complete_follow = complete_actor
 
     @cmd2.with_category(CATEGORY)
     def do_cast(self, statement: cmd2.Statement) -> None:
         """Send one pdb command to many ranks and show their answers: cast <actor> ranks(<sel>) <pdb command>"""
         self.run(lambda: self.cast(statement.raw.strip().partition(" ")[2]))
 
-    complete_cast = complete_attach
+    complete_cast = complete_actor
 
     def cast(self, args: str) -> None:
         job, actor, selection, line = parse_target(args, "usage: cast <actor> ranks(<ranks>) <pdb command>")
@@ -456,6 +617,8 @@ class DebugShell(cmd2.Cmd):
             result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress)
         except RequestFailed as failure:
             raise CommandError(str(failure)) from None
+        except KeyboardInterrupt:
+            raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
         finally:
             if shown:
                 sys.stderr.write("\r\033[K")
@@ -472,8 +635,7 @@ class DebugShell(cmd2.Cmd):
     def continue_all(self, args: list[str]) -> None:
         if args:
             raise CommandError("continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
-        reply = self.ask(wire.Continue(), wire.Continued)
-        released = reply.released  # type: ignore[attr-defined]
+        released = self.ask(wire.Continue(), wire.Continued).released
         total = sum(len(r) for _, r in released)
         parts = ", ".join(f"{actor} ranks[{format_ranks(r)}]" for actor, r in released)
         text = f"Continued {total} rank{'s' if total != 1 else ''}: {parts}" if released else "No rank is stopped."
@@ -490,8 +652,8 @@ class DebugShell(cmd2.Cmd):
         self.report.result("Quitting debug session...", {"quit": True})
         return True
 
-    def do__eof(self, statement: cmd2.Statement) -> bool:
-        self.poutput("")
+    def do_eof(self, statement: cmd2.Statement) -> bool:
+        self.write_out("\n")
         return self.do_quit(statement)
 
     # --- the whole job at once: stacks, interrupt, mesh --------------------------------
@@ -501,7 +663,7 @@ class DebugShell(cmd2.Cmd):
         """Merged Python stacks of running ranks, without stopping them: stacks [actor] [ranks(<sel>)] [--thread main|all] [--json]"""
         self.run(lambda: self.stacks(statement.raw.strip().partition(" ")[2]))
 
-    complete_stacks = complete_attach
+    complete_stacks = complete_actor
 
     def stacks(self, args: str) -> None:
         usage = "usage: stacks [actor] [ranks(<ranks>)] [--thread main|all] [--json]"
@@ -517,7 +679,7 @@ class DebugShell(cmd2.Cmd):
             targets = [(job, actor)]
         else:
             selection = None
-            rows = self.ask(wire.ListAll(), wire.SessionList).rows  # type: ignore[attr-defined]
+            rows = self.ask(wire.ListAll(), wire.SessionList).rows
             targets = sorted({(r["job"], r["actor"]) for r in rows if r["state"] not in ("lost", "finished")})
             if not targets:
                 raise CommandError("no running rank is known to the broker")
@@ -540,20 +702,15 @@ class DebugShell(cmd2.Cmd):
         """Stop running ranks where they are, as sessions: interrupt <actor> ranks(<sel>) [--timeout S]"""
         self.run(lambda: self.interrupt(statement.raw.strip().partition(" ")[2]))
 
-    complete_interrupt = complete_attach
+    complete_interrupt = complete_actor
 
     def interrupt(self, args: str) -> None:
         usage = "usage: interrupt <actor> ranks(<ranks>) [--timeout S]"
-        args, limit = option(args, "--timeout", True, usage)
-        try:
-            timeout = INTERRUPT_TIMEOUT if limit is None else float(limit)
-        except ValueError:
-            raise CommandError(f"--timeout takes seconds, not {limit!r}") from None
+        args, timeout = timeout_option(args, INTERRUPT_TIMEOUT, usage)
         job, actor, selection, extra = parse_target(args, usage)
         if selection is None or extra.strip():
             raise CommandError(usage)
         reply = self.ask(wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
-        assert isinstance(reply, wire.Interrupting)
         asked = set(reply.ranks)
 
         def stopped(rows: list[dict]) -> set[int]:
@@ -584,13 +741,13 @@ class DebugShell(cmd2.Cmd):
         """A picture of the mesh, each rank's state in its cell: mesh [actor]"""
         self.run(lambda: self.mesh(statement.arg_list))
 
-    complete_mesh = complete_attach
+    complete_mesh = complete_actor
 
     def mesh(self, args: list[str]) -> None:
         if len(args) > 1:
             raise CommandError("usage: mesh [actor]")
         job, actor = split_job(args[0]) if args else ("", "")
-        rows = self.ask(wire.ListAll(), wire.SessionList).rows  # type: ignore[attr-defined]
+        rows = self.ask(wire.ListAll(), wire.SessionList).rows
         by_actor: dict[tuple[str, str], list[dict]] = {}
         for row in rows:
             if (not actor or row["actor"] == actor) and (not job or row["job"] == job):
@@ -614,3 +771,14 @@ def option(args: str, name: str, valued: bool, usage: str) -> tuple[str, str | b
     if valued and match.group(1) is None:
         raise CommandError(usage)
     return args[:match.start()] + " " + args[match.end():], match.group(1) if valued else True
+
+
+def timeout_option(args: str, default: float, usage: str) -> tuple[str, float]:
+    """Take `--timeout S` out of a command's arguments: the rest, and S or `default`."""
+    args, limit = option(args, "--timeout", True, usage)
+    if limit is None:
+        return args, default
+    try:
+        return args, seconds(str(limit))
+    except ValueError as error:
+        raise CommandError(f"--timeout {error}") from None

@@ -140,6 +140,19 @@ def shell(env):
 
 
 @pytest.fixture
+def example(env):
+    """The guide's program with its 16 ranks paused at their breakpoints."""
+    from programs import EXAMPLES, Program, wait_for_sessions
+
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        wait_for_sessions(env, 16)
+        yield program
+    finally:
+        program.stop()
+
+
+@pytest.fixture
 def broker(env):
     """A standalone broker, as `monarch-pdb broker` runs one, so a shell can open first."""
     from programs import start_broker, stop_broker

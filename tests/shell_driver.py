@@ -1,8 +1,8 @@
 """Drives the real `monarch debug` shell through a pseudo-terminal, as a user would.
 
-prompt_toolkit draws with escape sequences, so the driver strips them before matching, and
-recognises "a prompt is ready for input" by the bracketed-paste switch prompt_toolkit turns on
-when it starts reading a line and off when the line is accepted.
+readline redraws with escape sequences, so the driver strips them before matching, and
+recognises "a prompt is ready for input" by the bracketed-paste switch the shell's readline
+turns on when it starts reading a line and off when the line is accepted.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class ShellDriver:
                  timeout: float = 20.0) -> None:
         """Start `monarch debug ARGS`, or `command` when given (a program that opens the shell)."""
         argv = command or [os.path.join(os.path.dirname(sys.executable), "monarch"), "debug", *args]
-        shell_env = dict(env, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", MONARCH_PDB_HISTORY="")
+        shell_env = {"MONARCH_PDB_HISTORY": "", **env, "TERM": "xterm"}
         self.child = pexpect.spawn(argv[0], argv[1:], env=shell_env, encoding="utf-8",
                                    dimensions=(50, 220), timeout=timeout)
         self.timeout = timeout
@@ -67,10 +67,8 @@ class ShellDriver:
         deadline = time.monotonic() + (timeout or self.timeout)
         while True:
             at = self.raw.rfind(PROMPT_ON)
-            if at >= 0 and self.raw.find(PROMPT_OFF, at) < 0:
-                shown = plain(self.raw[at:]).strip()
-                if shown.startswith(("monarch_dbg>", "(Pdb)")) or shown.endswith((">", ")")):
-                    return shown
+            if at >= 0 and self.raw.find(PROMPT_OFF, at) < 0 and (shown := self._prompt_at(at)):
+                return shown
             if time.monotonic() > deadline or not self._read(deadline):
                 raise AssertionError(f"no prompt; the shell printed:\n{self.text[-3000:]}")
 
@@ -90,12 +88,17 @@ class ShellDriver:
                 accepted = self._accepted_at(start, line if shown is None else shown)
             if accepted >= 0:
                 following = self.raw.find(PROMPT_ON, accepted)
-                if following >= 0 and plain(self.raw[following:]).strip():
+                if following >= 0 and self._prompt_at(following):
                     break
             if time.monotonic() > deadline or not self._read(deadline):
                 raise AssertionError(f"no prompt after {line!r}; the shell printed:\n{self.text[-3000:]}")
         self.seen = len(self.text)
         return plain(self.raw[accepted:following])
+
+    def _prompt_at(self, at: int) -> str:
+        """The prompt drawn after the switch at `at`, once all of it has arrived ('' before)."""
+        shown = plain(self.raw[at:]).strip()
+        return shown if shown.startswith(("monarch_dbg>", "(Pdb)")) or shown.endswith((">", ")")) else ""
 
     def _accepted_at(self, start: int, line: str) -> int:
         at = start

@@ -15,16 +15,6 @@ BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
 
 
 @pytest.fixture
-def example(env):
-    program = Program(env, EXAMPLE)
-    try:
-        wait_for_sessions(env, 16)
-        yield program
-    finally:
-        program.stop()
-
-
-@pytest.fixture
 def shell(env):
     driver = ShellDriver(env)
     driver.wait_prompt()
@@ -91,7 +81,7 @@ def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
         "stacks debugee --thread some": "Error processing command: --thread is main or all, not 'some'",
         "stacks nosuch": "Error processing command: No running rank of actor nosuch is known to the broker",
         "interrupt debugee": "Error processing command: usage: interrupt <actor> ranks(<ranks>) [--timeout S]",
-        "interrupt debugee ranks(0) --timeout soon": "Error processing command: --timeout takes seconds, not 'soon'",
+        "interrupt debugee ranks(0) --timeout soon": "Error processing command: --timeout needs a positive number of seconds, not 'soon'",
         "mesh nosuch": "Error processing command: No rank of actor nosuch is known to the broker",
         "cast debugee ranks(1,,2) p 1": "Error processing command: ranks(1,,2): empty item at position 9",
         "cast debugee ranks(1)": "Error processing command: cast needs a pdb command after the selector",

@@ -1,0 +1,115 @@
+"""What a person does with the keys, at both prompts of the real shell in a pseudo-terminal:
+history, completion, Ctrl-C, Ctrl-D, pasting, colours."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pexpect
+import pytest
+from shell_driver import ShellDriver
+
+UP = "\x1b[A"
+PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
+MONARCH = os.path.join(os.path.dirname(sys.executable), "monarch")
+
+
+@pytest.mark.timeout(90)
+def test_each_prompt_recalls_its_own_lines_and_keeps_them_across_runs(example, env, tmp_path):
+    with_history = dict(env, MONARCH_PDB_HISTORY=str(tmp_path / "history"))
+    first = ShellDriver(with_history)
+    try:
+        first.wait_prompt()
+        first.command("attach debugee 3")
+        assert first.command("p rank").strip() == "3"
+        assert first.command("p rank * 2").strip() == "6"
+        first.command("detach")
+        out = first.command(UP, shown="attach debugee 3")
+        assert out.startswith("Attached to debug session for debugee 3"), "the top prompt recalls no pdb line"
+        assert first.command(UP + UP, shown="p rank * 2").strip() == "6", "the pdb prompt recalls no command"
+        first.command("detach")
+        assert "Quitting debug session..." in first.command_until_exit("quit")
+    finally:
+        first.kill()
+
+    second = ShellDriver(with_history)
+    try:
+        second.wait_prompt()
+        out = second.command(UP + UP, shown="attach debugee 3")
+        assert out.startswith("Attached to debug session for debugee 3"), "the last run's commands are recalled"
+        assert second.command(UP + UP, shown="p rank * 2").strip() == "6"
+    finally:
+        second.kill()
+
+
+@pytest.mark.timeout(90)
+def test_tab_completes_commands_actors_and_paused_ranks(example, shell):
+    sh = shell()
+    sh.child.send("att\t")
+    sh.expect("ach ")
+    sh.child.send("deb\t")
+    sh.expect("ugee ")
+    sh.child.send("1\t\t")
+    sh.expect(r"1\s+10\s+11\s+12\s+13\s+14\s+15\s")
+    out = sh.command("3", shown="attach debugee 13")
+    assert out.startswith("Attached to debug session for debugee 13")
+    sh.child.send("whe\t")
+    sh.expect("re ")
+    assert "_debugee_actor_internal()" in sh.command("", shown="where")
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_stops_waiting_and_ctrl_d_leaves_each_prompt(example, shell):
+    sh = shell()
+    sh.command("set cast_timeout 30")
+    sh.child.send("cast debugee ranks(3) !import threading; threading.Event().wait(60)\r")
+    sh.expect("answered 0/1")
+    sh.child.sendintr()
+    sh.expect(r"Error processing command: stopped waiting \(Ctrl-C\); the ranks carry on with "
+                 r"'!import threading; threading.Event\(\).wait\(60\)'")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    assert "| debugee | 3 " not in sh.command("list"), "rank 3 still runs the cast's line"
+
+    sh.command("attach debugee 5")
+    sh.child.send("!import threading; threading.Event().wait(60)\r")
+    sh.expect(r"\(debugee 5 \(.+\) is running; type 'detach' to leave it running\)")
+    sh.child.sendintr()
+    sh.expect("Detached from debug session for debugee 5")
+    assert sh.wait_prompt() == "monarch_dbg>"
+
+    sh.command("attach debugee 0")
+    sh.child.sendeof()
+    sh.expect("Detached from debug session for debugee 0")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    sh.child.sendeof()
+    sh.expect("Quitting debug session...")
+    sh.child.expect(pexpect.EOF)
+    sh.child.close()
+    assert sh.child.exitstatus == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_pasted_block_runs_each_of_its_lines_in_turn(example, shell):
+    sh = shell()
+    sh.command("attach debugee 2")
+    sh.child.send(f"{PASTE_START}p rank\np rank * 10\nn\np rank\n{PASTE_END}\r")
+    sh.expect(r"(?s)\n2\n20\n> .*-> _bad_rank\(\)\n5\n")
+    assert sh.wait_prompt() == "(Pdb)"
+    sh.command("detach")
+    sh.child.send(f"{PASTE_START}list\njobs\n{PASTE_END}\r")
+    sh.expect(r"(?s)\| debugee +\| 15 .*\| debugging-\d+ +\| 16 ")
+    assert sh.wait_prompt() == "monarch_dbg>"
+
+
+@pytest.mark.timeout(60)
+def test_errors_are_red_on_a_terminal_and_plain_without_one(example, env, shell):
+    sh = shell()
+    sh.command("frobnicate")
+    assert "\x1b[91mError processing command: unknown command 'frobnicate'" in sh.raw
+    piped = subprocess.run([MONARCH, "debug", "-c", "frobnicate"], env=dict(env, MONARCH_PDB_HISTORY=""),
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    assert piped.returncode == 1
+    assert "\x1b" not in piped.stdout + piped.stderr
+    assert "Error processing command: unknown command 'frobnicate'" in piped.stderr
