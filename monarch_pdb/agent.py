@@ -14,7 +14,7 @@ import sys
 import itertools
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import zmq
@@ -85,6 +85,11 @@ class Agent:
         """Sessions holding output that neither a prompt nor the link has taken yet: only these
         are looked at, so a process with thousands of paused sessions does no work for them."""
         self._sids = itertools.count(1)
+        self._names: dict[int, tuple[str, str, int]] = {}
+        self._holders: dict[tuple[str, str, int], int] = {}
+        """Each open session's (job, actor, rank), and the other way round: no other may take it."""
+        self._by_thread: set[int] = set()
+        """Sessions named after their thread (see `open_session`): never the process's own rank."""
         self._lock = threading.Lock()
         self.loose_sessions: dict[int, Any] = {}
         """Sessions opened outside any endpoint call, by thread: they end when tracing stops."""
@@ -122,15 +127,32 @@ class Agent:
 
     # --- called from paused threads ----------------------------------------------------
 
-    def open_session(self, output: OutputSource) -> tuple[int, queue.SimpleQueue[Line]]:
-        """A new session id and the queue its input lines arrive on."""
+    def open_session(self, output: OutputSource, identity: Identity,
+                     own_name: bool) -> tuple[int, queue.SimpleQueue[Line], Identity]:
+        """A new session id, the queue its input lines arrive on, and the name it is listed under.
+
+        A session named by an endpoint call (`own_name`) keeps its name. Any other is named
+        after the process, which one thread cannot own for the others: a thread stopping under a
+        name another session of the process holds, or under the pid (the main thread's name),
+        is listed with its own thread id as rank and its thread's name as instance."""
         sid = next(self._sids)
         inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
         with self._lock:
+            name = (identity.job, identity.actor, identity.rank)
+            thread = threading.current_thread()
+            if not own_name and (name in self._holders
+                                 or (identity.rank == self.pid and thread is not threading.main_thread())):
+                named = f"thread {thread.name}"
+                identity = replace(identity, rank=threading.get_native_id(),
+                                   instance=f"{identity.instance}, {named}" if identity.instance else named)
+                name = (identity.job, identity.actor, identity.rank)
+                self._by_thread.add(sid)
+            self._names[sid] = name
+            self._holders.setdefault(name, sid)
             self._inboxes[sid] = inbox
             self._sources[sid] = output
             self.stopped = True
-        return sid, inbox
+        return sid, inbox, identity
 
     def close_session(self, sid: int, ended: wire.Ended) -> None:
         with self._lock:
@@ -138,6 +160,10 @@ class Agent:
             self._sources.pop(sid, None)
             self._waiting.pop(sid, None)
             self._printing.discard(sid)
+            name = self._names.pop(sid, None)
+            if self._holders.get(name) == sid:
+                del self._holders[name]
+            self._by_thread.discard(sid)
             if not self._inboxes:
                 self._own_stopped_as = None
         self.link.post(ended)
@@ -153,7 +179,7 @@ class Agent:
         with self._lock:
             self._waiting[prompt.sid] = prompt
             self._unsent.append(prompt.sid)
-            if self._own:
+            if self._own and prompt.sid not in self._by_thread:
                 self._own_stopped_as = [prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance]
                 self._present_due = self._present_due or self._own_stopped_as != self._own_as
             self._printing.discard(prompt.sid)  # its output went with the prompt

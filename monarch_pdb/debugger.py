@@ -161,7 +161,7 @@ class Session:
     def __post_init__(self) -> None:
         self.thread = threading.get_ident()
         self.io = SessionIO(self.ask)
-        self.sid, self.inbox = self.agent.open_session(self.io)
+        self.sid, self.inbox, self.identity = self.agent.open_session(self.io, self.identity, self.call is not None)
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
 

@@ -7,7 +7,7 @@ import subprocess
 import textwrap
 
 import pytest
-from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions, run_debug as shell
 from shell_driver import ShellDriver
 
 
@@ -19,11 +19,6 @@ SCRIPT = textwrap.dedent("""\
     cast debugee ranks(::5) p rank
     cast debugee ranks(host=1, gpu=(0,3)) p rank * 10
 """)
-
-
-def shell(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([*DEBUG_SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ post-mortem, quitting one rank, and a rank that dies."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,7 +12,7 @@ import textwrap
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import EXAMPLES, Program, start_broker, stop_broker, wait_for_sessions
+from programs import EXAMPLES, Program, run_debug, start_broker, stop_broker, wait_for_sessions
 from shell_driver import ShellDriver
 
 NESTED = textwrap.dedent('''
@@ -73,6 +74,29 @@ THREADS = textwrap.dedent('''
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(64)]
     for t in threads:
         t.start()
+    for t in threads:
+        t.join()
+    print("ALL DONE")
+''')
+
+INSTALLED_THREADS = textwrap.dedent('''
+    import threading
+
+    import monarch_pdb
+
+
+    def work(n):
+        value = f"worker {n}"
+        breakpoint()
+        return value
+
+
+    monarch_pdb.install()
+    threads = [threading.Thread(target=work, args=(n,), name=f"worker-{n}") for n in (1, 2)]
+    for t in threads:
+        t.start()
+    value = "main"
+    breakpoint()
     for t in threads:
         t.join()
     print("ALL DONE")
@@ -169,6 +193,35 @@ def test_64_sessions_in_one_process_group_into_two_blocks(env, tmp_path, shell):
         raw = sh.command("cast many ranks(host=7, gpu=::4) p value")
         assert raw == "[56] 'even'\n[60] 'even'\n"
         sh.command("continue")
+        code, output = program.finish()
+        assert code == 0 and "ALL DONE" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, tmp_path):
+    program = run_script(env, tmp_path, "threads.py", INSTALLED_THREADS)
+    try:
+        rows = wait_for_sessions(env, 3)
+        pid = program.proc.pid
+        main, *workers = sorted(rows, key=lambda r: r["instance"])
+        assert (main["rank"], main["instance"], main["function"]) == (pid, "", "threads.<module>")
+        assert [w["instance"] for w in workers] == ["thread worker-1", "thread worker-2"]
+        assert len({r["rank"] for r in rows}) == 3 and all(r["pid"] == pid for r in rows)
+        ranks = [r["rank"] for r in (main, *workers)]
+        listing = run_debug(env, "-c", "list")
+        assert [line.split("|")[7].strip() for line in listing.stdout.splitlines() if "| threads " in line] == [
+            "", "thread worker-1", "thread worker-2"], listing.stdout
+        done = run_debug(env, "--json", "-c", "cast threads ranks(:) p value", "-c", f"attach threads {ranks[2]}",
+                         "-c", "p value", "-c", "c", "-c", f"cast threads ranks({ranks[1]}) c", "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        cast, attached, answer, *_, released, continued = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [
+            ([rank], f"{value!r}\n") for rank, value in zip(ranks, ["main", "worker 1", "worker 2"])]
+        assert attached["attached"]["rank"] == ranks[2] and answer["output"] == "'worker 2'\n"
+        assert [(g["ranks"], g["outcome"]) for g in released["groups"]] == [([ranks[1]], "continued")]
+        assert continued["continued"] == [{"actor": "threads", "ranks": [pid]}]
         code, output = program.finish()
         assert code == 0 and "ALL DONE" in output
     finally:
