@@ -44,7 +44,8 @@ class NotFound(Exception):
 
 
 class Insecure(Exception):
-    """A file holding a secret that other users could read; the text says how to fix it."""
+    """A file or directory that cannot hold this user's secret (others could read it, or it
+    cannot be made at all); the text says how to fix it."""
 
 
 def read_private(path: str) -> str:
@@ -91,10 +92,14 @@ def lock_file(settings: Settings) -> str:
 
 def ensure_runtime_dir(settings: Settings) -> None:
     """The per-user directory, created 0700; one that belongs to someone else is refused."""
-    os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
-    if os.stat(settings.runtime_dir).st_uid != os.getuid():
-        raise Insecure(f"{settings.runtime_dir} belongs to another user; set MONARCH_PDB_RUNTIME_DIR to a directory of yours")
-    os.chmod(settings.runtime_dir, 0o700)
+    fix = "set MONARCH_PDB_RUNTIME_DIR to a directory of yours"
+    try:
+        os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
+        if os.stat(settings.runtime_dir).st_uid != os.getuid():
+            raise Insecure(f"{settings.runtime_dir} belongs to another user; {fix}")
+        os.chmod(settings.runtime_dir, 0o700)
+    except OSError as error:
+        raise Insecure(f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; {fix}") from None
 
 
 def broker_running(settings: Settings) -> bool:

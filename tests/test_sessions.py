@@ -480,3 +480,15 @@ def test_a_rank_with_no_broker_says_where_it_looked_and_can_give_up(env, tmp_pat
     assert "for a remote broker set MONARCH_PDB_SECRET" in output and "Start one with `monarch-pdb broker`" in output
     assert "no broker after 1 s; continuing without stopping." in output
     assert code == 0 and "LOSS 0.25" in output
+
+
+@pytest.mark.timeout(60)
+def test_a_runtime_directory_that_cannot_be_made_is_named_and_the_rank_runs_on(env, tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    runtime = tmp_path / "file" / "run"
+    program = run_train(dict(env, MONARCH_PDB_RUNTIME_DIR=str(runtime), MONARCH_PDB_CONNECT_TIMEOUT="1",
+                             MONARCH_PDB_GIVE_UP_AFTER="1"), tmp_path, 0)
+    code, output = program.finish()
+    assert f"(cannot use {runtime} as the runtime directory: Not a directory; set MONARCH_PDB_RUNTIME_DIR" in output
+    assert "Traceback" not in output and "no broker after 1 s; continuing without stopping." in output
+    assert code == 0 and "LOSS 0.25" in output
