@@ -338,6 +338,16 @@ class Registry:
             )
         return sorted(found.values(), key=lambda r: r.rank)
 
+    def without_session(self, job: str, actor: str, wanted: list[int]) -> list[list]:
+        """[rank, why] for each of `wanted` that has no session: it runs, its process is gone
+        (lost or finished), or the broker never heard of it."""
+        running = {rank for peer in self.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor}
+        found = []
+        for rank in wanted:
+            gone = self.departed.get((job, actor, rank))
+            found.append([rank, "running" if rank in running else gone[3] if gone else "no such rank is known"])
+        return found
+
     def all_rows(self) -> list[dict]:
         """`list --all`: every session, every rank running without one, and ranks whose
         process is gone."""
