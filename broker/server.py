@@ -284,7 +284,7 @@ class Broker:
                 self.finish_if_done(queued)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
-        self.registry.remove(sess)
+        self.registry.remove(sess, reason)
         self.publish("lost" if reason == "lost" else "ended", sess, reason)
 
     # --- every peer --------------------------------------------------------------------

@@ -106,6 +106,10 @@ class Agent:
         self._present_due = False
         self._announced: int | None = None
         """How many of `_hosted` the broker has (in order); None: it needs them all."""
+        self._quit: set[tuple[str, str, int]] = set()
+        """Hosted ranks whose last call ended by quitting the debugger (the broker lists them as
+        quit); each is announced again when its next call starts (then in `_again`)."""
+        self._again: list[tuple[str, str, int]] = []
         self._present_at = float("-inf")
         self._running: dict[tuple[str, int], tuple[int, Any]] = {}
         self._interrupts: list[tuple[Identity, float]] = []
@@ -163,6 +167,8 @@ class Agent:
             name = self._names.pop(sid, None)
             if self._holders.get(name) == sid:
                 del self._holders[name]
+            if ended.reason == "quit" and name in self._hosted:
+                self._quit.add(name)
             self._by_thread.discard(sid)
             if not self._inboxes:
                 self._own_stopped_as = None
@@ -274,11 +280,15 @@ class Agent:
         at once (it replaces the process's own identity, see `host_self`)."""
         key = (job, actor, rank)
         with self._lock:
-            if key in self._hosted:
+            if key in self._quit:
+                self._quit.discard(key)
+                self._again.append(key)
+            elif key in self._hosted:
                 return
-            self._hosted[key] = dict(coords)
-            if self._own:
-                self._own, self._announced = False, None
+            else:
+                self._hosted[key] = dict(coords)
+                if self._own:
+                    self._own, self._announced = False, None
             self._present_due = True
         self.link.post()
 
@@ -306,10 +316,11 @@ class Agent:
             own = self._own
             since = self._announced
             self._announced = None if own else len(hosted)
+            again, self._again = [(key, self._hosted[key]) for key in self._again], []
         if own:
             self._own_as = self.own_identity()
             return wire.Present(ranks=[self._own_as])
-        fresh = hosted if since is None else hosted[since:]
+        fresh = hosted if since is None else hosted[since:] + again
         return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in fresh],
                             added=since is not None)
 

@@ -9,11 +9,15 @@ import re
 import signal
 import socket
 import textwrap
+import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import EXAMPLES, Program, run_debug, start_broker, stop_broker, wait_for_sessions
+from programs import EXAMPLES, Program, run_debug, settings_for, start_broker, stop_broker, wait_for_sessions
 from shell_driver import ShellDriver
+
+from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 NESTED = textwrap.dedent('''
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
@@ -102,6 +106,33 @@ INSTALLED_THREADS = textwrap.dedent('''
     print("ALL DONE")
 ''')
 
+QUITS = textwrap.dedent('''
+    import sys
+
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+
+    class Worker(Actor):
+        @endpoint
+        def step(self, n):
+            if n == 0:
+                breakpoint()
+                return n
+            print(f"STEP {n} rank {current_rank().rank}", flush=True)
+            with open(sys.argv[1]) as fifo:  # until the test lets the call end
+                fifo.read()
+            return n
+
+
+    if __name__ == "__main__":
+        workers = this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker)
+        try:
+            workers.step.call(0).get()
+        except Exception as error:
+            print("FIRST CALL FAILED", type(error).__name__, flush=True)
+        print("SECOND CALL", workers.step.call(1).get().values(), flush=True)
+''')
+
 PLAIN = textwrap.dedent('''
     def train_step(step):
         loss = 1.0 / (step + 1)
@@ -117,10 +148,10 @@ def run_train(env, tmp_path, rank: int, **extra):
     return run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK=str(rank), **extra)
 
 
-def run_script(env, tmp_path, name, text, **extra):
+def run_script(env, tmp_path, name, text, *args, **extra):
     script = tmp_path / name
     script.write_text(text)
-    return Program(dict(env, **extra), script, cwd=tmp_path)
+    return Program(dict(env, **extra), script, *args, cwd=tmp_path)
 
 
 @pytest.mark.timeout(90)
@@ -224,6 +255,40 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
         assert continued["continued"] == [{"actor": "threads", "ranks": [pid]}]
         code, output = program.finish()
         assert code == 0 and "ALL DONE" in output
+    finally:
+        program.stop()
+
+
+def states(env: dict[str, str]) -> dict[int, str]:
+    done = run_debug(env, "--json", "-c", "list --all")
+    assert done.returncode == 0, done.stderr
+    return {row["rank"]: row["state"] for row in json.loads(done.stdout)}
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_that_quit_is_listed_as_quit_until_its_next_call(env, tmp_path):
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    program = run_script(env, tmp_path, "quits.py", QUITS, str(fifo))
+    try:
+        wait_for_sessions(env, 2)
+        assert run_debug(env, "-c", "attach worker 0", "-c", "q").returncode == 0
+        assert states(env) == {0: "quit", 1: "breakpoint"}
+        assert "Q quit (1)" in run_debug(env, "-c", "mesh worker").stdout
+        assert run_debug(env, "-c", "continue").returncode == 0
+        assert program.proc.stdout.readline() == "FIRST CALL FAILED ActorError\n"
+        assert sorted(program.proc.stdout.readline() for _ in range(2)) == ["STEP 1 rank 0\n", "STEP 1 rank 1\n"]
+        conn = ShellConnection.open(settings_for(env))
+        try:
+            deadline = time.monotonic() + 10  # presence makes no event: ask until the broker has it
+            while conn.request(wire.ListAll(), wire.SessionList).rows[0]["state"] != "running":
+                assert time.monotonic() < deadline, "rank 0 runs its next call, yet is listed as quit"
+        finally:
+            conn.close()
+        with open(fifo, "w") as release:
+            release.write("go")
+        code, output = program.finish()
+        assert code == 0 and "SECOND CALL [1, 1]" in output
     finally:
         program.stop()
 
