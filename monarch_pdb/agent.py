@@ -197,9 +197,10 @@ class Agent:
         if ready.wait(self.settings.connect_timeout):
             return True
         where = f"{self.settings.host}:{self.settings.port}"
+        other = discovery.other_program(self.settings)
         print(
             f"monarch-pdb: {who} (pid {os.getpid()}) is paused at a breakpoint, but no debug broker "
-            f"answers at {where}{self.link.problem}. Start one with `monarch-pdb broker` "
+            f"answers at {where}{f' ({other})' if other else self.link.problem}. Start one with `monarch-pdb broker` "
             "(set MONARCH_DEBUG_SERVER_HOST/PORT to match); waiting.",
             file=sys.stderr, flush=True,
         )

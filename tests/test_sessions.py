@@ -547,6 +547,45 @@ def test_a_rank_with_no_broker_says_where_it_looked_and_can_give_up(env, tmp_pat
     assert code == 0 and "LOSS 0.25" in output
 
 
+SQUATTER = textwrap.dedent('''
+    import socket
+    import sys
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", int(sys.argv[1])))
+    server.listen()
+    print("listening", flush=True)
+    held = []
+    while True:
+        held.append(server.accept()[0])  # says nothing, as an HTTP server waits for a request
+''')
+
+
+@pytest.mark.timeout(60)
+def test_another_program_on_a_stale_brokers_port_is_named_by_rank_and_shell(env, tmp_path):
+    port = free_port()
+    fixed = dict(env, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1",
+                 MONARCH_PDB_GIVE_UP_AFTER="1")
+    broker, _ = start_broker(fixed)
+    broker.kill()
+    broker.wait()
+    assert os.path.exists(os.path.join(env["MONARCH_PDB_RUNTIME_DIR"], f"broker-{port}.json")), "a stale file"
+    squatter = run_script(env, tmp_path, "squatter.py", SQUATTER, str(port))
+    try:
+        assert squatter.proc.stdout.readline() == "listening\n"
+        note = f"(another program listens on port {port}: it does not speak ZeroMQ, so it is not a debug broker)"
+        code, output = run_train(fixed, tmp_path, 0).finish()
+        assert f"no debug broker answers at 127.0.0.1:{port} {note}" in output
+        assert code == 0 and "LOSS 0.25" in output
+        done = run_debug(fixed, "-c", "list")
+        assert done.returncode == 2
+        assert done.stderr == (f"monarch-pdb: no debug broker answers at 127.0.0.1:{port} {note}. Stop that program, "
+                               "or give the broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).\n")
+    finally:
+        squatter.stop()
+
+
 @pytest.mark.timeout(60)
 def test_a_runtime_directory_that_cannot_be_made_is_named_and_the_rank_runs_on(env, tmp_path):
     (tmp_path / "file").write_text("not a directory")
