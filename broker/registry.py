@@ -150,6 +150,9 @@ class Registry:
     agents_per_job: Counter = field(default_factory=Counter)
     dims: dict[tuple, tuple] = field(default_factory=dict)
     """One copy of each tuple of dimension names that present ranks use."""
+    quit: set = field(default_factory=set)
+    """(job, actor, rank) of running ranks whose last session ended by quitting the debugger
+    (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
     departed: OrderedDict = field(default_factory=OrderedDict)
     """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, "lost" or "finished", instance)."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
@@ -188,6 +191,7 @@ class Registry:
             self.by_agent[(peer, msg.sid)] = sess.id
             self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
             self.peers[peer].sessions.add(sess.id)
+            self.quit.discard((sess.job, sess.actor, sess.rank))
         newly = sess.fresh or sess.released or (msg.reason == "post-mortem" and sess.reason != "post-mortem")
         sess.fresh = sess.released = False
         sess.paused = True
@@ -199,12 +203,17 @@ class Registry:
         sess_id = self.by_agent.get((peer, sid))
         return None if sess_id is None else self.sessions.get(sess_id)
 
-    def remove(self, sess: Session) -> None:
+    def remove(self, sess: Session, reason: str = "") -> None:
+        """Forget a session (ended for `reason`); a rank its process runs on after quitting is
+        listed as quit."""
+        key = (sess.job, sess.actor, sess.rank)
+        owner = self.peers.get(sess.peer)
+        if reason == "quit" and owner is not None and any(p[:3] == key for p in owner.present):
+            self.quit.add(key)
         self.sessions.pop(sess.id, None)
         self.by_agent.pop((sess.peer, sess.sid), None)
-        if self.by_key.get((sess.job, sess.actor, sess.rank)) == sess.id:
-            del self.by_key[(sess.job, sess.actor, sess.rank)]
-        owner = self.peers.get(sess.peer)
+        if self.by_key.get(key) == sess.id:
+            del self.by_key[key]
         if owner is not None:
             owner.sessions.discard(sess.id)
         holder = self.peers.get(sess.holder) if sess.holder else None
@@ -304,9 +313,11 @@ class Registry:
             instance = item[4] if len(item) == 5 else ""
             present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values()), instance))
             self.departed.pop((job, actor, rank), None)
+            self.quit.discard((job, actor, rank))
         peer = self.peers[identity]
         if added:
-            peer.present.extend(present)
+            known = {p[:3] for p in peer.present}
+            peer.present.extend(p for p in present if p[:3] not in known)
         else:
             peer.present = present
 
@@ -315,6 +326,7 @@ class Registry:
         for job, actor, rank, dims, values, instance in peer.present:
             self.departed[(job, actor, rank)] = (dict(zip(dims, values)), peer.host, peer.pid, state, instance)
             self.departed.move_to_end((job, actor, rank))
+            self.quit.discard((job, actor, rank))
         while len(self.departed) > DEPARTED_KEPT:
             self.departed.popitem(last=False)
 
@@ -338,6 +350,21 @@ class Registry:
             )
         return sorted(found.values(), key=lambda r: r.rank)
 
+    def without_session(self, job: str, actor: str, wanted: list[int]) -> list[list]:
+        """[rank, why] for each of `wanted` that has no session: it runs, its process is gone
+        (lost or finished), or the broker never heard of it."""
+        running = {rank for peer in self.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor}
+        found = []
+        for rank in wanted:
+            gone = self.departed.get((job, actor, rank))
+            found.append([rank, self.running_state((job, actor, rank)) if rank in running
+                          else gone[3] if gone else "no such rank is known"])
+        return found
+
+    def running_state(self, key: tuple[str, str, int]) -> str:
+        """The state of a rank its process runs, without a session."""
+        return "quit" if key in self.quit else "running"
+
     def all_rows(self) -> list[dict]:
         """`list --all`: every session, every rank running without one, and ranks whose
         process is gone."""
@@ -346,7 +373,7 @@ class Registry:
             for job, actor, rank, dims, values, instance in peer.present:
                 if (job, actor, rank) not in rows:
                     rows[(job, actor, rank)] = rank_row(job, actor, rank, dict(zip(dims, values)), peer.host,
-                                                        peer.pid, "running", instance)
+                                                        peer.pid, self.running_state((job, actor, rank)), instance)
         for (job, actor, rank), (coords, host, pid, state, instance) in self.departed.items():
             if (job, actor, rank) not in rows:
                 rows[(job, actor, rank)] = rank_row(job, actor, rank, coords, host, pid, state, instance)

@@ -284,7 +284,7 @@ class Broker:
                 self.finish_if_done(queued)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
-        self.registry.remove(sess)
+        self.registry.remove(sess, reason)
         self.publish("lost" if reason == "lost" else "ended", sess, reason)
 
     # --- every peer --------------------------------------------------------------------
@@ -304,21 +304,24 @@ class Broker:
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
 
-    def selected(self, identity: bytes, job: str, actor: str, selector: str, live: bool = False) -> list:
+    def selected(self, identity: bytes, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
-        not), in rank order; an empty list after telling the shell why there are none."""
+        not), in rank order, and [rank, why] for each rank it names that is not among them; no
+        sessions after telling the shell why there are none."""
         try:
             selection = ranks.parse_selector(selector)
             found = self.registry.live_ranks(job, actor) if live else self.registry.actor_sessions(job, actor)
         except (ranks.SelectorError, LookupFailed) as failure:
             self.send(identity, wire.Error(text=str(failure)))
-            return []
+            return [], []
         by_rank = {r.rank: r for r in found}
         chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in found])]
         if not chosen:
             having = "that runs" if live else "with a session"
             self.send(identity, wire.Error(text=no_match(actor, selection, found, having)))
-        return chosen
+            return [], []
+        absent = sorted(set(ranks.named(selection)) - by_rank.keys())
+        return chosen, self.registry.without_session(found[0].job, actor, absent) if absent else []
 
     def record(self, identity: bytes, job: str, actor: str, ranks_sent: list[int], line: str) -> None:
         """The audit log: one line per command sent to ranks, and who sent it."""
@@ -332,7 +335,7 @@ class Broker:
         self.audit.flush()
 
     def on_follow(self, identity: bytes, msg: wire.Follow) -> None:
-        chosen = self.selected(identity, msg.job, msg.actor, msg.selector)
+        chosen, _ = self.selected(identity, msg.job, msg.actor, msg.selector)
         if chosen:
             self.send(identity, wire.Following(job=chosen[0].job, actor=msg.actor,
                                                sessions=[[s.id, s.rank, s.out_seq] for s in chosen]))
@@ -446,13 +449,13 @@ class Broker:
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.cmd, line=line, release=release))
 
     def on_cast(self, identity: bytes, msg: wire.Cast) -> None:
-        chosen = self.selected(identity, msg.job, msg.actor, msg.selector)
+        chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector)
         if not chosen:
             return
         self.record(identity, chosen[0].job, msg.actor, [s.rank for s in chosen], msg.line)
         cast = CastInFlight(
             id=self.next_cast, shell=identity, ref=msg.ref, actor=msg.actor,
-            deadline=time.monotonic() + msg.timeout, total=len(chosen),
+            deadline=time.monotonic() + msg.timeout, total=len(chosen) + len(absent), missing=absent,
             next_progress=time.monotonic() + PROGRESS_EVERY,
         )
         self.next_cast += 1
@@ -523,11 +526,11 @@ class Broker:
         self.send(identity, wire.SessionList(rows=self.registry.all_rows()))
 
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
-        chosen = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
+        chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if not chosen:
             return
         request = StacksInFlight(id=self.next_stack_request, shell=identity, ref=msg.ref, actor=msg.actor,
-                                 deadline=time.monotonic() + msg.timeout)
+                                 deadline=time.monotonic() + msg.timeout, missing=absent)
         self.next_stack_request += 1
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
@@ -555,7 +558,7 @@ class Broker:
 
     def on_interrupt(self, identity: bytes, msg: wire.Interrupt) -> None:
         """Ask the processes of the selected ranks to stop them; ranks already paused are left."""
-        chosen = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
+        chosen, _ = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if not chosen:
             return
         by_peer: dict[bytes, list[int]] = {}

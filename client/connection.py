@@ -77,6 +77,10 @@ class ShellConnection:
                 continue
             conn.close()
             where = f"{settings.host}:{settings.port}"
+            other = discovery.other_program(settings)
+            if other:
+                raise NoBroker(f"no debug broker answers at {where} ({other}). Stop that program, or give the "
+                               "broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).")
             looked = discovery.connection_file(settings)
             raise NoBroker(
                 f"no debug broker answers at {where} (looked for {looked}). Start your program "

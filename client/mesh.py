@@ -14,8 +14,11 @@ STATES = {
     "running": ("R", "running", "32"),
     "lost": ("L", "lost", "35"),
     "finished": ("F", "finished", "34"),
+    "quit": ("Q", "quit", "36"),
 }
 LEGEND = ("breakpoint", "running", "post-mortem", "lost", "finished")
+OCCASIONAL = ("quit",)
+"""States in the legend only when some rank is in one."""
 ABSENT = "."
 ROW_WITHOUT_COORDS = 16
 """Ranks without coordinates (plain processes) are laid out this many to a row."""
@@ -52,7 +55,8 @@ def picture(actor: str, rows: list[dict], colour: bool) -> str:
             states = [at[key]["state"] if (key := (r, c, *fixed)) in at else None for c in range(extent[1])]
             lines.append(str(r).rjust(lead) + "  " + " ".join(" " * (width - 1) + cell(s, colour) for s in states))
     counts = Counter(STATES.get(r["state"], ("?", "other", ""))[1] for r in rows)
-    legend = [f"{cell(state, colour)} {STATES[state][1]} ({counts[STATES[state][1]]})" for state in LEGEND]
+    shown = LEGEND + tuple(state for state in OCCASIONAL if counts[STATES[state][1]])
+    legend = [f"{cell(state, colour)} {STATES[state][1]} ({counts[STATES[state][1]]})" for state in shown]
     lines.append("  ".join(legend + [f"{ABSENT} no rank"]))
     return "\n".join(lines) + "\n"
 

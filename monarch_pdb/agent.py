@@ -14,7 +14,7 @@ import sys
 import itertools
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import zmq
@@ -85,6 +85,11 @@ class Agent:
         """Sessions holding output that neither a prompt nor the link has taken yet: only these
         are looked at, so a process with thousands of paused sessions does no work for them."""
         self._sids = itertools.count(1)
+        self._names: dict[int, tuple[str, str, int]] = {}
+        self._holders: dict[tuple[str, str, int], int] = {}
+        """Each open session's (job, actor, rank), and the other way round: no other may take it."""
+        self._by_thread: set[int] = set()
+        """Sessions named after their thread (see `open_session`): never the process's own rank."""
         self._lock = threading.Lock()
         self.loose_sessions: dict[int, Any] = {}
         """Sessions opened outside any endpoint call, by thread: they end when tracing stops."""
@@ -101,6 +106,10 @@ class Agent:
         self._present_due = False
         self._announced: int | None = None
         """How many of `_hosted` the broker has (in order); None: it needs them all."""
+        self._quit: set[tuple[str, str, int]] = set()
+        """Hosted ranks whose last call ended by quitting the debugger (the broker lists them as
+        quit); each is announced again when its next call starts (then in `_again`)."""
+        self._again: list[tuple[str, str, int]] = []
         self._present_at = float("-inf")
         self._running: dict[tuple[str, int], tuple[int, Any]] = {}
         self._interrupts: list[tuple[Identity, float]] = []
@@ -122,15 +131,32 @@ class Agent:
 
     # --- called from paused threads ----------------------------------------------------
 
-    def open_session(self, output: OutputSource) -> tuple[int, queue.SimpleQueue[Line]]:
-        """A new session id and the queue its input lines arrive on."""
+    def open_session(self, output: OutputSource, identity: Identity,
+                     own_name: bool) -> tuple[int, queue.SimpleQueue[Line], Identity]:
+        """A new session id, the queue its input lines arrive on, and the name it is listed under.
+
+        A session named by an endpoint call (`own_name`) keeps its name. Any other is named
+        after the process, which one thread cannot own for the others: a thread stopping under a
+        name another session of the process holds, or under the pid (the main thread's name),
+        is listed with its own thread id as rank and its thread's name as instance."""
         sid = next(self._sids)
         inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
         with self._lock:
+            name = (identity.job, identity.actor, identity.rank)
+            thread = threading.current_thread()
+            if not own_name and (name in self._holders
+                                 or (identity.rank == self.pid and thread is not threading.main_thread())):
+                named = f"thread {thread.name}"
+                identity = replace(identity, rank=threading.get_native_id(),
+                                   instance=f"{identity.instance}, {named}" if identity.instance else named)
+                name = (identity.job, identity.actor, identity.rank)
+                self._by_thread.add(sid)
+            self._names[sid] = name
+            self._holders.setdefault(name, sid)
             self._inboxes[sid] = inbox
             self._sources[sid] = output
             self.stopped = True
-        return sid, inbox
+        return sid, inbox, identity
 
     def close_session(self, sid: int, ended: wire.Ended) -> None:
         with self._lock:
@@ -138,6 +164,12 @@ class Agent:
             self._sources.pop(sid, None)
             self._waiting.pop(sid, None)
             self._printing.discard(sid)
+            name = self._names.pop(sid, None)
+            if self._holders.get(name) == sid:
+                del self._holders[name]
+            if ended.reason == "quit" and name in self._hosted:
+                self._quit.add(name)
+            self._by_thread.discard(sid)
             if not self._inboxes:
                 self._own_stopped_as = None
         self.link.post(ended)
@@ -153,7 +185,7 @@ class Agent:
         with self._lock:
             self._waiting[prompt.sid] = prompt
             self._unsent.append(prompt.sid)
-            if self._own:
+            if self._own and prompt.sid not in self._by_thread:
                 self._own_stopped_as = [prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance]
                 self._present_due = self._present_due or self._own_stopped_as != self._own_as
             self._printing.discard(prompt.sid)  # its output went with the prompt
@@ -165,9 +197,10 @@ class Agent:
         if ready.wait(self.settings.connect_timeout):
             return True
         where = f"{self.settings.host}:{self.settings.port}"
+        other = discovery.other_program(self.settings)
         print(
             f"monarch-pdb: {who} (pid {os.getpid()}) is paused at a breakpoint, but no debug broker "
-            f"answers at {where}{self.link.problem}. Start one with `monarch-pdb broker` "
+            f"answers at {where}{f' ({other})' if other else self.link.problem}. Start one with `monarch-pdb broker` "
             "(set MONARCH_DEBUG_SERVER_HOST/PORT to match); waiting.",
             file=sys.stderr, flush=True,
         )
@@ -248,11 +281,15 @@ class Agent:
         at once (it replaces the process's own identity, see `host_self`)."""
         key = (job, actor, rank)
         with self._lock:
-            if key in self._hosted:
+            if key in self._quit:
+                self._quit.discard(key)
+                self._again.append(key)
+            elif key in self._hosted:
                 return
-            self._hosted[key] = dict(coords)
-            if self._own:
-                self._own, self._announced = False, None
+            else:
+                self._hosted[key] = dict(coords)
+                if self._own:
+                    self._own, self._announced = False, None
             self._present_due = True
         self.link.post()
 
@@ -280,10 +317,11 @@ class Agent:
             own = self._own
             since = self._announced
             self._announced = None if own else len(hosted)
+            again, self._again = [(key, self._hosted[key]) for key in self._again], []
         if own:
             self._own_as = self.own_identity()
             return wire.Present(ranks=[self._own_as])
-        fresh = hosted if since is None else hosted[since:]
+        fresh = hosted if since is None else hosted[since:] + again
         return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in fresh],
                             added=since is not None)
 

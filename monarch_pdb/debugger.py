@@ -113,15 +113,40 @@ def describe_function(frame) -> str:
     return f"{module}.{frame.f_code.co_name}"
 
 
-class RemotePdb(pdb.Pdb):
-    """Stock pdb, minus what would read the rank's own terminal."""
+class ConfinedPdb(pdb.Pdb):
+    """Stock pdb, minus the commands that would leave the session: a console on the rank's own
+    terminal, and restarting a program the debugger did not start (pdb.Restart)."""
 
-    def __init__(self, session: Session) -> None:
-        super().__init__(stdin=session.io, stdout=session.io, nosigint=True)
-        self.session = session
+    def __init__(self, stdin: SessionIO, stdout: SessionIO) -> None:
+        super().__init__(stdin=stdin, stdout=stdout, nosigint=True)
 
     def do_interact(self, arg: str) -> None:
+        """interact: not in monarch-pdb, whose rank has no terminal to open a console on."""
         self.error("interact is not supported by monarch-pdb; use '!' statements, p or pp instead")
+
+    def do_run(self, arg: str) -> None:
+        """run: not in monarch-pdb, which cannot start a rank's program again."""
+        self.error("run is not supported by monarch-pdb: a rank cannot restart its program; use c or q instead")
+
+    def do_restart(self, arg: str) -> None:
+        """restart: not in monarch-pdb, which cannot start a rank's program again."""
+        self.error("restart is not supported by monarch-pdb: a rank cannot restart its program; use c or q instead")
+
+    def do_debug(self, arg: str) -> None:
+        # pdb's debug, with a recursive debugger confined too: stock pdb's is a plain Pdb.
+        sys.settrace(None)
+        nested = ConfinedPdb(self.stdin, self.stdout)
+        nested.prompt = f"({self.prompt.strip()}) "
+        self.message("ENTERING RECURSIVE DEBUGGER")
+        try:
+            sys.call_tracing(nested.run, (arg, self.curframe.f_globals, self.curframe_locals))
+        except Exception:
+            self._error_exc()
+        self.message("LEAVING RECURSIVE DEBUGGER")
+        sys.settrace(self.trace_dispatch)
+        self.lastcmd = nested.lastcmd
+
+    do_debug.__doc__ = pdb.Pdb.do_debug.__doc__
 
     def do_clear(self, arg: str) -> None:
         """Like pdb's clear, but clearing everything does not stop to ask for a confirmation."""
@@ -133,6 +158,15 @@ class RemotePdb(pdb.Pdb):
         self.clear_all_breaks()
 
     do_cl = do_clear
+
+
+class RemotePdb(ConfinedPdb):
+    """The session's own debugger: continuing or quitting it outside an endpoint call ends the
+    session."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session.io, session.io)
+        self.session = session
 
     def set_continue(self) -> None:
         super().set_continue()
@@ -161,7 +195,7 @@ class Session:
     def __post_init__(self) -> None:
         self.thread = threading.get_ident()
         self.io = SessionIO(self.ask)
-        self.sid, self.inbox = self.agent.open_session(self.io)
+        self.sid, self.inbox, self.identity = self.agent.open_session(self.io, self.identity, self.call is not None)
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
 

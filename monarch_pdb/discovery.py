@@ -22,6 +22,10 @@ from dataclasses import asdict, dataclass
 from monarch_pdb.settings import Settings
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", ""}
+GREETING_WAIT = 1.0
+"""Seconds to wait for what listens on the broker's port to greet as ZeroMQ does."""
+ZMTP_FIRST_BYTE = b"\xff"
+"""A ZeroMQ socket sends its greeting (whose first byte this is) as soon as a peer connects."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ class NotFound(Exception):
 
 
 class Insecure(Exception):
-    """A file holding a secret that other users could read; the text says how to fix it."""
+    """A file or directory that cannot hold this user's secret (others could read it, or it
+    cannot be made at all); the text says how to fix it."""
 
 
 def read_private(path: str) -> str:
@@ -91,10 +96,35 @@ def lock_file(settings: Settings) -> str:
 
 def ensure_runtime_dir(settings: Settings) -> None:
     """The per-user directory, created 0700; one that belongs to someone else is refused."""
-    os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
-    if os.stat(settings.runtime_dir).st_uid != os.getuid():
-        raise Insecure(f"{settings.runtime_dir} belongs to another user; set MONARCH_PDB_RUNTIME_DIR to a directory of yours")
-    os.chmod(settings.runtime_dir, 0o700)
+    fix = "set MONARCH_PDB_RUNTIME_DIR to a directory of yours"
+    try:
+        os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
+        if os.stat(settings.runtime_dir).st_uid != os.getuid():
+            raise Insecure(f"{settings.runtime_dir} belongs to another user; {fix}")
+        os.chmod(settings.runtime_dir, 0o700)
+    except OSError as error:
+        raise Insecure(f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; {fix}") from None
+
+
+def other_program(settings: Settings) -> str:
+    """When no broker answers: a note that what listens on the broker's port is another
+    program (it does not greet as ZeroMQ does), else "" (nothing listens, or something that
+    speaks ZeroMQ). A port a broker of this host holds a lock for is not looked at: that
+    broker may only be slow."""
+    if settings.port == 0 or broker_running(settings):
+        return ""
+    try:
+        probe = socket.create_connection((bind_host(settings.host), settings.port), timeout=GREETING_WAIT)
+    except OSError:
+        return ""
+    with probe:
+        try:
+            greeting = probe.recv(1)
+        except OSError:
+            greeting = b""
+    if greeting == ZMTP_FIRST_BYTE:
+        return ""
+    return f"another program listens on port {settings.port}: it does not speak ZeroMQ, so it is not a debug broker"
 
 
 def broker_running(settings: Settings) -> bool:

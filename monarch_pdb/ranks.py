@@ -31,6 +31,7 @@ __all__ = [
     "Term",
     "dimensions",
     "format_ranks",
+    "named",
     "parse_ranks",
     "parse_selector",
     "render_selector",
@@ -129,6 +130,12 @@ def render_selector(selection: Selection) -> str:
 def dimensions(selection: Selection) -> tuple[str, ...]:
     """Dimension names the selection filters on, in the order written, so callers can name unknowns."""
     return tuple(f.dim for f in selection.dims)
+
+
+def named(selection: Selection) -> tuple[int, ...]:
+    """The ranks a selection names one by one (`ranks(0,7)`), each of which must be there. A
+    slice or a dimension filter means whatever ranks are there, as Python's slices do."""
+    return selection.ranks.ranks if isinstance(selection.ranks, RankList) else ()
 
 
 def select(selection: Selection, candidates: Iterable[tuple[int, Mapping[str, int]]]) -> list[int]:

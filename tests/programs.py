@@ -41,6 +41,12 @@ class Program:
         self.proc.communicate()
 
 
+def run_debug(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """`monarch-pdb debug ARGS` without a terminal (a script, -c, --json), run to its end."""
+    return subprocess.run([*DEBUG_SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def settings_for(env: dict[str, str]) -> settings_module.Settings:
     return settings_module.load(env)
 

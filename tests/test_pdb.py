@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from programs import Program, wait_for_sessions
+from programs import Program, run_debug, wait_for_sessions
 from shell_driver import ShellDriver
 
 PROGRAM = textwrap.dedent('''
@@ -37,19 +37,27 @@ PROGRAM = textwrap.dedent('''
 
 
 @pytest.fixture
-def attached(env, tmp_path):
+def calc(env, tmp_path):
+    """PROGRAM, its two ranks paused."""
     script = tmp_path / "calc.py"
     script.write_text(PROGRAM)
     program = Program(env, script, cwd=tmp_path)
-    shell = ShellDriver(env)
     try:
         wait_for_sessions(env, 2)
+        yield program
+    finally:
+        program.stop()
+
+
+@pytest.fixture
+def attached(env, calc):
+    shell = ShellDriver(env)
+    try:
         shell.wait_prompt()
         shell.command("attach calc 1")
-        yield shell, program
+        yield shell, calc
     finally:
         shell.kill()
-        program.stop()
 
 
 @pytest.mark.timeout(90)
@@ -88,4 +96,23 @@ def test_breakpoints_clear_without_a_question_and_interact_says_no(attached):
     shell.command("c")
     shell.command("continue")
     code, output = program.finish()
+    assert code == 0 and "RESULT [100, 101]" in output
+
+
+@pytest.mark.timeout(90)
+def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
+    refused = ["restart", "run", "interact"]
+    lines = [*refused, "debug square(2)", *refused, "c", "p total"]
+    done = run_debug(env, *[arg for line in lines for arg in ("-c", f"cast calc ranks(1) {line}")], "-c", "continue")
+    assert done.returncode == 0, done.stderr
+    answers = done.stdout.split("calc ranks[1] (1)\n")[1:]
+    refusals = [
+        "*** restart is not supported by monarch-pdb: a rank cannot restart its program; use c or q instead\n",
+        "*** run is not supported by monarch-pdb: a rank cannot restart its program; use c or q instead\n",
+        "*** interact is not supported by monarch-pdb; use '!' statements, p or pp instead\n",
+    ]
+    assert answers[:3] == refusals and answers[4:7] == refusals
+    assert answers[3].startswith("ENTERING RECURSIVE DEBUGGER\n") and answers[7] == "LEAVING RECURSIVE DEBUGGER\n"
+    assert answers[8] == "101\nContinued 2 ranks: calc ranks[0,1]\n", "the rank is still where it stopped"
+    code, output = calc.finish()
     assert code == 0 and "RESULT [100, 101]" in output

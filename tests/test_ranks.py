@@ -17,6 +17,7 @@ from monarch_pdb.ranks import (
     Selection,
     dimensions,
     format_ranks,
+    named,
     parse_ranks,
     parse_selector,
     render_selector,
@@ -212,6 +213,11 @@ def test_dimensions_name_what_the_shell_must_check() -> None:
     assert dimensions(selection) == ("host", "gpus")
     assert [d for d in dimensions(selection) if d not in MESH[0][1]] == ["gpus"]
     assert dimensions(parse_selector("ranks(1,2)")) == ()
+
+
+def test_only_a_list_of_ranks_names_ranks_that_must_be_there() -> None:
+    assert named(parse_selector("ranks(0, 7)")) == (0, 7) and named(parse_selector("ranks(3)")) == (3,)
+    assert [named(parse_selector(text)) for text in ("ranks(:)", "ranks(2:9)", "ranks(host=(0,9))")] == [(), (), ()]
 
 
 @pytest.mark.timeout(10)

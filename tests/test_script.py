@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import textwrap
 
 import pytest
-from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, settings_for, wait_for_sessions, run_debug as shell
 from shell_driver import ShellDriver
+
+from monarch_pdb.client.connection import ShellConnection
 
 
 SCRIPT = textwrap.dedent("""\
@@ -19,11 +23,6 @@ SCRIPT = textwrap.dedent("""\
     cast debugee ranks(::5) p rank
     cast debugee ranks(host=1, gpu=(0,3)) p rank * 10
 """)
-
-
-def shell(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([*DEBUG_SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture
@@ -87,6 +86,27 @@ def test_no_broker_and_no_script_file_are_clear_failures(env, tmp_path):
     missing = shell(env, "--script", str(tmp_path / "nope.txt"))
     assert missing.returncode == 1
     assert missing.stderr.strip() == f"monarch-pdb: cannot read script {tmp_path / 'nope.txt'}: No such file or directory"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_named_in_a_cast_and_absent_is_missing_and_fails_the_script(env, example):
+    absent = shell(env, "--json", "-c", "cast debugee ranks(0,16) p rank")
+    assert absent.returncode == 1
+    assert json.loads(absent.stdout)["missing"] == [{"rank": 16, "reason": "no such rank is known"}]
+    assert absent.stderr.splitlines()[-1].endswith("1 of the selected ranks did not answer")
+    [row] = [r for r in wait_for_sessions(env, 16) if r["rank"] == 3]
+    os.kill(row["pid"], signal.SIGKILL)
+    conn = ShellConnection.open(settings_for(env))
+    try:
+        conn.wait_for_rows(lambda rows: all(r["rank"] != 3 for r in rows), timeout=30)
+    finally:
+        conn.close()
+    lost = shell(env, "-c", "cast debugee ranks(0,3) p rank")
+    assert lost.returncode == 1
+    assert lost.stdout == "debugee ranks[0] (1)\n0\nno answer from debugee ranks[3] (1): lost\n"
+    whatever = shell(env, "--json", "-c", "cast debugee ranks(:) p rank", "-c", "cast debugee ranks(2:) p rank")
+    assert whatever.returncode == 0, whatever.stderr
+    assert [json.loads(line)["missing"] for line in whatever.stdout.splitlines()] == [[], []]
 
 
 def check(value, shape) -> None:

@@ -3,16 +3,21 @@ post-mortem, quitting one rank, and a rank that dies."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
 import textwrap
+import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import EXAMPLES, Program, start_broker, stop_broker, wait_for_sessions
+from programs import EXAMPLES, Program, run_debug, settings_for, start_broker, stop_broker, wait_for_sessions
 from shell_driver import ShellDriver
+
+from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 NESTED = textwrap.dedent('''
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
@@ -78,6 +83,56 @@ THREADS = textwrap.dedent('''
     print("ALL DONE")
 ''')
 
+INSTALLED_THREADS = textwrap.dedent('''
+    import threading
+
+    import monarch_pdb
+
+
+    def work(n):
+        value = f"worker {n}"
+        breakpoint()
+        return value
+
+
+    monarch_pdb.install()
+    threads = [threading.Thread(target=work, args=(n,), name=f"worker-{n}") for n in (1, 2)]
+    for t in threads:
+        t.start()
+    value = "main"
+    breakpoint()
+    for t in threads:
+        t.join()
+    print("ALL DONE")
+''')
+
+QUITS = textwrap.dedent('''
+    import sys
+
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+
+    class Worker(Actor):
+        @endpoint
+        def step(self, n):
+            if n == 0:
+                breakpoint()
+                return n
+            print(f"STEP {n} rank {current_rank().rank}", flush=True)
+            with open(sys.argv[1]) as fifo:  # until the test lets the call end
+                fifo.read()
+            return n
+
+
+    if __name__ == "__main__":
+        workers = this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker)
+        try:
+            workers.step.call(0).get()
+        except Exception as error:
+            print("FIRST CALL FAILED", type(error).__name__, flush=True)
+        print("SECOND CALL", workers.step.call(1).get().values(), flush=True)
+''')
+
 PLAIN = textwrap.dedent('''
     def train_step(step):
         loss = 1.0 / (step + 1)
@@ -93,10 +148,10 @@ def run_train(env, tmp_path, rank: int, **extra):
     return run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK=str(rank), **extra)
 
 
-def run_script(env, tmp_path, name, text, **extra):
+def run_script(env, tmp_path, name, text, *args, **extra):
     script = tmp_path / name
     script.write_text(text)
-    return Program(dict(env, **extra), script, cwd=tmp_path)
+    return Program(dict(env, **extra), script, *args, cwd=tmp_path)
 
 
 @pytest.mark.timeout(90)
@@ -171,6 +226,69 @@ def test_64_sessions_in_one_process_group_into_two_blocks(env, tmp_path, shell):
         sh.command("continue")
         code, output = program.finish()
         assert code == 0 and "ALL DONE" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, tmp_path):
+    program = run_script(env, tmp_path, "threads.py", INSTALLED_THREADS)
+    try:
+        rows = wait_for_sessions(env, 3)
+        pid = program.proc.pid
+        main, *workers = sorted(rows, key=lambda r: r["instance"])
+        assert (main["rank"], main["instance"], main["function"]) == (pid, "", "threads.<module>")
+        assert [w["instance"] for w in workers] == ["thread worker-1", "thread worker-2"]
+        assert len({r["rank"] for r in rows}) == 3 and all(r["pid"] == pid for r in rows)
+        ranks = [r["rank"] for r in (main, *workers)]
+        listing = run_debug(env, "-c", "list")
+        assert [line.split("|")[7].strip() for line in listing.stdout.splitlines() if "| threads " in line] == [
+            "", "thread worker-1", "thread worker-2"], listing.stdout
+        done = run_debug(env, "--json", "-c", "cast threads ranks(:) p value", "-c", f"attach threads {ranks[2]}",
+                         "-c", "p value", "-c", "c", "-c", f"cast threads ranks({ranks[1]}) c", "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        cast, attached, answer, *_, released, continued = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [
+            ([rank], f"{value!r}\n") for rank, value in zip(ranks, ["main", "worker 1", "worker 2"])]
+        assert attached["attached"]["rank"] == ranks[2] and answer["output"] == "'worker 2'\n"
+        assert [(g["ranks"], g["outcome"]) for g in released["groups"]] == [([ranks[1]], "continued")]
+        assert continued["continued"] == [{"actor": "threads", "ranks": [pid]}]
+        code, output = program.finish()
+        assert code == 0 and "ALL DONE" in output
+    finally:
+        program.stop()
+
+
+def states(env: dict[str, str]) -> dict[int, str]:
+    done = run_debug(env, "--json", "-c", "list --all")
+    assert done.returncode == 0, done.stderr
+    return {row["rank"]: row["state"] for row in json.loads(done.stdout)}
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_that_quit_is_listed_as_quit_until_its_next_call(env, tmp_path):
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    program = run_script(env, tmp_path, "quits.py", QUITS, str(fifo))
+    try:
+        wait_for_sessions(env, 2)
+        assert run_debug(env, "-c", "attach worker 0", "-c", "q").returncode == 0
+        assert states(env) == {0: "quit", 1: "breakpoint"}
+        assert "Q quit (1)" in run_debug(env, "-c", "mesh worker").stdout
+        assert run_debug(env, "-c", "continue").returncode == 0
+        assert program.proc.stdout.readline() == "FIRST CALL FAILED ActorError\n"
+        assert sorted(program.proc.stdout.readline() for _ in range(2)) == ["STEP 1 rank 0\n", "STEP 1 rank 1\n"]
+        conn = ShellConnection.open(settings_for(env))
+        try:
+            deadline = time.monotonic() + 10  # presence makes no event: ask until the broker has it
+            while conn.request(wire.ListAll(), wire.SessionList).rows[0]["state"] != "running":
+                assert time.monotonic() < deadline, "rank 0 runs its next call, yet is listed as quit"
+        finally:
+            conn.close()
+        with open(fifo, "w") as release:
+            release.write("go")
+        code, output = program.finish()
+        assert code == 0 and "SECOND CALL [1, 1]" in output
     finally:
         program.stop()
 
@@ -426,4 +544,55 @@ def test_a_rank_with_no_broker_says_where_it_looked_and_can_give_up(env, tmp_pat
     assert f"train rank 0 (pid {program.proc.pid}) is paused at a breakpoint, but no debug broker answers at 127.0.0.2:{port}" in output
     assert "for a remote broker set MONARCH_PDB_SECRET" in output and "Start one with `monarch-pdb broker`" in output
     assert "no broker after 1 s; continuing without stopping." in output
+    assert code == 0 and "LOSS 0.25" in output
+
+
+SQUATTER = textwrap.dedent('''
+    import socket
+    import sys
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", int(sys.argv[1])))
+    server.listen()
+    print("listening", flush=True)
+    held = []
+    while True:
+        held.append(server.accept()[0])  # says nothing, as an HTTP server waits for a request
+''')
+
+
+@pytest.mark.timeout(60)
+def test_another_program_on_a_stale_brokers_port_is_named_by_rank_and_shell(env, tmp_path):
+    port = free_port()
+    fixed = dict(env, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1",
+                 MONARCH_PDB_GIVE_UP_AFTER="1")
+    broker, _ = start_broker(fixed)
+    broker.kill()
+    broker.wait()
+    assert os.path.exists(os.path.join(env["MONARCH_PDB_RUNTIME_DIR"], f"broker-{port}.json")), "a stale file"
+    squatter = run_script(env, tmp_path, "squatter.py", SQUATTER, str(port))
+    try:
+        assert squatter.proc.stdout.readline() == "listening\n"
+        note = f"(another program listens on port {port}: it does not speak ZeroMQ, so it is not a debug broker)"
+        code, output = run_train(fixed, tmp_path, 0).finish()
+        assert f"no debug broker answers at 127.0.0.1:{port} {note}" in output
+        assert code == 0 and "LOSS 0.25" in output
+        done = run_debug(fixed, "-c", "list")
+        assert done.returncode == 2
+        assert done.stderr == (f"monarch-pdb: no debug broker answers at 127.0.0.1:{port} {note}. Stop that program, "
+                               "or give the broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).\n")
+    finally:
+        squatter.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_runtime_directory_that_cannot_be_made_is_named_and_the_rank_runs_on(env, tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    runtime = tmp_path / "file" / "run"
+    program = run_train(dict(env, MONARCH_PDB_RUNTIME_DIR=str(runtime), MONARCH_PDB_CONNECT_TIMEOUT="1",
+                             MONARCH_PDB_GIVE_UP_AFTER="1"), tmp_path, 0)
+    code, output = program.finish()
+    assert f"(cannot use {runtime} as the runtime directory: Not a directory; set MONARCH_PDB_RUNTIME_DIR" in output
+    assert "Traceback" not in output and "no broker after 1 s; continuing without stopping." in output
     assert code == 0 and "LOSS 0.25" in output
