@@ -1,5 +1,7 @@
 # Two commands for a fresh machine with only Python and make: `make demo` and `make test`.
 # `make test-engines` runs the tests with real torchrun, Ray and Monarch in a venv of its own.
+# `make test-pythons` runs the guide, pdb, keyboard and script tests on each Python from 3.10 to
+# 3.13 that is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,11 +11,13 @@ ENGINES_BIN := $(ENGINES_VENV)/bin
 ENGINES_INSTALLED := $(ENGINES_VENV)/.installed-engines
 ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/test_engines_monarch.py \
 	tests/test_engines_mpi.py tests/test_engines_slurm.py tests/test_two_hosts.py
+PYTHONS := 3.10 3.11 3.12 3.13
+PYTHONS_TESTS := tests/test_guide.py tests/test_pdb.py tests/test_keyboard.py tests/test_script.py
 # torch's CPU build, exactly: an unpinned torch (or one Ray pulls in) is a multi-GB CUDA download.
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines bench bench-monarch clean
+.PHONY: demo test test-engines test-pythons bench bench-monarch clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +46,26 @@ $(ENGINES_INSTALLED): $(ENGINES_BIN)/python setup.cfg pyproject.toml
 test-engines: $(ENGINES_INSTALLED)
 	$(ENGINES_BIN)/python -m pytest $(ENGINE_TESTS) $(PYTEST_ARGS)
 
+test-pythons:
+	@missing=""; failed=""; \
+	for v in $(PYTHONS); do \
+		py=""; \
+		for c in python$$v $$(ls -d "$$(pyenv root 2>/dev/null)"/versions/$$v.*/bin/python$$v 2>/dev/null); do \
+			if "$$c" -c '' 2>/dev/null; then py=$$c; break; fi; \
+		done; \
+		if [ -z "$$py" ]; then missing="$$missing $$v"; echo "== Python $$v: not found, skipped"; continue; fi; \
+		echo "== Python $$v: $$py"; \
+		venv=.venv-py$$v; \
+		if [ ! -f $$venv/.installed-test ] || [ setup.cfg -nt $$venv/.installed-test ]; then \
+			"$$py" -m venv $$venv && $$venv/bin/python -m pip install --quiet --upgrade pip \
+				&& $$venv/bin/python -m pip install --quiet -e '.[test]' && touch $$venv/.installed-test \
+				|| { failed="$$failed $$v"; continue; }; \
+		fi; \
+		$$venv/bin/python -m pytest -p no:cacheprovider $(PYTHONS_TESTS) $(PYTEST_ARGS) || failed="$$failed $$v"; \
+	done; \
+	echo "== Pythons not found:$${missing:- none}; failed:$${failed:- none}"; \
+	[ -z "$$failed" ]
+
 bench: $(INSTALLED)
 	$(BIN)/python benchmarks/run.py $(if $(QUICK),--quick) $(if $(SCALE),--scale)
 
@@ -50,4 +74,4 @@ bench-monarch: $(ENGINES_INSTALLED)
 	$(ENGINES_BIN)/python benchmarks/versus_monarch.py $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) $(ENGINES_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(ENGINES_VENV) .venv-py3.* build *.egg-info .pytest_cache

@@ -4,6 +4,7 @@ same commands from a script or the command line, for programs and CI."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from monarch_pdb import settings as settings_module
@@ -51,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         conn = ShellConnection.open(settings)
     except NoBroker as error:
-        print(f"monarch-pdb: {error}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": str(error)}))
+        else:
+            print(f"monarch-pdb: {error}", file=sys.stderr)
         return 2
     transcript = Transcript.open(args.record) if args.record else None
     try:

@@ -15,6 +15,21 @@ from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import ShellConnection
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PDB_STOPS_ON_BREAKPOINT = sys.version_info >= (3, 13)
+"""Python 3.13's pdb stops at the `breakpoint()` line itself, earlier ones at the line after;
+ours does what stock pdb does on each."""
+
+
+def stop_line(line_after: int) -> int:
+    """The line a rank paused by `breakpoint()` reports, given the line after the call."""
+    return line_after - 1 if PDB_STOPS_ON_BREAKPOINT else line_after
+
+
+def stop_text(after: str) -> str:
+    """pdb's `-> ` line for a rank paused by the guide's `breakpoint()  # noqa`."""
+    return "-> breakpoint()  # noqa" if PDB_STOPS_ON_BREAKPOINT else f"-> {after}"
+
+
 DEBUG_SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 """`monarch-pdb debug`: always ours, where `monarch` may be Monarch's own command when
 torchmonarch is installed too."""

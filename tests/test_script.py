@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import textwrap
 
 import pytest
-from programs import DEBUG_SHELL, EXAMPLES, Program, settings_for, wait_for_sessions, run_debug as shell
+from programs import (DEBUG_SHELL, EXAMPLES, Program, settings_for, start_broker, stop_broker, stop_text,
+                      wait_for_sessions, run_debug as shell)
 from shell_driver import ShellDriver
 
 from monarch_pdb.client.connection import ShellConnection
@@ -145,7 +147,7 @@ def test_json_documents_follow_the_documented_schema(env, example):
     assert cast["numbers"] == {"count": 4, "min": {"value": 0.0, "rank": 0}, "max": {"value": 1.0, "rank": 1},
                                "mean": 0.5, "nonfinite": [], "outliers": []}
     check(jobs, [{"job": str, "processes": int, "sessions": int, "paused": int, "hosts": [str]}])
-    assert attached["attached"]["actor"] == "debugee" and "-> rank += 2" in attached["output"]
+    assert attached["attached"]["actor"] == "debugee" and stop_text("rank += 2") in attached["output"]
     assert answer == {"session": attached["attached"], "output": "5\n"}
     assert detached == {"detached": attached["attached"]}
     assert continued["count"] == 16
@@ -165,7 +167,7 @@ def test_a_recorded_transcript_replays(env, example, tmp_path):
     assert again.returncode == 0, again.stderr
     cast_block = "debugee ranks[2] (1)\n2\ndebugee ranks[4] (1)\n4\ndebugee ranks[6] (1)\n6\n"
     assert first.stdout.startswith(cast_block) and again.stdout.startswith(cast_block)
-    after_attach = first.stdout.split("-> rank += 2\n", 1)[1]
+    after_attach = first.stdout.split(stop_text("rank += 2") + "\n", 1)[1]
     assert after_attach.startswith("18\nDetaching from debug session for debugee 9 (")
     assert again.stdout.endswith(after_attach)
     assert "<last pdb output for debugee 9 follows>" in again.stdout, "the rank kept its state between the runs"
@@ -185,3 +187,51 @@ def test_wait_any_and_a_script_run_from_inside_the_shell(env, example, tmp_path)
         assert driver.command(f"@{script}") == "debugee ranks[7] (1)\n7\n"
     finally:
         driver.kill()
+
+
+@pytest.mark.timeout(60)
+def test_a_shell_the_broker_refuses_says_so_in_json_too(env, tmp_path):
+    broker, first = start_broker(dict(env, MONARCH_PDB_SECRET="the-right-one"))
+    try:
+        port = re.search(r"listening on tcp://127\.0\.0\.1:(\d+)", first).group(1)
+        wrong = dict(env, MONARCH_PDB_SECRET="a-wrong-one", MONARCH_DEBUG_SERVER_PORT=port,
+                     MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "elsewhere"), MONARCH_PDB_CONNECT_TIMEOUT="3")
+        done = shell(wrong, "--json", "-c", "list")
+        assert done.returncode == 2
+        (line,) = done.stdout.splitlines()
+        assert set(json.loads(line)) == {"error"} and "secret" in json.loads(line)["error"]
+        plain = shell(wrong, "-c", "list")
+        assert plain.returncode == 2 and plain.stdout == ""
+        assert plain.stderr.startswith("monarch-pdb: ") and "secret" in plain.stderr
+    finally:
+        stop_broker(broker)
+
+
+@pytest.mark.timeout(60)
+def test_time_limits_must_be_positive_finite_seconds(env, broker):
+    for value in ("-5", "0", "nan", "inf", "soon"):
+        done = shell(env, "-c", f"set cast_timeout {value}")
+        assert done.returncode == 1, value
+        assert done.stderr.splitlines()[0] == \
+            f"Error setting cast_timeout: needs a positive number of seconds, not '{value}'"
+        done = shell(env, "-c", f"wait --any 1 --timeout {value}")
+        assert done.returncode == 1, value
+        assert done.stderr.splitlines()[0] == \
+            f"Error processing command: --timeout needs a positive number of seconds, not '{value}'"
+    assert shell(env, "-c", "set cast_timeout 2.5", "-c", "set cast_timeout").stdout.count("2.5") >= 1
+
+
+@pytest.mark.timeout(90)
+def test_a_long_command_is_refused_at_once_and_one_under_the_limit_runs(env, example, tmp_path):
+    script = tmp_path / "long.monarch"
+    script.write_text("list " + "x" * 9_000_000 + "\n")
+    done = shell(env, "--script", str(script))
+    assert done.returncode == 1
+    first, second = done.stderr.splitlines()
+    assert first == ("Error processing command: a command of 9,000,005 characters is over the limit of 65,536; "
+                     "nothing was run (lines typed while attached have no such limit)")
+    assert second.endswith("... (9,000,005 characters): " + first.removeprefix("Error processing command: "))
+    script.write_text(f"cast debugee ranks(0) p len('{'x' * 60_000}')\n")
+    done = shell(env, "--script", str(script))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "debugee ranks[0] (1)\n60000\n"
