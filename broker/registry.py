@@ -176,15 +176,19 @@ class Registry:
     def has_job(self, name: str) -> bool:
         return self.agents_per_job[name] > 0
 
-    def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session, bool]:
+    def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session | None, bool]:
         """Record a session waiting for input; the flag says the stop is news for every shell:
-        a first stop, a stop after a top-level continue, or the start of post-mortem."""
+        a first stop, a stop after a top-level continue, or the start of post-mortem. None for
+        a prompt we already have, or one that an input we sent since will answer: an agent
+        sends what it waits with again after each handshake."""
         sess = self.session_of(peer, msg.sid)
+        if sess is not None and (msg.cmd < sess.cmd or (msg.cmd == sess.cmd and sess.paused)):
+            return None, False
         if sess is None:
             sess = Session(
                 id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
                 rank=msg.rank, coords={intern(k): v for k, v in msg.coords.items()}, host=intern(msg.host),
-                pid=msg.pid, instance=msg.instance,
+                pid=msg.pid, instance=msg.instance, cmd=msg.cmd,
             )
             self.next_id += 1
             self.sessions[sess.id] = sess

@@ -60,6 +60,8 @@ class Broker:
     stopping: bool = False
     stack_requests: dict[int, StacksInFlight] = field(default_factory=dict)
     next_stack_request: int = 1
+    listening_since: float = float("-inf")
+    """When the poll loop last came back from a pause longer than a heartbeat."""
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
@@ -123,14 +125,16 @@ class Broker:
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.pub, zmq.POLLIN)
         tick = max(0.05, self.settings.heartbeat_interval / 2)
-        idle_since = next_tick = time.monotonic()
+        idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
             ready = dict(poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000))
+            if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
+                self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
             if self.pub in ready:
                 self.note_subscriptions()
             if self.router in ready:
                 self.drain()
-            now = time.monotonic()
+            now = polled = time.monotonic()
             if self.casts:
                 self.report_casts(now)
             if self.stack_requests:
@@ -216,9 +220,12 @@ class Broker:
         log(f"dropped {total} bad messages so far ({counts}); latest: {self.latest_refusal}")
 
     def reap(self, now: float) -> None:
-        """Declare lost every peer that has been silent for a few heartbeats."""
+        """Declare lost every peer that has been silent for a few heartbeats while we listened.
+        A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
+        peers' messages wait unread, so their silence counts from when it listens again."""
         limit = LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        for identity in [i for i, p in self.registry.peers.items() if now - p.last_seen > limit]:
+        since = self.listening_since
+        for identity in [i for i, p in self.registry.peers.items() if now - max(p.last_seen, since) > limit]:
             self.drop(identity, "lost")
 
     def drop(self, identity: bytes, reason: str) -> None:
@@ -290,17 +297,21 @@ class Broker:
     # --- every peer --------------------------------------------------------------------
 
     def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
+        """Know a new connection. A hello said again on a connection we know is the same peer
+        (one that stopped hearing us says it until we answer): it keeps its sessions."""
         if msg.role not in ("agent", "shell"):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
-        self.drop(identity, "reconnected")
-        first_of_job = msg.role == "agent" and not self.registry.has_job(msg.name)
-        self.registry.add_peer(Peer(
-            identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
-            user=msg.user, last_seen=time.monotonic(), link=msg.link,
-        ))
-        if first_of_job:
-            log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
+        known = self.registry.peers.get(identity)
+        if known is None or (known.role, known.link) != (msg.role, msg.link):
+            self.drop(identity, "reconnected")
+            first_of_job = msg.role == "agent" and not self.registry.has_job(msg.name)
+            self.registry.add_peer(Peer(
+                identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
+                user=msg.user, last_seen=time.monotonic(), link=msg.link,
+            ))
+            if first_of_job:
+                log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
 
@@ -366,6 +377,8 @@ class Broker:
             self.note_refusal("too many sessions on one connection")
             return
         sess, newly = self.registry.prompt(identity, msg)
+        if sess is None:
+            return
         self.record_output(sess, msg.output)
         cast = self.casts.get(sess.cast)
         sess.cast = 0

@@ -1,8 +1,9 @@
 """A connection to the broker, owned by one background thread: the agent's and the shell's.
 
 The thread finds the broker, says hello, beats the heart, and when the broker goes silent looks
-for it again, so both a rank and a shell outlive a broker restart. Other threads never touch a
-socket: they `post` messages, and the owner's `Peer` callbacks run on the link's thread.
+for it again, so both a rank and a shell outlive a broker restart; a broker that is still the one
+to talk to (it only stalled) keeps the connection. Other threads never touch a socket: they
+`post` messages, and the owner's `Peer` callbacks run on the link's thread.
 """
 
 from __future__ import annotations
@@ -248,11 +249,22 @@ class Link:
                 if now - heard > silent_limit:
                     self.ready.clear()
                     self.problem = " (the broker stopped answering)"
-                    return
+                    if not self._still_located(conn):
+                        return
+                    heard = now
         finally:
             dealer.close()
             if sub is not None:
                 sub.close()
+
+    def _still_located(self, conn: discovery.Connection) -> bool:
+        """Whether a silent broker is still the one to talk to. One that only stalls (stopped,
+        starved) keeps our connection, and with it what we sent and say meanwhile, in order:
+        on a new one we would be a stranger whose old socket still speaks for us."""
+        try:
+            return self.locate() == conn
+        except (discovery.NotFound, discovery.Insecure):
+            return False
 
     def _receive_all(self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket | None,
                      conn: discovery.Connection) -> list[wire.Message]:
@@ -273,10 +285,11 @@ class Link:
                     self._broker_pid, self._seq, self._catching_up = msg.broker_pid, msg.seq, False
                 replies.extend(self._catch_up_to(msg.seq))
                 self.problem = ""
-                self.ready.set()
-                replies.extend(self.peer.welcomed())
-                replies.extend(self._resend)
-                self._resend = []
+                if not self.ready.is_set():  # else it answers a hello we said again: no news
+                    self.ready.set()
+                    replies.extend(self.peer.welcomed())
+                    replies.extend(self._resend)
+                    self._resend = []
             elif isinstance(msg, wire.Events):
                 self._catching_up = False
                 try:

@@ -62,6 +62,15 @@ class ShellDriver:
             if time.monotonic() > deadline or not self._read(deadline):
                 raise AssertionError(f"never saw {pattern!r}; the shell printed:\n{text[self.seen - 2000 if self.seen > 2000 else 0:]}")
 
+    def expect_absent(self, pattern: str, seconds: float) -> None:
+        """Read what the shell prints for `seconds`, and fail if `pattern` shows up in it: a
+        deadline on something that must not happen meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self._read(deadline):
+            pass
+        match = re.compile(pattern, re.MULTILINE).search(self.text, self.seen)
+        assert match is None, f"saw {match.group()!r} too early; the shell printed:\n{self.text[self.seen:]}"
+
     def wait_prompt(self, timeout: float | None = None) -> str:
         """Wait until the shell reads a line; returns the prompt it shows."""
         deadline = time.monotonic() + (timeout or self.timeout)
