@@ -12,15 +12,16 @@ console, which costs a millisecond a call.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
 import os
-import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import threading
 
@@ -126,6 +127,130 @@ def seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"needs a positive number of seconds, not {text!r}")
     return value
+
+
+def timeout(text: str) -> float:
+    """The value of every command's `--timeout`."""
+    try:
+        return seconds(text)
+    except ValueError as error:
+        raise CommandError(f"--timeout {error}") from None
+
+
+def rank_number(text: str) -> int:
+    return whole_number(text, "rank")
+
+
+def count_number(text: str) -> int:
+    return whole_number(text, "count")
+
+
+def threads(text: str) -> str:
+    if text not in STACK_THREADS:
+        raise CommandError(f"--thread is main or all, not {text!r}")
+    return text
+
+
+def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str, Selection | None, str]:
+    """parse_target of an actor and the words of its selector, which cmd2 splits at spaces."""
+    return parse_target(" ".join([actor, *selector]), usage)
+
+
+def typed_arguments(statement: cmd2.Statement) -> str:
+    """What follows the command word, as typed: cmd2's words have lost quotes and runs of spaces."""
+    return statement.raw.strip().partition(" ")[2]
+
+
+class Parser(cmd2.Cmd2ArgumentParser):
+    """One command's arguments. A mistake in them is the command's one-line error: its short usage,
+    or `refusal` for a command that takes none. An argument's `type` raises CommandError to say
+    what is wrong with it, which argparse lets through. `help` shows the command's docstring as
+    the description."""
+
+    def __init__(self, usage: str, refusal: str = "") -> None:
+        super().__init__(usage=usage, add_help=False, allow_abbrev=False)
+        self.refusal = refusal
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandError(self.refusal or f"usage: {self.usage}")
+
+    def parse_args(self, args: Sequence[str] | None = None,
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """Options may come anywhere among the words (`stacks trainer --json ranks(0)`); a
+        remainder, cast's pdb command, takes its words as they come."""
+        if any(action.nargs == argparse.REMAINDER for action in self._actions):
+            return super().parse_args(args, namespace)
+        return self.parse_intermixed_args(args, namespace)
+
+
+ACTOR_HELP = "the actor's name, or job:actor where several jobs have one"
+SELECTOR_HELP = "which ranks: ranks(3), ranks(0,4), ranks(2:8:2), ranks(host=0, gpu=1:3)"
+
+list_parser = Parser("list [--all]")
+list_parser.add_argument("--all", action="store_true", help="every rank known, running ones too")
+
+jobs_parser = Parser("jobs", refusal="jobs takes no arguments")
+
+attach_parser = Parser("attach <actor> <rank> [--force]")
+attach_parser.add_argument("actor", help=ACTOR_HELP)
+attach_parser.add_argument("rank", type=rank_number, help="one of its ranks stopped at a breakpoint")
+attach_parser.add_argument("--force", action="store_true", help="take the rank over from another shell")
+
+WAIT_USAGE = "wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"
+wait_parser = Parser(WAIT_USAGE)
+wait_parser.add_argument("actor", nargs="?", help=ACTOR_HELP)
+wait_parser.add_argument("--any", action="store_true", help="ranks of any actor, instead of one actor's")
+wait_parser.add_argument("count", type=count_number, help="how many of its ranks must be stopped")
+wait_parser.add_argument("--timeout", type=timeout, default=WAIT_TIMEOUT, metavar="S",
+                         help=f"seconds to wait (default {WAIT_TIMEOUT:g})")
+
+FOLLOW_USAGE = "follow <actor> [ranks(<ranks>)] | follow off"
+follow_parser = Parser(FOLLOW_USAGE)
+follow_parser.add_argument("actor", help=ACTOR_HELP + "; off stops following")
+follow_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
+
+CAST_USAGE = "cast <actor> ranks(<ranks>) <pdb command>"
+cast_parser = Parser(CAST_USAGE)
+cast_parser.add_argument("actor", help=ACTOR_HELP)
+cast_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="ranks(<ranks>) <pdb command>",
+                         help=SELECTOR_HELP + ", then the pdb command, sent as typed")
+
+continue_parser = Parser("continue", refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
+
+STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--json]"
+stacks_parser = Parser(STACKS_USAGE)
+stacks_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)")
+stacks_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
+stacks_parser.add_argument("--thread", type=threads, default="main", metavar="main|all",
+                           help="the main thread of each rank (default), or all its threads")
+stacks_parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
+
+INTERRUPT_USAGE = "interrupt <actor> ranks(<ranks>) [--timeout S]"
+interrupt_parser = Parser(INTERRUPT_USAGE)
+interrupt_parser.add_argument("actor", help=ACTOR_HELP)
+interrupt_parser.add_argument("selector", nargs="+", metavar="ranks(<ranks>)", help=SELECTOR_HELP)
+interrupt_parser.add_argument("--timeout", type=timeout, default=INTERRUPT_TIMEOUT, metavar="S",
+                              help=f"seconds to wait for them to stop (default {INTERRUPT_TIMEOUT:g})")
+
+mesh_parser = Parser("mesh [actor]")
+mesh_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every actor)")
+
+
+def one_line_errors(command: Callable[..., bool | None]) -> Callable[..., bool | None]:
+    """Every failure of a command as one line: a refusal, the broker's silence, Ctrl-C, and, as
+    this goes above `cmd2.with_argparser`, a mistake in the arguments."""
+
+    @functools.wraps(command)
+    def run(shell: DebugShell, *args, **kwargs) -> bool | None:
+        try:
+            return command(shell, *args, **kwargs)
+        except (CommandError, RequestFailed, Timeout) as error:
+            shell.fail(str(error))
+        except KeyboardInterrupt:
+            shell.fail("stopped waiting (Ctrl-C)")
+        return None
+
+    return run
 
 
 @functools.cache
@@ -460,15 +585,6 @@ class DebugShell(cmd2.Cmd):
 
     # --- commands ----------------------------------------------------------------------
 
-    def run(self, action) -> None:
-        """Carry out one command, turning every failure into one line."""
-        try:
-            action()
-        except (CommandError, Timeout) as error:
-            self.fail(str(error))
-        except KeyboardInterrupt:
-            self.fail("stopped waiting (Ctrl-C)")
-
     def ask(self, msg: wire.Message, answer: type[Answer]) -> Answer:
         """The broker's answer to `msg`; its refusal becomes the command's one-line error."""
         reply = self.conn.request(msg, answer)
@@ -478,34 +594,30 @@ class DebugShell(cmd2.Cmd):
         return reply
 
     @cmd2.with_category(CATEGORY)
-    def do_list(self, statement: cmd2.Statement) -> None:
-        """Show every rank stopped at a breakpoint: list; every rank known, running too: list --all"""
-        self.run(lambda: self.list_sessions(statement.arg_list))
-
-    def list_sessions(self, args: list[str]) -> None:
-        every = args == ["--all"]
-        if args and not every:
-            raise CommandError("usage: list [--all]")
-        rows = self.ask(wire.ListAll() if every else wire.ListSessions(), wire.SessionList).rows
+    @one_line_errors
+    @cmd2.with_argparser(list_parser)
+    def do_list(self, args: argparse.Namespace) -> None:
+        """Show every rank stopped at a breakpoint, or with --all every rank known, running too."""
+        rows = self.ask(wire.ListAll() if args.all else wire.ListSessions(), wire.SessionList).rows
         self.actors.update(r["actor"] for r in rows)
-        empty = "No rank is known to the broker." if every else "No active breakpoints."
-        self.report.result(sessions_table(rows, with_state=every) if rows else empty, [json_row(r) for r in rows])
+        empty = "No rank is known to the broker." if args.all else "No active breakpoints."
+        self.report.result(sessions_table(rows, with_state=args.all) if rows else empty, [json_row(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
-    def do_jobs(self, statement: cmd2.Statement) -> None:
-        """Show the jobs whose ranks the broker knows: jobs"""
-        self.run(lambda: self.list_jobs(statement.arg_list))
-
-    def list_jobs(self, args: list[str]) -> None:
-        if args:
-            raise CommandError("jobs takes no arguments")
+    @one_line_errors
+    @cmd2.with_argparser(jobs_parser)
+    def do_jobs(self, args: argparse.Namespace) -> None:
+        """Show the jobs whose ranks the broker knows."""
         rows = self.ask(wire.ListJobs(), wire.JobList).rows
         self.report.result(jobs_table(rows) if rows else "No job is connected.", rows)
 
     @cmd2.with_category(CATEGORY)
-    def do_attach(self, statement: cmd2.Statement) -> None:
-        """Debug one rank interactively: attach <actor> <rank> [--force]"""
-        self.run(lambda: self.attach(statement.arg_list))
+    @one_line_errors
+    @cmd2.with_argparser(attach_parser)
+    def do_attach(self, args: argparse.Namespace) -> None:
+        """Debug one rank interactively: each line goes to its pdb until you detach."""
+        job, actor = split_job(args.actor)
+        self.attach(job, actor, args.rank, args.force)
 
     def complete_actor(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         return self.basic_complete(text, line, begidx, endidx, sorted(self.actors))
@@ -523,13 +635,7 @@ class DebugShell(cmd2.Cmd):
         ranks = sorted({r["rank"] for r in rows if r["actor"] == actor and (not job or r["job"] == job)})
         return self.basic_complete(text, line, begidx, endidx, [str(rank) for rank in ranks])
 
-    def attach(self, args: list[str]) -> None:
-        force = "--force" in args
-        words = [a for a in args if a != "--force"]
-        if len(words) != 2:
-            raise CommandError("usage: attach <actor> <rank> [--force]")
-        job, actor = split_job(words[0])
-        rank = whole_number(words[1], "rank")
+    def attach(self, job: str, actor: str, rank: int, force: bool) -> None:
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
@@ -542,47 +648,38 @@ class DebugShell(cmd2.Cmd):
             self.follow_session()
 
     @cmd2.with_category(CATEGORY)
-    def do_wait(self, statement: cmd2.Statement) -> None:
-        """Block until ranks are stopped: wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"""
-        self.run(lambda: self.wait(statement.raw.strip().partition(" ")[2]))
-
-    def wait(self, text: str) -> None:
-        usage = "usage: wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"
-        text, timeout = timeout_option(text, WAIT_TIMEOUT, usage)
-        args = text.split()
-        if len(args) != 2:
-            raise CommandError(usage)
-        name, count = args[0], whole_number(args[1], "count")
-        job, actor = ("", "") if name == "--any" else split_job(name)
+    @one_line_errors
+    @cmd2.with_argparser(wait_parser)
+    def do_wait(self, args: argparse.Namespace) -> None:
+        """Block until enough ranks of an actor, or of any actor, are stopped."""
+        if args.any == (args.actor is not None):
+            raise CommandError(f"usage: {WAIT_USAGE}")
+        name = "--any" if args.any else args.actor
+        job, actor = ("", "") if args.any else split_job(args.actor)
 
         def stopped(rows: list[dict]) -> int:
             return sum(1 for r in rows if r["state"] != "running" and (not actor or r["actor"] == actor)
                        and (not job or r["job"] == job))
 
-        seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= count, timeout))
+        seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= args.count, args.timeout))
         what = f"ranks of {name}" if actor else "ranks"
-        if seen < count:
-            raise CommandError(f"waited {timeout:g} s: {seen} of {count} {what} stopped")
-        self.report.result(f"{seen} {what} stopped", {"wait": name, "wanted": count, "stopped": seen})
+        if seen < args.count:
+            raise CommandError(f"waited {args.timeout:g} s: {seen} of {args.count} {what} stopped")
+        self.report.result(f"{seen} {what} stopped", {"wait": name, "wanted": args.count, "stopped": seen})
 
     @cmd2.with_category(CATEGORY)
-    def do_follow(self, statement: cmd2.Statement) -> None:
-        """Show ranks' output as they print it, whoever drives them: follow <actor> [ranks(<sel>)] | follow off"""
-        self.run(lambda: self.follow(statement.raw.strip().partition(" ")[2].strip()))
-
-    def follow(self, args: str) -> None:
-        if args == "off":
+    @one_line_errors
+    @cmd2.with_argparser(follow_parser)
+    def do_follow(self, args: argparse.Namespace) -> None:
+        """Show ranks' output as they print it, whoever drives them."""
+        if args.actor == "off" and not args.selector:
             self.conn.unfollow()
             self.report.result("Not following any rank.", {"following": None})
             return
-        job, actor, selection, extra = parse_target(args, "usage: follow <actor> [ranks(<ranks>)] | follow off")
-        if extra.strip():
-            raise CommandError(f"follow takes an actor and a selector, not {extra.strip()!r}")
-        selection = selection or parse_selector("ranks(:)")
-        try:
-            following = self.conn.follow(actor, render_selector(selection), job, self.show_output)
-        except RequestFailed as failure:
-            raise CommandError(str(failure)) from None
+        job, actor, selection, extra = words_target(args.actor, args.selector, f"usage: {FOLLOW_USAGE}")
+        if extra:
+            raise CommandError(f"follow takes an actor and a selector, not {extra!r}")
+        following = self.conn.follow(actor, render_selector(selection or parse_selector("ranks(:)")), job, self.show_output)
         rank_list = sorted(rank for _, rank, _ in following.sessions)
         self.report.result(f"Following {actor} ranks[{format_ranks(rank_list)}] ({len(rank_list)}); 'follow off' stops.",
                            {"following": {"job": following.job, "actor": actor, "ranks": rank_list}})
@@ -590,16 +687,13 @@ class DebugShell(cmd2.Cmd):
     complete_follow = complete_actor
 
     @cmd2.with_category(CATEGORY)
-    def do_cast(self, statement: cmd2.Statement) -> None:
-        """Send one pdb command to many ranks and show their answers: cast <actor> ranks(<sel>) <pdb command>"""
-        self.run(lambda: self.cast(statement.raw.strip().partition(" ")[2]))
-
-    complete_cast = complete_actor
-
-    def cast(self, args: str) -> None:
-        job, actor, selection, line = parse_target(args, "usage: cast <actor> ranks(<ranks>) <pdb command>")
+    @one_line_errors
+    @cmd2.with_argparser(cast_parser)
+    def do_cast(self, args: argparse.Namespace) -> None:
+        """Send one pdb command to many ranks and show their answers, grouped."""
+        job, actor, selection, line = parse_target(typed_arguments(args.cmd2_statement.get()), f"usage: {CAST_USAGE}")
         if selection is None:
-            raise CommandError("usage: cast <actor> ranks(<ranks>) <pdb command>")
+            raise CommandError(f"usage: {CAST_USAGE}")
         if not line.strip():
             raise CommandError("cast needs a pdb command after the selector")
         if self.cast_output not in CAST_OUTPUTS:
@@ -615,8 +709,6 @@ class DebugShell(cmd2.Cmd):
 
         try:
             result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress)
-        except RequestFailed as failure:
-            raise CommandError(str(failure)) from None
         except KeyboardInterrupt:
             raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
         finally:
@@ -627,14 +719,13 @@ class DebugShell(cmd2.Cmd):
         if result.missing:
             self.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
 
-    @cmd2.with_category(CATEGORY)
-    def do_continue(self, statement: cmd2.Statement) -> None:
-        """Clear the breakpoints set with b/tbreak and continue every stopped rank: continue"""
-        self.run(lambda: self.continue_all(statement.arg_list))
+    complete_cast = complete_actor
 
-    def continue_all(self, args: list[str]) -> None:
-        if args:
-            raise CommandError("continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
+    @cmd2.with_category(CATEGORY)
+    @one_line_errors
+    @cmd2.with_argparser(continue_parser)
+    def do_continue(self, args: argparse.Namespace) -> None:
+        """Clear the breakpoints set with b/tbreak and continue every stopped rank."""
         released = self.ask(wire.Continue(), wire.Continued).released
         total = sum(len(r) for _, r in released)
         parts = ", ".join(f"{actor} ranks[{format_ranks(r)}]" for actor, r in released)
@@ -643,12 +734,12 @@ class DebugShell(cmd2.Cmd):
 
     @cmd2.with_category(CATEGORY)
     def do_detach(self, statement: cmd2.Statement) -> None:
-        """Leave the attached rank where it is: detach"""
+        """Leave the attached rank where it is."""
         self.fail("not attached to any rank (attach <actor> <rank> first)")
 
     @cmd2.with_category(CATEGORY)
     def do_quit(self, statement: cmd2.Statement) -> bool:
-        """Leave the debugger; every rank stays stopped where it is: quit"""
+        """Leave the debugger; every rank stays stopped where it is."""
         self.report.result("Quitting debug session...", {"quit": True})
         return True
 
@@ -659,23 +750,14 @@ class DebugShell(cmd2.Cmd):
     # --- the whole job at once: stacks, interrupt, mesh --------------------------------
 
     @cmd2.with_category(CATEGORY)
-    def do_stacks(self, statement: cmd2.Statement) -> None:
-        """Merged Python stacks of running ranks, without stopping them: stacks [actor] [ranks(<sel>)] [--thread main|all] [--json]"""
-        self.run(lambda: self.stacks(statement.raw.strip().partition(" ")[2]))
-
-    complete_stacks = complete_actor
-
-    def stacks(self, args: str) -> None:
-        usage = "usage: stacks [actor] [ranks(<ranks>)] [--thread main|all] [--json]"
-        args, as_json = option(args, "--json", False, usage)
-        args, threads = option(args, "--thread", True, usage)
-        threads = threads or "main"
-        if threads not in STACK_THREADS:
-            raise CommandError(f"--thread is main or all, not {threads!r}")
-        if args.strip():
-            job, actor, selection, extra = parse_target(args, usage)
-            if extra.strip():
-                raise CommandError(f"stacks takes an actor and a selector, not {extra.strip()!r}")
+    @one_line_errors
+    @cmd2.with_argparser(stacks_parser)
+    def do_stacks(self, args: argparse.Namespace) -> None:
+        """Merged Python stacks of running ranks, without stopping them."""
+        if args.actor is not None:
+            job, actor, selection, extra = words_target(args.actor, args.selector, f"usage: {STACKS_USAGE}")
+            if extra:
+                raise CommandError(f"stacks takes an actor and a selector, not {extra!r}")
             targets = [(job, actor)]
         else:
             selection = None
@@ -686,37 +768,31 @@ class DebugShell(cmd2.Cmd):
         selector = render_selector(selection or parse_selector("ranks(:)"))
         texts, docs = [], []
         for job, actor in targets:
-            try:
-                result = self.conn.stacks(actor, selector, threads, self.cast_timeout, job)
-            except RequestFailed as failure:
-                raise CommandError(str(failure)) from None
-            texts.append(stacks.text(result, threads == "all"))
+            result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job)
+            texts.append(stacks.text(result, args.thread == "all"))
             docs.append(stacks.document(result))
             if result.missing:
                 self.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs
-        self.report.result(json.dumps(doc, sort_keys=True) if as_json else "".join(texts), doc)
+        self.report.result(json.dumps(doc, sort_keys=True) if args.json else "".join(texts), doc)
+
+    complete_stacks = complete_actor
 
     @cmd2.with_category(CATEGORY)
-    def do_interrupt(self, statement: cmd2.Statement) -> None:
-        """Stop running ranks where they are, as sessions: interrupt <actor> ranks(<sel>) [--timeout S]"""
-        self.run(lambda: self.interrupt(statement.raw.strip().partition(" ")[2]))
-
-    complete_interrupt = complete_actor
-
-    def interrupt(self, args: str) -> None:
-        usage = "usage: interrupt <actor> ranks(<ranks>) [--timeout S]"
-        args, timeout = timeout_option(args, INTERRUPT_TIMEOUT, usage)
-        job, actor, selection, extra = parse_target(args, usage)
-        if selection is None or extra.strip():
-            raise CommandError(usage)
+    @one_line_errors
+    @cmd2.with_argparser(interrupt_parser)
+    def do_interrupt(self, args: argparse.Namespace) -> None:
+        """Stop running ranks where they are, as sessions."""
+        job, actor, selection, extra = words_target(args.actor, args.selector, f"usage: {INTERRUPT_USAGE}")
+        if extra:
+            raise CommandError(f"usage: {INTERRUPT_USAGE}")
         reply = self.ask(wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
         asked = set(reply.ranks)
 
         def stopped(rows: list[dict]) -> set[int]:
             return {r["rank"] for r in rows if r["job"] == reply.job and r["actor"] == actor} & asked
 
-        done = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) == asked, timeout)) if asked else set()
+        done = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) == asked, args.timeout)) if asked else set()
         stuck = sorted(asked - done)
         lines = [f"Interrupted {len(done)} rank{'s' if len(done) != 1 else ''}"
                  + (f": {answers.rank_set(actor, sorted(done))}" if done else "")]
@@ -724,7 +800,7 @@ class DebugShell(cmd2.Cmd):
             lines = [f"Every selected rank of {actor} is already stopped."]
         doc: dict = {"interrupted": {"job": reply.job, "actor": actor, "ranks": sorted(done)}, "not_stopped": stuck}
         if stuck:
-            lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {timeout:g} s (a thread other than "
+            lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (a thread other than "
                          "its process's main one, C code holding the GIL, or the signal blocked); where they are:")
             try:
                 where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", "main", self.cast_timeout, reply.job)
@@ -736,17 +812,14 @@ class DebugShell(cmd2.Cmd):
         self.actors.add(actor)
         self.report.result("\n".join(lines), doc)
 
+    complete_interrupt = complete_actor
+
     @cmd2.with_category(CATEGORY)
-    def do_mesh(self, statement: cmd2.Statement) -> None:
-        """A picture of the mesh, each rank's state in its cell: mesh [actor]"""
-        self.run(lambda: self.mesh(statement.arg_list))
-
-    complete_mesh = complete_actor
-
-    def mesh(self, args: list[str]) -> None:
-        if len(args) > 1:
-            raise CommandError("usage: mesh [actor]")
-        job, actor = split_job(args[0]) if args else ("", "")
+    @one_line_errors
+    @cmd2.with_argparser(mesh_parser)
+    def do_mesh(self, args: argparse.Namespace) -> None:
+        """A picture of the mesh, each rank's state in its cell."""
+        job, actor = split_job(args.actor) if args.actor is not None else ("", "")
         rows = self.ask(wire.ListAll(), wire.SessionList).rows
         by_actor: dict[tuple[str, str], list[dict]] = {}
         for row in rows:
@@ -760,25 +833,3 @@ class DebugShell(cmd2.Cmd):
         pictures = [mesh.picture(names[key], by_actor[key], colour) for key in sorted(by_actor)]
         docs = [mesh.document(names[key], by_actor[key]) for key in sorted(by_actor)]
         self.report.result("\n".join(pictures), docs[0] if len(docs) == 1 else docs)
-
-
-def option(args: str, name: str, valued: bool, usage: str) -> tuple[str, str | bool | None]:
-    """Take `name` (and its value, when `valued`) out of a command's arguments."""
-    pattern = re.compile(rf"(?:^|\s){re.escape(name)}(?:\s+(\S+))?(?=\s|$)" if valued else rf"(?:^|\s){re.escape(name)}(?=\s|$)")
-    match = pattern.search(args)
-    if match is None:
-        return args, None if valued else False
-    if valued and match.group(1) is None:
-        raise CommandError(usage)
-    return args[:match.start()] + " " + args[match.end():], match.group(1) if valued else True
-
-
-def timeout_option(args: str, default: float, usage: str) -> tuple[str, float]:
-    """Take `--timeout S` out of a command's arguments: the rest, and S or `default`."""
-    args, limit = option(args, "--timeout", True, usage)
-    if limit is None:
-        return args, default
-    try:
-        return args, seconds(str(limit))
-    except ValueError as error:
-        raise CommandError(f"--timeout {error}") from None

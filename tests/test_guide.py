@@ -79,6 +79,7 @@ def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
         "frobnicate": "Error processing command: unknown command 'frobnicate'; enter 'help' for the list",
         "detach": "Error processing command: not attached to any rank (attach <actor> <rank> first)",
         "list extra": "Error processing command: usage: list [--all]",
+        "list --al": "Error processing command: usage: list [--all]",
         "stacks debugee ranks(1,,2)": "Error processing command: ranks(1,,2): empty item at position 9",
         "stacks debugee --thread some": "Error processing command: --thread is main or all, not 'some'",
         "stacks nosuch": "Error processing command: No running rank of actor nosuch is known to the broker",
@@ -97,6 +98,13 @@ def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
         assert out.strip() == expected, line
         assert shell.prompt == "monarch_dbg>"
     assert len(table_rows(shell.command("list"))) == 16
+
+
+@pytest.mark.timeout(60)
+def test_a_cast_sends_its_pdb_command_as_typed(example, shell):
+    assert shell.command('cast debugee ranks(0) p "a  b"') == "debugee ranks[0] (1)\n'a  b'\n"
+    out = shell.command("cast debugee ranks(host=0, gpu=1:3) p 'a  b' +  \"  c\"")
+    assert out == "debugee ranks[1,2] (2)\n'a  b  c'\n"
 
 
 @pytest.mark.timeout(30)
