@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
+from monarch_pdb.sources import source_file
 
 
 class SessionIO:
@@ -102,14 +103,10 @@ class SessionIO:
 
 
 def describe_function(frame) -> str:
-    """`module.function`, naming a script by its file rather than `__main__` (the file its
-    globals name, when its code was compiled under a name like `<dynamic-code>`)."""
+    """`module.function`, naming a script by its file rather than `__main__`."""
     module = frame.f_globals.get("__name__") or ""
     if module in ("__main__", "__mp_main__") or not module:
-        path = frame.f_code.co_filename
-        if path.startswith("<") and isinstance(frame.f_globals.get("__file__"), str):
-            path = frame.f_globals["__file__"]
-        module = os.path.splitext(os.path.basename(path))[0]
+        module = os.path.splitext(os.path.basename(source_file(frame)))[0]
     return f"{module}.{frame.f_code.co_name}"
 
 
@@ -119,6 +116,15 @@ class RemotePdb(pdb.Pdb):
     def __init__(self, session: Session) -> None:
         super().__init__(stdin=session.io, stdout=session.io, nosigint=True)
         self.session = session
+
+    def format_stack_entry(self, frame_lineno: tuple, lprefix: str = ": ") -> str:
+        """pdb's line for a frame (`bt`, `where`, `up`, each stop), naming a script's code
+        shipped under another name by the script's file."""
+        entry = super().format_stack_entry(frame_lineno, lprefix)
+        frame = frame_lineno[0]
+        shipped = self.canonic(frame.f_code.co_filename)
+        path = source_file(frame)
+        return path + entry[len(shipped):] if path != frame.f_code.co_filename and entry.startswith(shipped) else entry
 
     def do_interact(self, arg: str) -> None:
         self.error("interact is not supported by monarch-pdb; use '!' statements, p or pp instead")
@@ -173,7 +179,7 @@ class Session:
         self.agent.wait_for_input(wire.Prompt(
             sid=self.sid, cmd=self.cmd, job=ident.job, actor=ident.actor, rank=ident.rank,
             coords=ident.coords, host=ident.hostname, pid=ident.pid,
-            function=describe_function(frame) if frame else "", filename=frame.f_code.co_filename if frame else "",
+            function=describe_function(frame) if frame else "", filename=source_file(frame) if frame else "",
             lineno=frame.f_lineno if frame else 0, output=self.agent.clip(output), prompt=prompt,
             reason=self.reason, exc=self.exc, instance=ident.instance,
         ))

@@ -21,6 +21,7 @@ from typing import Any
 from monarch_pdb import identity, settings
 from monarch_pdb.endpoint import end_call, outcome_of, stop_after_raise, wants_post_mortem
 from monarch_pdb.identity import CallContext, current_call
+from monarch_pdb.sources import SHIPPED_CODE
 
 _INSTALLED = "_monarch_pdb_installed"
 
@@ -130,10 +131,6 @@ def _bootstrap_monarch_procs() -> None:
     HostMesh.spawn_procs = spawn_procs
 
 
-MONARCH_MAIN_CODE = "<dynamic-code>"
-"""The file name Monarch compiles the client's main script under in its procs."""
-
-
 def _main_script_source() -> str:
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     try:
@@ -148,7 +145,7 @@ def _install_then(job: str, script: str, bootstrap: Callable[[], Any] | None) ->
     `l` and `ll` (the proc's host may not have the file)."""
     os.environ.setdefault("MONARCH_PDB_JOB", job)
     if script:
-        linecache.cache[MONARCH_MAIN_CODE] = (len(script), None, script.splitlines(True), MONARCH_MAIN_CODE)
+        linecache.cache[SHIPPED_CODE] = (len(script), None, script.splitlines(True), SHIPPED_CODE)
     install()
     return bootstrap() if bootstrap is not None else None
 

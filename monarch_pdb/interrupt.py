@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from monarch_pdb.stacks import debugger_code
+from monarch_pdb.sources import debugger_code
 
 SIGNAL = signal.SIGRTMAX - 3
 """A real-time signal, which programs and launchers rarely use (unlike SIGUSR1/SIGUSR2), so

@@ -11,22 +11,14 @@ event loop's frames, which would be the same for every rank.
 from __future__ import annotations
 
 import asyncio
-import bdb
 import os
-import pdb
 import sys
 import threading
 from collections.abc import Iterable, Mapping
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-RUNTIME_DIR = os.path.join(PACKAGE_DIR, "actor") + os.sep
-DEBUGGER_FILES = frozenset({bdb.__file__, pdb.__file__})
+from monarch_pdb.sources import debugger_code, source_file
+
 ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
-
-
-def debugger_code(filename: str) -> bool:
-    """pdb's or this package's own code (the mesh runtime under actor/ is the program's)."""
-    return filename in DEBUGGER_FILES or (filename.startswith(PACKAGE_DIR) and not filename.startswith(RUNTIME_DIR))
 
 
 def frames_of(frame) -> list[list]:
@@ -34,7 +26,7 @@ def frames_of(frame) -> list[list]:
     debugger's frames on top: a paused rank is where its program stopped, not inside pdb."""
     out = []
     while frame is not None:
-        out.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
+        out.append([source_file(frame), frame.f_lineno, frame.f_code.co_name])
         frame = frame.f_back
     out.reverse()
     for depth, (filename, _, _) in enumerate(out):
@@ -53,7 +45,7 @@ def awaiting(frames: list[list], task: asyncio.Task) -> list[list]:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
         if frame is None:
             break
-        chain.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
+        chain.append([source_file(frame), frame.f_lineno, frame.f_code.co_name])
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     return frames[:loop_at] + chain
 
