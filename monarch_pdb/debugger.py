@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
-from monarch_pdb.sources import source_file
+from monarch_pdb.sources import own_code, source_file
 
 
 class SessionIO:
@@ -116,6 +116,13 @@ class RemotePdb(pdb.Pdb):
     def __init__(self, session: Session) -> None:
         super().__init__(stdin=session.io, stdout=session.io, nosigint=True)
         self.session = session
+
+    def get_stack(self, f, t) -> tuple[list, int]:
+        """pdb's stack, without this package's frames between the program's (the wrapper of
+        an engine's call)."""
+        stack, index = super().get_stack(f, t)
+        kept = [n for n, (frame, _) in enumerate(stack) if n == index or not own_code(frame.f_code.co_filename)]
+        return [stack[n] for n in kept], kept.index(index) if stack else index
 
     def format_stack_entry(self, frame_lineno: tuple, lprefix: str = ": ") -> str:
         """pdb's line for a frame (`bt`, `where`, `up`, each stop), naming a script's code

@@ -87,6 +87,19 @@ def debug(env: dict[str, str], *commands: str, flags: tuple[str, ...] = (), time
                           capture_output=True, text=True, timeout=timeout)
 
 
+def interrupt_running_ranks(env: dict[str, str], actor: str, function: str, script: Path) -> str:
+    """What a user does with the ranks of `actor`, running in `function` of `script` without a
+    breakpoint(): `stacks` names the function under the script's name, `interrupt` stops every
+    rank, `bt` shows each in that function, and `continue` lets them run on. The shell's output."""
+    done = debug(env, f"stacks {actor}", f"interrupt {actor} ranks(:)", f"cast {actor} ranks(:) bt", "continue")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stacks, _, stopped = done.stdout.partition("Interrupted ")
+    assert re.search(rf"^\W*{re.escape(script.name)}:\d+ {function}  ranks\[", stacks, re.M), stacks
+    assert "<dynamic-code>" not in done.stdout
+    assert re.search(rf"^> {re.escape(str(script))}\(\d+\){function}\(\)$", stopped, re.M), stopped
+    return done.stdout
+
+
 def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     """`python -m monarch_pdb.broker ARGS` in the foreground (behind LAUNCHER when given);
     returns it and its first line, once it says it listens."""
