@@ -99,20 +99,20 @@ THREADS = textwrap.dedent('''
 
     def wait_for_peers(event):
         started.wait()
-        waits = 0
-        while not event.wait(0.05):
-            waits += 1
+        event.wait()
 
 
-    def load_shard():
+    def load_shard(event):
         started.wait()
-        time.sleep(3600)
+        polls = 0
+        while not event.wait(0.05):
+            polls += 1
 
 
     def rank_main(rank, event):
         with monarch_pdb.endpoint_call("worker", rank, {"gpu": rank}):
             if rank == 3:
-                load_shard()
+                load_shard(event)
             else:
                 wait_for_peers(event)
 
@@ -334,24 +334,24 @@ def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(
     try:
         wait_for_lines(program, "WAITING", 1)
         wait_for_all_rows(env, lambda rows: len(rows) == 4)
-        done = debug(env, "list --all", "stacks", "stacks worker --thread all --json", "interrupt worker ranks(1)",
-                     "cast worker ranks(1) bt", "continue", "interrupt worker ranks(3) --timeout 1")
+        done = debug(env, "list --all", "stacks", "stacks worker --thread all --json", "interrupt worker ranks(3)",
+                     "cast worker ranks(3) bt", "continue", "interrupt worker ranks(1) --timeout 1")
         assert done.returncode == 1, "an interrupt that stops nothing fails the script"
         assert done.stdout.count("| running |") == 4 and "| threads" not in done.stdout
         text = done.stdout
-        assert "worker ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: threads.py:19 load_shard\n" in text
-        assert "threads.py:13 wait_for_peers  ranks[0-2] (3)" in text
+        assert "worker ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: threads.py:18 load_shard\n" in text
+        assert "threads.py:12 wait_for_peers  ranks[0-2] (3)" in text
         doc = json.loads(next(line for line in text.splitlines() if line.startswith("{")))
         assert [g["ranks"] for g in doc["groups"]] == [[0, 1, 2], [3]]
         names = [t["name"] for t in doc["groups"][1]["threads"]]
         assert names[0].startswith("Thread-") and "MainThread" in names and not any("monarch-pdb" in n for n in names)
-        assert doc["elsewhere"] == [{"ranks": [3], "where": "threads.py:19 load_shard"}]
-        # A rank waiting in a loop stops in its own code once the wait returns, not in threading's.
-        assert "Interrupted 1 rank: worker ranks[1] (1)\n" in text
-        assert f"\n> {tmp_path / 'threads.py'}(14)wait_for_peers()\n-> waits += 1\nContinued" in text
-        assert "Continued 1 rank: worker ranks[1]" in text
-        assert "Interrupted 0 ranks\nworker ranks[3] (1) did not stop within 1 s" in text
-        assert "\nthreads.py:19 load_shard  ranks[3] (1)\n" in text.rsplit("did not stop", 1)[1]
+        assert doc["elsewhere"] == [{"ranks": [3], "where": "threads.py:18 load_shard"}]
+        # A rank waiting on a lock in a loop stops in its own code once the wait returns, not in threading's.
+        assert "Interrupted 1 rank: worker ranks[3] (1)\n" in text
+        assert f"\n> {tmp_path / 'threads.py'}(19)load_shard()\n-> polls += 1\nContinued 1 rank: worker ranks[3]" in text
+        # One blocked for good is named with its stack.
+        assert "Interrupted 0 ranks\nworker ranks[1] (1) did not stop within 1 s" in text
+        assert "\nthreads.py:12 wait_for_peers  ranks[1] (1)\n" in text.rsplit("did not stop", 1)[1]
     finally:
         program.stop()
 
