@@ -800,8 +800,8 @@ class DebugShell(cmd2.Cmd):
             lines = [f"Every selected rank of {actor} is already stopped."]
         doc: dict = {"interrupted": {"job": reply.job, "actor": actor, "ranks": sorted(done)}, "not_stopped": stuck}
         if stuck:
-            lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (a thread other than "
-                         "its process's main one, C code holding the GIL, or the signal blocked); where they are:")
+            lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (blocked in a call that "
+                         "did not return to its code, C code holding the GIL, or the signal blocked); where they are:")
             try:
                 where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", "main", self.cast_timeout, reply.job)
                 lines.append(stacks.text(where, False).rstrip("\n"))

@@ -22,6 +22,7 @@ import zmq
 from monarch_pdb import discovery, interrupt, stacks, wire
 from monarch_pdb.identity import Identity, current, job_name
 from monarch_pdb.link import Link
+from monarch_pdb.rank_threads import RankThreads
 from monarch_pdb.settings import Settings
 from monarch_pdb.settings import load as load_settings
 
@@ -34,8 +35,6 @@ rank is announced at once, in the same batch as a prompt that renames it."""
 OWN_RECHECK = 1.0
 """Seconds between two looks at a process's own identity, which its engine may change after
 start-up (a Ray worker becomes an actor)."""
-INTERRUPT_PATIENCE = 30.0
-"""Seconds an interrupt stays wanted while the main thread runs the debugger's own code."""
 
 
 @dataclass
@@ -111,7 +110,8 @@ class Agent:
         quit); each is announced again when its next call starts (then in `_again`)."""
         self._again: list[tuple[str, str, int]] = []
         self._present_at = float("-inf")
-        self._running: dict[tuple[str, int], tuple[int, Any]] = {}
+        self.threads = RankThreads()
+        self.line_stops = interrupt.LineStops()
         self._interrupts: list[tuple[Identity, float]] = []
         self._signalled = 0.0
         self.link = Link(settings, "agent", job_name(), self, self._locate, context=context)
@@ -170,6 +170,7 @@ class Agent:
             if ended.reason == "quit" and name in self._hosted:
                 self._quit.add(name)
             self._by_thread.discard(sid)
+            self.threads.closed(sid)
             if not self._inboxes:
                 self._own_stopped_as = None
         self.link.post(ended)
@@ -184,6 +185,7 @@ class Agent:
         """Announce that a session waits; kept so a new broker learns of it after a restart."""
         with self._lock:
             self._waiting[prompt.sid] = prompt
+            self.threads.paused(prompt.sid, prompt.actor, prompt.rank)
             self._unsent.append(prompt.sid)
             if self._own and prompt.sid not in self._by_thread:
                 self._own_stopped_as = [prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance]
@@ -244,7 +246,7 @@ class Agent:
             return 0.0
         if self._present_due:
             return 0.0 if self._own else max(0.0, self._present_at + PRESENT_EVERY - time.monotonic())
-        if self._interrupts:
+        if self._interrupts or self.line_stops.pending():
             return INTERRUPT_RETRY
         return OUTPUT_IDLE if self._printing else None
 
@@ -272,6 +274,8 @@ class Agent:
             out.append(self.presence())
         if self._interrupts:
             self.signal_again(now)
+        if self.line_stops.pending():
+            self.line_stops.forget_old(now)
         return out
 
     # --- presence: the ranks this process runs, paused or not ---------------------------
@@ -329,50 +333,45 @@ class Agent:
         """[job, actor, rank, coords, instance] of a process that is its own rank."""
         if self._own_stopped_as is not None:
             return self._own_stopped_as
-        ident = current()
+        ident = self.threads.newest_call() or current()
         return [ident.job, ident.actor, ident.rank, ident.coords, ident.instance]
 
-    def running(self, actor: str, rank: int, thread: int | None, task: Any = None) -> None:
-        """The thread that runs a rank's endpoint call from now on, and its asyncio task if it
-        is a coroutine's (thread None: the call ended)."""
-        with self._lock:
-            if thread is None:
-                self._running.pop((actor, rank), None)
-            else:
-                self._running[(actor, rank)] = (thread, task)
-
     def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
-        with self._lock:
-            running = {rank: how for (actor, rank), how in self._running.items() if actor == msg.actor}
         ranks = [r for r in msg.ranks if isinstance(r, int)]
+        running = self.threads.of(msg.actor, ranks, self._own)
         return wire.StackReport(ref=msg.ref, groups=stacks.take(ranks, running, msg.threads == "all"))
 
     # --- interrupts: stopping running ranks where they are -----------------------------
 
     def interrupt(self, actor: str, ranks: list[int]) -> None:
-        """Ask the thread that runs each rank to stop in a session; only the main thread can be
-        asked (see monarch_pdb.interrupt), so a rank running in another one stays running."""
+        """Ask the thread that runs each rank's code to stop in a session: by a signal, or at
+        its next line (see monarch_pdb.interrupt); one that can be asked neither way stays
+        running."""
         with self._lock:
             hosted = {(a, r): (job, coords) for (job, a, r), coords in self._hosted.items()}
-            threads = {key: thread for key, (thread, _) in self._running.items()}
-        main = threading.main_thread().ident
-        for rank in ranks:
-            thread = threads.get((actor, rank), main)
-            if not interrupt.can_interrupt(thread):
-                continue
-            job, coords = hosted.get((actor, rank), (None, {}))
-            ident = current() if job is None else Identity(job=job, actor=actor, rank=rank, coords=dict(coords),
-                                                           hostname=socket.gethostname(), pid=os.getpid())
-            with self._lock:
-                self._interrupts.append((ident, time.monotonic()))
+        now = time.monotonic()
+        for rank, running in self.threads.of(actor, ranks, self._own).items():
+            if (actor, rank) in hosted:
+                job, coords = hosted[(actor, rank)]
+                ident = Identity(job=job, actor=actor, rank=rank, coords=dict(coords),
+                                 hostname=socket.gethostname(), pid=os.getpid())
+            else:
+                job, own_actor, own_rank, coords, instance = self.own_identity()
+                ident = Identity(job=job, actor=own_actor, rank=own_rank, coords=dict(coords),
+                                 hostname=socket.gethostname(), pid=os.getpid(), instance=instance)
+            if interrupt.signal_reaches(running):
+                with self._lock:
+                    self._interrupts.append((ident, now))
+            else:
+                self.line_stops.ask(running, ident, now)
         if self._interrupts:
-            self.signal_again(time.monotonic(), force=True)
+            self.signal_again(now, force=True)
 
     def signal_again(self, now: float, force: bool = False) -> None:
         """Signal the main thread while an interrupt is wanted: its handler waits while the
         thread runs the debugger's own code, and interrupts nobody took are forgotten."""
         with self._lock:
-            self._interrupts = [(ident, since) for ident, since in self._interrupts if now - since < INTERRUPT_PATIENCE]
+            self._interrupts = [(ident, since) for ident, since in self._interrupts if now - since < interrupt.PATIENCE]
             wanted = bool(self._interrupts)
         if wanted and (force or now - self._signalled >= INTERRUPT_RETRY):
             self._signalled = now

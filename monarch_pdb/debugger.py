@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
+from monarch_pdb.sources import own_code, source_file
 
 
 class SessionIO:
@@ -102,14 +103,10 @@ class SessionIO:
 
 
 def describe_function(frame) -> str:
-    """`module.function`, naming a script by its file rather than `__main__` (the file its
-    globals name, when its code was compiled under a name like `<dynamic-code>`)."""
+    """`module.function`, naming a script by its file rather than `__main__`."""
     module = frame.f_globals.get("__name__") or ""
     if module in ("__main__", "__mp_main__") or not module:
-        path = frame.f_code.co_filename
-        if path.startswith("<") and isinstance(frame.f_globals.get("__file__"), str):
-            path = frame.f_globals["__file__"]
-        module = os.path.splitext(os.path.basename(path))[0]
+        module = os.path.splitext(os.path.basename(source_file(frame)))[0]
     return f"{module}.{frame.f_code.co_name}"
 
 
@@ -119,6 +116,22 @@ class ConfinedPdb(pdb.Pdb):
 
     def __init__(self, stdin: SessionIO, stdout: SessionIO) -> None:
         super().__init__(stdin=stdin, stdout=stdout, nosigint=True)
+
+    def get_stack(self, f, t) -> tuple[list, int]:
+        """pdb's stack, without this package's frames between the program's (the wrapper of
+        an engine's call)."""
+        stack, index = super().get_stack(f, t)
+        kept = [n for n, (frame, _) in enumerate(stack) if n == index or not own_code(frame.f_code.co_filename)]
+        return [stack[n] for n in kept], kept.index(index) if stack else index
+
+    def format_stack_entry(self, frame_lineno: tuple, lprefix: str = ": ") -> str:
+        """pdb's line for a frame (`bt`, `where`, `up`, each stop), naming a script's code
+        shipped under another name by the script's file."""
+        entry = super().format_stack_entry(frame_lineno, lprefix)
+        frame = frame_lineno[0]
+        shipped = self.canonic(frame.f_code.co_filename)
+        path = source_file(frame)
+        return path + entry[len(shipped):] if path != frame.f_code.co_filename and entry.startswith(shipped) else entry
 
     def do_interact(self, arg: str) -> None:
         """interact: not in monarch-pdb, whose rank has no terminal to open a console on."""
@@ -207,7 +220,7 @@ class Session:
         self.agent.wait_for_input(wire.Prompt(
             sid=self.sid, cmd=self.cmd, job=ident.job, actor=ident.actor, rank=ident.rank,
             coords=ident.coords, host=ident.hostname, pid=ident.pid,
-            function=describe_function(frame) if frame else "", filename=frame.f_code.co_filename if frame else "",
+            function=describe_function(frame) if frame else "", filename=source_file(frame) if frame else "",
             lineno=frame.f_lineno if frame else 0, output=self.agent.clip(output), prompt=prompt,
             reason=self.reason, exc=self.exc, instance=ident.instance,
         ))

@@ -6,11 +6,9 @@ exception leaving the scope after such a breakpoint stops the rank where it was 
 
 from __future__ import annotations
 
-import asyncio
 import bdb
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -63,23 +61,17 @@ def end_call(call: CallContext, outcome: str) -> None:
         call.session.end(outcome)
 
 
-def running_task() -> asyncio.Task | None:
-    """The asyncio task this call runs in, when it is a coroutine's."""
-    try:
-        return asyncio.current_task()
-    except RuntimeError:
-        return None
-
-
 @contextmanager
 def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
     token = current_call.set(call)
     outcome = "returned"
     agent = Agent.existing()
+    running = None
     if agent is not None:
-        agent.host(current().job, actor, rank, coords)
-        agent.running(actor, rank, threading.get_ident(), running_task())
+        ident = current()
+        agent.host(ident.job, actor, rank, coords)
+        running = agent.threads.started(ident)
     try:
         yield call
     except BaseException as exc:
@@ -87,7 +79,7 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
         stop_after_raise(call, exc)
         raise
     finally:
-        if agent is not None:
-            agent.running(actor, rank, None)
+        if running is not None:
+            agent.threads.ended(running)
         end_call(call, outcome)
         current_call.reset(token)

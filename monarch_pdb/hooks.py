@@ -4,11 +4,13 @@
 processes of their own and take the hooks there: a Ray worker (whose task errors Ray catches
 and hands to its debugger's post-mortem) and real Monarch (whose proc bootstrap sets its own
 `breakpoint()` hook, so every proc mesh spawned after `install` runs `install` first, and
-each message a Monarch actor handles becomes one endpoint call with its own session).
+each message a Monarch actor handles becomes one endpoint call with its own session). Each
+engine call also says which thread runs the rank's code (see monarch_pdb.rank_threads).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import linecache
@@ -19,8 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from monarch_pdb import identity, settings
-from monarch_pdb.endpoint import end_call, outcome_of, stop_after_raise, wants_post_mortem
+from monarch_pdb.endpoint import end_call, endpoint_call, outcome_of, stop_after_raise, wants_post_mortem
 from monarch_pdb.identity import CallContext, current_call
+from monarch_pdb.sources import SHIPPED_CODE
 
 _INSTALLED = "_monarch_pdb_installed"
 
@@ -47,11 +50,14 @@ def install(*, announce: bool = True) -> None:
         threading.excepthook = _post_mortem_first(threading.excepthook, lambda args: args[0].exc_value)
     if "ray" in sys.modules:
         _reach_into("ray", "post-mortem of Ray tasks stops in Ray's own debugger", _take_ray_post_mortem)
+        _reach_into("ray", "stacks and interrupt of an async actor reach its event loop, not its methods",
+                    _take_ray_calls)
     if "monarch._src.actor.host_mesh" in sys.modules:
         _reach_into("torchmonarch", "breakpoints of Monarch's procs stay with Monarch's debugger",
                     _bootstrap_monarch_procs)
     if identity.in_monarch_proc():
-        _reach_into("torchmonarch", "a breakpoint here opens no session per message", _take_monarch_calls)
+        _reach_into("torchmonarch", "a breakpoint here opens no session per message, and stacks and interrupt "
+                    "reach Monarch's main thread, not its actors'", _take_monarch_calls)
 
 
 def _reach_into(package: str, otherwise: str, take: Callable[[], None]) -> None:
@@ -95,20 +101,65 @@ def _post_mortem_first(previous: Callable[..., Any], exception_of: Callable[[tup
     return hook
 
 
+def _in_ray_worker() -> bool:
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+
+
 def _take_ray_post_mortem() -> None:
     """In a Ray worker, Ray calls `ray.util.pdb._post_mortem()` (its module `ray.util.rpdb`)
     inside its handler of a failed task when RAY_DEBUG_POST_MORTEM is 1; with post-mortem
     `always`, that call comes here. Only in workers: a driver's environment passes to the
     workers it starts, and one without this hook would stop in Ray's own debugger instead."""
-    import ray
-
-    in_worker = ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
-    if not in_worker or settings.load().post_mortem != "always":
+    if not _in_ray_worker() or settings.load().post_mortem != "always":
         return
     from ray.util import rpdb
 
     os.environ["RAY_DEBUG_POST_MORTEM"] = "1"
     rpdb._post_mortem = lambda: post_mortem_if_wanted(sys.exc_info()[1])
+
+
+def _take_ray_calls() -> None:
+    """In a Ray worker, every task and actor method runs as a call of the rank's code, on the
+    thread (or in the asyncio task, for an async actor) that Ray runs it in. Ray asks its
+    function manager once per function for what to run, and keeps the answer."""
+    if not _in_ray_worker():
+        return
+    from ray._private.function_manager import FunctionActorManager
+
+    get_execution_info = FunctionActorManager.get_execution_info
+    if getattr(get_execution_info, _INSTALLED, False):
+        return
+
+    @functools.wraps(get_execution_info)
+    def execution_info(self, *args: Any, **kwargs: Any) -> Any:
+        info = get_execution_info(self, *args, **kwargs)
+        return info._replace(function=_ray_call(info.function))
+
+    setattr(execution_info, _INSTALLED, True)
+    FunctionActorManager.get_execution_info = execution_info
+
+
+def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function`, run as a call of the rank (it keeps the attributes Ray reads, like the
+    method of an actor's executor); the coroutine of an async method runs as one instead."""
+    from monarch_pdb.agent import Agent
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with Agent.get().threads.call(identity.current()):
+            result = function(*args, **kwargs)
+        return _awaited_as_call(result) if inspect.iscoroutine(result) else result
+
+    return call
+
+
+async def _awaited_as_call(coroutine: Any) -> Any:
+    from monarch_pdb.agent import Agent
+
+    with Agent.get().threads.call(identity.current(), coroutine):
+        return await coroutine
 
 
 def _bootstrap_monarch_procs() -> None:
@@ -130,10 +181,6 @@ def _bootstrap_monarch_procs() -> None:
     HostMesh.spawn_procs = spawn_procs
 
 
-MONARCH_MAIN_CODE = "<dynamic-code>"
-"""The file name Monarch compiles the client's main script under in its procs."""
-
-
 def _main_script_source() -> str:
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     try:
@@ -148,7 +195,7 @@ def _install_then(job: str, script: str, bootstrap: Callable[[], Any] | None) ->
     `l` and `ll` (the proc's host may not have the file)."""
     os.environ.setdefault("MONARCH_PDB_JOB", job)
     if script:
-        linecache.cache[MONARCH_MAIN_CODE] = (len(script), None, script.splitlines(True), MONARCH_MAIN_CODE)
+        linecache.cache[SHIPPED_CODE] = (len(script), None, script.splitlines(True), SHIPPED_CODE)
     install()
     return bootstrap() if bootstrap is not None else None
 
@@ -159,15 +206,24 @@ async def _install_then_async(job: str, script: str, bootstrap: Callable[[], Any
 
 
 def _take_monarch_calls() -> None:
-    """In a Monarch proc, a breakpoint opens a call for the message the actor handles; Monarch's
-    own end of that message (returned, or raised and reported) ends the call's session, after
-    post-mortem when the policy wants it, as the embedded mesh does."""
+    """In a Monarch proc, each message an actor handles is an endpoint call of its rank, on the
+    actor's thread; Monarch's own end of that message (returned, or raised and reported) ends
+    the call's session, after post-mortem when the policy wants it, as the embedded mesh does."""
     from monarch._src.actor.actor_mesh import _Actor
 
     sys.breakpointhook = _set_trace_in_monarch_call
     exit_debugger, post_mortem_debug = _Actor._maybe_exit_debugger, _Actor._post_mortem_debug
+    handle, handle_sync = _Actor.handle, _Actor.handle_sync
     if getattr(exit_debugger, _INSTALLED, False):
         return
+
+    async def handle_as_call(self, ctx: Any, *args: Any, **kwargs: Any) -> None:
+        with _monarch_endpoint_call(self, ctx):
+            await handle(self, ctx, *args, **kwargs)
+
+    def handle_sync_as_call(self, ctx: Any, *args: Any, **kwargs: Any) -> None:
+        with _monarch_endpoint_call(self, ctx):
+            handle_sync(self, ctx, *args, **kwargs)
 
     def maybe_exit_debugger(self, *args: Any, **kwargs: Any) -> None:
         exit_debugger(self, *args, **kwargs)
@@ -183,6 +239,17 @@ def _take_monarch_calls() -> None:
     setattr(maybe_exit_debugger, _INSTALLED, True)
     _Actor._maybe_exit_debugger = maybe_exit_debugger
     _Actor._post_mortem_debug = post_mortem_then_report
+    _Actor.handle, _Actor.handle_sync = handle_as_call, handle_sync_as_call
+
+
+def _monarch_endpoint_call(actor: Any, ctx: Any) -> contextlib.AbstractContextManager:
+    """The endpoint call of the message `ctx` carries to one of the program's actors, named as
+    Monarch names it; the message that constructs the actor, and those of Monarch's own
+    actors, are none."""
+    if actor.instance is None or getattr(type(actor.instance), "_is_system_actor", False):
+        return contextlib.nullcontext()
+    found = identity.monarch_detected(ctx)
+    return endpoint_call(found.actor, found.rank, found.coords)
 
 
 def _monarch_call() -> CallContext:

@@ -153,7 +153,11 @@ def from_monarch() -> Detected | None:
         return None
     from monarch.actor import context
 
-    ctx = context()
+    return monarch_detected(context())
+
+
+def monarch_detected(ctx: Any) -> Detected:
+    """The actor of a Monarch context, with the rank and coordinates of its message."""
     point = ctx.message_rank
     return Detected(ctx.actor_instance.actor_id.actor_name, point.rank, {k: point[k] for k in point})
 

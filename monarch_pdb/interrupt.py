@@ -1,22 +1,42 @@
 """Stopping a running rank where it is, without a breakpoint() in its code.
 
-The agent's thread sends a dedicated signal to the process's main thread. The signal cuts
-short a sleep, a lock wait or a socket read (Python runs the handler, then resumes the call),
-and the handler opens a session on the frame it interrupted, at once. A thread other than the
-main one cannot be interrupted this way, nor a main thread blocked in C code that holds the
-GIL: the shell names those ranks and shows their stacks instead.
+Python delivers signals to the main thread only. When that thread runs the rank's code, the
+agent's thread sends it a dedicated signal: the signal cuts short a sleep, a lock wait or a
+socket read (Python runs the handler, then resumes the call), and the handler opens a session
+on the frame it interrupted, at once.
+
+Any other thread (Monarch's actor thread, Ray's async actors, a rank that is a thread), and a
+task waiting in an `await`, stops at its next line of the rank's own code instead: the code
+objects of its stack are watched for line events, which on Python 3.12+ `sys.monitoring`
+delivers for chosen code objects in every thread, and on 3.10 and 3.11 a C-level trace
+function set on that thread alone (`_PyEval_SetTrace`, the call 3.12 wraps as
+`PyEval_SetTraceAllThreads`) delivers for that thread's code. So a thread that sleeps or waits
+inside a loop stops when the sleep or wait returns; one blocked for good, or in C code that
+holds the GIL, never does: the shell names those ranks and shows their stacks instead.
 """
 
 from __future__ import annotations
 
+import ctypes
 import signal
+import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from monarch_pdb.stacks import debugger_code
+from monarch_pdb.identity import Identity
+from monarch_pdb.rank_threads import Running
+from monarch_pdb.sources import debugger_code, own_code, program_code
+from monarch_pdb.stacks import awaited_frames, program_frames, waits_in_await
 
 SIGNAL = signal.SIGRTMAX - 3
 """A real-time signal, which programs and launchers rarely use (unlike SIGUSR1/SIGUSR2), so
 its handler need not be shared."""
+
+PATIENCE = 30.0
+"""Seconds an interrupt stays wanted: a thread that runs none of the rank's code for that
+long (blocked for good, most likely) is then left alone."""
 
 
 def arm() -> bool:
@@ -29,10 +49,12 @@ def arm() -> bool:
     return True
 
 
-def can_interrupt(thread: int) -> bool:
-    """Only the main thread can be signalled, and only while our handler is installed (the
-    default action of the signal would end the process)."""
-    return thread == threading.main_thread().ident and signal.getsignal(SIGNAL) is _stop_here
+def signal_reaches(running: Running) -> bool:
+    """Whether the signal stops the rank in its code: it runs on the main thread, our handler
+    is installed (the default action of the signal would end the process), and it is not a
+    task waiting in an `await`, which the signal would find in its event loop."""
+    return (running.thread == threading.main_thread().ident and signal.getsignal(SIGNAL) is _stop_here
+            and not waits_in_await(running.coroutine))
 
 
 def signal_main_thread() -> None:
@@ -40,8 +62,11 @@ def signal_main_thread() -> None:
 
 
 def inside_agent(frame) -> bool:
-    """The interrupted code is the debugger's own (which may hold the agent's locks, or be
-    paused already): the session must wait until the program's code runs again."""
+    """The interrupted code is this package's (the debugger, which may hold the agent's locks
+    or be paused already, or the wrapper of an engine's call): the session must wait until
+    the program's code runs."""
+    if own_code(frame.f_code.co_filename):
+        return True
     while frame is not None:
         if debugger_code(frame.f_code.co_filename):
             return True
@@ -50,7 +75,6 @@ def inside_agent(frame) -> bool:
 
 
 def _stop_here(signum: int, frame) -> None:
-    from monarch_pdb import debugger
     from monarch_pdb.agent import Agent
 
     agent = Agent._instance
@@ -58,4 +82,201 @@ def _stop_here(signum: int, frame) -> None:
         return
     wanted = agent.next_interrupt()
     if wanted is not None:
-        debugger.interrupt(frame, wanted)
+        _open_session(frame, wanted)
+
+
+def _open_session(frame, identity: Identity) -> None:
+    from monarch_pdb import debugger
+
+    debugger.interrupt(frame, identity)
+
+
+def codes_to_watch(running: Running) -> frozenset:
+    """The code objects in which the rank runs its own code next: those of the coroutines it
+    awaits while it waits in an `await`, else of its thread's stack; the program's own code
+    only, unless there is none (a program installed as a package)."""
+    if waits_in_await(running.coroutine):
+        frames = list(awaited_frames(running.coroutine))
+    else:
+        frames = program_frames(sys._current_frames().get(running.thread))
+    codes = frozenset(f.f_code for f in frames)
+    return frozenset(c for c in codes if program_code(c.co_filename)) or codes
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A thread asked to stop, as whom, at which code objects, and since when."""
+
+    identity: Identity
+    codes: frozenset
+    since: float
+
+
+class LineStops:
+    """Threads asked to stop at their next line in the given code objects, until they do or
+    PATIENCE passes (the agent keeps one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wanted: dict[int, Wanted] = {}
+        self._events: _Monitoring | _ThreadTrace | None = None
+
+    def ask(self, running: Running, identity: Identity, now: float) -> bool:
+        """Ask the rank's thread to stop; False when it runs no Python code to watch, or this
+        Python cannot watch another thread."""
+        codes = codes_to_watch(running)
+        if not codes:
+            return False
+        with self._lock:
+            if self._events is None:
+                self._events = _line_events(self._reached)
+            if self._events is None:
+                return False
+            self._wanted[running.thread] = Wanted(identity, codes, now)
+            watched = self._events.watch(running.thread, self._all_codes())
+            if not watched:
+                del self._wanted[running.thread]
+        return watched
+
+    def pending(self) -> bool:
+        return bool(self._wanted)
+
+    def forget_old(self, now: float) -> None:
+        with self._lock:
+            old = [t for t, w in self._wanted.items() if now - w.since >= PATIENCE]
+            for thread in old:
+                del self._wanted[thread]
+            if old and self._events is not None:
+                self._events.unwatch(self._all_codes())
+
+    def _all_codes(self) -> frozenset:
+        return frozenset().union(*(w.codes for w in self._wanted.values()))
+
+    def _reached(self, frame, line: bool) -> Wanted | bool:
+        """Called in a watched thread at an event: what it was asked, when the event is a line
+        it was asked to stop at (it is not watched from then on); True while it is still
+        wanted at another line, False when it is not wanted any more."""
+        thread = threading.get_ident()
+        with self._lock:
+            wanted = self._wanted.get(thread)
+            if wanted is None or not line or frame.f_code not in wanted.codes:
+                return wanted is not None
+            del self._wanted[thread]
+            if self._events is not None:
+                self._events.unwatch(self._all_codes())
+        return wanted
+
+
+def _line_events(reached: Callable[[Any, bool], Wanted | bool]) -> _Monitoring | _ThreadTrace | None:
+    """What delivers line events of another thread on this Python, if anything does."""
+    if hasattr(sys, "monitoring"):
+        return _Monitoring(reached)
+    if hasattr(ctypes.pythonapi, "_PyEval_SetTrace"):
+        return _ThreadTrace(reached)
+    return None
+
+
+class _Monitoring:
+    """Line events of chosen code objects, in every thread (Python 3.12+): each goes to the
+    thread that runs it, where `reached` decides."""
+
+    def __init__(self, reached: Callable[[Any, bool], Wanted | bool]) -> None:
+        self._reached = reached
+        self._tool: int | None = None
+        self._codes: frozenset = frozenset()
+
+    def watch(self, thread: int, codes: frozenset) -> bool:
+        monitoring = sys.monitoring  # type: ignore[attr-defined]
+        if self._tool is None:
+            free = [t for t in range(monitoring.DEBUGGER_ID, monitoring.OPTIMIZER_ID) if monitoring.get_tool(t) is None]
+            if not free:
+                return False
+            self._tool = free[0]
+            monitoring.use_tool_id(self._tool, "monarch-pdb")
+            monitoring.register_callback(self._tool, monitoring.events.LINE, self._line)
+        self._set(codes)
+        return True
+
+    def unwatch(self, codes: frozenset) -> None:
+        if self._tool is None:
+            return
+        self._set(codes)
+        if not codes:
+            sys.monitoring.register_callback(self._tool, sys.monitoring.events.LINE, None)  # type: ignore[attr-defined]
+            sys.monitoring.free_tool_id(self._tool)  # type: ignore[attr-defined]
+            self._tool = None
+
+    def _set(self, codes: frozenset) -> None:
+        monitoring = sys.monitoring  # type: ignore[attr-defined]
+        for code in self._codes - codes:
+            monitoring.set_local_events(self._tool, code, 0)
+        for code in codes - self._codes:
+            monitoring.set_local_events(self._tool, code, monitoring.events.LINE)
+        self._codes = codes
+
+    def _line(self, code, line: int) -> None:
+        frame = sys._getframe(1)
+        wanted = self._reached(frame, True)
+        if isinstance(wanted, Wanted):
+            _open_session(frame, wanted.identity)
+
+
+_LINE = 2
+"""PyTrace_LINE, the event of a C trace function for a new line."""
+_TRACE_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.py_object, ctypes.c_int, ctypes.c_void_p)
+
+
+class _ThreadTrace:
+    """A C-level trace function set on one thread from another (Python 3.10 and 3.11, where
+    `sys.settrace` reaches the calling thread only). It runs in the watched thread and takes
+    itself off there: when the thread stops, and at its next event once it is not wanted."""
+
+    def __init__(self, reached: Callable[[Any, bool], Wanted | bool]) -> None:
+        self._reached = reached
+        self._function = _TRACE_FUNCTION(self._event)
+        api = ctypes.pythonapi
+        self._set_trace = api._PyEval_SetTrace
+        self._set_trace.argtypes = [ctypes.c_void_p, _TRACE_FUNCTION, ctypes.c_void_p]
+        self._set_trace.restype = ctypes.c_int
+        for name, argtypes in (("PyInterpreterState_Get", []), ("PyInterpreterState_ThreadHead", [ctypes.c_void_p]),
+                               ("PyThreadState_Next", [ctypes.c_void_p]), ("PyThreadState_GetFrame", [ctypes.c_void_p])):
+            getattr(api, name).argtypes = argtypes
+            getattr(api, name).restype = ctypes.c_void_p
+        api.Py_DecRef.argtypes = [ctypes.c_void_p]
+        self._api = api
+
+    def watch(self, thread: int, codes: frozenset) -> bool:
+        """Set the trace function on `thread`, unless a tracer (coverage, another debugger)
+        already traces the program's threads: it would be replaced."""
+        if threading.gettrace() is not None:
+            return False
+        state = self._thread_state(thread)
+        return state is not None and self._set_trace(state, self._function, None) == 0
+
+    def unwatch(self, codes: frozenset) -> None:
+        """Nothing to do here: a thread no longer wanted takes the function off at its next event."""
+
+    def _thread_state(self, thread: int) -> int | None:
+        """The interpreter's state of `thread`, the one whose current frame is that thread's
+        (the state holds no thread id that a public call returns)."""
+        frame = sys._current_frames().get(thread)
+        if frame is None:
+            return None
+        api = self._api
+        state = api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Get())
+        while state:
+            current = api.PyThreadState_GetFrame(state)
+            if current:
+                api.Py_DecRef(current)
+                if current == id(frame):
+                    return state
+            state = api.PyThreadState_Next(state)
+        return None
+
+    def _event(self, _: int, frame, what: int, __: int) -> int:
+        wanted = self._reached(frame, what == _LINE)
+        if wanted is not True:
+            sys.settrace(None)
+        if isinstance(wanted, Wanted):
+            _open_session(frame, wanted.identity)
+        return 0

@@ -2,72 +2,77 @@
 
 `sys._current_frames()` is a snapshot the interpreter takes under the GIL, so it works while
 the program's threads block in a lock, a socket read, a sleep or a C call that releases the
-GIL. A rank's "main" thread is the one running its endpoint call, or the process's main
-thread when none is running (a worker waiting for its next call, a plain process). A rank whose
-call is an asyncio task waiting in an `await` shows the coroutines it awaits in place of the
-event loop's frames, which would be the same for every rank.
+GIL. A rank's own thread is the one that runs its code (see monarch_pdb.rank_threads). A
+rank whose call is an asyncio task waiting in an `await` shows the coroutines it awaits in
+place of the event loop's frames, which would be the same for every rank.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bdb
 import os
-import pdb
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-RUNTIME_DIR = os.path.join(PACKAGE_DIR, "actor") + os.sep
-DEBUGGER_FILES = frozenset({bdb.__file__, pdb.__file__})
+from monarch_pdb.rank_threads import Running
+from monarch_pdb.sources import debugger_code, own_code, source_file
+
 ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
 
 
-def debugger_code(filename: str) -> bool:
-    """pdb's or this package's own code (the mesh runtime under actor/ is the program's)."""
-    return filename in DEBUGGER_FILES or (filename.startswith(PACKAGE_DIR) and not filename.startswith(RUNTIME_DIR))
-
-
-def frames_of(frame) -> list[list]:
-    """[file, line, function] of `frame` and its callers, outermost first, without the
-    debugger's frames on top: a paused rank is where its program stopped, not inside pdb."""
-    out = []
+def program_frames(frame) -> list:
+    """`frame` and its callers, innermost first, without the debugger's frames on top (a
+    paused rank is where its program stopped, not inside pdb) or this package's frames
+    between (an engine call's wrapper)."""
+    out: list = []
     while frame is not None:
-        out.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
-        frame = frame.f_back
-    out.reverse()
-    for depth, (filename, _, _) in enumerate(out):
+        filename = frame.f_code.co_filename
         if debugger_code(filename):
-            return out[:depth]
+            out.clear()
+        elif not own_code(filename):
+            out.append(frame)
+        frame = frame.f_back
     return out
 
 
-def awaiting(frames: list[list], task: asyncio.Task) -> list[list]:
-    """A suspended task's stack: the thread's frames up to the event loop, then each coroutine
-    the task awaits, outermost first."""
-    loop_at = next((i for i, f in enumerate(frames) if f[0].startswith(ASYNCIO_DIR)), len(frames))
-    chain = []
-    coro = task.get_coro()
+def frames_of(frame) -> list[list]:
+    """[file, line, function] of `program_frames`, outermost first."""
+    return [[source_file(f), f.f_lineno, f.f_code.co_name] for f in reversed(program_frames(frame))]
+
+
+def waits_in_await(coro: Any) -> bool:
+    """Whether `coro` is suspended in an `await` (a compiled coroutine that does not say counts
+    as running)."""
+    return coro is not None and not getattr(coro, "cr_running", True)
+
+
+def awaited_frames(coro: Any) -> Iterator:
+    """The frames of `coro` and the coroutines it awaits, outermost first; coroutines without
+    a frame (compiled ones) are passed through, and this package's own are left out."""
     while coro is not None:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
-            break
-        chain.append([frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name])
+        if frame is not None and not own_code(frame.f_code.co_filename):
+            yield frame
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return frames[:loop_at] + chain
 
 
-def take(ranks: Iterable[int], running: Mapping[int, tuple[int, asyncio.Task | None]], every_thread: bool) -> list[list]:
+def awaiting(frames: list[list], coro: Any) -> list[list]:
+    """A suspended coroutine's stack: the thread's frames up to the event loop, then each
+    coroutine it awaits, outermost first."""
+    loop_at = next((i for i, f in enumerate(frames) if f[0].startswith(ASYNCIO_DIR)), len(frames))
+    return frames[:loop_at] + [[source_file(f), f.f_lineno, f.f_code.co_name] for f in awaited_frames(coro)]
+
+
+def take(ranks: Iterable[int], running: Mapping[int, Running], every_thread: bool) -> list[list]:
     """[threads, ranks] pairs, ranks whose stacks have the same frames sharing one pair (the
-    threads of two ranks differ in name only). `running` maps a rank to the thread running its
-    endpoint call and the call's asyncio task, if any; the calling thread, the agent's, is
-    never reported."""
+    threads of two ranks differ in name only). `running` maps each rank to its own thread,
+    shown first; the calling thread, the agent's, is never reported."""
     current = sys._current_frames()
     names = {t.ident: t.name for t in threading.enumerate()}
     me = threading.get_ident()
-    main = threading.main_thread().ident
-    busy = {thread for thread, _ in running.values()}
+    busy = {how.thread for how in running.values()}
     walked: dict[int, tuple[list, tuple]] = {}
 
     def thread(ident: int) -> tuple[list, tuple]:
@@ -80,11 +85,11 @@ def take(ranks: Iterable[int], running: Mapping[int, tuple[int, asyncio.Task | N
     idle = [t for t in sorted(current) if t != me and t not in busy] if every_thread else []
     groups: dict[tuple, list] = {}
     for rank in ranks:
-        own, task = running.get(rank, (main, None))
+        own, coro = running[rank].thread, running[rank].coroutine
         taken = [thread(t) for t in [own, *(t for t in idle if t != own)] if t in current]
-        if taken and task is not None and not getattr(task.get_coro(), "cr_running", True):
+        if taken and waits_in_await(coro):
             name, frames = taken[0][0]
-            frames = awaiting(frames, task)
+            frames = awaiting(frames, coro)
             taken[0] = ([name, frames], tuple(map(tuple, frames)))
         key = tuple(same for _, same in taken)
         if key in groups:

@@ -8,10 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from monarch_pdb import settings as settings_module
+from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -81,6 +83,42 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         return rows
     finally:
         conn.close()
+
+
+def wait_for_all_rows(env: dict[str, str], enough: Callable[[list[dict]], bool], timeout: float = 30.0) -> list[dict]:
+    """`list --all` rows once `enough(rows)`; asked again after every event, or a moment later."""
+    conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            conn.changed.clear()
+            rows = conn.request(wire.ListAll(), wire.SessionList).rows
+            if enough(rows):
+                return rows
+            assert time.monotonic() < deadline, f"never enough rows: {rows}"
+            conn.changed.wait(0.1)
+    finally:
+        conn.close()
+
+
+def debug(env: dict[str, str], *commands: str, flags: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess:
+    """`monarch-pdb debug -c COMMAND ...`, without a terminal."""
+    args = [a for command in commands for a in ("-c", command)]
+    return subprocess.run([*DEBUG_SHELL, *flags, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def interrupt_running_ranks(env: dict[str, str], actor: str, function: str, script: Path) -> str:
+    """What a user does with the ranks of `actor`, running in `function` of `script` without a
+    breakpoint(): `stacks` names the function under the script's name, `interrupt` stops every
+    rank, `bt` shows each in that function, and `continue` lets them run on. The shell's output."""
+    done = debug(env, f"stacks {actor}", f"interrupt {actor} ranks(:)", f"cast {actor} ranks(:) bt", "continue")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stacks, _, stopped = done.stdout.partition("Interrupted ")
+    assert re.search(rf"^\W*{re.escape(script.name)}:\d+ {function}  ranks\[", stacks, re.M), stacks
+    assert "<dynamic-code>" not in done.stdout
+    assert re.search(rf"^> {re.escape(str(script))}\(\d+\){function}\(\)$", stopped, re.M), stopped
+    return done.stdout
 
 
 def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = None) -> tuple[subprocess.Popen, str]:

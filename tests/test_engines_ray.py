@@ -1,13 +1,16 @@
 """Ray, for real: four actors of examples/ray_actors.py on a local Ray instance stop in a method,
 then a task in its function; their breakpoints reach our broker, not Ray's debugger, and with
-post-mortem `always` a failing method stops where it raised. Needs ray (`make test-engines` installs it)."""
+post-mortem `always` a failing method stops where it raised. A sync actor, an async actor and a
+task that run without a breakpoint are seen and stopped in their code, on the thread Ray runs
+it on. Needs ray (`make test-engines` installs it)."""
 
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pytest
-from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, interrupt_running_ranks, wait_for_all_rows, wait_for_sessions
 
 pytest.importorskip("ray", reason="ray is not installed (make test-engines installs monarch-pdb[ray])")
 
@@ -74,5 +77,69 @@ def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
         assert "Continued 4 ranks: Learner ranks[0-3]" in sh.command("continue")
         code, output = program.finish(timeout=60)
         assert code == 0 and "FAILED with KeyError" in output, output
+    finally:
+        program.stop()
+
+
+LOOPS = textwrap.dedent('''
+    import asyncio
+    import os
+    import sys
+    import time
+
+    import ray
+
+
+    def wait_for_data(stop):
+        polls = 0
+        while not os.path.exists(stop):
+            time.sleep(0.05)
+            polls += 1
+        return polls >= 0
+
+
+    @ray.remote
+    class Loader:
+        def load(self, stop):
+            return wait_for_data(stop)
+
+
+    @ray.remote
+    class Fetcher:
+        async def fetch(self, stop):
+            polls = 0
+            while not os.path.exists(stop):
+                await asyncio.sleep(0.05)
+                polls += 1
+            return polls >= 0
+
+
+    @ray.remote
+    def shuffle(stop):
+        return wait_for_data(stop)
+
+
+    if __name__ == "__main__":
+        ray.init(num_cpus=3, include_dashboard=False, runtime_env={"worker_process_setup_hook": "monarch_pdb.install"})
+        stop = sys.argv[1]
+        print("DONE", ray.get([Loader.remote().load.remote(stop), Fetcher.remote().fetch.remote(stop), shuffle.remote(stop)]))
+        ray.shutdown()
+''')
+
+
+@pytest.mark.timeout(180)
+def test_running_ray_actors_and_tasks_are_seen_and_stopped_in_their_code(env, tmp_path):
+    script = tmp_path / "loops.py"
+    script.write_text(LOOPS)
+    program = Program(env, script, str(tmp_path / "stop"), cwd=tmp_path)
+    try:
+        wanted = {"Loader", "Fetcher", "shuffle"}
+        wait_for_all_rows(env, lambda rows: wanted <= {r["actor"] for r in rows if r["state"] == "running"}, timeout=120)
+        interrupt_running_ranks(env, "Loader", "wait_for_data", script)
+        interrupt_running_ranks(env, "Fetcher", "fetch", script)
+        interrupt_running_ranks(env, "shuffle", "wait_for_data", script)
+        (tmp_path / "stop").touch()
+        code, output = program.finish(timeout=60)
+        assert code == 0 and "DONE [True, True, True]" in output, output
     finally:
         program.stop()

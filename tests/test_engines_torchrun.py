@@ -1,16 +1,18 @@
 """torchrun, for real: four CPU ranks of examples/train.py all-reduce over gloo and stop at
 breakpoint(); the shell lists them with their coordinates, reads each rank's loss, and lets the
-collectives complete. Needs torch (`make test-engines` installs it)."""
+collectives complete. Ranks that run without a breakpoint are seen and stopped in their code,
+on their main thread. Needs torch (`make test-engines` installs it)."""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
+import textwrap
 
 import pytest
 from conftest import wait_for_exit
-from programs import DEBUG_SHELL, EXAMPLES, Program, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, interrupt_running_ranks, wait_for_all_rows, wait_for_sessions
 
 pytest.importorskip("torch", reason="torch is not installed (make test-engines installs monarch-pdb[torch])")
 
@@ -56,5 +58,42 @@ def test_torchrun_ranks_are_listed_cast_to_and_continued(env, shell):
             printed = re.search(rf"^rank {rank} step 1 loss ([\d.]+)$", output, re.M)
             assert printed and round(float(printed.group(1)), 4) == loss
         assert "trained: mean loss" in output
+    finally:
+        program.stop()
+
+
+LOOP = textwrap.dedent('''
+    import os
+    import sys
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+
+
+    def wait_for_peers(stop):
+        polls = 0
+        while not os.path.exists(stop):
+            time.sleep(0.05)
+            polls += 1
+        return polls >= 0
+
+
+    print("RANK", os.environ["RANK"], "WAITED", wait_for_peers(sys.argv[1]), flush=True)
+''')
+
+
+@pytest.mark.timeout(120)
+def test_running_torchrun_ranks_are_seen_and_stopped_in_their_code(env, tmp_path):
+    script = tmp_path / "peers.py"
+    script.write_text(LOOP)
+    program = Program(env, script, str(tmp_path / "stop"), cwd=tmp_path, launcher=[*TORCHRUN[:-1], "2"])
+    try:
+        wait_for_all_rows(env, lambda rows: {(r["actor"], r["rank"]) for r in rows} == {("peers", 0), ("peers", 1)}, timeout=90)
+        interrupt_running_ranks(env, "peers", "wait_for_peers", script)
+        (tmp_path / "stop").touch()
+        code, output = program.finish(timeout=60)
+        assert code == 0 and "RANK 0 WAITED True" in output and "RANK 1 WAITED True" in output, output
     finally:
         program.stop()

@@ -159,6 +159,8 @@ def test_engine_releases_whose_insides_differ_are_named_and_the_program_still_ru
         assert [re.sub(r"into (\S+) \S+ \(", r"into \1 RELEASE (", line, count=1) for line in said] == [
             "monarch-pdb: cannot hook into ray RELEASE (No module named 'ray.util'): "
             "post-mortem of Ray tasks stops in Ray's own debugger",
+            "monarch-pdb: cannot hook into ray RELEASE (No module named 'ray._private'): "
+            "stacks and interrupt of an async actor reach its event loop, not its methods",
             "monarch-pdb: cannot hook into torchmonarch RELEASE (cannot import name 'HostMesh' from "
             f"'monarch._src.actor.host_mesh' ({tmp_path / 'monarch/_src/actor/host_mesh.py'})): "
             "breakpoints of Monarch's procs stay with Monarch's debugger",

@@ -7,19 +7,16 @@ import json
 import os
 import re
 import select
-import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
-from programs import Program, settings_for
+from programs import Program, debug, wait_for_all_rows, wait_for_sessions
 from shell_driver import ShellDriver
 
-from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
-
-SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+BREAKPOINT_STOP = 11 if sys.version_info >= (3, 13) else 12
+"""Where SHIPPED's breakpoint() stops: at its own line on 3.13, at the next one before."""
 
 HANG = textwrap.dedent('''
     import signal
@@ -105,15 +102,17 @@ THREADS = textwrap.dedent('''
         event.wait()
 
 
-    def load_shard():
+    def load_shard(event):
         started.wait()
-        time.sleep(3600)
+        polls = 0
+        while not event.wait(0.05):
+            polls += 1
 
 
     def rank_main(rank, event):
         with monarch_pdb.endpoint_call("worker", rank, {"gpu": rank}):
             if rank == 3:
-                load_shard()
+                load_shard(event)
             else:
                 wait_for_peers(event)
 
@@ -155,6 +154,59 @@ ASYNC = textwrap.dedent('''
         this_host().spawn_procs(per_host={"host": 2, "gpu": 2}).spawn("waiter", Waiter).step.call().get()
 ''')
 
+POLLER = textwrap.dedent('''
+    import asyncio
+
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    async def poll_queue():
+        polls = 0
+        while True:
+            await asyncio.sleep(0.05)
+            polls += 1
+
+
+    class Poller(Actor):
+        @endpoint
+        async def run(self):
+            print("WAITING", flush=True)
+            await poll_queue()
+
+
+    if __name__ == "__main__":
+        this_host().spawn_procs(per_host={"gpu": 2}).spawn("poller", Poller).run.call().get()
+''')
+
+SHIPPED = textwrap.dedent('''
+    import ast
+    import threading
+    import time
+
+    import monarch_pdb
+
+
+    def load_checkpoint(path):
+        step = len(path)
+        breakpoint()
+        return step / 0
+
+
+    if __name__ == "__main__":
+        monarch_pdb.install()
+        monarch_pdb.set_identity(actor="train", rank=0)
+        # Run this function as Monarch's procs run a script's code: shipped by value (by
+        # cloudpickle), so compiled under the name <dynamic-code>, in globals naming the script.
+        with open(__file__) as f:
+            tree = ast.parse(f.read())
+        functions = ast.Module([node for node in tree.body if isinstance(node, ast.FunctionDef)], type_ignores=[])
+        shipped = {"__name__": "__main__", "__file__": __file__}
+        exec(compile(functions, "<dynamic-code>", "exec"), shipped)
+        threading.Thread(target=shipped["load_checkpoint"], args=("ckpt",), daemon=True).start()
+        while True:
+            time.sleep(0.05)
+''')
+
 PLAIN = textwrap.dedent('''
     import time
 
@@ -192,28 +244,6 @@ def wait_for_lines(program: Program, word: str, count: int, timeout: float = 60.
         assert chunk, f"the program ended; it printed:\n{text}"
         text += chunk
     return text
-
-
-def wait_for_all_rows(env, enough, timeout: float = 30.0) -> list[dict]:
-    """`list --all` rows once `enough(rows)`; asked again after every event, or a moment later."""
-    conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            conn.changed.clear()
-            rows = conn.request(wire.ListAll(), wire.SessionList).rows
-            if enough(rows):
-                return rows
-            assert time.monotonic() < deadline, f"never enough rows: {rows}"
-            conn.changed.wait(0.1)
-    finally:
-        conn.close()
-
-
-def debug(env, *commands: str, flags: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess:
-    args = [a for command in commands for a in ("-c", command)]
-    return subprocess.run([*SHELL, *flags, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.timeout(120)
@@ -299,23 +329,67 @@ def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
 
 
 @pytest.mark.timeout(90)
-def test_ranks_that_are_threads_have_their_own_stacks_and_are_not_interrupted(env, tmp_path):
+def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(env, tmp_path):
     program = run_program(env, tmp_path, "threads.py", THREADS)
     try:
         wait_for_lines(program, "WAITING", 1)
         wait_for_all_rows(env, lambda rows: len(rows) == 4)
-        done = debug(env, "list --all", "stacks", "stacks worker --thread all --json", "interrupt worker ranks(1) --timeout 1")
+        done = debug(env, "list --all", "stacks", "stacks worker --thread all --json", "interrupt worker ranks(3)",
+                     "cast worker ranks(3) bt", "continue", "interrupt worker ranks(1) --timeout 1")
         assert done.returncode == 1, "an interrupt that stops nothing fails the script"
         assert done.stdout.count("| running |") == 4 and "| threads" not in done.stdout
         text = done.stdout
-        assert "worker ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: threads.py:17 load_shard\n" in text
+        assert "worker ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: threads.py:18 load_shard\n" in text
         assert "threads.py:12 wait_for_peers  ranks[0-2] (3)" in text
-        assert "Interrupted 0 ranks\nworker ranks[1] (1) did not stop within 1 s" in text
         doc = json.loads(next(line for line in text.splitlines() if line.startswith("{")))
         assert [g["ranks"] for g in doc["groups"]] == [[0, 1, 2], [3]]
         names = [t["name"] for t in doc["groups"][1]["threads"]]
         assert names[0].startswith("Thread-") and "MainThread" in names and not any("monarch-pdb" in n for n in names)
-        assert doc["elsewhere"] == [{"ranks": [3], "where": "threads.py:17 load_shard"}]
+        assert doc["elsewhere"] == [{"ranks": [3], "where": "threads.py:18 load_shard"}]
+        # A rank waiting on a lock in a loop stops in its own code once the wait returns, not in threading's.
+        assert "Interrupted 1 rank: worker ranks[3] (1)\n" in text
+        assert f"\n> {tmp_path / 'threads.py'}(19)load_shard()\n-> polls += 1\nContinued 1 rank: worker ranks[3]" in text
+        # One blocked for good is named with its stack.
+        assert "Interrupted 0 ranks\nworker ranks[1] (1) did not stop within 1 s" in text
+        assert "\nthreads.py:12 wait_for_peers  ranks[1] (1)\n" in text.rsplit("did not stop", 1)[1]
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_waiting_in_an_await_stops_in_its_coroutine(env, tmp_path):
+    program = run_program(env, tmp_path, "poller.py", POLLER)
+    try:
+        wait_for_lines(program, "WAITING", 2)
+        done = debug(env, "interrupt poller ranks(0)", "cast poller ranks(0) bt", "stacks poller", "continue")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.startswith("Interrupted 1 rank: poller ranks[0] (1)\npoller ranks[0] (1)\n")
+        assert f"\n> {tmp_path / 'poller.py'}(11)poll_queue()\n-> polls += 1\n" in done.stdout
+        assert "   poller.py:10 poll_queue  ranks[1] (1)\n" in done.stdout and "poller.py:11 poll_queue  ranks[0] (1)\n" in done.stdout
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_thread_paused_in_shipped_code_is_the_ranks_and_named_by_its_script(env, tmp_path):
+    program = run_program(env, tmp_path, "checkpoint.py", SHIPPED)
+    script = str(tmp_path / "checkpoint.py")
+    try:
+        [row] = wait_for_sessions(env, 1)
+        assert (row["function"], row["filename"], row["lineno"]) == ("checkpoint.load_checkpoint", script, BREAKPOINT_STOP)
+        done = debug(env, "stacks train", "stacks train --json", "cast train ranks(0) bt", "continue")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "<dynamic-code>" not in done.stdout
+        assert "train ranks[0] (1): 1 distinct stack\nthreading.py:" in done.stdout
+        assert f"\ncheckpoint.py:{BREAKPOINT_STOP} load_checkpoint  ranks[0] (1)\n" in done.stdout, "the paused thread"
+        doc = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+        assert doc["groups"][0]["threads"][0]["frames"][-1] == {
+            "file": script, "line": BREAKPOINT_STOP, "function": "load_checkpoint"}
+        assert f"\n> {script}({BREAKPOINT_STOP})load_checkpoint()\n" in done.stdout
+        [row] = wait_for_sessions(env, 1, state="post-mortem")
+        assert (row["filename"], row["lineno"]) == (script, 12)
+        where = debug(env, "cast train ranks(0) where")
+        assert f"\n> {script}(12)load_checkpoint()\n" in where.stdout and "<dynamic-code>" not in where.stdout
     finally:
         program.stop()
 

@@ -1,0 +1,110 @@
+"""Which thread runs a rank's own code: the thread `stacks` shows and `interrupt` stops.
+
+Engines run a rank's code on threads of their own: real Monarch on its actor's thread (the
+main thread only runs Monarch's bootstrap loop), Ray's async actors on an event-loop thread,
+the embedded mesh and threaded programs on any thread. So each engine call says where it runs
+while it runs, and a paused session says where it is paused; a rank with neither runs on its
+process's main thread, as under torchrun, Slurm and MPI, and as Ray's tasks and sync actors do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from monarch_pdb.identity import Identity
+
+
+@dataclass(frozen=True)
+class Running:
+    """The thread that runs a rank's code, and the coroutine it runs, when it is one's: while
+    that waits in an `await`, the rank is where it awaits, not in the event loop."""
+
+    thread: int
+    coroutine: Any = None
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """An engine call running a rank's code; compared by identity, so two calls of one rank
+    (an async actor's, running at once) stay apart."""
+
+    identity: Identity
+    running: Running
+
+
+def running_here(coroutine: Any = None) -> Running:
+    """The calling thread, running `coroutine`, else its asyncio task's coroutine if any."""
+    if coroutine is None:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        coroutine = task.get_coro() if task is not None else None
+    return Running(threading.get_ident(), coroutine)
+
+
+class RankThreads:
+    """The calls and paused sessions of one process, by rank (the agent keeps one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: list[Call] = []
+        """Oldest first: the newest call of a rank is the one it runs now."""
+        self._paused: dict[int, tuple[tuple[str, int], int]] = {}
+        """By session id: the rank it belongs to, and the thread it is paused in."""
+
+    def started(self, identity: Identity, coroutine: Any = None) -> Call:
+        """The calling thread (in `coroutine`, or its asyncio task's) runs `identity`'s code
+        until `ended`."""
+        call = Call(identity, running_here(coroutine))
+        with self._lock:
+            self._calls.append(call)
+        return call
+
+    def ended(self, call: Call) -> None:
+        with self._lock:
+            self._calls = [c for c in self._calls if c is not call]
+
+    @contextmanager
+    def call(self, identity: Identity, coroutine: Any = None) -> Iterator[None]:
+        """`started` to `ended`, around an engine's call of the rank's code."""
+        call = self.started(identity, coroutine)
+        try:
+            yield
+        finally:
+            self.ended(call)
+
+    def paused(self, sid: int, actor: str, rank: int) -> None:
+        """Session `sid` of (actor, rank) waits for input in the calling thread."""
+        with self._lock:
+            self._paused[sid] = ((actor, rank), threading.get_ident())
+
+    def closed(self, sid: int) -> None:
+        with self._lock:
+            self._paused.pop(sid, None)
+
+    def newest_call(self) -> Identity | None:
+        """Whose code the process runs now, for a process that is a rank of its own (a Ray
+        worker runs one task after another, each its own rank)."""
+        with self._lock:
+            return self._calls[-1].identity if self._calls else None
+
+    def of(self, actor: str, ranks: Iterable[int], own: bool) -> dict[int, Running]:
+        """Each rank's thread: paused, else running the rank's newest call, else the main
+        thread. In a process that is its own rank (`own`), every session and call is the rank's."""
+        main = Running(threading.main_thread().ident)  # type: ignore[arg-type]
+        with self._lock:
+            paused = [(key, Running(thread)) for key, thread in self._paused.values()]
+            calls = [((c.identity.actor, c.identity.rank), c.running) for c in self._calls]
+        newest_first = paused[::-1] + calls[::-1]
+        if own:
+            return dict.fromkeys(ranks, newest_first[0][1] if newest_first else main)
+        found: dict[tuple[str, int], Running] = {}
+        for key, running in newest_first:
+            found.setdefault(key, running)
+        return {rank: found.get((actor, rank), main) for rank in ranks}
