@@ -42,6 +42,13 @@ WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20, "tt
           "tty_cast": 2}
 
 
+def quantile_sum(first: list[int], second: list[int]) -> list[int]:
+    """Samples whose every percentile is the sum of the two lists' same percentiles."""
+    a, b = sorted(first), sorted(second)
+    n = min(len(a), len(b))
+    return [a[i * len(a) // n] + b[i * len(b) // n] for i in range(n)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
@@ -92,7 +99,7 @@ def main() -> int:
     # What a bare readline program costs plus what the same line costs below the shell: the
     # terminal's attached line can be no faster than both together.
     tty_path_floor = Result("terminal floor: floor C + attached `p rank` below the shell",
-                            [a + b for a, b in zip(sorted(samples["tty_floor"]), sorted(samples["attached"]))])
+                            quantile_sum(samples["tty_floor"], samples["attached"]))
     results = [
         floor_a,
         floor_b,
