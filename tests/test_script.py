@@ -27,16 +27,6 @@ SCRIPT = textwrap.dedent("""\
 """)
 
 
-@pytest.fixture
-def example(env):
-    program = Program(env, EXAMPLES / "debugging.py")
-    try:
-        wait_for_sessions(env, 16)
-        yield program
-    finally:
-        program.stop()
-
-
 @pytest.mark.timeout(120)
 def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tmp_path):
     script = tmp_path / "state.monarch"
