@@ -498,9 +498,11 @@ class DebugShell(cmd2.Cmd):
         self.report.result("", {"session": att.describe(), "output": "".join(self.collected)})
 
     def follow_session(self) -> None:
-        """Print what the held rank prints until it asks for input, ends, or the user detaches."""
+        """Print what the held rank prints until it asks for input, ends, or the user detaches.
+        Past a second, say why nothing comes (the rank runs, or the broker does not answer),
+        and again whenever that changes."""
         started = time.monotonic()
-        hinted = False
+        said = ""
         try:
             while self.attached is not None and not self.attached.paused:
                 got = self.next_input_or_message(timeout=RUNNING_HINT_AFTER)
@@ -509,15 +511,21 @@ class DebugShell(cmd2.Cmd):
                     if got.strip() == "detach":
                         self.detach()
                     elif got.strip():
-                        self.note(f"{self.attached.label} is running; type 'detach' to leave it running")
+                        self.note(self.waiting_for())
                 elif got is not None:
                     self.session_message(got)
-                if (not hinted and self.attached is not None and not self.attached.paused and self.terminal_input
-                        and time.monotonic() - started >= RUNNING_HINT_AFTER):
-                    hinted = True
-                    self.note(f"({self.attached.label} is running; type 'detach' to leave it running)")
+                if (self.attached is not None and not self.attached.paused and self.terminal_input
+                        and time.monotonic() - started >= RUNNING_HINT_AFTER and said != self.waiting_for()):
+                    said = self.waiting_for()
+                    self.note(f"({said})")
         except KeyboardInterrupt:
             self.detach()
+
+    def waiting_for(self) -> str:
+        assert self.attached is not None
+        if not self.conn.link.ready.is_set():
+            return "the broker does not answer; waiting for it; type 'detach' to leave"
+        return f"{self.attached.label} is running; type 'detach' to leave it running"
 
     def next_input_or_message(self, timeout: float) -> wire.Message | str | None:
         """A message from the broker, or a line typed at the terminal meanwhile, or None."""

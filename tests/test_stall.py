@@ -49,6 +49,7 @@ def test_an_attached_shell_recovers_from_a_broker_that_stalls_past_every_livenes
         os.kill(broker, signal.SIGSTOP)
         try:
             sh.child.sendline("p rank")
+            sh.expect(r"\(the broker does not answer; waiting for it; type 'detach' to leave\)", timeout=STALL)
             sh.expect_absent(r"^0$|was lost|finished", seconds=STALL)  # nothing answers a stopped broker
         finally:
             os.kill(broker, signal.SIGCONT)
