@@ -6,20 +6,21 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
+from monarch_pdb.broker.inflight import Request
 
 
-@dataclass
-class CastInFlight:
-    id: int
-    shell: bytes
-    ref: int
-    actor: str
-    deadline: float
-    total: int
+@dataclass(kw_only=True)
+class CastInFlight(Request):
+    total: int = 0
     pending: dict[int, int] = field(default_factory=dict)
+    """Session id -> rank, for each session whose answer is awaited."""
     answers: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
-    missing: list[list] = field(default_factory=list)
     next_progress: float = 0.0
+    RESULT = wire.CastResult
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
 
     @property
     def answered(self) -> int:
@@ -35,22 +36,9 @@ class CastInFlight:
         if rank is not None:
             self.missing.append([rank, reason])
 
-    def result(self, part_size: int) -> list[wire.CastResult]:
-        """Most common answer first, in parts of about `part_size` characters of output;
-        ranks still pending are named as still running."""
-        missing = self.missing + [[rank, "still running"] for rank in self.pending.values()]
-        ordered = sorted(self.answers.items(), key=lambda item: (-len(item[1]), min(item[1])))
-        parts: list[list] = [[]]
-        size = 0
-        for (output, outcome), ranks in ordered:
-            if parts[-1] and size + len(output) > part_size:
-                parts.append([])
-                size = 0
-            parts[-1].append([output, outcome, sorted(ranks)])
-            size += len(output) + 8 * len(ranks)
-        last = len(parts) - 1
-        return [
-            wire.CastResult(ref=self.ref, actor=self.actor, groups=groups,
-                            missing=sorted(missing) if n == last else [], more=n != last)
-            for n, groups in enumerate(parts)
-        ]
+    def groups(self) -> list[tuple[list, int]]:
+        return [([output, outcome, sorted(ranks)], len(output) + 8 * len(ranks))
+                for (output, outcome), ranks in self.answers.items()]
+
+    def unanswered(self) -> list[list]:
+        return [[rank, "still running"] for rank in self.pending.values()]

@@ -21,6 +21,7 @@ import zmq
 
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight
+from monarch_pdb.broker.inflight import InFlight, Request
 from monarch_pdb.broker.registry import LiveRank, LookupFailed, Peer, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.settings import Settings
@@ -48,24 +49,22 @@ class Broker:
     event_seq: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
     """The last events as `Event.row()` tuples (seq first), a third of an Event's size."""
-    casts: dict[int, CastInFlight] = field(default_factory=dict)
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
-    next_cast: int = 1
     pub_endpoint: str = ""
     refused_logged: int = 0
     refusals_logged_at: float = float("-inf")
     latest_refusal: str = ""
     stopping: bool = False
-    stack_requests: dict[int, StacksInFlight] = field(default_factory=dict)
-    next_stack_request: int = 1
     listening_since: float = float("-inf")
     """When the poll loop last came back from a pause longer than a heartbeat."""
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
         self.registry.history_limit = self.settings.session_history
+        self.casts: InFlight[CastInFlight] = InFlight(part_size=self.settings.max_message // 2)
+        self.stacks: InFlight[StacksInFlight] = InFlight(part_size=self.settings.max_message // 2)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -135,10 +134,7 @@ class Broker:
             if self.router in ready:
                 self.drain()
             now = polled = time.monotonic()
-            if self.casts:
-                self.report_casts(now)
-            if self.stack_requests:
-                self.expire_stack_requests(now)
+            self.expire(now)
             if now >= next_tick:
                 next_tick = now + tick
                 self.reap(now)
@@ -239,11 +235,27 @@ class Broker:
                 self.end_session(sess, "", reason)
         if peer.role == "agent" and reason != "reconnected":
             self.registry.depart(peer, "lost" if reason == "lost" else "finished")
-            for request in list(self.stack_requests.values()):
+            for request in self.stacks:
                 request.lost(identity)
-                self.finish_stacks_if_done(request)
+                self.settle(self.stacks, request)
         if peer.role == "agent" and not self.registry.has_job(peer.name):
             log(f"job {peer.name} left ({reason})")
+
+    # --- requests in flight --------------------------------------------------------------
+
+    def settle(self, table: InFlight, request: Request, expired: bool = False) -> None:
+        """Send a request's result to its shell once it is done (or `expired`)."""
+        for part in table.settle(request, expired):
+            self.send(request.shell, part)
+
+    def expire(self, now: float) -> None:
+        for table in (self.casts, self.stacks):
+            for request in table.overdue(now):
+                self.settle(table, request, expired=True)
+        for cast in self.casts:
+            if now >= cast.next_progress:
+                cast.next_progress = now + PROGRESS_EVERY
+                self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.total))
 
     # --- sending -----------------------------------------------------------------------
 
@@ -284,11 +296,11 @@ class Broker:
             else:
                 self.record_output(sess, text)
                 cast.answer(sess.id, sess.replay(), "finished" if reason == "returned" else reason)
-            self.finish_if_done(cast)
+            self.settle(self.casts, cast)
         for cast_id, _ in sess.queued:
             if (queued := self.casts.get(cast_id)) is not None:
                 queued.give_up(sess.id, "lost" if reason == "lost" else "its session ended before the command ran")
-                self.finish_if_done(queued)
+                self.settle(self.casts, queued)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
         self.registry.remove(sess, reason)
@@ -384,7 +396,7 @@ class Broker:
         sess.cast = 0
         if cast is not None:
             cast.answer(sess.id, sess.replay(), "")
-            self.finish_if_done(cast)
+            self.settle(self.casts, cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
         if newly:
@@ -466,15 +478,13 @@ class Broker:
         if not chosen:
             return
         self.record(identity, chosen[0].job, msg.actor, [s.rank for s in chosen], msg.line)
-        cast = CastInFlight(
-            id=self.next_cast, shell=identity, ref=msg.ref, actor=msg.actor,
+        cast = self.casts.open(CastInFlight(
+            shell=identity, ref=msg.ref, actor=msg.actor,
             deadline=time.monotonic() + msg.timeout, total=len(chosen) + len(absent), missing=absent,
             next_progress=time.monotonic() + PROGRESS_EVERY,
-        )
-        self.next_cast += 1
-        self.casts[cast.id] = cast
+        ))
         for sess in chosen:
-            if sess.cast:
+            if sess.cast in self.casts:
                 sess.queued += ((cast.id, msg.line),)
                 cast.pending[sess.id] = sess.rank
             elif sess.paused:
@@ -482,39 +492,19 @@ class Broker:
                 self.run_cast_line(sess, cast.id, msg.line)
             else:
                 cast.missing.append([sess.rank, "running"])
-        self.finish_if_done(cast)
+        self.settle(self.casts, cast)
 
     def run_cast_line(self, sess: Session, cast_id: int, line: str) -> None:
         sess.cast = cast_id
         self.forward(sess, line)
 
     def run_queued(self, sess: Session) -> None:
-        """A session busy with one shell's cast takes the next shell's line when it is done."""
+        """A session busy with one shell's cast takes the next shell's line when it is done
+        (a line of a cast that is over by then is dropped)."""
         while sess.queued and sess.paused:
             (cast_id, line), sess.queued = sess.queued[0], sess.queued[1:]
             if cast_id in self.casts:
                 self.run_cast_line(sess, cast_id, line)
-
-    def finish_if_done(self, cast: CastInFlight, expired: bool = False) -> None:
-        if cast.pending and not expired:
-            return
-        for sess_id in cast.pending:
-            sess = self.registry.sessions.get(sess_id)
-            if sess is not None:
-                sess.queued = tuple((c, line) for c, line in sess.queued if c != cast.id)
-                if sess.cast == cast.id:
-                    sess.cast = 0
-        del self.casts[cast.id]
-        for part in cast.result(self.settings.max_message // 2):
-            self.send(cast.shell, part)
-
-    def report_casts(self, now: float) -> None:
-        for cast in list(self.casts.values()):
-            if now >= cast.deadline:
-                self.finish_if_done(cast, expired=True)
-            elif now >= cast.next_progress:
-                cast.next_progress = now + PROGRESS_EVERY
-                self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.total))
 
     def on_continue(self, identity: bytes, msg: wire.Continue) -> None:
         """Release every paused rank (of one job, if named) after clearing its breakpoints."""
@@ -542,32 +532,18 @@ class Broker:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if not chosen:
             return
-        request = StacksInFlight(id=self.next_stack_request, shell=identity, ref=msg.ref, actor=msg.actor,
-                                 deadline=time.monotonic() + msg.timeout, missing=absent)
-        self.next_stack_request += 1
+        request = self.stacks.open(StacksInFlight(shell=identity, ref=msg.ref, actor=msg.actor,
+                                                  deadline=time.monotonic() + msg.timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
-        self.stack_requests[request.id] = request
         for peer, asked in request.waiting.items():
             self.send(peer, wire.TakeStacks(ref=request.id, actor=msg.actor, ranks=asked, threads=msg.threads))
 
     def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:
-        request = self.stack_requests.get(msg.ref)
+        request = self.stacks.get(msg.ref)
         if request is not None and identity in request.waiting:
             request.report(identity, msg.groups)
-            self.finish_stacks_if_done(request)
-
-    def finish_stacks_if_done(self, request: StacksInFlight, expired: bool = False) -> None:
-        if (request.waiting and not expired) or request.id not in self.stack_requests:
-            return
-        del self.stack_requests[request.id]
-        for part in request.result(self.settings.max_message // 2):
-            self.send(request.shell, part)
-
-    def expire_stack_requests(self, now: float) -> None:
-        for request in list(self.stack_requests.values()):
-            if now >= request.deadline:
-                self.finish_stacks_if_done(request, expired=True)
+            self.settle(self.stacks, request)
 
     def on_interrupt(self, identity: bytes, msg: wire.Interrupt) -> None:
         """Ask the processes of the selected ranks to stop them; ranks already paused are left."""
