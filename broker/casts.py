@@ -1,12 +1,17 @@
-"""Casts in flight: which ranks still owe an answer, and the answers grouped as they come."""
+"""Casts in flight: which sessions still owe an answer, the answers grouped as they come, and
+the order in which a session runs the lines of several shells' casts."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
-from monarch_pdb.broker.inflight import Request
+from monarch_pdb.broker.inflight import InFlight, Request
+
+if TYPE_CHECKING:
+    from monarch_pdb.broker.registry import Session
 
 
 @dataclass(kw_only=True)
@@ -42,3 +47,66 @@ class CastInFlight(Request):
 
     def unanswered(self) -> list[list]:
         return [[rank, "still running"] for rank in self.pending.values()]
+
+
+class Casts(InFlight[CastInFlight]):
+    """Casts in flight. A session runs one cast's line at a time: a line of another cast waits
+    until the session stops again, and is dropped when its cast is over by then."""
+
+    def start(self, cast: CastInFlight, line: str, chosen: list[Session]) -> list[Session]:
+        """Open `cast` over the chosen sessions; those to send its line to now. A running
+        session not busy with a cast will not answer: it is named as running."""
+        self.open(cast)
+        ready = []
+        for sess in chosen:
+            if sess.cast in self:
+                sess.queued += ((cast.id, line),)
+                cast.pending[sess.id] = sess.rank
+            elif sess.paused:
+                cast.pending[sess.id] = sess.rank
+                sess.cast = cast.id
+                ready.append(sess)
+            else:
+                cast.missing.append([sess.rank, "running"])
+        return ready
+
+    def stopped(self, sess: Session) -> CastInFlight | None:
+        """The session stopped: its output since the line is its answer to the cast that sent
+        the line; that cast, if it is still open."""
+        cast = self.get(sess.cast)
+        sess.cast = 0
+        if cast is not None:
+            cast.answer(sess.id, sess.log.replay(), "")
+        return cast
+
+    def next_line(self, sess: Session) -> str | None:
+        """The line of the next waiting cast for a paused session, which is now busy with it."""
+        while sess.queued and sess.paused:
+            (cast_id, line), sess.queued = sess.queued[0], sess.queued[1:]
+            if cast_id in self:
+                sess.cast = cast_id
+                return line
+        return None
+
+    def ended(self, sess: Session, reason: str) -> list[CastInFlight]:
+        """The session is over (`reason` as it ended): the casts that will have no answer
+        from it, with its last output as the answer to the one it was running."""
+        touched = []
+        if (cast := self.get(sess.cast)) is not None:
+            if reason == "lost":
+                cast.give_up(sess.id, "lost")
+            else:
+                cast.answer(sess.id, sess.log.replay(), "finished" if reason == "returned" else reason)
+            touched.append(cast)
+        for cast_id, _ in sess.queued:
+            if (cast := self.get(cast_id)) is not None:
+                cast.give_up(sess.id, "lost" if reason == "lost" else "its session ended before the command ran")
+                touched.append(cast)
+        return touched
+
+    def progress_due(self, now: float, every: float) -> list[CastInFlight]:
+        """Casts whose shell is due a word on how far they got."""
+        due = [cast for cast in self.requests.values() if now >= cast.next_progress]
+        for cast in due:
+            cast.next_progress = now + every
+        return due
