@@ -42,7 +42,6 @@ def log(text: str) -> None:
 class Broker:
     settings: Settings
     secret: str
-    embedded: bool = False
     idle_exit: float = 0.0
     audit: TextIO | None = None
     event_seq: int = 0
@@ -529,7 +528,7 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
         return 2
     capacity = raise_open_file_limit()
     audit_file = open(audit, "a", encoding="utf-8") if audit else None
-    broker = Broker(settings, secret, embedded, idle_exit, audit_file)
+    broker = Broker(settings, secret, idle_exit, audit_file)
     try:
         conn = broker.bind()
     except zmq.ZMQError as error:
