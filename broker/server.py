@@ -117,15 +117,23 @@ class Broker:
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        # A signal also wakes the poll (which would otherwise sleep on, up to half a
+        # heartbeat), so a stop is heard at once.
+        woken, wake = os.pipe()
+        os.set_blocking(wake, False)
+        signal.set_wakeup_fd(wake)
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.pub, zmq.POLLIN)
+        poller.register(woken, zmq.POLLIN)
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
             ready = dict(poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
+            if woken in ready:
+                os.read(woken, 4096)
             if self.pub in ready:
                 self.note_subscriptions()
             if self.router in ready:
@@ -143,6 +151,9 @@ class Broker:
             elif self.idle_exit and now - idle_since > self.idle_exit:
                 log(f"idle for {self.idle_exit:g} s, exiting")
                 break
+        signal.set_wakeup_fd(-1)
+        os.close(woken)
+        os.close(wake)
         self.summarize_refusals(time.monotonic(), final=True)
         self.router.close()
         self.pub.close()
