@@ -8,7 +8,9 @@ tested) in one place. The server receives, asks the registry, and sends what it 
 from __future__ import annotations
 
 import enum
+import os
 import secrets
+import socket
 from collections import Counter, OrderedDict
 from sys import intern
 from dataclasses import dataclass, field
@@ -189,6 +191,24 @@ class Refused(Exception):
     connection with too many sessions. The text is the line the user reads."""
 
 
+def process_gone(pid: int) -> bool:
+    """Whether no process `pid` runs on this host (a zombie runs no more); False when it
+    cannot tell."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
 @dataclass
 class Registry:
     """Every peer and every session. Names that thousands of sessions share (job, actor, host,
@@ -199,6 +219,8 @@ class Registry:
     sessions_per_connection: int = 65536
     departed_kept: int = 65536
     """Ranks of processes that are gone, remembered for `list --all` and `mesh` (the latest ones)."""
+    host: str = field(default_factory=socket.gethostname)
+    """This host: a peer here whose process is gone is gone, whatever its connection says."""
     peers: dict[bytes, Peer] = field(default_factory=dict)
     sessions: dict[int, Session] = field(default_factory=dict)
     by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
@@ -374,8 +396,12 @@ class Registry:
 
     def hold(self, shell: bytes, sess: Session, force: bool = False) -> Peer | None:
         """`shell` holds `sess` from now on; the shell it was taken from (with `force`), to be
-        told. Refused while another shell holds it."""
+        told. Refused while another shell holds it. A holder on this host whose process is gone
+        (killed, its connection not yet timed out) holds nothing."""
         holder = self.peers.get(sess.holder) if sess.holder not in (None, shell) else None
+        if holder is not None and holder.host == self.host and process_gone(holder.pid):
+            holder.held.discard(sess.id)
+            holder = None
         if holder is not None and not force:
             raise Refused(f"{sess.actor} {sess.rank} is attached in another shell ({holder.describe()}); "
                           "use 'attach --force' to take it over")
