@@ -1,25 +1,31 @@
-"""Casts in flight: which ranks still owe an answer, and the answers grouped as they come."""
+"""Casts in flight: which sessions still owe an answer, the answers grouped as they come, and
+the order in which a session runs the lines of several shells' casts."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
+from monarch_pdb.broker.inflight import InFlight, Request
+
+if TYPE_CHECKING:
+    from monarch_pdb.broker.registry import Session
 
 
-@dataclass
-class CastInFlight:
-    id: int
-    shell: bytes
-    ref: int
-    actor: str
-    deadline: float
-    total: int
+@dataclass(kw_only=True)
+class CastInFlight(Request):
+    total: int = 0
     pending: dict[int, int] = field(default_factory=dict)
+    """Session id -> rank, for each session whose answer is awaited."""
     answers: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
-    missing: list[list] = field(default_factory=list)
     next_progress: float = 0.0
+    RESULT = wire.CastResult
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
 
     @property
     def answered(self) -> int:
@@ -35,22 +41,72 @@ class CastInFlight:
         if rank is not None:
             self.missing.append([rank, reason])
 
-    def result(self, part_size: int) -> list[wire.CastResult]:
-        """Most common answer first, in parts of about `part_size` characters of output;
-        ranks still pending are named as still running."""
-        missing = self.missing + [[rank, "still running"] for rank in self.pending.values()]
-        ordered = sorted(self.answers.items(), key=lambda item: (-len(item[1]), min(item[1])))
-        parts: list[list] = [[]]
-        size = 0
-        for (output, outcome), ranks in ordered:
-            if parts[-1] and size + len(output) > part_size:
-                parts.append([])
-                size = 0
-            parts[-1].append([output, outcome, sorted(ranks)])
-            size += len(output) + 8 * len(ranks)
-        last = len(parts) - 1
-        return [
-            wire.CastResult(ref=self.ref, actor=self.actor, groups=groups,
-                            missing=sorted(missing) if n == last else [], more=n != last)
-            for n, groups in enumerate(parts)
-        ]
+    def groups(self) -> list[tuple[list, int]]:
+        return [([output, outcome, sorted(ranks)], len(output) + 8 * len(ranks))
+                for (output, outcome), ranks in self.answers.items()]
+
+    def unanswered(self) -> list[list]:
+        return [[rank, "still running"] for rank in self.pending.values()]
+
+
+class Casts(InFlight[CastInFlight]):
+    """Casts in flight. A session runs one cast's line at a time: a line of another cast waits
+    until the session stops again, and is dropped when its cast is over by then."""
+
+    def start(self, cast: CastInFlight, line: str, chosen: list[Session]) -> list[Session]:
+        """Open `cast` over the chosen sessions; those to send its line to now. A running
+        session not busy with a cast will not answer: it is named as running."""
+        self.open(cast)
+        ready = []
+        for sess in chosen:
+            if sess.cast in self:
+                sess.queued += ((cast.id, line),)
+                cast.pending[sess.id] = sess.rank
+            elif sess.paused:
+                cast.pending[sess.id] = sess.rank
+                sess.cast = cast.id
+                ready.append(sess)
+            else:
+                cast.missing.append([sess.rank, "running"])
+        return ready
+
+    def stopped(self, sess: Session) -> CastInFlight | None:
+        """The session stopped: its output since the line is its answer to the cast that sent
+        the line; that cast, if it is still open."""
+        cast = self.get(sess.cast)
+        sess.cast = 0
+        if cast is not None:
+            cast.answer(sess.id, sess.log.replay(), "")
+        return cast
+
+    def next_line(self, sess: Session) -> str | None:
+        """The line of the next waiting cast for a paused session, which is now busy with it."""
+        while sess.queued and sess.paused:
+            (cast_id, line), sess.queued = sess.queued[0], sess.queued[1:]
+            if cast_id in self:
+                sess.cast = cast_id
+                return line
+        return None
+
+    def ended(self, sess: Session, reason: str) -> list[CastInFlight]:
+        """The session is over (`reason` as it ended): the casts that will have no answer
+        from it, with its last output as the answer to the one it was running."""
+        touched = []
+        if (cast := self.get(sess.cast)) is not None:
+            if reason == "lost":
+                cast.give_up(sess.id, "lost")
+            else:
+                cast.answer(sess.id, sess.log.replay(), "finished" if reason == "returned" else reason)
+            touched.append(cast)
+        for cast_id, _ in sess.queued:
+            if (cast := self.get(cast_id)) is not None:
+                cast.give_up(sess.id, "lost" if reason == "lost" else "its session ended before the command ran")
+                touched.append(cast)
+        return touched
+
+    def progress_due(self, now: float, every: float) -> list[CastInFlight]:
+        """Casts whose shell is due a word on how far they got."""
+        due = [cast for cast in self.requests.values() if now >= cast.next_progress]
+        for cast in due:
+            cast.next_progress = now + every
+        return due

@@ -1,16 +1,21 @@
-"""What the broker knows: connected peers and the debug sessions their ranks hold open.
+"""What the broker knows, and its rules: the connected peers, the debug sessions their ranks
+hold open, which shell holds each session, and the ranks that come and go.
 
-Plain data and lookups; no sockets here, so the rules can be read in one place.
+Plain data and the verbs that change it; no sockets here, so the rules can be read (and
+tested) in one place. The server receives, asks the registry, and sends what it is told.
 """
 
 from __future__ import annotations
 
+import enum
+import os
 import secrets
+import socket
 from collections import Counter, OrderedDict
 from sys import intern
 from dataclasses import dataclass, field
 
-from monarch_pdb import wire
+from monarch_pdb import ranks, wire
 
 
 @dataclass(slots=True)
@@ -25,7 +30,10 @@ class Peer:
     user: str
     last_seen: float
     link: bytes = b""
-    sessions: set[int] = field(default_factory=set)
+    owned: set[int] = field(default_factory=set)
+    """An agent's sessions: those of the ranks it runs."""
+    held: set[int] = field(default_factory=set)
+    """A shell's sessions: those it is attached to."""
     present: list = field(default_factory=list)
     """The ranks this process runs, paused or not: (job, actor, rank, dimension names,
     coordinates, instance) tuples (no dict per rank: a big job has many)."""
@@ -33,6 +41,66 @@ class Peer:
     def describe(self) -> str:
         who = f"{self.user}@{self.host}" if self.user else self.host
         return f"{who} pid {self.pid}"
+
+
+class State(enum.Enum):
+    """Where a session is in its life, as the broker sees it."""
+
+    STOPPED = "stopped"
+    """At the stop the broker first saw; no line sent to it yet."""
+    RUNNING = "running"
+    """Running a line a shell sent."""
+    RELEASED = "released"
+    """Let go by a top-level continue: its next stop is news for every shell."""
+    PAUSED = "paused"
+    """Stopped again after running a line."""
+
+
+@dataclass(slots=True)
+class OutputLog:
+    """What a session printed, chunk by chunk, numbered, and at most `limit` characters in
+    all: the oldest goes first, and a replay says how much of what was printed since the last
+    input was not kept."""
+
+    limit: int
+    chunks: list[tuple[int, str]] = field(default_factory=list)
+    size: int = 0
+    seq: int = 0
+    """The number of the latest chunk."""
+    input_seq: int = 0
+    """The latest chunk printed before the last input."""
+    dropped: int = 0
+
+    def add(self, text: str) -> int:
+        self.seq += 1
+        self.chunks.append((self.seq, text))
+        self.size += len(text)
+        while self.size > self.limit:
+            seq, first = self.chunks[0]
+            cut = min(len(first), self.size - self.limit)
+            if cut == len(first):
+                self.chunks.pop(0)
+            else:
+                self.chunks[0] = (seq, first[cut:])
+            self.size -= cut
+            if seq > self.input_seq:
+                self.dropped += cut
+        return self.seq
+
+    def since(self, seq: int) -> list[list]:
+        return [[n, text] for n, text in self.chunks if n > seq]
+
+    def replay(self) -> str:
+        """What was printed since the last input."""
+        note = f"*** {self.dropped} earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)\n" if self.dropped else ""
+        since = len(self.chunks)
+        while since and self.chunks[since - 1][0] > self.input_seq:
+            since -= 1
+        return note + "".join(text for _, text in self.chunks[since:])
+
+    def mark_input(self) -> None:
+        self.input_seq = self.seq
+        self.dropped = 0
 
 
 @dataclass(slots=True)
@@ -48,60 +116,38 @@ class Session:
     coords: dict
     host: str
     pid: int
+    log: OutputLog
     instance: str = ""
     function: str = ""
     filename: str = ""
     lineno: int = 0
     prompt: str = ""
     reason: str = ""
-    exc: str = ""
-    paused: bool = False
-    resumed: bool = False
+    state: State = State.STOPPED
     cmd: int = 0
+    """The number of the latest line sent to it."""
     cast: int = 0
+    """The cast whose line it runs, if any."""
     queued: tuple[tuple[int, str], ...] = ()
     """Lines of other shells' casts waiting for this session's current one (rarely any)."""
-    fresh: bool = True
-    released: bool = False
     holder: bytes | None = None
-    log: list[tuple[int, str]] = field(default_factory=list)
-    log_size: int = 0
-    out_seq: int = 0
-    input_seq: int = 0
-    dropped: int = 0
 
-    def printed(self, text: str, limit: int) -> int:
-        """Number and keep a chunk of output, holding at most `limit` characters in all: the
-        oldest goes first, and a replay says how much of it was printed since the last input."""
-        self.out_seq += 1
-        self.log.append((self.out_seq, text))
-        self.log_size += len(text)
-        while self.log_size > limit:
-            seq, first = self.log[0]
-            cut = min(len(first), self.log_size - limit)
-            if cut == len(first):
-                self.log.pop(0)
-            else:
-                self.log[0] = (seq, first[cut:])
-            self.log_size -= cut
-            if seq > self.input_seq:
-                self.dropped += cut
-        return self.out_seq
+    @property
+    def paused(self) -> bool:
+        return self.state in (State.STOPPED, State.PAUSED)
 
-    def output_since(self, seq: int) -> list[list]:
-        return [[n, text] for n, text in self.log if n > seq]
+    @property
+    def resumed(self) -> bool:
+        """It ran since the broker first saw it stop: a replay is its latest output, not its stop."""
+        return self.state is not State.STOPPED
 
-    def replay(self) -> str:
-        """What the session printed since the last line sent to it."""
-        note = f"*** {self.dropped} earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)\n" if self.dropped else ""
-        since = len(self.log)
-        while since and self.log[since - 1][0] > self.input_seq:
-            since -= 1
-        return note + "".join(text for _, text in self.log[since:])
-
-    def forget_output(self) -> None:
-        self.input_seq = self.out_seq
-        self.dropped = 0
+    def resume(self, release: bool) -> int:
+        """A line goes to its pdb (with `release`, the top-level continue): it runs, and what it
+        prints next starts a fresh replay. The line's number."""
+        self.cmd += 1
+        self.log.mark_input()
+        self.state = State.RELEASED if release else State.RUNNING
+        return self.cmd
 
     def row(self) -> dict:
         return rank_row(self.job, self.actor, self.rank, self.coords, self.host, self.pid,
@@ -116,10 +162,6 @@ def rank_row(job: str, actor: str, rank: int, coords: dict, host: str, pid: int,
             "function": function, "filename": filename, "lineno": lineno, "state": state, "instance": instance}
 
 
-DEPARTED_KEPT = 65536
-"""Ranks of processes that are gone, remembered for `list --all` and `mesh` (the latest ones)."""
-
-
 @dataclass(slots=True)
 class LiveRank:
     """A rank some connected process runs, paused or not."""
@@ -131,16 +173,54 @@ class LiveRank:
     coords: dict
 
 
-class LookupFailed(Exception):
-    """An attach or cast named something that is not there; the text is the user's line."""
+@dataclass
+class Departure:
+    """A peer that is gone, and what went with it."""
+
+    peer: Peer
+    ended: list[Session] = field(default_factory=list)
+    """An agent's sessions, over with it."""
+    freed: list[Session] = field(default_factory=list)
+    """The sessions a shell held, free again."""
+    job_left: bool = False
+    """It was its job's last process."""
+
+
+class Refused(Exception):
+    """A request the rules turn down: nothing by that name, a session another shell holds, a
+    connection with too many sessions. The text is the line the user reads."""
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process `pid` runs on this host (a zombie runs no more); False when it
+    cannot tell."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass
 class Registry:
-    """Every session of every peer. Names that thousands of sessions share (job, actor, host,
+    """Every peer and every session. Names that thousands of sessions share (job, actor, host,
     function, file, coordinate names) are interned: one copy each, not one per session."""
 
     history_limit: int = 1024 * 1024
+    """Characters of output kept per session."""
+    sessions_per_connection: int = 65536
+    departed_kept: int = 65536
+    """Ranks of processes that are gone, remembered for `list --all` and `mesh` (the latest ones)."""
+    host: str = field(default_factory=socket.gethostname)
+    """This host: a peer here whose process is gone is gone, whatever its connection says."""
     peers: dict[bytes, Peer] = field(default_factory=dict)
     sessions: dict[int, Session] = field(default_factory=dict)
     by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
@@ -159,81 +239,61 @@ class Registry:
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
 
-    def add_peer(self, peer: Peer) -> None:
-        """Know a peer that said hello. An agent whose link had another socket, not yet declared
-        lost, takes over that connection's sessions."""
+    # --- peers ---------------------------------------------------------------------------
+
+    def peer(self, identity: bytes) -> Peer | None:
+        return self.peers.get(identity)
+
+    def heard(self, identity: bytes, now: float) -> Peer | None:
+        """A message came from `identity`: the peer, its silence over; None for a stranger."""
+        peer = self.peers.get(identity)
+        if peer is not None:
+            peer.last_seen = now
+        return peer
+
+    def knows(self, identity: bytes, role: str, link: bytes) -> bool:
+        """A hello said again on a known connection is the same peer (one that stopped hearing
+        us says it until we answer); a different role or link there is a new one."""
+        known = self.peers.get(identity)
+        return known is not None and (known.role, known.link) == (role, link)
+
+    def join(self, peer: Peer) -> bool:
+        """Know a peer that said hello; True when it is the first process of its job. An agent
+        whose link had another socket, not yet declared lost, takes over that connection's
+        sessions."""
         self.peers[peer.identity] = peer
         if peer.role != "agent":
-            return
+            return False
+        first = not self.has_job(peer.name)
         self.agents_per_job[peer.name] += 1
-        if not peer.link:
-            return
-        old = self.by_link.get(peer.link)
-        self.by_link[peer.link] = peer.identity
-        if old is not None and old != peer.identity and old in self.peers:
-            self.adopt(old, peer.identity)
+        if peer.link:
+            old = self.by_link.get(peer.link)
+            self.by_link[peer.link] = peer.identity
+            if old is not None and old != peer.identity and old in self.peers:
+                self._adopt(old, peer.identity)
+        return first
 
     def has_job(self, name: str) -> bool:
         return self.agents_per_job[name] > 0
 
-    def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session | None, bool]:
-        """Record a session waiting for input; the flag says the stop is news for every shell:
-        a first stop, a stop after a top-level continue, or the start of post-mortem. None for
-        a prompt we already have, or one that an input we sent since will answer: an agent
-        sends what it waits with again after each handshake."""
-        sess = self.session_of(peer, msg.sid)
-        if sess is not None and (msg.cmd < sess.cmd or (msg.cmd == sess.cmd and sess.paused)):
-            return None, False
-        if sess is None:
-            sess = Session(
-                id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
-                rank=msg.rank, coords={intern(k): v for k, v in msg.coords.items()}, host=intern(msg.host),
-                pid=msg.pid, instance=msg.instance, cmd=msg.cmd,
-            )
-            self.next_id += 1
-            self.sessions[sess.id] = sess
-            self.by_agent[(peer, msg.sid)] = sess.id
-            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
-            self.peers[peer].sessions.add(sess.id)
-            self.quit.discard((sess.job, sess.actor, sess.rank))
-        newly = sess.fresh or sess.released or (msg.reason == "post-mortem" and sess.reason != "post-mortem")
-        sess.fresh = sess.released = False
-        sess.paused = True
-        sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
-        sess.prompt, sess.reason, sess.exc = intern(msg.prompt), intern(msg.reason), msg.exc
-        return sess, newly
+    def connected(self) -> bool:
+        return bool(self.peers)
 
-    def session_of(self, peer: bytes, sid: int) -> Session | None:
-        sess_id = self.by_agent.get((peer, sid))
-        return None if sess_id is None else self.sessions.get(sess_id)
+    def silent(self, now: float, limit: float, since: float) -> list[bytes]:
+        """The peers not heard from for `limit` seconds, counted from `since` at the earliest
+        (when the broker last came back from a pause: their messages waited unread)."""
+        return [identity for identity, peer in self.peers.items() if now - max(peer.last_seen, since) > limit]
 
-    def remove(self, sess: Session, reason: str = "") -> None:
-        """Forget a session (ended for `reason`); a rank its process runs on after quitting is
-        listed as quit."""
-        key = (sess.job, sess.actor, sess.rank)
-        owner = self.peers.get(sess.peer)
-        if reason == "quit" and owner is not None and any(p[:3] == key for p in owner.present):
-            self.quit.add(key)
-        self.sessions.pop(sess.id, None)
-        self.by_agent.pop((sess.peer, sess.sid), None)
-        if self.by_key.get(key) == sess.id:
-            del self.by_key[key]
-        if owner is not None:
-            owner.sessions.discard(sess.id)
-        holder = self.peers.get(sess.holder) if sess.holder else None
-        if holder is not None:
-            holder.sessions.discard(sess.id)
-
-    def adopt(self, old: bytes, new: bytes) -> None:
+    def _adopt(self, old: bytes, new: bytes) -> None:
         """A process that reconnected on a new socket before its old one was declared lost:
         its sessions move to the new connection instead of being listed twice."""
         previous = self._forget_peer(old)
-        for sess_id in previous.sessions:
+        for sess_id in previous.owned:
             sess = self.sessions[sess_id]
             del self.by_agent[(old, sess.sid)]
             sess.peer = new
             self.by_agent[(new, sess.sid)] = sess_id
-        self.peers[new].sessions |= previous.sessions
+        self.peers[new].owned |= previous.owned
 
     def _forget_peer(self, identity: bytes) -> Peer | None:
         peer = self.peers.pop(identity, None)
@@ -245,31 +305,132 @@ class Registry:
             del self.by_link[peer.link]
         return peer
 
-    def drop_peer(self, identity: bytes) -> tuple[Peer | None, list[Session]]:
-        """Forget a peer; return the sessions that died with it (an agent) or that it held (a shell)."""
+    def leave(self, identity: bytes, reason: str) -> Departure | None:
+        """Forget a peer that is gone for `reason` ("lost", "returned", "reconnected"). A shell's
+        sessions are free again; an agent's are over, and the ranks it ran stay listed as lost
+        or finished, unless it only reconnected."""
         peer = self._forget_peer(identity)
         if peer is None:
-            return None, []
+            return None
         if peer.role == "shell":
-            released = [self.sessions[s] for s in peer.sessions if s in self.sessions]
-            for sess in released:
+            freed = [self.sessions[s] for s in peer.held if s in self.sessions]
+            for sess in freed:
                 sess.holder = None
-            return peer, released
-        gone = [self.sessions[s] for s in peer.sessions if s in self.sessions]
-        for sess in gone:
-            self.remove(sess)
-        return peer, gone
+            return Departure(peer, freed=freed)
+        ended = [self.sessions[s] for s in peer.owned if s in self.sessions]
+        for sess in ended:
+            self.end(sess, reason)
+        if reason != "reconnected":
+            self._depart(peer, "lost" if reason == "lost" else "finished")
+        return Departure(peer, ended=ended, job_left=not self.has_job(peer.name))
+
+    # --- sessions ------------------------------------------------------------------------
+
+    def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session | None, bool]:
+        """Record a session waiting for input; the flag says the stop is news for every shell:
+        a first stop, a stop after a top-level continue, or the start of post-mortem. None for
+        a prompt we already have, or one that an input we sent since will answer: an agent
+        sends what it waits with again after each handshake. Refused past the sessions one
+        connection may have."""
+        sess = self.session_of(peer, msg.sid)
+        if sess is not None and (msg.cmd < sess.cmd or (msg.cmd == sess.cmd and sess.paused)):
+            return None, False
+        owner = self.peers[peer]
+        if sess is None and len(owner.owned) >= self.sessions_per_connection:
+            raise Refused(f"refused a session of {msg.actor} {msg.rank}: this process already has "
+                          f"{self.sessions_per_connection} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
+                          "it continues without stopping")
+        news = sess is None or sess.state is State.RELEASED or (msg.reason == "post-mortem" and sess.reason != "post-mortem")
+        if sess is None:
+            sess = Session(
+                id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
+                rank=msg.rank, coords={intern(k): v for k, v in msg.coords.items()}, host=intern(msg.host),
+                pid=msg.pid, log=OutputLog(self.history_limit), instance=msg.instance, cmd=msg.cmd,
+            )
+            self.next_id += 1
+            self.sessions[sess.id] = sess
+            self.by_agent[(peer, msg.sid)] = sess.id
+            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
+            owner.owned.add(sess.id)
+            self.quit.discard((sess.job, sess.actor, sess.rank))
+        sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
+        sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
+        sess.prompt, sess.reason = intern(msg.prompt), intern(msg.reason)
+        return sess, news
+
+    def session_of(self, peer: bytes, sid: int) -> Session | None:
+        """A session by its agent's own number for it."""
+        sess_id = self.by_agent.get((peer, sid))
+        return None if sess_id is None else self.sessions.get(sess_id)
+
+    def session_at(self, session_id: int) -> Session | None:
+        """A session by the broker's number for it, as shells name it."""
+        return self.sessions.get(session_id)
+
+    def is_paused(self, job: str, actor: str, rank: int) -> bool:
+        sess = self.sessions.get(self.by_key.get((job, actor, rank), -1))
+        return sess is not None and sess.paused
+
+    def paused(self, job: str = "") -> list[Session]:
+        """Every paused session (of one job, if named)."""
+        return [s for s in self.sessions.values() if s.paused and (not job or s.job == job)]
+
+    def end(self, sess: Session, reason: str = "") -> None:
+        """Forget a session (over for `reason`); a rank its process runs on after quitting is
+        listed as quit."""
+        key = (sess.job, sess.actor, sess.rank)
+        owner = self.peers.get(sess.peer)
+        if reason == "quit" and owner is not None and any(p[:3] == key for p in owner.present):
+            self.quit.add(key)
+        self.sessions.pop(sess.id, None)
+        self.by_agent.pop((sess.peer, sess.sid), None)
+        if self.by_key.get(key) == sess.id:
+            del self.by_key[key]
+        if owner is not None:
+            owner.owned.discard(sess.id)
+        holder = self.peers.get(sess.holder) if sess.holder else None
+        if holder is not None:
+            holder.held.discard(sess.id)
+
+    # --- who holds a session -------------------------------------------------------------
+
+    def hold(self, shell: bytes, sess: Session, force: bool = False) -> Peer | None:
+        """`shell` holds `sess` from now on; the shell it was taken from (with `force`), to be
+        told. Refused while another shell holds it. A holder on this host whose process is gone
+        (killed, its connection not yet timed out) holds nothing."""
+        holder = self.peers.get(sess.holder) if sess.holder not in (None, shell) else None
+        if holder is not None and holder.host == self.host and process_gone(holder.pid):
+            holder.held.discard(sess.id)
+            holder = None
+        if holder is not None and not force:
+            raise Refused(f"{sess.actor} {sess.rank} is attached in another shell ({holder.describe()}); "
+                          "use 'attach --force' to take it over")
+        if holder is not None:
+            holder.held.discard(sess.id)
+        sess.holder = shell
+        self.peers[shell].held.add(sess.id)
+        return holder
+
+    def release(self, shell: bytes, session_id: int) -> None:
+        """`shell` holds the session no more (if it held it)."""
+        sess = self.sessions.get(session_id)
+        if sess is not None and sess.holder == shell:
+            sess.holder = None
+            self.peers[shell].held.discard(session_id)
+
+    def held(self, shell: bytes, session_id: int) -> Session | None:
+        """The session, if `shell` holds it."""
+        sess = self.sessions.get(session_id)
+        return sess if sess is not None and sess.holder == shell else None
+
+    # --- finding sessions and ranks by name ------------------------------------------------
 
     def actor_sessions(self, job: str, actor: str) -> list[Session]:
         """Every session of one actor in one job, with Monarch's wording when there is none."""
         found = [s for s in self.sessions.values() if s.actor == actor and (not job or s.job == job)]
         if not found:
-            raise LookupFailed(f"No debug sessions for actor {actor}")
-        jobs = {s.job for s in found}
-        if len(jobs) > 1:
-            raise LookupFailed(
-                f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
-            )
+            raise Refused(f"No debug sessions for actor {actor}")
+        in_one_job(actor, {s.job for s in found})
         return found
 
     def find(self, job: str, actor: str, rank: int) -> Session:
@@ -277,8 +438,24 @@ class Registry:
         job = self.actor_sessions(job, actor)[0].job
         sess_id = self.by_key.get((job, actor, rank))
         if sess_id is None:
-            raise LookupFailed(f"No debug session for rank {rank} for actor {actor}")
+            raise Refused(f"No debug session for rank {rank} for actor {actor}")
         return self.sessions[sess_id]
+
+    def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
+        """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
+        not), in rank order, and [rank, why] for each rank it names that is not among them;
+        refused when it picks none."""
+        try:
+            selection = ranks.parse_selector(selector)
+        except ranks.SelectorError as error:
+            raise Refused(str(error)) from None
+        found = self.live_ranks(job, actor) if live else self.actor_sessions(job, actor)
+        by_rank = {r.rank: r for r in found}
+        chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in found])]
+        if not chosen:
+            raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
+        absent = sorted(set(ranks.named(selection)) - by_rank.keys())
+        return chosen, self.without_session(found[0].job, actor, absent) if absent else []
 
     def job_rows(self) -> list[dict]:
         jobs: dict[str, dict] = {}
@@ -289,23 +466,26 @@ class Registry:
             row["processes"] += 1
             if peer.host not in row["hosts"]:
                 row["hosts"].append(peer.host)
-            for sess_id in peer.sessions:
+            for sess_id in peer.owned:
                 row["sessions"] += 1
                 row["paused"] += self.sessions[sess_id].paused
         return [jobs[name] for name in sorted(jobs)]
 
     def rows(self) -> list[dict]:
-        paused = [s for s in self.sessions.values() if s.paused]
+        paused = self.paused()
         paused.sort(key=lambda s: (s.job, s.actor, s.rank))
         return [s.row() for s in paused]
 
     # --- presence: ranks known whether or not they are paused ----------------------------
 
-    def set_present(self, identity: bytes, ranks: list, added: bool) -> None:
-        """What a process says it runs (`added`: besides what it said before); malformed
+    def set_present(self, identity: bytes, entries: list, added: bool) -> None:
+        """What an agent says it runs (`added`: besides what it said before); malformed
         entries are skipped."""
+        peer = self.peers[identity]
+        if peer.role != "agent":
+            return
         present = []
-        for item in ranks:
+        for item in entries:
             if not (isinstance(item, list) and len(item) in (4, 5) and isinstance(item[0], str)
                     and isinstance(item[1], str) and isinstance(item[2], int) and not isinstance(item[2], bool)
                     and isinstance(item[3], dict)
@@ -318,20 +498,20 @@ class Registry:
             present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values()), instance))
             self.departed.pop((job, actor, rank), None)
             self.quit.discard((job, actor, rank))
-        peer = self.peers[identity]
         if added:
             known = {p[:3] for p in peer.present}
             peer.present.extend(p for p in present if p[:3] not in known)
         else:
             peer.present = present
 
-    def depart(self, peer: Peer, state: str) -> None:
-        """A process is gone: its ranks stay listed as `lost` or `finished`."""
+    def _depart(self, peer: Peer, state: str) -> None:
+        """A process is gone: its ranks stay listed as `lost` or `finished`, the latest ones
+        within bounds."""
         for job, actor, rank, dims, values, instance in peer.present:
             self.departed[(job, actor, rank)] = (dict(zip(dims, values)), peer.host, peer.pid, state, instance)
             self.departed.move_to_end((job, actor, rank))
             self.quit.discard((job, actor, rank))
-        while len(self.departed) > DEPARTED_KEPT:
+        while len(self.departed) > self.departed_kept:
             self.departed.popitem(last=False)
 
     def live_ranks(self, job: str, actor: str) -> list[LiveRank]:
@@ -346,12 +526,8 @@ class Registry:
             if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
                 found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords)
         if not found:
-            raise LookupFailed(f"No running rank of actor {actor} is known to the broker")
-        jobs = {j for j, _ in found}
-        if len(jobs) > 1:
-            raise LookupFailed(
-                f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
-            )
+            raise Refused(f"No running rank of actor {actor} is known to the broker")
+        in_one_job(actor, {j for j, _ in found})
         return sorted(found.values(), key=lambda r: r.rank)
 
     def without_session(self, job: str, actor: str, wanted: list[int]) -> list[list]:
@@ -382,3 +558,20 @@ class Registry:
             if (job, actor, rank) not in rows:
                 rows[(job, actor, rank)] = rank_row(job, actor, rank, coords, host, pid, state, instance)
         return [rows[key] for key in sorted(rows)]
+
+
+def in_one_job(actor: str, jobs: set[str]) -> None:
+    """An actor named without its job must be in one job only."""
+    if len(jobs) > 1:
+        raise Refused(f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}")
+
+
+def no_match(actor: str, selection: ranks.Selection, found: list[Session] | list[LiveRank], having: str) -> str:
+    """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
+    dims = list(dict.fromkeys(d for s in found for d in s.coords))
+    unknown = [d for d in ranks.dimensions(selection) if d not in dims]
+    if unknown:
+        have = ", ".join(dims) if dims else "none"
+        return f"no dimension {unknown[0]!r} in {actor} (its dimensions: {have})"
+    stopped = ranks.format_ranks(s.rank for s in found)
+    return f"{ranks.render_selector(selection)} matches no rank of {actor} {having} (those are ranks[{stopped}])"

@@ -20,8 +20,9 @@ from typing import TextIO
 import zmq
 
 from monarch_pdb import curve, discovery, ranks, wire
-from monarch_pdb.broker.casts import CastInFlight
-from monarch_pdb.broker.registry import LiveRank, LookupFailed, Peer, Registry, Session
+from monarch_pdb.broker.casts import CastInFlight, Casts
+from monarch_pdb.broker.inflight import InFlight, Request
+from monarch_pdb.broker.registry import Peer, Refused, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.settings import Settings
 
@@ -41,31 +42,28 @@ def log(text: str) -> None:
 class Broker:
     settings: Settings
     secret: str
-    embedded: bool = False
     idle_exit: float = 0.0
     audit: TextIO | None = None
-    registry: Registry = field(default_factory=Registry)
     event_seq: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
     """The last events as `Event.row()` tuples (seq first), a third of an Event's size."""
-    casts: dict[int, CastInFlight] = field(default_factory=dict)
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
-    next_cast: int = 1
     pub_endpoint: str = ""
     refused_logged: int = 0
     refusals_logged_at: float = float("-inf")
     latest_refusal: str = ""
     stopping: bool = False
-    stack_requests: dict[int, StacksInFlight] = field(default_factory=dict)
-    next_stack_request: int = 1
     listening_since: float = float("-inf")
     """When the poll loop last came back from a pause longer than a heartbeat."""
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
-        self.registry.history_limit = self.settings.session_history
+        self.registry = Registry(history_limit=self.settings.session_history,
+                                 sessions_per_connection=self.settings.max_sessions_per_connection)
+        self.casts = Casts(part_size=self.settings.max_message // 2)
+        self.stacks: InFlight[StacksInFlight] = InFlight(part_size=self.settings.max_message // 2)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -99,14 +97,12 @@ class Broker:
             wire.CatchUp: self.on_catch_up,
             wire.Follow: self.on_follow,
             wire.OutputSince: self.on_output_since,
-        }
-        self.handlers.update({
             wire.Present: self.on_present,
             wire.ListAll: self.on_list_all,
             wire.Stacks: self.on_stacks,
             wire.StackReport: self.on_stack_report,
             wire.Interrupt: self.on_interrupt,
-        })
+        }
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -121,35 +117,43 @@ class Broker:
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        # A signal also wakes the poll (which would otherwise sleep on, up to half a
+        # heartbeat), so a stop is heard at once.
+        woken, wake = os.pipe()
+        os.set_blocking(wake, False)
+        signal.set_wakeup_fd(wake)
         poller = zmq.Poller()
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.pub, zmq.POLLIN)
+        poller.register(woken, zmq.POLLIN)
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
             ready = dict(poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
+            if woken in ready:
+                os.read(woken, 4096)
             if self.pub in ready:
                 self.note_subscriptions()
             if self.router in ready:
                 self.drain()
             now = polled = time.monotonic()
-            if self.casts:
-                self.report_casts(now)
-            if self.stack_requests:
-                self.expire_stack_requests(now)
+            self.expire(now)
             if now >= next_tick:
                 next_tick = now + tick
                 self.reap(now)
                 self.summarize_refusals(now)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.event_seq))])
             self.flush()
-            if self.registry.peers:
+            if self.registry.connected():
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
                 log(f"idle for {self.idle_exit:g} s, exiting")
                 break
+        signal.set_wakeup_fd(-1)
+        os.close(woken)
+        os.close(wake)
         self.summarize_refusals(time.monotonic(), final=True)
         self.router.close()
         self.pub.close()
@@ -196,12 +200,9 @@ class Broker:
             return
         now = time.monotonic()
         for msg in msgs:
-            peer = self.registry.peers.get(identity)
-            if peer is None and not isinstance(msg, wire.Hello):
+            if self.registry.heard(identity, now) is None and not isinstance(msg, wire.Hello):
                 self.send(identity, wire.Unknown())
                 continue
-            if peer is not None:
-                peer.last_seen = now
             handler = self.handlers.get(type(msg))
             if handler is not None:
                 handler(identity, msg)
@@ -224,26 +225,37 @@ class Broker:
         A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
         peers' messages wait unread, so their silence counts from when it listens again."""
         limit = LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        since = self.listening_since
-        for identity in [i for i, p in self.registry.peers.items() if now - max(p.last_seen, since) > limit]:
+        for identity in self.registry.silent(now, limit, self.listening_since):
             self.drop(identity, "lost")
 
     def drop(self, identity: bytes, reason: str) -> None:
-        peer, affected = self.registry.drop_peer(identity)
-        if peer is None:
+        gone = self.registry.leave(identity, reason)
+        if gone is None:
             return
-        for sess in affected:
-            if peer.role == "shell":
-                self.publish("released", sess)
-            else:
-                self.end_session(sess, "", reason)
-        if peer.role == "agent" and reason != "reconnected":
-            self.registry.depart(peer, "lost" if reason == "lost" else "finished")
-            for request in list(self.stack_requests.values()):
+        for sess in gone.freed:
+            self.publish("released", sess)
+        for sess in gone.ended:
+            self.end_session(sess, "", reason)
+        if gone.peer.role == "agent" and reason != "reconnected":
+            for request in self.stacks:
                 request.lost(identity)
-                self.finish_stacks_if_done(request)
-        if peer.role == "agent" and not self.registry.has_job(peer.name):
-            log(f"job {peer.name} left ({reason})")
+                self.settle(self.stacks, request)
+        if gone.job_left:
+            log(f"job {gone.peer.name} left ({reason})")
+
+    # --- requests in flight --------------------------------------------------------------
+
+    def settle(self, table: InFlight, request: Request, expired: bool = False) -> None:
+        """Send a request's result to its shell once it is done (or `expired`)."""
+        for part in table.settle(request, expired):
+            self.send(request.shell, part)
+
+    def expire(self, now: float) -> None:
+        for table in (self.casts, self.stacks):
+            for request in table.overdue(now):
+                self.settle(table, request, expired=True)
+        for cast in self.casts.progress_due(now, PROGRESS_EVERY):
+            self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.total))
 
     # --- sending -----------------------------------------------------------------------
 
@@ -271,42 +283,43 @@ class Broker:
         """Keep a chunk of a session's output, and publish it when some shell follows ranks."""
         if not text:
             return
-        seq = sess.printed(text, self.registry.history_limit)
+        seq = sess.log.add(text)
         if self.followed:
             printed = wire.Printed(session=sess.id, seq=seq, job=sess.job, actor=sess.actor, rank=sess.rank, text=text)
             self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(printed)])
 
     def end_session(self, sess: Session, text: str, reason: str) -> None:
-        cast = self.casts.get(sess.cast)
-        if cast is not None:
-            if reason == "lost":
-                cast.give_up(sess.id, "lost")
-            else:
-                self.record_output(sess, text)
-                cast.answer(sess.id, sess.replay(), "finished" if reason == "returned" else reason)
-            self.finish_if_done(cast)
-        for cast_id, _ in sess.queued:
-            if (queued := self.casts.get(cast_id)) is not None:
-                queued.give_up(sess.id, "lost" if reason == "lost" else "its session ended before the command ran")
-                self.finish_if_done(queued)
+        if reason != "lost" and sess.cast in self.casts:
+            self.record_output(sess, text)
+        for cast in self.casts.ended(sess, reason):
+            self.settle(self.casts, cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
-        self.registry.remove(sess, reason)
+        self.registry.end(sess, reason)
         self.publish("lost" if reason == "lost" else "ended", sess, reason)
+
+    def forward(self, sess: Session, line: str, release: bool = False) -> None:
+        """Hand one line to a session's pdb."""
+        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release))
+
+    def selected(self, identity: bytes, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
+        """What a selector picks (`Registry.select`); nothing after telling the shell why."""
+        try:
+            return self.registry.select(job, actor, selector, live)
+        except Refused as refusal:
+            self.send(identity, wire.Error(text=str(refusal)))
+            return [], []
 
     # --- every peer --------------------------------------------------------------------
 
     def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
-        """Know a new connection. A hello said again on a connection we know is the same peer
-        (one that stopped hearing us says it until we answer): it keeps its sessions."""
+        """Know a new connection; a hello said again on a known one keeps its sessions."""
         if msg.role not in ("agent", "shell"):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
-        known = self.registry.peers.get(identity)
-        if known is None or (known.role, known.link) != (msg.role, msg.link):
+        if not self.registry.knows(identity, msg.role, msg.link):
             self.drop(identity, "reconnected")
-            first_of_job = msg.role == "agent" and not self.registry.has_job(msg.name)
-            self.registry.add_peer(Peer(
+            first_of_job = self.registry.join(Peer(
                 identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
                 user=msg.user, last_seen=time.monotonic(), link=msg.link,
             ))
@@ -315,30 +328,11 @@ class Broker:
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
 
-    def selected(self, identity: bytes, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
-        """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
-        not), in rank order, and [rank, why] for each rank it names that is not among them; no
-        sessions after telling the shell why there are none."""
-        try:
-            selection = ranks.parse_selector(selector)
-            found = self.registry.live_ranks(job, actor) if live else self.registry.actor_sessions(job, actor)
-        except (ranks.SelectorError, LookupFailed) as failure:
-            self.send(identity, wire.Error(text=str(failure)))
-            return [], []
-        by_rank = {r.rank: r for r in found}
-        chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in found])]
-        if not chosen:
-            having = "that runs" if live else "with a session"
-            self.send(identity, wire.Error(text=no_match(actor, selection, found, having)))
-            return [], []
-        absent = sorted(set(ranks.named(selection)) - by_rank.keys())
-        return chosen, self.registry.without_session(found[0].job, actor, absent) if absent else []
-
     def record(self, identity: bytes, job: str, actor: str, ranks_sent: list[int], line: str) -> None:
         """The audit log: one line per command sent to ranks, and who sent it."""
         if self.audit is None:
             return
-        shell = self.registry.peers.get(identity)
+        shell = self.registry.peer(identity)
         who = shell.describe() if shell is not None else "unknown shell"
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.audit.write(f"{when} {who} job={job} actor={actor} ranks={ranks.format_ranks(ranks_sent)} "
@@ -349,11 +343,11 @@ class Broker:
         chosen, _ = self.selected(identity, msg.job, msg.actor, msg.selector)
         if chosen:
             self.send(identity, wire.Following(job=chosen[0].job, actor=msg.actor,
-                                               sessions=[[s.id, s.rank, s.out_seq] for s in chosen]))
+                                               sessions=[[s.id, s.rank, s.log.seq] for s in chosen]))
 
     def on_output_since(self, identity: bytes, msg: wire.OutputSince) -> None:
-        sess = self.registry.sessions.get(msg.session)
-        self.send(identity, wire.OutputLog(session=msg.session, rows=sess.output_since(msg.since) if sess else []))
+        sess = self.registry.session_at(msg.session)
+        self.send(identity, wire.OutputLog(session=msg.session, rows=sess.log.since(msg.since) if sess else []))
 
     def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
         missed = [row for row in self.history if row[0] > msg.since]
@@ -368,28 +362,24 @@ class Broker:
     # --- agents ------------------------------------------------------------------------
 
     def on_prompt(self, identity: bytes, msg: wire.Prompt) -> None:
-        limit = self.settings.max_sessions_per_connection
-        if self.registry.session_of(identity, msg.sid) is None and len(self.registry.peers[identity].sessions) >= limit:
-            self.send(identity, wire.Dismiss(sid=msg.sid, text=f"refused a session of {msg.actor} {msg.rank}: this "
-                                             f"process already has {limit} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
-                                             "it continues without stopping"))
+        try:
+            sess, news = self.registry.prompt(identity, msg)
+        except Refused as refusal:
+            self.send(identity, wire.Dismiss(sid=msg.sid, text=str(refusal)))
             self.codec.refused["too many sessions on one connection"] += 1
             self.note_refusal("too many sessions on one connection")
             return
-        sess, newly = self.registry.prompt(identity, msg)
         if sess is None:
             return
         self.record_output(sess, msg.output)
-        cast = self.casts.get(sess.cast)
-        sess.cast = 0
-        if cast is not None:
-            cast.answer(sess.id, sess.replay(), "")
-            self.finish_if_done(cast)
+        if (cast := self.casts.stopped(sess)) is not None:
+            self.settle(self.casts, cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
-        if newly:
+        if news:
             self.publish(msg.reason, sess, msg.exc)
-        self.run_queued(sess)
+        if (line := self.casts.next_line(sess)) is not None:
+            self.forward(sess, line)
 
     def on_output(self, identity: bytes, msg: wire.Output) -> None:
         sess = self.registry.session_of(identity, msg.sid)
@@ -415,114 +405,49 @@ class Broker:
     def on_attach(self, identity: bytes, msg: wire.Attach) -> None:
         try:
             sess = self.registry.find(msg.job, msg.actor, msg.rank)
-        except LookupFailed as failure:
-            self.send(identity, wire.Error(text=str(failure)))
+            taken_from = self.registry.hold(identity, sess, force=msg.force)
+        except Refused as refusal:
+            self.send(identity, wire.Error(text=str(refusal)))
             return
-        holder = self.registry.peers.get(sess.holder) if sess.holder not in (None, identity) else None
-        if holder is not None and not msg.force:
-            self.send(identity, wire.Error(
-                text=f"{sess.actor} {sess.rank} is attached in another shell ({holder.describe()}); "
-                "use 'attach --force' to take it over"
-            ))
-            return
-        if holder is not None:
-            holder.sessions.discard(sess.id)
-            self.send(holder.identity, wire.SessionEnded(session=sess.id, text="", reason="taken"))
-            self.publish("taken", sess, self.registry.peers[identity].describe())
-        sess.holder = identity
-        self.registry.peers[identity].sessions.add(sess.id)
+        if taken_from is not None:
+            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason="taken"))
+            self.publish("taken", sess, self.registry.peer(identity).describe())
         self.send(identity, wire.Attached(
             session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
-            replay=sess.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
+            replay=sess.log.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
         ))
 
     def on_detach(self, identity: bytes, msg: wire.Detach) -> None:
-        sess = self.registry.sessions.get(msg.session)
-        if sess is not None and sess.holder == identity:
-            sess.holder = None
-            self.registry.peers[identity].sessions.discard(sess.id)
+        self.registry.release(identity, msg.session)
         self.send(identity, wire.Detached(session=msg.session))
 
     def on_send(self, identity: bytes, msg: wire.Send) -> None:
-        sess = self.registry.sessions.get(msg.session)
-        if sess is None or sess.holder != identity:
-            reason = "unknown" if sess is None else "taken"
+        sess = self.registry.held(identity, msg.session)
+        if sess is None:
+            reason = "unknown" if self.registry.session_at(msg.session) is None else "taken"
             self.send(identity, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
         self.record(identity, sess.job, sess.actor, [sess.rank], msg.line)
         self.forward(sess, msg.line)
-
-    def forward(self, sess: Session, line: str, release: bool = False) -> None:
-        """Hand one line to a session's pdb; what it prints next starts a fresh replay."""
-        sess.cmd += 1
-        sess.forget_output()
-        sess.resumed = True
-        sess.released = release
-        sess.paused = False
-        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.cmd, line=line, release=release))
 
     def on_cast(self, identity: bytes, msg: wire.Cast) -> None:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector)
         if not chosen:
             return
         self.record(identity, chosen[0].job, msg.actor, [s.rank for s in chosen], msg.line)
-        cast = CastInFlight(
-            id=self.next_cast, shell=identity, ref=msg.ref, actor=msg.actor,
-            deadline=time.monotonic() + msg.timeout, total=len(chosen) + len(absent), missing=absent,
-            next_progress=time.monotonic() + PROGRESS_EVERY,
-        )
-        self.next_cast += 1
-        self.casts[cast.id] = cast
-        for sess in chosen:
-            if sess.cast:
-                sess.queued += ((cast.id, msg.line),)
-                cast.pending[sess.id] = sess.rank
-            elif sess.paused:
-                cast.pending[sess.id] = sess.rank
-                self.run_cast_line(sess, cast.id, msg.line)
-            else:
-                cast.missing.append([sess.rank, "running"])
-        self.finish_if_done(cast)
-
-    def run_cast_line(self, sess: Session, cast_id: int, line: str) -> None:
-        sess.cast = cast_id
-        self.forward(sess, line)
-
-    def run_queued(self, sess: Session) -> None:
-        """A session busy with one shell's cast takes the next shell's line when it is done."""
-        while sess.queued and sess.paused:
-            (cast_id, line), sess.queued = sess.queued[0], sess.queued[1:]
-            if cast_id in self.casts:
-                self.run_cast_line(sess, cast_id, line)
-
-    def finish_if_done(self, cast: CastInFlight, expired: bool = False) -> None:
-        if cast.pending and not expired:
-            return
-        for sess_id in cast.pending:
-            sess = self.registry.sessions.get(sess_id)
-            if sess is not None:
-                sess.queued = tuple((c, line) for c, line in sess.queued if c != cast.id)
-                if sess.cast == cast.id:
-                    sess.cast = 0
-        del self.casts[cast.id]
-        for part in cast.result(self.settings.max_message // 2):
-            self.send(cast.shell, part)
-
-    def report_casts(self, now: float) -> None:
-        for cast in list(self.casts.values()):
-            if now >= cast.deadline:
-                self.finish_if_done(cast, expired=True)
-            elif now >= cast.next_progress:
-                cast.next_progress = now + PROGRESS_EVERY
-                self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.total))
+        now = time.monotonic()
+        cast = CastInFlight(shell=identity, ref=msg.ref, actor=msg.actor, deadline=now + msg.timeout,
+                            total=len(chosen) + len(absent), missing=absent, next_progress=now + PROGRESS_EVERY)
+        for sess in self.casts.start(cast, msg.line, chosen):
+            self.forward(sess, msg.line)
+        self.settle(self.casts, cast)
 
     def on_continue(self, identity: bytes, msg: wire.Continue) -> None:
         """Release every paused rank (of one job, if named) after clearing its breakpoints."""
         released: dict[tuple[str, str], list[int]] = {}
-        for sess in list(self.registry.sessions.values()):
-            if sess.paused and (not msg.job or sess.job == msg.job):
-                released.setdefault((sess.job, sess.actor), []).append(sess.rank)
-                self.forward(sess, "continue", release=True)
+        for sess in self.registry.paused(msg.job):
+            released.setdefault((sess.job, sess.actor), []).append(sess.rank)
+            self.forward(sess, "continue", release=True)
         by_actor: dict[str, list[int]] = {}
         for (job, actor), ranks_released in released.items():
             self.record(identity, job, actor, ranks_released, "continue (top level)")
@@ -532,8 +457,7 @@ class Broker:
     # --- presence, stacks and interrupts -----------------------------------------------
 
     def on_present(self, identity: bytes, msg: wire.Present) -> None:
-        if self.registry.peers[identity].role == "agent":
-            self.registry.set_present(identity, msg.ranks, msg.added)
+        self.registry.set_present(identity, msg.ranks, msg.added)
 
     def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:
         self.send(identity, wire.SessionList(rows=self.registry.all_rows()))
@@ -542,32 +466,18 @@ class Broker:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if not chosen:
             return
-        request = StacksInFlight(id=self.next_stack_request, shell=identity, ref=msg.ref, actor=msg.actor,
-                                 deadline=time.monotonic() + msg.timeout, missing=absent)
-        self.next_stack_request += 1
+        request = self.stacks.open(StacksInFlight(shell=identity, ref=msg.ref, actor=msg.actor,
+                                                  deadline=time.monotonic() + msg.timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
-        self.stack_requests[request.id] = request
         for peer, asked in request.waiting.items():
             self.send(peer, wire.TakeStacks(ref=request.id, actor=msg.actor, ranks=asked, threads=msg.threads))
 
     def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:
-        request = self.stack_requests.get(msg.ref)
+        request = self.stacks.get(msg.ref)
         if request is not None and identity in request.waiting:
             request.report(identity, msg.groups)
-            self.finish_stacks_if_done(request)
-
-    def finish_stacks_if_done(self, request: StacksInFlight, expired: bool = False) -> None:
-        if (request.waiting and not expired) or request.id not in self.stack_requests:
-            return
-        del self.stack_requests[request.id]
-        for part in request.result(self.settings.max_message // 2):
-            self.send(request.shell, part)
-
-    def expire_stack_requests(self, now: float) -> None:
-        for request in list(self.stack_requests.values()):
-            if now >= request.deadline:
-                self.finish_stacks_if_done(request, expired=True)
+            self.settle(self.stacks, request)
 
     def on_interrupt(self, identity: bytes, msg: wire.Interrupt) -> None:
         """Ask the processes of the selected ranks to stop them; ranks already paused are left."""
@@ -576,25 +486,13 @@ class Broker:
             return
         by_peer: dict[bytes, list[int]] = {}
         for live in chosen:
-            sess = self.registry.sessions.get(self.registry.by_key.get((live.job, live.actor, live.rank), -1))
-            if sess is None or not sess.paused:
+            if not self.registry.is_paused(live.job, live.actor, live.rank):
                 by_peer.setdefault(live.peer, []).append(live.rank)
         asked = sorted(rank for peer_ranks in by_peer.values() for rank in peer_ranks)
         self.record(identity, chosen[0].job, msg.actor, asked, "interrupt")
         for peer, peer_ranks in by_peer.items():
             self.send(peer, wire.InterruptRanks(actor=msg.actor, ranks=peer_ranks))
         self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
-
-
-def no_match(actor: str, selection: ranks.Selection, sessions: list[Session] | list[LiveRank], having: str) -> str:
-    """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
-    dims = list(dict.fromkeys(d for s in sessions for d in s.coords))
-    unknown = [d for d in ranks.dimensions(selection) if d not in dims]
-    if unknown:
-        have = ", ".join(dims) if dims else "none"
-        return f"no dimension {unknown[0]!r} in {actor} (its dimensions: {have})"
-    stopped = ranks.format_ranks(s.rank for s in sessions)
-    return f"{ranks.render_selector(selection)} matches no rank of {actor} {having} (those are ranks[{stopped}])"
 
 
 def raise_open_file_limit() -> str:
@@ -641,7 +539,7 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
         return 2
     capacity = raise_open_file_limit()
     audit_file = open(audit, "a", encoding="utf-8") if audit else None
-    broker = Broker(settings, secret, embedded, idle_exit, audit_file)
+    broker = Broker(settings, secret, idle_exit, audit_file)
     try:
         conn = broker.bind()
     except zmq.ZMQError as error:

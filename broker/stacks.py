@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
+from monarch_pdb.broker.inflight import Request
 
 
 def stack_key(threads: object) -> tuple:
@@ -27,16 +28,16 @@ def stack_key(threads: object) -> tuple:
     return tuple(key)
 
 
-@dataclass
-class StacksInFlight:
-    id: int
-    shell: bytes
-    ref: int
-    actor: str
-    deadline: float
+@dataclass(kw_only=True)
+class StacksInFlight(Request):
     waiting: dict[bytes, list[int]] = field(default_factory=dict)
+    """The ranks asked of each process that has not answered yet."""
     merged: dict[tuple, list] = field(default_factory=dict)
-    missing: list[list] = field(default_factory=list)
+    RESULT = wire.StacksResult
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting
 
     def report(self, peer: bytes, groups: object) -> None:
         """One process's [threads, ranks] pairs; only the ranks asked of it count."""
@@ -60,23 +61,10 @@ class StacksInFlight:
     def lost(self, peer: bytes) -> None:
         self.missing += [[rank, "lost"] for rank in self.waiting.pop(peer, ())]
 
-    def result(self, part_size: int) -> list[wire.StacksResult]:
-        """Most common stack first, in parts of about `part_size` bytes; processes that did not
-        answer in time have their ranks named."""
-        missing = self.missing + [[rank, "no answer in time"] for ranks in self.waiting.values() for rank in ranks]
-        ordered = sorted(self.merged.values(), key=lambda g: (-len(g[1]), min(g[1])))
-        parts: list[list] = [[]]
-        size = 0
-        for threads, ranks in ordered:
-            weight = 8 * len(ranks) + sum(len(f[0]) + len(f[2]) + 12 for _, frames in threads for f in frames)
-            if parts[-1] and size + weight > part_size:
-                parts.append([])
-                size = 0
-            parts[-1].append([threads, sorted(ranks)])
-            size += weight
-        last = len(parts) - 1
-        return [
-            wire.StacksResult(ref=self.ref, actor=self.actor, groups=groups,
-                              missing=sorted(missing) if n == last else [], more=n != last)
-            for n, groups in enumerate(parts)
-        ]
+    def groups(self) -> list[tuple[list, int]]:
+        return [([threads, sorted(ranks)],
+                 8 * len(ranks) + sum(len(f[0]) + len(f[2]) + 12 for _, frames in threads for f in frames))
+                for threads, ranks in self.merged.values()]
+
+    def unanswered(self) -> list[list]:
+        return [[rank, "no answer in time"] for ranks in self.waiting.values() for rank in ranks]

@@ -432,6 +432,27 @@ def test_one_holder_per_session_force_takes_over_and_a_killed_shell_lets_go(env,
         program.stop()
 
 
+@pytest.mark.timeout(60)
+def test_a_new_shell_attaches_at_once_where_a_killed_shell_held_the_rank(env, tmp_path, shell):
+    """No --force, and no waiting for the broker to miss the killed shell's heartbeats (made
+    too long here to be what frees the rank): the holder's process is gone from this host."""
+    env["MONARCH_PDB_HEARTBEAT"] = "60"
+    program = run_train(env, tmp_path, 0)
+    try:
+        wait_for_sessions(env, 1)
+        first = shell()
+        assert "Attached to debug session for train 0" in first.command("attach train 0")
+        os.kill(first.child.pid, signal.SIGKILL)
+        first.child.wait()
+        second = shell()
+        out = second.command("attach train 0")
+        assert "Attached to debug session for train 0" in out, out
+        assert "free again" not in second.text, "freed by the heartbeats, not by the holder being gone"
+        assert second.command("p loss").strip() == "0.25"
+    finally:
+        program.stop()
+
+
 @pytest.mark.timeout(90)
 def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
     program = run_train(env, tmp_path, 6)

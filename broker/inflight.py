@@ -1,0 +1,96 @@
+"""Requests in flight, casts and stack requests alike: each waits for its ranks' answers until
+it has them all or its deadline passes, and then its result goes to the shell that asked, once,
+in parts that fit a message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Generic, Iterator, TypeVar
+
+from monarch_pdb import wire
+
+
+@dataclass(kw_only=True)
+class Request:
+    """What every request in flight has; a kind says when it is done and what it found."""
+
+    shell: bytes
+    ref: int
+    """The shell's own number for the request, given back with the result."""
+    actor: str
+    deadline: float
+    missing: list[list] = field(default_factory=list)
+    """[rank, why] for each rank that will give no answer."""
+    id: int = 0
+    RESULT: ClassVar[type]
+    """The message type that carries the result (wire.CastResult, wire.StacksResult)."""
+
+    @property
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def groups(self) -> list[tuple[list, int]]:
+        """(group, weight in bytes) for each distinct answer; a group ends with its sorted ranks."""
+        raise NotImplementedError
+
+    def unanswered(self) -> list[list]:
+        """[rank, why] for each rank still owing an answer."""
+        raise NotImplementedError
+
+    def result(self, part_size: int) -> list[wire.Message]:
+        """Most common answer first, in parts of about `part_size` bytes; the last part names
+        the ranks without an answer and has `more` false."""
+        ordered = sorted(self.groups(), key=lambda item: (-len(item[0][-1]), min(item[0][-1])))
+        parts: list[list] = [[]]
+        size = 0
+        for group, weight in ordered:
+            if parts[-1] and size + weight > part_size:
+                parts.append([])
+                size = 0
+            parts[-1].append(group)
+            size += weight
+        last = len(parts) - 1
+        missing = sorted(self.missing + self.unanswered())
+        return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=missing if n == last else [],
+                            more=n != last)
+                for n, groups in enumerate(parts)]
+
+
+R = TypeVar("R", bound=Request)
+
+
+class InFlight(Generic[R]):
+    """The open requests of one kind, by id."""
+
+    def __init__(self, part_size: int) -> None:
+        self.part_size = part_size
+        self.requests: dict[int, R] = {}
+        self.next_id = 1
+
+    def open(self, request: R) -> R:
+        request.id, self.next_id = self.next_id, self.next_id + 1
+        self.requests[request.id] = request
+        return request
+
+    def get(self, request_id: int) -> R | None:
+        return self.requests.get(request_id)
+
+    def __contains__(self, request_id: int) -> bool:
+        return request_id in self.requests
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __iter__(self) -> Iterator[R]:
+        return iter(list(self.requests.values()))
+
+    def settle(self, request: R, expired: bool = False) -> list[wire.Message]:
+        """The result for the shell once the request is done (or `expired`), and never again;
+        nothing before."""
+        if request.id not in self.requests or not (request.done or expired):
+            return []
+        del self.requests[request.id]
+        return request.result(self.part_size)
+
+    def overdue(self, now: float) -> list[R]:
+        return [request for request in self.requests.values() if now >= request.deadline]

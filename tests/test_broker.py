@@ -1,0 +1,75 @@
+"""The broker as a process: it exits when idle, one serves a port, a rank that floods it is cut
+short, and a process that reconnects is one process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import zmq
+from programs import Program, settings_for, wait_for_sessions
+
+from monarch_pdb import discovery, wire
+
+DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+
+
+@pytest.mark.timeout(30)
+def test_an_idle_broker_exits_by_itself_and_removes_its_file(env):
+    proc = subprocess.run([sys.executable, "-m", "monarch_pdb.broker", "--idle-exit", "0.5"], env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0 and "idle for 0.5 s, exiting" in proc.stderr
+    assert discovery.read_connection_file(settings_for(env)) is None
+
+
+@pytest.mark.timeout(30)
+def test_a_second_standalone_broker_on_the_same_port_says_so(env, broker):
+    second = subprocess.run([sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True,
+                            text=True, timeout=20)
+    assert second.returncode == 1 and "another broker already serves port 0" in second.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_prints_100_mb_is_cut_with_a_note(env, tmp_path):
+    script = tmp_path / "big.py"
+    script.write_text("x = 1\nbreakpoint()\nprint('done')\n")
+    program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0"), script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 1)
+        done = subprocess.run([*DEBUG, "--json", "-c", "cast big ranks(0) p 'x' * 10**8", "-c", "cast big ranks(0) p x"],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        big, small = (json.loads(line) for line in done.stdout.splitlines())
+        [group] = big["groups"]
+        assert len(group["output"]) < 2 * wire.MAX_OUTPUT
+        assert group["output"].rstrip().endswith("more characters not shown")
+        assert small["groups"][0]["output"] == "1\n", "the rank goes on answering"
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(env, broker):
+    """The same link saying hello on a new socket takes over its sessions; another link of the
+    same process (a load generator's agents) keeps its own."""
+    conn = discovery.read_connection_file(settings_for(env))
+    ctx = zmq.Context()
+    prompt = wire.Prompt(sid=1, cmd=0, job="job", actor="a", rank=0, coords={}, host="h", pid=4242,
+                         function="m.f", filename="f.py", lineno=3, output="> f.py(3)f()\n", prompt="(Pdb) ")
+    try:
+        for link, rank in ((b"link-one", 0), (b"link-one", 0), (b"link-two", 1)):
+            sock, codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
+            sock.connect(conn.router)
+            sock.send_multipart(codec.encode(wire.Hello(role="agent", name="job", host="h", pid=4242, link=link)))
+            assert sock.poll(5000), "welcomed"
+            sock.recv_multipart()
+            sock.send_multipart(codec.encode(dataclasses.replace(prompt, rank=rank)))
+        done = subprocess.run([*DEBUG, "--json", "-c", "list"], env=env, capture_output=True, text=True, timeout=20)
+        assert [(r["actor"], r["rank"]) for r in json.loads(done.stdout)] == [("a", 0), ("a", 1)]
+    finally:
+        ctx.destroy(linger=0)
+

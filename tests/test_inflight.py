@@ -1,0 +1,173 @@
+"""Casts and stack requests in flight: when each is done, what its result says, and the order
+in which a session runs the lines of several shells' casts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from monarch_pdb import wire
+from monarch_pdb.broker.casts import CastInFlight, Casts
+from monarch_pdb.broker.inflight import InFlight
+from monarch_pdb.broker.registry import Peer, Registry, Session
+from monarch_pdb.broker.stacks import StacksInFlight
+
+pytestmark = pytest.mark.timeout(10)
+
+STOP = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={}, host="h", pid=100,
+                   function="m.step", filename="step.py", lineno=3, output="> step.py(3)step()\n", prompt="(Pdb) ")
+MAIN = [["MainThread", [["train.py", 9, "<module>"], ["train.py", 3, "step"]]]]
+OTHER = [["MainThread", [["train.py", 9, "<module>"], ["train.py", 5, "save"]]]]
+
+
+def paused(count: int) -> tuple[Registry, list[Session]]:
+    registry = Registry()
+    registry.join(Peer(identity=b"agent", role="agent", name="job", host="h", pid=100, user="u", last_seen=0.0))
+    return registry, [registry.prompt(b"agent", dataclasses.replace(STOP, sid=n + 1, rank=n))[0] for n in range(count)]
+
+
+def cast_of(sessions: list[Session], deadline: float = 10.0) -> CastInFlight:
+    return CastInFlight(shell=b"shell", ref=7, actor="train", deadline=deadline, total=len(sessions))
+
+
+def answer(registry: Registry, casts: Casts, sess: Session, output: str) -> CastInFlight | None:
+    """The session runs the line it was sent and stops again, having printed `output`."""
+    cmd = sess.resume(release=False)
+    registry.prompt(b"agent", dataclasses.replace(STOP, sid=sess.sid, rank=sess.rank, cmd=cmd))
+    sess.log.add(output)
+    return casts.stopped(sess)
+
+
+# --- casts ----------------------------------------------------------------------------------
+
+
+def test_a_cast_is_settled_once_every_session_answered_identical_answers_grouped_most_common_first():
+    registry, sessions = paused(3)
+    casts = Casts(part_size=1 << 20)
+    cast = cast_of(sessions)
+    assert casts.start(cast, "p rank % 2", sessions) == sessions
+    for sess, output in zip(sessions, ["0\n", "1\n", "0\n"]):
+        assert casts.settle(cast) == [], "not before every answer is in"
+        answer(registry, casts, sess, output)
+    [result] = casts.settle(cast)
+    assert result == wire.CastResult(ref=7, actor="train", groups=[["0\n", "", [0, 2]], ["1\n", "", [1]]], missing=[])
+    assert casts.settle(cast) == [] and cast.id not in casts, "and never again"
+
+
+def test_an_expired_cast_names_the_ranks_still_running():
+    registry, sessions = paused(2)
+    casts = Casts(part_size=1 << 20)
+    cast = cast_of(sessions, deadline=5.0)
+    casts.start(cast, "!import time; time.sleep(60)", sessions)
+    answer(registry, casts, sessions[0], "done\n")
+    assert casts.overdue(4.9) == [] and casts.overdue(5.0) == [cast]
+    [result] = casts.settle(cast, expired=True)
+    assert result.groups == [["done\n", "", [0]]] and result.missing == [[1, "still running"]]
+
+
+def test_a_running_session_is_named_running_and_a_busy_one_takes_the_next_cast_when_it_stops():
+    registry, sessions = paused(2)
+    casts = Casts(part_size=1 << 20)
+    first = cast_of(sessions)
+    casts.start(first, "n", sessions[:1])
+    sessions[1].resume(release=False)
+    second = cast_of(sessions)
+    assert casts.start(second, "p 2", sessions) == [], "one is busy with the first cast, one runs"
+    assert second.missing == [[1, "running"]] and second.answered == 0
+    answer(registry, casts, sessions[0], "> next\n")
+    assert casts.next_line(sessions[0]) == "p 2" and sessions[0].cast == second.id
+    assert casts.next_line(sessions[0]) is None
+
+
+def test_a_waiting_line_of_a_cast_that_is_over_is_dropped():
+    registry, sessions = paused(1)
+    casts = Casts(part_size=1 << 20)
+    casts.start(cast_of(sessions), "n", sessions)
+    later = cast_of(sessions, deadline=1.0)
+    casts.start(later, "p 2", sessions)
+    casts.settle(later, expired=True)
+    answer(registry, casts, sessions[0], "> next\n")
+    assert casts.next_line(sessions[0]) is None
+
+
+def test_a_session_still_running_the_line_of_an_expired_cast_is_named_running_by_the_next():
+    _, sessions = paused(1)
+    casts = Casts(part_size=1 << 20)
+    stuck = cast_of(sessions, deadline=1.0)
+    for sess in casts.start(stuck, "!import time; time.sleep(60)", sessions):
+        sess.resume(release=False)
+    casts.settle(stuck, expired=True)
+    later = cast_of(sessions)
+    assert casts.start(later, "p 1", sessions) == [] and later.missing == [[0, "running"]]
+
+
+def test_a_session_that_ends_answers_its_cast_and_gives_up_those_waiting_for_it():
+    registry, sessions = paused(2)
+    casts = Casts(part_size=1 << 20)
+    running, waiting = cast_of(sessions), cast_of(sessions)
+    casts.start(running, "c", sessions)
+    casts.start(waiting, "p 1", sessions)
+    sessions[0].log.add("bye\n")
+    assert casts.ended(sessions[0], "returned") == [running, waiting]
+    assert casts.ended(sessions[1], "lost") == [running, waiting]
+    [result] = casts.settle(running)
+    assert result.groups == [["bye\n", "finished", [0]]] and result.missing == [[1, "lost"]]
+    [result] = casts.settle(waiting)
+    assert result.missing == [[0, "its session ended before the command ran"], [1, "lost"]]
+
+
+def test_progress_is_due_once_per_interval():
+    _, sessions = paused(1)
+    casts = Casts(part_size=1 << 20)
+    cast = cast_of(sessions)
+    casts.start(cast, "n", sessions)
+    assert casts.progress_due(1.0, every=0.25) == [cast]
+    assert casts.progress_due(1.2, every=0.25) == []
+    assert casts.progress_due(1.25, every=0.25) == [cast]
+
+
+def test_a_large_result_comes_in_parts_and_only_the_last_names_the_missing():
+    _, sessions = paused(4)
+    cast = cast_of(sessions)
+    cast.missing.append([9, "lost"])
+    for n in range(4):
+        cast.pending[n] = n
+        cast.answer(n, str(n) * 100, "")
+    parts = cast.result(part_size=250)
+    assert [len(part.groups) for part in parts] == [2, 2]
+    assert [(part.more, part.missing) for part in parts] == [(True, []), (False, [[9, "lost"]])]
+
+
+# --- stack requests -------------------------------------------------------------------------
+
+
+def stacks_request(**waiting: list[int]) -> tuple[InFlight[StacksInFlight], StacksInFlight]:
+    table: InFlight[StacksInFlight] = InFlight(part_size=1 << 20)
+    request = table.open(StacksInFlight(shell=b"shell", ref=3, actor="train", deadline=10.0))
+    request.waiting = {peer.encode(): ranks for peer, ranks in waiting.items()}
+    return table, request
+
+
+def test_identical_stacks_from_several_processes_share_one_entry():
+    table, request = stacks_request(a=[0, 1], b=[2])
+    request.report(b"a", [[MAIN, [0]], [OTHER, [1]]])
+    assert table.settle(request) == []
+    request.report(b"b", [[MAIN, [2]]])
+    [result] = table.settle(request)
+    assert result == wire.StacksResult(ref=3, actor="train", groups=[[MAIN, [0, 2]], [OTHER, [1]]], missing=[])
+
+
+def test_only_the_ranks_asked_of_a_process_count_and_a_malformed_report_names_its_ranks():
+    table, request = stacks_request(a=[0, 1])
+    request.report(b"a", [[MAIN, [0, 7]], [[["MainThread", "not frames"]], [1]], "junk"])
+    [result] = table.settle(request)
+    assert result.groups == [[MAIN, [0]]] and result.missing == [[1, "its process sent no stack for it"]]
+
+
+def test_a_lost_process_and_a_silent_one_have_their_ranks_named():
+    table, request = stacks_request(a=[0], b=[1])
+    request.lost(b"a")
+    assert table.overdue(9.0) == [] and table.overdue(10.0) == [request]
+    [result] = table.settle(request, expired=True)
+    assert result.groups == [] and result.missing == [[0, "lost"], [1, "no answer in time"]]

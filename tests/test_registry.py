@@ -1,0 +1,265 @@
+"""The broker's rules, as the registry keeps them: sessions and when their stops are news, who
+holds a session, peers that reconnect or leave, and what is remembered of ranks that are gone."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from monarch_pdb import wire
+from monarch_pdb.broker.registry import OutputLog, Peer, Refused, Registry, Session
+
+pytestmark = pytest.mark.timeout(10)
+
+HERE = socket.gethostname()
+STOP = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={"gpu": 0}, host=HERE, pid=100,
+                   function="m.step", filename="step.py", lineno=3, output="> step.py(3)step()\n", prompt="(Pdb) ")
+
+
+def agent(registry: Registry, identity: bytes, link: bytes = b"", ranks: tuple[int, ...] = ()) -> Peer:
+    peer = Peer(identity=identity, role="agent", name="job", host=HERE, pid=100, user="u", last_seen=0.0, link=link)
+    registry.join(peer)
+    registry.set_present(identity, [["job", "train", rank, {"gpu": rank}] for rank in ranks], added=False)
+    return peer
+
+
+def shell(registry: Registry, identity: bytes, host: str = HERE, pid: int = 1) -> Peer:
+    peer = Peer(identity=identity, role="shell", name="shell", host=host, pid=pid, user="u", last_seen=0.0)
+    registry.join(peer)
+    return peer
+
+
+def stop(registry: Registry, peer: bytes = b"agent", **fields) -> tuple[Session | None, bool]:
+    return registry.prompt(peer, dataclasses.replace(STOP, **fields))
+
+
+def paused_session(registry: Registry, rank: int = 0) -> Session:
+    if registry.peer(b"agent") is None:
+        agent(registry, b"agent")
+    sess, _ = stop(registry, sid=rank + 1, rank=rank)
+    return sess
+
+
+def dead_pid() -> int:
+    """The pid of a process of this host that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+# --- sessions and news ---------------------------------------------------------------------
+
+
+def test_a_first_stop_is_news_and_the_same_prompt_said_again_is_nothing():
+    registry = Registry()
+    agent(registry, b"agent")
+    sess, news = stop(registry)
+    assert news and sess.paused and not sess.resumed
+    assert stop(registry) == (None, False), "an agent says its prompt again after each handshake"
+
+
+def test_a_stop_after_a_line_is_no_news_but_a_stop_after_a_top_level_continue_is():
+    registry = Registry()
+    sess = paused_session(registry)
+    cmd = sess.resume(release=False)
+    assert not sess.paused and sess.row()["state"] == "running"
+    assert stop(registry, cmd=cmd) == (sess, False)
+    assert sess.paused and sess.resumed
+    cmd = sess.resume(release=True)
+    assert stop(registry, cmd=cmd - 1) == (None, False), "an older prompt is answered by the line sent since"
+    assert stop(registry, cmd=cmd) == (sess, True)
+
+
+def test_post_mortem_is_news_once():
+    registry = Registry()
+    sess = paused_session(registry)
+    cmd = sess.resume(release=False)
+    assert stop(registry, cmd=cmd, reason="post-mortem") == (sess, True)
+    assert stop(registry, cmd=sess.resume(release=False), reason="post-mortem") == (sess, False)
+
+
+def test_a_connection_past_its_session_limit_is_refused_and_keeps_what_it_has():
+    registry = Registry(sessions_per_connection=2)
+    agent(registry, b"agent")
+    stop(registry, sid=1, rank=0)
+    stop(registry, sid=2, rank=1)
+    with pytest.raises(Refused, match=r"^refused a session of train 2: this process already has 2 "
+                                      r"\(MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION\); it continues without stopping$"):
+        stop(registry, sid=3, rank=2)
+    assert [row["rank"] for row in registry.rows()] == [0, 1]
+
+
+def test_a_rank_that_quit_is_listed_as_quit_until_it_stops_again():
+    registry = Registry()
+    agent(registry, b"agent", ranks=(0,))
+    sess, _ = stop(registry)
+    registry.end(sess, "quit")
+    assert [row["state"] for row in registry.all_rows()] == ["quit"]
+    stop(registry, sid=2)
+    assert [row["state"] for row in registry.all_rows()] == ["breakpoint"]
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def test_a_replay_is_what_was_printed_since_the_last_input():
+    log = OutputLog(limit=100)
+    log.add("> stop\n")
+    log.mark_input()
+    log.add("1\n")
+    log.add("(Pdb) ")
+    assert log.replay() == "1\n(Pdb) "
+    assert log.since(1) == [[2, "1\n"], [3, "(Pdb) "]]
+
+
+def test_output_is_kept_within_bounds_and_a_replay_says_what_was_not_kept():
+    log = OutputLog(limit=10)
+    log.add("abcdef")
+    log.add("ghijkl")
+    assert log.size == 10 and log.since(0) == [[1, "cdef"], [2, "ghijkl"]]
+    assert log.replay() == "*** 2 earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)\ncdefghijkl"
+    log.mark_input()
+    log.add("xyz")
+    assert log.replay() == "xyz", "what was dropped before the input is no loss to a replay"
+
+
+# --- who holds a session --------------------------------------------------------------------
+
+
+def test_one_shell_holds_a_session_and_force_takes_it_naming_whom_from():
+    registry = Registry()
+    sess = paused_session(registry)
+    first, second = shell(registry, b"first"), shell(registry, b"second", pid=2)
+    registry.hold(b"first", sess)
+    with pytest.raises(Refused, match=r"^train 0 is attached in another shell \(u@.+ pid 1\); "
+                                      r"use 'attach --force' to take it over$"):
+        registry.hold(b"second", sess)
+    assert registry.hold(b"second", sess, force=True) is first
+    assert registry.held(b"first", sess.id) is None and registry.held(b"second", sess.id) is sess
+    assert registry.hold(b"second", sess) is None, "holding it again takes it from nobody"
+
+
+def test_detach_lets_go_only_of_what_the_shell_holds():
+    registry = Registry()
+    sess = paused_session(registry)
+    shell(registry, b"first")
+    shell(registry, b"second", pid=2)
+    registry.hold(b"first", sess)
+    registry.release(b"second", sess.id)
+    assert registry.held(b"first", sess.id) is sess
+    registry.release(b"first", sess.id)
+    assert registry.hold(b"second", sess) is None
+
+
+def test_a_shell_that_leaves_frees_what_it_held():
+    registry = Registry()
+    sess = paused_session(registry)
+    shell(registry, b"first")
+    shell(registry, b"second", pid=2)
+    registry.hold(b"first", sess)
+    gone = registry.leave(b"first", "lost")
+    assert gone.freed == [sess] and not gone.ended
+    assert registry.hold(b"second", sess) is None
+
+
+def test_a_holder_whose_process_is_gone_from_this_host_holds_nothing():
+    registry = Registry()
+    sess = paused_session(registry)
+    shell(registry, b"killed", pid=dead_pid())
+    shell(registry, b"new", pid=2)
+    registry.hold(b"killed", sess)
+    assert registry.hold(b"new", sess) is None, "taken from nobody: no one to tell"
+    assert registry.leave(b"killed", "lost").freed == [], "freed once, not again when its silence is noticed"
+
+
+def test_a_holder_on_another_host_holds_on_whatever_its_pid_is_here():
+    registry = Registry()
+    sess = paused_session(registry)
+    shell(registry, b"far", host="elsewhere", pid=dead_pid())
+    shell(registry, b"new", pid=2)
+    registry.hold(b"far", sess)
+    with pytest.raises(Refused, match="is attached in another shell"):
+        registry.hold(b"new", sess)
+
+
+# --- peers that reconnect or leave ----------------------------------------------------------
+
+
+def test_a_hello_said_again_on_a_known_connection_is_the_same_peer():
+    registry = Registry()
+    agent(registry, b"agent", link=b"one")
+    assert registry.knows(b"agent", "agent", b"one")
+    assert not registry.knows(b"agent", "agent", b"two") and not registry.knows(b"agent", "shell", b"one")
+    assert not registry.knows(b"other", "agent", b"one")
+
+
+def test_an_agent_that_reconnects_on_a_new_socket_keeps_one_session_per_rank():
+    registry = Registry()
+    agent(registry, b"old", link=b"one")
+    sess, _ = stop(registry, b"old")
+    agent(registry, b"new", link=b"one")
+    assert registry.peer(b"old") is None
+    assert stop(registry, b"new") == (None, False), "the same session, which it says again"
+    assert registry.session_of(b"new", 1) is sess and sess.peer == b"new"
+    agent(registry, b"neighbour", link=b"two")
+    stop(registry, b"neighbour", rank=1)
+    assert [row["rank"] for row in registry.rows()] == [0, 1], "another link of the process keeps its own"
+
+
+def test_an_agent_that_leaves_ends_its_sessions_and_its_ranks_stay_listed_as_lost_or_finished():
+    registry = Registry()
+    agent(registry, b"lost", ranks=(0,))
+    sess, _ = stop(registry, b"lost")
+    agent(registry, b"done", ranks=(1,))
+    gone = registry.leave(b"lost", "lost")
+    assert gone.ended == [sess] and not gone.job_left, "another process of the job is left"
+    assert registry.session_at(sess.id) is None and registry.rows() == []
+    assert registry.leave(b"done", "returned").job_left
+    assert [(row["rank"], row["state"]) for row in registry.all_rows()] == [(0, "lost"), (1, "finished")]
+    assert registry.leave(b"done", "returned") is None
+
+
+def test_an_agent_that_only_reconnected_leaves_no_departed_ranks():
+    registry = Registry()
+    agent(registry, b"agent", ranks=(0,))
+    registry.leave(b"agent", "reconnected")
+    assert registry.all_rows() == []
+
+
+def test_departed_ranks_are_kept_within_bounds_the_latest_ones():
+    registry = Registry(departed_kept=3)
+    for n in range(5):
+        agent(registry, bytes([n]), ranks=(n,))
+        registry.leave(bytes([n]), "lost")
+    assert [row["rank"] for row in registry.all_rows()] == [2, 3, 4]
+    agent(registry, b"back", ranks=(3,))
+    assert [(row["rank"], row["state"]) for row in registry.all_rows()] == [(2, "lost"), (3, "running"), (4, "lost")]
+
+
+def test_silence_counts_only_from_when_the_broker_listens_again():
+    registry = Registry()
+    agent(registry, b"quiet")
+    registry.heard(b"quiet", now=10.0)
+    assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"quiet"]
+    assert registry.silent(now=13.5, limit=3.0, since=12.0) == [], "its messages waited unread"
+
+
+# --- selectors ------------------------------------------------------------------------------
+
+
+def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_none():
+    registry = Registry()
+    agent(registry, b"agent", ranks=(0, 1, 2))
+    stop(registry, sid=1, rank=0)
+    stop(registry, sid=2, rank=2, coords={"gpu": 2})
+    chosen, absent = registry.select("", "train", "ranks(0,1,5)")
+    assert [s.rank for s in chosen] == [0] and absent == [[1, "running"], [5, "no such rank is known"]]
+    with pytest.raises(Refused, match=r"^no dimension 'host' in train \(its dimensions: gpu\)$"):
+        registry.select("", "train", "ranks(host=0)")
+    with pytest.raises(Refused, match=r"matches no rank of train with a session \(those are ranks\[0,2\]\)$"):
+        registry.select("", "train", "ranks(1)")
+    assert [r.rank for r in registry.select("", "train", "ranks(1)", live=True)[0]] == [1]
