@@ -41,19 +41,29 @@ class Request:
         """Most common answer first, in parts of about `part_size` bytes; the last part names
         the ranks without an answer and has `more` false."""
         ordered = sorted(self.groups(), key=lambda item: (-len(item[0][-1]), min(item[0][-1])))
-        parts: list[list] = [[]]
-        size = 0
-        for group, weight in ordered:
-            if parts[-1] and size + weight > part_size:
-                parts.append([])
-                size = 0
-            parts[-1].append(group)
-            size += weight
+        parts = in_parts(ordered, part_size)
         last = len(parts) - 1
         missing = sorted(self.missing + self.unanswered())
         return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=missing if n == last else [],
                             more=n != last)
                 for n, groups in enumerate(parts)]
+
+
+T = TypeVar("T")
+
+
+def in_parts(weighed: list[tuple[T, int]], part_size: int) -> list[list[T]]:
+    """The items, in order, cut into parts of about `part_size` bytes each (by their weights);
+    always at least one part, perhaps empty."""
+    parts: list[list[T]] = [[]]
+    size = 0
+    for item, weight in weighed:
+        if parts[-1] and size + weight > part_size:
+            parts.append([])
+            size = 0
+        parts[-1].append(item)
+        size += weight
+    return parts
 
 
 R = TypeVar("R", bound=Request)

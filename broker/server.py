@@ -21,7 +21,7 @@ import zmq
 
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
-from monarch_pdb.broker.inflight import InFlight, Request
+from monarch_pdb.broker.inflight import InFlight, Request, in_parts
 from monarch_pdb.broker.registry import Peer, Refused, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.settings import Settings
@@ -397,7 +397,13 @@ class Broker:
     # --- shells ------------------------------------------------------------------------
 
     def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
-        self.send(identity, wire.SessionList(rows=self.registry.rows()))
+        self.send_rows(identity, self.registry.rows())
+
+    def send_rows(self, identity: bytes, rows: list[dict]) -> None:
+        """A list in parts that each fit a message: 65,536 rows are more than 8 MB."""
+        parts = in_parts([(row, row_weight(row)) for row in rows], self.settings.max_message // 2)
+        for n, part in enumerate(parts):
+            self.send(identity, wire.SessionList(rows=part, more=n < len(parts) - 1))
 
     def on_jobs(self, identity: bytes, msg: wire.ListJobs) -> None:
         self.send(identity, wire.JobList(rows=self.registry.job_rows()))
@@ -460,7 +466,7 @@ class Broker:
         self.registry.set_present(identity, msg.ranks, msg.added)
 
     def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:
-        self.send(identity, wire.SessionList(rows=self.registry.all_rows()))
+        self.send_rows(identity, self.registry.all_rows())
 
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
@@ -493,6 +499,12 @@ class Broker:
         for peer, peer_ranks in by_peer.items():
             self.send(peer, wire.InterruptRanks(actor=msg.actor, ranks=peer_ranks))
         self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
+
+
+def row_weight(row: dict) -> int:
+    """About the bytes a list row takes in a message: its strings, and a few for each field."""
+    return sum(len(value) if isinstance(value, str) else 8 for value in row.values()) + 8 * len(row) \
+        + 16 * len(row.get("coords") or ())
 
 
 def raise_open_file_limit() -> str:

@@ -137,7 +137,13 @@ class ShellConnection:
         """Send a request and return its answer (or an Error)."""
         self.post(msg)
         reply = self.collect(lambda m: isinstance(m, (*answers, wire.Error)), timeout)
-        if reply is None:
+        while isinstance(reply, wire.SessionList) and reply.more:
+            part = self.collect(lambda m: isinstance(m, wire.SessionList), timeout)
+            if part is None:
+                break
+            reply.rows += part.rows
+            reply.more = part.more
+        if reply is None or getattr(reply, "more", False):
             raise Timeout(f"the broker did not answer within {timeout:g} s")
         return reply
 

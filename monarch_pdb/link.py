@@ -183,7 +183,7 @@ class Link:
 
     def _converse(self, conn: discovery.Connection) -> None:
         """Talk to one broker until it goes silent or we stop."""
-        codec = wire.Codec(conn.key, max_age=self.settings.max_age)
+        codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
         self._subscribed = ""
         self._unanswered, self._resend = [], []
         dealer = self.context.socket(zmq.DEALER)
@@ -199,7 +199,7 @@ class Link:
             sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
             if conn.curve:
                 curve.connect(sub, conn.secret)
-        sub_codec = wire.Codec(conn.key, max_age=self.settings.max_age)
+        sub_codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
         poller = zmq.Poller()
         for sock in (dealer, self._wake_rx, sub):
             if sock is not None:

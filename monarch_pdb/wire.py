@@ -216,9 +216,11 @@ class ListSessions(Message):
 
 @message("sessions")
 class SessionList(Message):
-    """Rows of paused sessions, each a map with the keys of `SESSION_ROW_KEYS`."""
+    """Rows of paused sessions, each a map with the keys of `SESSION_ROW_KEYS`. Many rows come
+    in several parts, each a message that fits, the last with `more` false."""
 
     rows: list
+    more: bool = False
 
 
 SESSION_ROW_KEYS = (
@@ -572,8 +574,10 @@ class Codec:
     def encode(self, msg: Message) -> list[bytes]:
         return self._sign({"t": msg.TYPE, **msg.__dict__})
 
-    def encode_many(self, msgs: list[Message], limit: int = BATCH_BYTES) -> list[list[bytes]]:
-        """Messages for one peer, in order, in as few signed bodies as `limit` bytes allow."""
+    def encode_many(self, msgs: list[Message]) -> list[list[bytes]]:
+        """Messages for one peer, in order, in as few signed bodies as fit a batch, which is
+        never more than half the largest message a peer takes."""
+        limit = min(BATCH_BYTES, self.max_body // 2)
         if len(msgs) == 1:
             return [self.encode(msgs[0])]
         bodies: list[list[bytes]] = []

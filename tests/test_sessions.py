@@ -209,6 +209,22 @@ def test_quit_in_one_rank_ends_its_call_and_leaves_the_others(env, shell):
 
 
 @pytest.mark.timeout(90)
+def test_a_list_larger_than_a_message_comes_whole_in_parts(env, tmp_path):
+    small = dict(env, MONARCH_PDB_MAX_MESSAGE="8192")
+    program = run_script(small, tmp_path, "threads.py", THREADS)
+    try:
+        wait_for_sessions(small, 64)
+        done = run_debug(small, "--json", "-c", "list", "-c", "list --all", "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        paused, every, continued = (json.loads(line) for line in done.stdout.splitlines())
+        assert sorted(row["rank"] for row in paused) == list(range(64)), "64 rows of about 200 bytes, 8 KB a message"
+        assert sorted(row["rank"] for row in every if row["state"] == "breakpoint") == list(range(64))
+        assert continued["count"] == 64
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
 def test_64_sessions_in_one_process_group_into_two_blocks(env, tmp_path, shell):
     program = run_script(env, tmp_path, "threads.py", THREADS)
     try:

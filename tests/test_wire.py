@@ -39,11 +39,11 @@ def frames_with(body: dict, key: bytes = KEY) -> list[bytes]:
 
 
 @pytest.mark.timeout(10)
-def test_many_messages_travel_in_few_signed_batches_in_order():
-    sender, receiver = wire.Codec(KEY), wire.Codec(KEY)
+def test_many_messages_travel_in_few_signed_batches_in_order_each_half_the_largest_message():
+    sender, receiver = wire.Codec(KEY, max_body=8192), wire.Codec(KEY, max_body=8192)
     inputs = [wire.Input(sid=n, cmd=1, line="p rank") for n in range(1000)]
     big = wire.Output(sid=0, text="x" * 3000)
-    bodies = sender.encode_many([*inputs[:500], big, *inputs[500:]], limit=4096)
+    bodies = sender.encode_many([*inputs[:500], big, *inputs[500:]])
     assert 10 < len(bodies) < 30
     assert all(len(packed) <= 4096 + 100 for _, packed in bodies)
     decoded = [msg for frames in bodies for msg in receiver.decode(frames)]
