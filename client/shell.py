@@ -217,12 +217,14 @@ cast_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="ranks(<ra
 
 continue_parser = Parser("continue", refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
 
-STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--json]"
+STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--json]"
 stacks_parser = Parser(STACKS_USAGE)
 stacks_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)")
 stacks_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
 stacks_parser.add_argument("--thread", type=threads, default="main", metavar="main|all",
                            help="the main thread of each rank (default), or all its threads")
+stacks_parser.add_argument("--full", action="store_true",
+                           help="every frame, the trunk all ranks share too (folded into one line by default)")
 stacks_parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
 
 INTERRUPT_USAGE = "interrupt <actor> ranks(<ranks>) [--timeout S]"
@@ -769,8 +771,8 @@ class DebugShell(cmd2.Cmd):
         texts, docs = [], []
         for job, actor in targets:
             result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job)
-            texts.append(stacks.text(result, args.thread == "all"))
-            docs.append(stacks.document(result))
+            texts.append(stacks.text(result, args.thread == "all", args.full))
+            docs.append(stacks.document(result, args.thread == "all", args.full))
             if result.missing:
                 self.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs
