@@ -32,6 +32,7 @@ from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
 from monarch_pdb.client.events import describe_events
+from monarch_pdb.client.pager import Pager
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import jobs_table, sessions_table
 from monarch_pdb.ranks import Selection, SelectorError, format_ranks, parse_selector, render_selector, split_selector
@@ -342,6 +343,9 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
                                         choices=CAST_OUTPUTS))
         self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
+        self.pager = Pager(conn.settings.pager, self.stdout)
+        self.add_settable(cmd2.Settable("pager", str, "command that shows results taller than the terminal "
+                                        "('' or cat: none)", self.pager, settable_attrib_name="command"))
         conn.on_events = self.show_events
 
     def preloop(self) -> None:
@@ -349,6 +353,8 @@ class DebugShell(cmd2.Cmd):
         line, each of its lines then run in turn, so none is taken for keys typed while a rank
         runs (CPython turns readline's bracketed paste off)."""
         self.interactive = True
+        if self.terminal_input and self.stdout.isatty() and not self.report.as_json:
+            self.report.page = self.pager.page
         if self.readline_terminal:
             readline.parse_and_bind("set enable-bracketed-paste on")
         try:
