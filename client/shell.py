@@ -34,7 +34,7 @@ from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeou
 from monarch_pdb.client.events import describe_events
 from monarch_pdb.client.pager import Pager
 from monarch_pdb.client.reporter import Reporter, Transcript
-from monarch_pdb.client.table import jobs_table, sessions_table
+from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
 from monarch_pdb.ranks import Selection, SelectorError, format_ranks, parse_selector, render_selector, split_selector
 
 TOP_PROMPT = "monarch_dbg> "
@@ -91,10 +91,19 @@ def json_row(row: dict) -> dict:
             "line": row["lineno"], "state": row["state"], "instance": row["instance"]}
 
 
-def whole_number(text: str, what: str) -> int:
+def natural(text: str) -> int:
+    """A non-negative whole number as typed, for `set list_rows` and, through whole_number,
+    every command's counts."""
     if not (text.isascii() and text.isdigit()):
-        raise CommandError(f"{what} must be a non-negative whole number, not {text!r}")
+        raise ValueError(f"must be a non-negative whole number, not {text!r}")
     return int(text)
+
+
+def whole_number(text: str, what: str) -> int:
+    try:
+        return natural(text)
+    except ValueError as error:
+        raise CommandError(f"{what} {error}") from None
 
 
 def split_job(name: str) -> tuple[str, str]:
@@ -187,8 +196,10 @@ class Parser(cmd2.Cmd2ArgumentParser):
 ACTOR_HELP = "the actor's name, or job:actor where several jobs have one"
 SELECTOR_HELP = "which ranks: ranks(3), ranks(0,4), ranks(2:8:2), ranks(host=0, gpu=1:3)"
 
-list_parser = Parser("list [--all]")
+list_parser = Parser("list [--all] [--rows]")
 list_parser.add_argument("--all", action="store_true", help="every rank known, running ones too")
+list_parser.add_argument("--rows", action="store_true",
+                         help="a row per rank however many (past list_rows ranks, a row per group of ranks by default)")
 
 jobs_parser = Parser("jobs", refusal="jobs takes no arguments")
 
@@ -343,9 +354,12 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
                                         choices=CAST_OUTPUTS))
         self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
+        self.list_rows = conn.settings.list_rows
         self.pager = Pager(conn.settings.pager, self.stdout)
         self.add_settable(cmd2.Settable("pager", str, "command that shows results taller than the terminal "
                                         "('' or cat: none)", self.pager, settable_attrib_name="command"))
+        self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
+                                        "past it a row per group of ranks", self))
         conn.on_events = self.show_events
 
     def preloop(self) -> None:
@@ -605,11 +619,17 @@ class DebugShell(cmd2.Cmd):
     @one_line_errors
     @cmd2.with_argparser(list_parser)
     def do_list(self, args: argparse.Namespace) -> None:
-        """Show every rank stopped at a breakpoint, or with --all every rank known, running too."""
+        """Show every rank stopped at a breakpoint, or with --all every rank known, running too.
+        Past list_rows ranks, a row per group of ranks stopped at the same place."""
         rows = self.ask(wire.ListAll() if args.all else wire.ListSessions(), wire.SessionList).rows
         self.actors.update(r["actor"] for r in rows)
-        empty = "No rank is known to the broker." if args.all else "No active breakpoints."
-        self.report.result(sessions_table(rows, with_state=args.all) if rows else empty, [json_row(r) for r in rows])
+        if not rows:
+            text = "No rank is known to the broker." if args.all else "No active breakpoints."
+        elif args.rows or len(rows) <= self.list_rows:
+            text = sessions_table(rows, with_state=args.all)
+        else:
+            text = groups_table(rows, with_state=args.all)
+        self.report.result(text, [json_row(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors

@@ -23,6 +23,15 @@ def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
         raise SystemExit(f"monarch-pdb: {name} must be a number, not {raw!r}") from None
 
 
+def _env_count(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "")
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit()):
+        raise SystemExit(f"monarch-pdb: {name} must be a whole number, not {raw!r}")
+    return int(raw)
+
+
 def _env_port(environ: Mapping[str, str], name: str, default: int) -> int:
     raw = environ.get(name, "")
     if not raw:
@@ -59,6 +68,7 @@ class Settings:
     max_age: float
     curve: bool
     collective_timeout: float
+    list_rows: int
     pager: str
     """The shell's pager command for long output; "" or "cat" for none."""
 
@@ -88,5 +98,6 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         max_age=_env_float(env, "MONARCH_PDB_MAX_AGE", 600.0),
         curve=env.get("MONARCH_PDB_CURVE", "").lower() in ("1", "true", "yes", "on"),
         collective_timeout=_env_float(env, "MONARCH_PDB_COLLECTIVE_TIMEOUT", 3600.0),
+        list_rows=_env_count(env, "MONARCH_PDB_LIST_ROWS", 40),
         pager=env["MONARCH_PDB_PAGER"] if "MONARCH_PDB_PAGER" in env else env.get("PAGER", DEFAULT_PAGER),
     )

@@ -5,12 +5,56 @@ from __future__ import annotations
 
 import json
 import pprint
+import re
+import textwrap
 
 import pytest
-from programs import run_debug
+from programs import Program, run_debug, stop_line, wait_for_sessions
 from shell_driver import ShellDriver
 
 from monarch_pdb.client.hostlist import compress
+
+MANY = textwrap.dedent('''
+    import socket
+    import threading
+
+    import monarch_pdb
+
+    RANKS, PER_HOST = 1024, 8
+    host = threading.local()
+    real_hostname = socket.gethostname
+    socket.gethostname = lambda: getattr(host, "name", None) or real_hostname()  # a host per 8 ranks
+
+
+    def rank_main(rank):
+        host.name = f"node{rank // PER_HOST + 1:03d}"
+        with monarch_pdb.endpoint_call("trainer", rank, {"host": rank // PER_HOST, "gpu": rank % PER_HOST}):
+            if rank == 700:
+                breakpoint()
+                where = "the odd one"
+            elif rank < RANKS // 2:
+                breakpoint()
+                where = "first half"
+            else:
+                breakpoint()
+                where = "second half"
+            return where
+
+
+    monarch_pdb.install()
+    threading.stack_size(256 * 1024)
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(RANKS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("DONE")
+''')
+
+
+def line_of(text: str, code: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if line.strip() == code)
+
 
 def fake_pager(tmp_path) -> tuple[str, object]:
     """A pager that keeps what it was given, in the order given; returns it and its record."""
@@ -34,6 +78,53 @@ def fake_pager(tmp_path) -> tuple[str, object]:
 ])
 def test_host_names_compress_as_a_slurm_hostlist(names, text):
     assert compress(names) == text
+
+
+@pytest.mark.timeout(90)
+def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, tmp_path):
+    script = tmp_path / "many.py"
+    script.write_text(MANY)
+    program = Program(env, script, cwd=tmp_path)
+    pager, paged = fake_pager(tmp_path)
+    sh = ShellDriver(dict(env, PAGER=pager))
+    try:
+        wait_for_sessions(env, 1024, timeout=60)
+        sh.wait_prompt()
+        first, odd, second = (stop_line(line_of(MANY, f'where = "{w}"')) for w in ("first half", "the odd one", "second half"))
+        assert sh.command("list") == textwrap.dedent(f'''\
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            | Actor Name | Ranks                  | Coords                       | Hosts         | Function       | Line No. |
+            +============+========================+==============================+===============+================+==========+
+            | trainer    | 0-511 (512)            | {{'host': 0-63, 'gpu': 0-7}}   | node[001-064] | many.rank_main | {first}       |
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            | trainer    | 512-699,701-1023 (511) | {{'host': 64-127, 'gpu': 0-7}} | node[065-128] | many.rank_main | {second}       |
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            | trainer    | 700 (1)                | {{'host': 87, 'gpu': 4}}       | node088       | many.rank_main | {odd}       |
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            1024 ranks in 3 groups; 'list --rows' shows each rank
+        ''')
+        assert not paged.exists(), "a table that fits on the screen is not paged"
+
+        assert sh.command("list --rows") == "", "a table taller than the terminal goes to the pager"
+        every = run_debug(env, "-c", "list --rows")
+        assert every.returncode == 0 and every.stdout.count("\n| trainer ") == 1024
+        assert paged.read_text() == every.stdout, "the pager gets the table a script prints, whole"
+        assert re.search(rf"^\| trainer +\| 700 +\| {{'host': 87, 'gpu': 4}} +\| node088 +\| many.rank_main \| {odd} +\|$",
+                         every.stdout, re.M)
+
+        sh.command("set list_rows 1024")
+        assert sh.command("list") == ""
+        assert paged.read_text() == 2 * every.stdout, "up to list_rows ranks, a row each"
+        sh.command("set list_rows 1023")
+        assert sh.command("list").endswith("1024 ranks in 3 groups; 'list --rows' shows each rank\n")
+
+        rows = json.loads(run_debug(env, "--json", "-c", "list").stdout)
+        assert [r["rank"] for r in rows] == list(range(1024)) and rows[700]["host"] == "node088"
+        states = run_debug(dict(env, MONARCH_PDB_LIST_ROWS="2000"), "-c", "list --all")
+        assert states.stdout.count("| breakpoint |") == 1024
+    finally:
+        sh.kill()
+        program.stop()
 
 
 @pytest.mark.timeout(120)
