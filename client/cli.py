@@ -71,13 +71,12 @@ def run(args: argparse.Namespace) -> int:
     transcript = None
     try:
         try:
-            if keyboard is not None:
-                if not conn.wait_for_broker(None, lambda note: print(f"{note[0].upper()}{note[1:]} {QUIT_KEYS}",
-                                                                      file=sys.stderr), keyboard):
-                    return 0
-            else:
+            if keyboard is None:
                 conn.wait_for_broker(args.wait_broker, lambda note: print(
                     f"monarch-pdb: {note} Giving up after {args.wait_broker:g} s (--wait-broker).", file=sys.stderr))
+            elif not conn.wait_for_broker(None, lambda note: print(f"{note[0].upper()}{note[1:]} {QUIT_KEYS}",
+                                                                    file=sys.stderr), keyboard):
+                return 0
         except NoBroker as error:
             if args.json:
                 print(json.dumps({"error": str(error)}))

@@ -20,6 +20,8 @@ from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
 
 SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
+RUNPY = r"(?:<frozen runpy>|runpy\.py):\d+ _run_module_as_main"
+"""The outermost frame of a worker process (runpy is frozen from Python 3.11)."""
 
 HANG = textwrap.dedent('''
     import signal
@@ -357,8 +359,7 @@ def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(examp
     sh = shell()
     lines = sh.command("stacks debugee").splitlines()
     assert lines[0] == "debugee ranks[0-15] (16): 4 distinct stacks"
-    trunk = re.fullmatch(r"<frozen runpy>:\d+ _run_module_as_main … debugging\.py:31 to_debug \((\d+) frames\)  "
-                         r"ranks\[0-15\] \(16\)", lines[4])
+    trunk = re.fullmatch(rf"{RUNPY} … debugging\.py:31 to_debug \((\d+) frames\)  ranks\[0-15\] \(16\)", lines[4])
     assert trunk, "the frames every rank shares, down to where they differ, are one line"
     branches = [f"{connector}debugging.py:{stop_line(line)} _debugee_actor_internal  ranks[{ranks}] (4)"
                 for connector, line, ranks in (("├─ ", 11, "0,4,8,12"), ("├─ ", 15, "1,5,9,13"),
@@ -368,12 +369,12 @@ def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(examp
     full = sh.command("stacks debugee --full").splitlines()
     frames = full[4:-4]
     assert len(frames) == int(trunk.group(1)) and full[-4:] == branches
-    assert frames[0].startswith("<frozen runpy>:") and frames[-1] == "debugging.py:31 to_debug  ranks[0-15] (16)"
+    assert re.match(RUNPY, frames[0]) and frames[-1] == "debugging.py:31 to_debug  ranks[0-15] (16)"
     assert any(line.startswith("worker.py:") for line in frames) and any("base_events.py" in line for line in frames)
 
     one = sh.command("stacks debugee ranks(5)").splitlines()
-    assert re.fullmatch(r"<frozen runpy>:\d+ _run_module_as_main … worker\.py:\d+ _awaited \(\d+ frames\)  ranks\[5\] \(1\)",
-                        one[1]), "stacks that do not differ are folded down to the program's own code"
+    assert re.fullmatch(rf"{RUNPY} … worker\.py:\d+ \w+ \(\d+ frames\)  ranks\[5\] \(1\)", one[1]), \
+        "stacks that do not differ are folded down to the program's own code"
     assert one[2:] == ["debugging.py:31 to_debug  ranks[5] (1)",
                        f"debugging.py:{stop_line(15)} _debugee_actor_internal  ranks[5] (1)"]
 
