@@ -16,6 +16,11 @@ OUTCOMES = {
 }
 
 
+def shortened(text: str, width: int) -> str:
+    """A comma-separated set (ranks, hosts) cut after its last item that fits in `width`."""
+    return text if len(text) <= width else text[:width].rsplit(",", 1)[0] + ",..."
+
+
 def rank_set(actor: str, ranks: list[int]) -> str:
     return f"{actor} ranks[{format_ranks(ranks)}] ({len(ranks)})"
 

@@ -11,6 +11,19 @@ from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection
 from monarch_pdb.client.reporter import Transcript
 
+WAIT_BROKER = 60.0
+"""Seconds a script waits for a broker by default, as `wait` waits for ranks."""
+QUIT_KEYS = "Ctrl-C or Ctrl-D quits."
+INTERRUPTED = 130
+"""The exit status of a program a SIGINT (Ctrl-C) ended."""
+
+
+def seconds(text: str) -> float:
+    """The value of --wait-broker, checked as the shell checks every time limit."""
+    from monarch_pdb.client.shell import seconds as time_limit
+
+    return time_limit(text)
+
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb debug")
@@ -23,6 +36,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="run CMD and exit; repeatable, after any --script")
     parser.add_argument("--json", action="store_true", help="print one JSON document per command")
     parser.add_argument("--record", metavar="FILE", help="write a transcript that --script can replay")
+    parser.add_argument("--wait-broker", type=seconds, default=WAIT_BROKER, metavar="S",
+                        help=f"with --script or -c, seconds to wait for a broker to answer (default {WAIT_BROKER:g}); "
+                             "the interactive shell waits until one does")
     return parser
 
 
@@ -49,17 +65,28 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
     lines = script_lines(args)
+    interactive = not lines
+    keyboard = sys.stdin.fileno() if interactive and sys.stdin.isatty() else None
+    conn = ShellConnection(settings)
+    transcript = None
     try:
-        conn = ShellConnection.open(settings)
-    except NoBroker as error:
-        if args.json:
-            print(json.dumps({"error": str(error)}))
-        else:
-            print(f"monarch-pdb: {error}", file=sys.stderr)
-        return 2
-    transcript = Transcript.open(args.record) if args.record else None
-    try:
-        interactive = not lines
+        try:
+            if keyboard is None:
+                conn.wait_for_broker(args.wait_broker, lambda note: print(
+                    f"monarch-pdb: {note} Giving up after {args.wait_broker:g} s (--wait-broker).", file=sys.stderr))
+            elif not conn.wait_for_broker(None, lambda note: print(f"{note[0].upper()}{note[1:]} {QUIT_KEYS}",
+                                                                    file=sys.stderr), keyboard):
+                return 0
+        except NoBroker as error:
+            if args.json:
+                print(json.dumps({"error": str(error)}))
+            else:
+                print(f"monarch-pdb: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(file=sys.stderr)
+            return INTERRUPTED
+        transcript = Transcript.open(args.record) if args.record else None
         shell = DebugShell(conn, history_file=settings.history_file if interactive else "", as_json=args.json,
                            transcript=transcript)
         if interactive:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import itertools
+import math
 import os
 import queue
 import select
@@ -67,26 +68,53 @@ class ShellConnection:
 
     @classmethod
     def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> ShellConnection:
+        """A connection a broker welcomed within the connect time-out; NoBroker otherwise."""
         conn = cls(settings, on_events)
-        deadline = time.monotonic() + settings.connect_timeout
-        while not conn.link.ready.wait(REJECTION_CHECK):
-            if conn.link.rejected.is_set():
-                conn.close()
-                raise NoBroker(conn.link.rejection)
-            if time.monotonic() < deadline:
-                continue
+        try:
+            conn.wait_for_broker(settings.connect_timeout)
+        except BaseException:
             conn.close()
-            where = f"{settings.host}:{settings.port}"
-            other = discovery.other_program(settings)
-            if other:
-                raise NoBroker(f"no debug broker answers at {where} ({other}). Stop that program, or give the "
-                               "broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).")
-            looked = discovery.connection_file(settings)
-            raise NoBroker(
-                f"no debug broker answers at {where} (looked for {looked}). Start your program "
-                "(its first breakpoint starts a broker) or run `monarch-pdb broker`, then try again."
-            )
+            raise
         return conn
+
+    def wait_for_broker(self, patience: float | None, waiting: Callable[[str], None] | None = None,
+                        keyboard: int | None = None) -> bool:
+        """Wait until a broker welcomes us (True). NoBroker at once when the broker refuses us (a
+        wrong secret) or another program holds its port, and once `patience` seconds pass (None:
+        no limit) with no broker. After the connect time-out, `waiting` is told where we wait, and
+        again for each line typed on `keyboard` (a terminal) meanwhile; False when the keyboard
+        gives end of input (Ctrl-D)."""
+        settings = self.settings
+        where = f"{settings.host}:{settings.port}"
+        looked = discovery.connection_file(settings)
+        start = "Start your program (its first breakpoint starts a broker) or run `monarch-pdb broker`"
+        note = f"waiting for a debug broker at {where} (looked for {looked}). {start}."
+        give_up = math.inf if patience is None else time.monotonic() + patience
+        look = min(time.monotonic() + settings.connect_timeout, give_up)
+        told = waiting is None
+        while not self.link.ready.is_set():
+            if self.link.rejected.is_set():
+                raise NoBroker(self.link.rejection)
+            now = time.monotonic()
+            if now >= look:
+                other = discovery.other_program(settings)
+                if other:
+                    raise NoBroker(f"no debug broker answers at {where} ({other}). Stop that program, or give the "
+                                   "broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).")
+                if now >= give_up:
+                    raise NoBroker(f"no debug broker answers at {where} (looked for {looked}). {start}, then try again.")
+                look = min(now + settings.connect_timeout, give_up)
+                if not told:
+                    waiting(note)
+                    told = True
+            if keyboard is None:
+                self.link.ready.wait(REJECTION_CHECK)
+            elif readable([keyboard], REJECTION_CHECK):
+                if not os.read(keyboard, 4096):
+                    return False
+                if waiting is not None:
+                    waiting(note)
+        return True
 
     def close(self) -> None:
         self.link.close()

@@ -54,6 +54,8 @@ class Reporter:
     as_json: bool = False
     transcript: Transcript | None = None
     failure: str = ""
+    page: Callable[[str], bool] | None = None
+    """Shows a result through a pager when it is too tall, or says it did not (at a terminal only)."""
 
     def start(self, line: str) -> None:
         self.failure = ""
@@ -64,7 +66,9 @@ class Reporter:
         if self.as_json:
             self.write_out(json.dumps(doc, sort_keys=True) + "\n")
         elif text:
-            self.write_out(text if text.endswith("\n") else text + "\n")
+            text = text if text.endswith("\n") else text + "\n"
+            if self.page is None or not self.page(text):
+                self.write_out(text)
         if self.transcript is not None:
             self.transcript.note("out", text)
 

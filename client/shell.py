@@ -32,8 +32,9 @@ from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
 from monarch_pdb.client.events import describe_events
+from monarch_pdb.client.pager import Pager
 from monarch_pdb.client.reporter import Reporter, Transcript
-from monarch_pdb.client.table import jobs_table, sessions_table
+from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
 from monarch_pdb.ranks import Selection, SelectorError, format_ranks, parse_selector, render_selector, split_selector
 
 TOP_PROMPT = "monarch_dbg> "
@@ -90,10 +91,19 @@ def json_row(row: dict) -> dict:
             "line": row["lineno"], "state": row["state"], "instance": row["instance"]}
 
 
-def whole_number(text: str, what: str) -> int:
+def natural(text: str) -> int:
+    """A non-negative whole number as typed, for `set list_rows` and, through whole_number,
+    every command's counts."""
     if not (text.isascii() and text.isdigit()):
-        raise CommandError(f"{what} must be a non-negative whole number, not {text!r}")
+        raise ValueError(f"must be a non-negative whole number, not {text!r}")
     return int(text)
+
+
+def whole_number(text: str, what: str) -> int:
+    try:
+        return natural(text)
+    except ValueError as error:
+        raise CommandError(f"{what} {error}") from None
 
 
 def split_job(name: str) -> tuple[str, str]:
@@ -186,8 +196,10 @@ class Parser(cmd2.Cmd2ArgumentParser):
 ACTOR_HELP = "the actor's name, or job:actor where several jobs have one"
 SELECTOR_HELP = "which ranks: ranks(3), ranks(0,4), ranks(2:8:2), ranks(host=0, gpu=1:3)"
 
-list_parser = Parser("list [--all]")
+list_parser = Parser("list [--all] [--rows]")
 list_parser.add_argument("--all", action="store_true", help="every rank known, running ones too")
+list_parser.add_argument("--rows", action="store_true",
+                         help="a row per rank however many (past list_rows ranks, a row per group of ranks by default)")
 
 jobs_parser = Parser("jobs", refusal="jobs takes no arguments")
 
@@ -217,12 +229,14 @@ cast_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="ranks(<ra
 
 continue_parser = Parser("continue", refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
 
-STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--json]"
+STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--json]"
 stacks_parser = Parser(STACKS_USAGE)
 stacks_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)")
 stacks_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
 stacks_parser.add_argument("--thread", type=threads, default="main", metavar="main|all",
                            help="the main thread of each rank (default), or all its threads")
+stacks_parser.add_argument("--full", action="store_true",
+                           help="every frame, the trunk all ranks share too (folded into one line by default)")
 stacks_parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
 
 INTERRUPT_USAGE = "interrupt <actor> ranks(<ranks>) [--timeout S]"
@@ -340,6 +354,12 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
                                         choices=CAST_OUTPUTS))
         self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
+        self.list_rows = conn.settings.list_rows
+        self.pager = Pager(conn.settings.pager, self.stdout)
+        self.add_settable(cmd2.Settable("pager", str, "command that shows results taller than the terminal "
+                                        "('' or cat: none)", self.pager, settable_attrib_name="command"))
+        self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
+                                        "past it a row per group of ranks", self))
         conn.on_events = self.show_events
 
     def preloop(self) -> None:
@@ -347,6 +367,8 @@ class DebugShell(cmd2.Cmd):
         line, each of its lines then run in turn, so none is taken for keys typed while a rank
         runs (CPython turns readline's bracketed paste off)."""
         self.interactive = True
+        if self.terminal_input and self.stdout.isatty() and not self.report.as_json:
+            self.report.page = self.pager.page
         if self.readline_terminal:
             readline.parse_and_bind("set enable-bracketed-paste on")
         try:
@@ -605,11 +627,17 @@ class DebugShell(cmd2.Cmd):
     @one_line_errors
     @cmd2.with_argparser(list_parser)
     def do_list(self, args: argparse.Namespace) -> None:
-        """Show every rank stopped at a breakpoint, or with --all every rank known, running too."""
+        """Show every rank stopped at a breakpoint, or with --all every rank known, running too.
+        Past list_rows ranks, a row per group of ranks stopped at the same place."""
         rows = self.ask(wire.ListAll() if args.all else wire.ListSessions(), wire.SessionList).rows
         self.actors.update(r["actor"] for r in rows)
-        empty = "No rank is known to the broker." if args.all else "No active breakpoints."
-        self.report.result(sessions_table(rows, with_state=args.all) if rows else empty, [json_row(r) for r in rows])
+        if not rows:
+            text = "No rank is known to the broker." if args.all else "No active breakpoints."
+        elif args.rows or len(rows) <= self.list_rows:
+            text = sessions_table(rows, with_state=args.all)
+        else:
+            text = groups_table(rows, with_state=args.all)
+        self.report.result(text, [json_row(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors
@@ -777,8 +805,8 @@ class DebugShell(cmd2.Cmd):
         texts, docs = [], []
         for job, actor in targets:
             result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job)
-            texts.append(stacks.text(result, args.thread == "all"))
-            docs.append(stacks.document(result))
+            texts.append(stacks.text(result, args.thread == "all", args.full))
+            docs.append(stacks.document(result, args.thread == "all", args.full))
             if result.missing:
                 self.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs

@@ -1,6 +1,11 @@
 """Many ranks' stacks as one tree, the way STAT shows a hung job: each node a frame with the
 set of ranks that pass through it, identical stacks collapsed, and the ranks whose stack is
-not the majority's named first (`rank 3 is elsewhere: data.py:88 next_batch`)."""
+not the majority's named first (`rank 3 is elsewhere: data.py:88 next_batch`).
+
+The trunk every rank shares from the root (runpy, a worker loop, asyncio) says nothing about
+where ranks differ, so it is folded into one line naming its first and last frame; the tree
+starts where the stacks first differ, or at the program's own code when they do not.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
-from monarch_pdb.client.answers import missing_lines
+from monarch_pdb.client.answers import missing_lines, shortened
 from monarch_pdb.ranks import format_ranks
 
 RANKS_SHOWN = 72
 """Characters of a node's rank set shown; the JSON document has every rank."""
 ELSEWHERE_SHOWN = 8
-LIBRARY = re.compile(r"[/\\](?:lib[/\\]python\d[^/\\]*|site-packages|dist-packages)[/\\]")
+LIBRARY = re.compile(r"[/\\](?:lib[/\\]python\d[^/\\]*|site-packages|dist-packages|monarch_pdb)[/\\]")
+"""Where code that is not the program's lives: Python's library, installed packages, and this
+package (the embedded mesh runtime's worker loop among it)."""
 
 
 @dataclass
@@ -31,14 +38,15 @@ def where(frame: list) -> str:
     return f"{os.path.basename(filename)}:{line} {function}"
 
 
-def merge(groups: list, every_thread: bool) -> Node:
-    """The prefix tree of every [threads, ranks] group, outermost frame at the root."""
+def merge(groups: list, every_thread: bool, below: int = 0) -> Node:
+    """The prefix tree of every [threads, ranks] group, outermost frame at the root; the first
+    `below` frames of each thread left out."""
     root = Node("")
     for threads, ranks in groups:
         root.ranks.extend(ranks)
         for name, frames in threads:
             node = root
-            for label in ([f"thread {name}"] if every_thread else []) + [where(f) for f in frames]:
+            for label in ([f"thread {name}"] if every_thread else []) + [where(f) for f in frames[below:]]:
                 child = node.children.get(label)
                 if child is None:
                     child = node.children[label] = Node(label)
@@ -49,10 +57,7 @@ def merge(groups: list, every_thread: bool) -> Node:
 
 def rank_text(ranks: list[int]) -> str:
     unique = sorted(set(ranks))
-    text = format_ranks(unique)
-    if len(text) > RANKS_SHOWN:
-        text = text[:RANKS_SHOWN].rsplit(",", 1)[0] + ",..."
-    return f"ranks[{text}] ({len(unique)})"
+    return f"ranks[{shortened(format_ranks(unique), RANKS_SHOWN)}] ({len(unique)})"
 
 
 def draw(root: Node) -> list[str]:
@@ -79,14 +84,43 @@ def ordered(node: Node) -> list[Node]:
     return sorted(node.children.values(), key=lambda c: (-len(set(c.ranks)), c.label))
 
 
+def own_code(frame: list) -> bool:
+    """Whether a frame is the program's own rather than Python's, a package's or ours (judged
+    by its path)."""
+    name = frame[0]
+    return not (name.startswith("<") or LIBRARY.search(name))
+
+
 def program_frame(frames: list) -> list:
-    """The innermost frame of the program itself rather than of Python's library or an
-    installed package (judged by its path): where a rank is, in its author's words."""
-    for frame in reversed(frames):
-        name = frame[0]
-        if not (name.startswith("<") or LIBRARY.search(name)):
-            return frame
-    return frames[-1]
+    """The innermost frame of the program itself: where a rank is, in its author's words."""
+    return next((frame for frame in reversed(frames) if own_code(frame)), frames[-1])
+
+
+def trunk(groups: list, every_thread: bool) -> list:
+    """The outermost frames every rank shares, to fold into one line: up to where the stacks
+    first differ, or, when they do not, up to the program's own code (else all but the
+    innermost frame). None of one frame only, nor with every thread shown, whose threads
+    start apart."""
+    stacks = [frames for threads, _ in groups for _, frames in threads]
+    if every_thread or not stacks:
+        return []
+    first = stacks[0]
+    if all(frames == first for frames in stacks):
+        shared = next((depth for depth, frame in enumerate(first) if own_code(frame)), len(first) - 1)
+    else:
+        shared = 0
+        while all(len(frames) > shared and frames[shared] == first[shared] for frames in stacks):
+            shared += 1
+    return first[:shared] if shared >= 2 else []
+
+
+def tree(groups: list, every_thread: bool, common: list) -> Node:
+    """The merged tree below the `common` trunk, which heads it as one node."""
+    root = merge(groups, every_thread, len(common))
+    if not common:
+        return root
+    label = f"{where(common[0])} … {where(common[-1])} ({len(common)} frames)"
+    return Node("", root.ranks, {label: Node(label, list(root.ranks), root.children)})
 
 
 def elsewhere(groups: list) -> list[tuple[list[int], str]]:
@@ -111,7 +145,8 @@ def elsewhere_line(actor: str, ranks: list[int], place: str) -> str:
     return f"{rank_text(ranks)} are elsewhere: {place}"
 
 
-def text(result: wire.StacksResult, every_thread: bool) -> str:
+def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> str:
+    """The tree, its trunk folded unless `full`."""
     total = sorted({r for _, ranks in result.groups for r in ranks})
     odd = elsewhere(result.groups)
     head = [f"{result.actor} {rank_text(total)}: {len(result.groups)} distinct stack{'s' if len(result.groups) != 1 else ''}"]
@@ -119,15 +154,23 @@ def text(result: wire.StacksResult, every_thread: bool) -> str:
     if len(odd) > ELSEWHERE_SHOWN:
         rest = sum(len(r) for r, _ in odd[ELSEWHERE_SHOWN:])
         head.append(f"... and {rest} more ranks in {len(odd) - ELSEWHERE_SHOWN} other places")
-    body = draw(merge(result.groups, every_thread)) if result.groups else []
+    common = [] if full else trunk(result.groups, every_thread)
+    body = draw(tree(result.groups, every_thread, common)) if result.groups else []
     return "\n".join(head + body) + "\n" + missing_lines(result)
 
 
-def document(result: wire.StacksResult) -> dict:
+def frame_document(frame: list) -> dict:
+    return {"file": frame[0], "line": frame[1], "function": frame[2]}
+
+
+def document(result: wire.StacksResult, every_thread: bool = False, full: bool = False) -> dict:
+    """The stacks as JSON: the `common` trunk (unless `full`), then each group's frames below it."""
+    common = [] if full else trunk(result.groups, every_thread)
     return {
         "actor": result.actor,
+        "common": [frame_document(f) for f in common],
         "groups": [{"ranks": ranks, "threads": [{"name": name, "frames": [
-            {"file": f[0], "line": f[1], "function": f[2]} for f in frames]} for name, frames in threads]}
+            frame_document(f) for f in frames[len(common):]]} for name, frames in threads]}
             for threads, ranks in result.groups],
         "elsewhere": [{"ranks": ranks, "where": place} for ranks, place in elsewhere(result.groups)],
         "missing": [{"rank": rank, "reason": reason} for rank, reason in result.missing],

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 27000
+DEFAULT_PAGER = "less -FRX"
 
 
 def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
@@ -20,6 +21,15 @@ def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
         return float(raw) if raw else default
     except ValueError:
         raise SystemExit(f"monarch-pdb: {name} must be a number, not {raw!r}") from None
+
+
+def _env_count(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "")
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit()):
+        raise SystemExit(f"monarch-pdb: {name} must be a whole number, not {raw!r}")
+    return int(raw)
 
 
 def _env_port(environ: Mapping[str, str], name: str, default: int) -> int:
@@ -58,6 +68,9 @@ class Settings:
     max_age: float
     curve: bool
     collective_timeout: float
+    list_rows: int
+    pager: str
+    """The shell's pager command for long output; "" or "cat" for none."""
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -85,4 +98,6 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         max_age=_env_float(env, "MONARCH_PDB_MAX_AGE", 600.0),
         curve=env.get("MONARCH_PDB_CURVE", "").lower() in ("1", "true", "yes", "on"),
         collective_timeout=_env_float(env, "MONARCH_PDB_COLLECTIVE_TIMEOUT", 3600.0),
+        list_rows=_env_count(env, "MONARCH_PDB_LIST_ROWS", 40),
+        pager=env["MONARCH_PDB_PAGER"] if "MONARCH_PDB_PAGER" in env else env.get("PAGER", DEFAULT_PAGER),
     )

@@ -7,7 +7,8 @@ import re
 import pexpect
 import pytest
 from monarch_pdb.ranks import parse_ranks
-from programs import EXAMPLES, PDB_STOPS_ON_BREAKPOINT, Program, stop_line, stop_text, wait_for_sessions
+from programs import (EXAMPLES, PDB_STOPS_ON_BREAKPOINT, Program, start_broker, stop_broker, stop_line, stop_text,
+                      wait_for_sessions)
 from shell_driver import ShellDriver
 
 EXAMPLE = EXAMPLES / "debugging.py"
@@ -78,8 +79,8 @@ def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
         "attach debugee x": "Error processing command: rank must be a non-negative whole number, not 'x'",
         "frobnicate": "Error processing command: unknown command 'frobnicate'; enter 'help' for the list",
         "detach": "Error processing command: not attached to any rank (attach <actor> <rank> first)",
-        "list extra": "Error processing command: usage: list [--all]",
-        "list --al": "Error processing command: usage: list [--all]",
+        "list extra": "Error processing command: usage: list [--all] [--rows]",
+        "list --al": "Error processing command: usage: list [--all] [--rows]",
         "stacks debugee ranks(1,,2)": "Error processing command: ranks(1,,2): empty item at position 9",
         "stacks debugee --thread some": "Error processing command: --thread is main or all, not 'some'",
         "stacks nosuch": "Error processing command: No running rank of actor nosuch is known to the broker",
@@ -107,13 +108,37 @@ def test_a_cast_sends_its_pdb_command_as_typed(example, shell):
     assert out == "debugee ranks[1,2] (2)\n'a  b  c'\n"
 
 
-@pytest.mark.timeout(30)
-def test_shell_without_broker_says_where_it_looked(env):
-    driver = ShellDriver(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="1"))
-    driver.expect(r"no debug broker answers at 127\.0\.0\.1:0 \(looked for .*broker-0\.json\)")
+WAITING = (r"Waiting for a debug broker at 127\.0\.0\.1:0 \(looked for .*broker-0\.json\)\. Start your program "
+           r"\(its first breakpoint starts a broker\) or run `monarch-pdb broker`\. Ctrl-C or Ctrl-D quits\.")
+
+
+@pytest.mark.timeout(60)
+def test_a_shell_started_before_any_broker_waits_for_one_and_opens_when_it_answers(env):
+    early = dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5")
+    driver = ShellDriver(early)
+    broker = None
+    try:
+        driver.expect(WAITING)
+        driver.child.sendline("list")
+        driver.expect(WAITING)  # a line typed meanwhile is answered, not met with silence
+        broker, _ = start_broker(early)
+        assert driver.wait_prompt() == "monarch_dbg>" and "MONARCH DEBUGGER" in driver.text
+        assert driver.command("list") == "No active breakpoints.\n"
+    finally:
+        driver.kill()
+        if broker is not None:
+            stop_broker(broker)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("key, status", [("d", 0), ("c", 130)])
+def test_a_shell_waiting_for_a_broker_quits_on_ctrl_d_and_ctrl_c(env, key, status):
+    driver = ShellDriver(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5"))
+    driver.expect(WAITING)
+    driver.child.sendcontrol(key)
     driver.child.expect(pexpect.EOF)
     driver.child.close()
-    assert driver.child.exitstatus == 2
+    assert driver.child.exitstatus == status and "Traceback" not in driver.text + driver.child.before
 
 
 @pytest.mark.timeout(120)

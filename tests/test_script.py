@@ -73,11 +73,34 @@ def test_the_first_failing_command_ends_the_run_and_is_named(env, example, comma
 
 @pytest.mark.timeout(60)
 def test_no_broker_and_no_script_file_are_clear_failures(env, tmp_path):
-    done = shell(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="1"), "-c", "list")
-    assert done.returncode == 2 and "no debug broker answers at 127.0.0.1:0" in done.stderr
+    done = shell(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5"), "--wait-broker", "1", "-c", "list")
+    assert done.returncode == 2
+    waited, gave_up = done.stderr.splitlines()
+    assert waited.startswith("monarch-pdb: waiting for a debug broker at 127.0.0.1:0 (looked for ")
+    assert waited.endswith(" Giving up after 1 s (--wait-broker).")
+    assert gave_up.startswith("monarch-pdb: no debug broker answers at 127.0.0.1:0 (looked for ")
     missing = shell(env, "--script", str(tmp_path / "nope.txt"))
     assert missing.returncode == 1
     assert missing.stderr.strip() == f"monarch-pdb: cannot read script {tmp_path / 'nope.txt'}: No such file or directory"
+
+
+@pytest.mark.timeout(60)
+def test_a_script_started_before_its_broker_waits_for_it(env):
+    early = dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.2", MONARCH_PDB_HISTORY="")
+    script = subprocess.Popen([*DEBUG_SHELL, "-c", "list"], env=early, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert script.stderr.readline().startswith("monarch-pdb: waiting for a debug broker at 127.0.0.1:0")
+        broker, _ = start_broker(early)
+        try:
+            out, err = script.communicate(timeout=30)
+        finally:
+            stop_broker(broker)
+        assert (script.returncode, out, err) == (0, "No active breakpoints.\n", "")
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.communicate()
 
 
 @pytest.mark.timeout(120)

@@ -549,10 +549,10 @@ def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_pat
         rows = wait_for_sessions(limited, 60)
         held = rows[0]["rank"]  # which 60 of the 64 ranks got a session depends on thread timing
         program_text = ""
-        sh = ShellDriver(limited)
+        sh = ShellDriver(dict(limited, MONARCH_PDB_PAGER=""))  # answers taller than the terminal, read here whole
         try:
             sh.wait_prompt()
-            assert sh.command("list").count("| many ") == 60
+            assert sh.command("list --rows").count("| many ") == 60
             answer = sh.command(f"cast many ranks({held}) !for i in range(100): print(str(i).rjust(199, '.'))")
             assert answer.count("\n") == 1 + 100, "a cast's answer holds all it printed, up to the limit"
             assert "not kept" not in answer

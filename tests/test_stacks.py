@@ -12,11 +12,13 @@ import textwrap
 import time
 
 import pytest
-from programs import Program, debug, wait_for_all_rows, wait_for_sessions
+from programs import Program, debug, stop_line, wait_for_all_rows, wait_for_sessions
 from shell_driver import ShellDriver
 
-BREAKPOINT_STOP = 11 if sys.version_info >= (3, 13) else 12
-"""Where SHIPPED's breakpoint() stops: at its own line on 3.13, at the next one before."""
+RUNPY = r"(?:<frozen runpy>|runpy\.py):\d+ _run_module_as_main"
+"""The outermost frame of a worker process (runpy is frozen from Python 3.11)."""
+BREAKPOINT_STOP = stop_line(12)
+"""Where SHIPPED's breakpoint() stops."""
 
 HANG = textwrap.dedent('''
     import signal
@@ -424,3 +426,36 @@ def test_ranks_waiting_in_an_await_show_the_coroutines_they_await(env, tmp_path)
         assert not any("base_events.py" in line or "selectors.py" in line for line in lines), "no event loop frames"
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(example, shell):
+    sh = shell()
+    lines = sh.command("stacks debugee").splitlines()
+    assert lines[0] == "debugee ranks[0-15] (16): 4 distinct stacks"
+    trunk = re.fullmatch(rf"{RUNPY} … debugging\.py:31 to_debug \((\d+) frames\)  ranks\[0-15\] \(16\)", lines[4])
+    assert trunk, "the frames every rank shares, down to where they differ, are one line"
+    branches = [f"{connector}debugging.py:{stop_line(line)} _debugee_actor_internal  ranks[{ranks}] (4)"
+                for connector, line, ranks in (("├─ ", 11, "0,4,8,12"), ("├─ ", 15, "1,5,9,13"),
+                                               ("├─ ", 19, "2,6,10,14"), ("└─ ", 23, "3,7,11,15"))]
+    assert lines[5:] == branches
+
+    full = sh.command("stacks debugee --full").splitlines()
+    frames = full[4:-4]
+    assert len(frames) == int(trunk.group(1)) and full[-4:] == branches
+    assert re.match(RUNPY, frames[0]) and frames[-1] == "debugging.py:31 to_debug  ranks[0-15] (16)"
+    assert any(line.startswith("worker.py:") for line in frames) and any("base_events.py" in line for line in frames)
+
+    one = sh.command("stacks debugee ranks(5)").splitlines()
+    assert re.fullmatch(rf"{RUNPY} … worker\.py:\d+ \w+ \(\d+ frames\)  ranks\[5\] \(1\)", one[1]), \
+        "stacks that do not differ are folded down to the program's own code"
+    assert one[2:] == ["debugging.py:31 to_debug  ranks[5] (1)",
+                       f"debugging.py:{stop_line(15)} _debugee_actor_internal  ranks[5] (1)"]
+
+    doc = json.loads(sh.command("stacks debugee --json"))
+    assert len(doc["common"]) == int(trunk.group(1))
+    assert doc["common"][0]["function"] == "_run_module_as_main" and doc["common"][-1]["function"] == "to_debug"
+    assert [[f["line"] for f in g["threads"][0]["frames"]] for g in doc["groups"]] == [
+        [stop_line(line)] for line in (11, 15, 19, 23)]
+    whole = json.loads(sh.command("stacks debugee --json --full"))
+    assert whole["common"] == [] and whole["groups"][0]["threads"][0]["frames"][:len(doc["common"])] == doc["common"]

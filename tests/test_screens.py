@@ -1,0 +1,163 @@
+"""What a person reads at a thousand ranks: `list` by groups of ranks past a screenful, host
+names compressed, and output taller than the terminal through a pager, as git does."""
+
+from __future__ import annotations
+
+import json
+import pprint
+import re
+import textwrap
+
+import pytest
+from programs import Program, run_debug, stop_line, wait_for_sessions
+from shell_driver import ShellDriver
+
+from monarch_pdb.client.hostlist import compress
+
+MANY = textwrap.dedent('''
+    import socket
+    import threading
+
+    import monarch_pdb
+
+    RANKS, PER_HOST = 1024, 8
+    host = threading.local()
+    real_hostname = socket.gethostname
+    socket.gethostname = lambda: getattr(host, "name", None) or real_hostname()  # a host per 8 ranks
+
+
+    def rank_main(rank):
+        host.name = f"node{rank // PER_HOST + 1:03d}"
+        with monarch_pdb.endpoint_call("trainer", rank, {"host": rank // PER_HOST, "gpu": rank % PER_HOST}):
+            if rank == 700:
+                breakpoint()
+                where = "the odd one"
+            elif rank < RANKS // 2:
+                breakpoint()
+                where = "first half"
+            else:
+                breakpoint()
+                where = "second half"
+            return where
+
+
+    monarch_pdb.install()
+    threading.stack_size(256 * 1024)
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(RANKS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("DONE")
+''')
+
+
+def line_of(text: str, code: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if line.strip() == code)
+
+
+def fake_pager(tmp_path) -> tuple[str, object]:
+    """A pager that keeps what it was given, in the order given; returns it and its record."""
+    record = tmp_path / "paged.txt"
+    script = tmp_path / "pager.sh"
+    script.write_text(f"#!/bin/sh\ncat >> '{record}'\n")
+    script.chmod(0o755)
+    return str(script), record
+
+
+@pytest.mark.parametrize("names, text", [
+    ([f"node{n:03d}" for n in range(1, 129)], "node[001-128]"),
+    ([f"node{n}" for n in range(128, 0, -1)], "node[1-128]"),
+    ([f"node{n:03d}" for n in (1, 2, 3, 5, 10, 100)], "node[001-003,005,010,100]"),
+    (["login", "node2", "node1", "node3", "gpu01", "gpu02", "node2"], "gpu[01,02],login,node[1-3]"),
+    (["a1.cluster", "a2.cluster", "a3.cluster", "b7.cluster"], "a[1-3].cluster,b7.cluster"),
+    (["rack1-node3", "rack1-node4", "rack2-node3"], "rack1-node[3,4],rack2-node3"),
+    (["n01", "n2"], "n01,n2"),
+    (["vm"], "vm"),
+    ([], ""),
+])
+def test_host_names_compress_as_a_slurm_hostlist(names, text):
+    assert compress(names) == text
+
+
+@pytest.mark.timeout(90)
+def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, tmp_path):
+    script = tmp_path / "many.py"
+    script.write_text(MANY)
+    program = Program(env, script, cwd=tmp_path)
+    pager, paged = fake_pager(tmp_path)
+    sh = ShellDriver(dict(env, PAGER=pager))
+    try:
+        wait_for_sessions(env, 1024, timeout=60)
+        sh.wait_prompt()
+        first, odd, second = (stop_line(line_of(MANY, f'where = "{w}"')) for w in ("first half", "the odd one", "second half"))
+        assert sh.command("list") == textwrap.dedent(f'''\
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            | Actor Name | Ranks                  | Coords                       | Hosts         | Function       | Line No. |
+            +============+========================+==============================+===============+================+==========+
+            | trainer    | 0-511 (512)            | {{'host': 0-63, 'gpu': 0-7}}   | node[001-064] | many.rank_main | {first}       |
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            | trainer    | 512-699,701-1023 (511) | {{'host': 64-127, 'gpu': 0-7}} | node[065-128] | many.rank_main | {second}       |
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            | trainer    | 700 (1)                | {{'host': 87, 'gpu': 4}}       | node088       | many.rank_main | {odd}       |
+            +------------+------------------------+------------------------------+---------------+----------------+----------+
+            1024 ranks in 3 groups; 'list --rows' shows each rank
+        ''')
+        assert not paged.exists(), "a table that fits on the screen is not paged"
+
+        assert sh.command("list --rows") == "", "a table taller than the terminal goes to the pager"
+        every = run_debug(env, "-c", "list --rows")
+        assert every.returncode == 0 and every.stdout.count("\n| trainer ") == 1024
+        assert paged.read_text() == every.stdout, "the pager gets the table a script prints, whole"
+        assert re.search(rf"^\| trainer +\| 700 +\| {{'host': 87, 'gpu': 4}} +\| node088 +\| many.rank_main \| {odd} +\|$",
+                         every.stdout, re.M)
+
+        sh.command("set list_rows 1024")
+        assert sh.command("list") == ""
+        assert paged.read_text() == 2 * every.stdout, "up to list_rows ranks, a row each"
+        sh.command("set list_rows 1023")
+        assert sh.command("list").endswith("1024 ranks in 3 groups; 'list --rows' shows each rank\n")
+
+        rows = json.loads(run_debug(env, "--json", "-c", "list").stdout)
+        assert [r["rank"] for r in rows] == list(range(1024)) and rows[700]["host"] == "node088"
+        states = run_debug(dict(env, MONARCH_PDB_LIST_ROWS="2000"), "-c", "list --all")
+        assert states.stdout.count("| breakpoint |") == 1024
+    finally:
+        sh.kill()
+        program.stop()
+
+
+@pytest.mark.timeout(120)
+def test_output_taller_than_the_terminal_goes_through_the_pager_at_a_terminal_only(env, example, tmp_path):
+    pager, paged = fake_pager(tmp_path)
+    tall = "cast debugee ranks(:) pp list(range(60))"
+    answer = "debugee ranks[0-15] (16)\n" + pprint.pformat(list(range(60))) + "\n"
+    with_pager = dict(env, PAGER=pager)
+    sh = ShellDriver(with_pager)
+    try:
+        sh.wait_prompt()
+        assert sh.command(tall) == "", "nothing of it scrolls by on the terminal"
+        assert paged.read_text() == answer
+        listing = sh.command("list")
+        assert listing.count("\n| debugee ") == 16 and paged.read_text() == answer, "the guide's list fits: not paged"
+        sh.command("set pager cat")
+        assert sh.command(tall) == answer
+    finally:
+        sh.kill()
+    paged.unlink()
+
+    off = ShellDriver(dict(with_pager, MONARCH_PDB_PAGER=""))
+    try:
+        off.wait_prompt()
+        assert off.command(tall) == answer, "MONARCH_PDB_PAGER='' turns the pager off"
+    finally:
+        off.kill()
+    documents = ShellDriver(with_pager, "--json")
+    try:
+        documents.wait_prompt()
+        assert json.loads(documents.command(tall))["groups"][0]["output"] == answer.split("\n", 1)[1]
+    finally:
+        documents.kill()
+    script = run_debug(with_pager, "-c", tall)
+    assert script.returncode == 0 and script.stdout == answer
+    assert not paged.exists(), "never for --json, a script, or without a terminal"
