@@ -7,7 +7,6 @@ import json
 import os
 import re
 import select
-import sys
 import textwrap
 import time
 
