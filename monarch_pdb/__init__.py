@@ -31,4 +31,4 @@ def set_identity(*, actor: str | None = None, rank: int | None = None,
     identity.set_identity(actor=actor, rank=rank, coords=coords, job=job)
     agent = Agent.existing()
     if agent is not None:
-        agent.renamed()
+        agent.presence.renamed()
