@@ -28,6 +28,13 @@ from monarch_pdb.sources import SHIPPED_CODE
 _INSTALLED = "_monarch_pdb_installed"
 
 
+def set_trace(*, header: str | None = None) -> None:
+    """Pause the calling frame in a session of the broker, stopping at its next line."""
+    from monarch_pdb import debugger
+
+    debugger.set_trace(sys._getframe(1), header=header)
+
+
 def install(*, announce: bool = True) -> None:
     """Route `breakpoint()` to the broker, and uncaught exceptions to post-mortem as
     MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that allows it.
@@ -35,10 +42,9 @@ def install(*, announce: bool = True) -> None:
     The process is known to the broker from now on, running or not, so `list --all`, `stacks`
     and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
     False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
-    import monarch_pdb
     from monarch_pdb import debugger, interrupt
 
-    sys.breakpointhook = monarch_pdb.set_trace
+    sys.breakpointhook = set_trace
     agent = debugger.process_agent()
     interrupt.arm(_stop_signalled)
     if announce:
