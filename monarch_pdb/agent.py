@@ -52,7 +52,8 @@ class Agent:
     """This process's sessions, and its link to the broker.
 
     Locking: `_lock` guards the session tables (`_inboxes` to `_by_thread`); while it is held,
-    the presence's and the rank threads' locks may be taken, never the other way round."""
+    a session's output, the presence and the rank threads may take their locks, never the
+    other way round."""
 
     _instance: Agent | None = None
     _instance_lock = threading.Lock()

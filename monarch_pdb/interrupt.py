@@ -61,7 +61,8 @@ def arm(on_signal: Callable[[Any], None]) -> bool:
     signal interrupted, unless the program handles the signal itself."""
     if threading.current_thread() is not threading.main_thread():
         return False
-    if signal.getsignal(SIGNAL) is not signal.SIG_DFL and not isinstance(signal.getsignal(SIGNAL), _Handler):
+    installed = signal.getsignal(SIGNAL)
+    if installed is not signal.SIG_DFL and not isinstance(installed, _Handler):
         return False
     signal.signal(SIGNAL, _Handler(on_signal))
     return True

@@ -176,12 +176,12 @@ class Presence:
         for rank in ranks:
             if (actor, rank) in hosted:
                 job, coords = hosted[(actor, rank)]
-                found[rank] = Identity(job=job, actor=actor, rank=rank, coords=dict(coords),
-                                       hostname=socket.gethostname(), pid=os.getpid())
+                name = [job, actor, rank, coords, ""]
             else:
-                job, own_actor, own_rank, coords, instance = self._own_identity(stopped_as)
-                found[rank] = Identity(job=job, actor=own_actor, rank=own_rank, coords=dict(coords),
-                                       hostname=socket.gethostname(), pid=os.getpid(), instance=instance)
+                name = self._own_identity(stopped_as)
+            job, as_actor, as_rank, coords, instance = name
+            found[rank] = Identity(job=job, actor=as_actor, rank=as_rank, coords=dict(coords),
+                                   hostname=socket.gethostname(), pid=os.getpid(), instance=instance)
         return found
 
     def _own_identity(self, stopped_as: list | None) -> list:
