@@ -43,7 +43,8 @@ def main(first: int, count: int, connections: str) -> None:
     proc = first // count
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, SOCKETS_PER_AGENT * count + 64)
-    agents = [Agent(load_settings(), context) if connections == "own" else None for _ in range(count)]
+    agents = [Agent(load_settings(), debugger.interrupt, context) if connections == "own" else None
+              for _ in range(count)]
     threads = [threading.Thread(target=rank_main, args=(first + t, proc, t, agents[t])) for t in range(count)]
     for thread in threads:
         thread.start()

@@ -6,21 +6,12 @@ through `sys.breakpointhook` (see `install`) or `PYTHONBREAKPOINT=monarch_pdb.se
 
 from __future__ import annotations
 
-import sys
-
 from monarch_pdb import identity
 from monarch_pdb.endpoint import endpoint_call
-from monarch_pdb.hooks import install
+from monarch_pdb.hooks import install, set_trace
 
 __version__ = "0.1.0"
 __all__ = ["endpoint_call", "install", "set_identity", "set_trace"]
-
-
-def set_trace(*, header: str | None = None) -> None:
-    """Pause the calling frame in a session of the broker, stopping at its next line."""
-    from monarch_pdb import debugger
-
-    debugger.set_trace(sys._getframe(1), header=header)
 
 
 def set_identity(*, actor: str | None = None, rank: int | None = None,
@@ -31,4 +22,4 @@ def set_identity(*, actor: str | None = None, rank: int | None = None,
     identity.set_identity(actor=actor, rank=rank, coords=coords, job=job)
     agent = Agent.existing()
     if agent is not None:
-        agent.renamed()
+        agent.presence.renamed()

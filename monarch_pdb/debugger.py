@@ -22,6 +22,10 @@ from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
 from monarch_pdb.sources import own_code, source_file
 
+_loose = threading.local()
+"""The calling thread's `session` opened outside any endpoint call: it ends when tracing
+stops (the endpoint call's session is the call's, see CallContext)."""
+
 
 class SessionIO:
     """pdb's stdin and stdout for one session."""
@@ -206,7 +210,6 @@ class Session:
     ended: bool = False
 
     def __post_init__(self) -> None:
-        self.thread = threading.get_ident()
         self.io = SessionIO(self.ask)
         self.sid, self.inbox, self.identity = self.agent.open_session(self.io, self.identity, self.call is not None)
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
@@ -239,23 +242,24 @@ class Session:
         self.debugger.clear_all_breaks()
         output = self.io.take_all()
         self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason))
-        if self.agent.loose_sessions.get(self.thread) is self:
-            del self.agent.loose_sessions[self.thread]
+        if getattr(_loose, "session", None) is self:
+            del _loose.session
 
 
 def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> Session:
     """The session of the running endpoint call, or of this thread outside any call (named
-    `identity` when given, else as `current` finds it)."""
+    `identity` when given, else as `current` finds it); a thread's session of another agent
+    (its process's, before a fork) is not this agent's."""
     call = current_call.get()
-    existing = call.session if call is not None else agent.loose_sessions.get(threading.get_ident())
-    if existing is not None and not existing.ended:
+    existing = call.session if call is not None else getattr(_loose, "session", None)
+    if existing is not None and not existing.ended and (call is not None or existing.agent is agent):
         return existing
     collectives.raise_timeouts()
     session = Session(agent=agent, identity=current() if identity is None or call is not None else identity, call=call)
     if call is not None:
         call.session = session
     else:
-        agent.loose_sessions[threading.get_ident()] = session
+        _loose.session = session
     return session
 
 
@@ -264,10 +268,16 @@ def _who() -> str:
     return f"{ident.actor} rank {ident.rank}"
 
 
+def process_agent() -> Agent:
+    """This process's agent, started on first use: an interrupt stops one of its threads in a
+    session opened here (`interrupt`)."""
+    return Agent.get(interrupt)
+
+
 def set_trace(frame, header: str | None = None, agent: Agent | None = None) -> None:
     """Stop `frame` at its next line in a broker session (the target of breakpoint()), through
     this process's agent unless another is given."""
-    agent = agent or Agent.get()
+    agent = agent or process_agent()
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
@@ -278,7 +288,7 @@ def set_trace(frame, header: str | None = None, agent: Agent | None = None) -> N
 
 def post_mortem(exc: BaseException, traceback=None) -> None:
     """Stop at the innermost frame of `exc`'s traceback until the user lets it go on."""
-    agent = Agent.get()
+    agent = process_agent()
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
@@ -297,7 +307,7 @@ def interrupt(frame, identity: Identity) -> None:
     """Stop this thread at `frame`, where a signal found it, at once: inside the call it was
     blocked in rather than at its next line, which may never come. Afterwards `n`, `s` and
     breakpoints work as after breakpoint()."""
-    agent = Agent.get()
+    agent = process_agent()
     session = session_for_this_thread(agent, identity)
     session.reason = "interrupted"
     debugger = session.debugger

@@ -70,7 +70,7 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
     running = None
     if agent is not None:
         ident = current()
-        agent.host(ident.job, actor, rank, coords)
+        agent.presence.host(ident.job, actor, rank, coords)
         running = agent.threads.started(ident)
     try:
         yield call

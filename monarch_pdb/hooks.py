@@ -28,6 +28,13 @@ from monarch_pdb.sources import SHIPPED_CODE
 _INSTALLED = "_monarch_pdb_installed"
 
 
+def set_trace(*, header: str | None = None) -> None:
+    """Pause the calling frame in a session of the broker, stopping at its next line."""
+    from monarch_pdb import debugger
+
+    debugger.set_trace(sys._getframe(1), header=header)
+
+
 def install(*, announce: bool = True) -> None:
     """Route `breakpoint()` to the broker, and uncaught exceptions to post-mortem as
     MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that allows it.
@@ -35,15 +42,13 @@ def install(*, announce: bool = True) -> None:
     The process is known to the broker from now on, running or not, so `list --all`, `stacks`
     and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
     False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
-    import monarch_pdb
-    from monarch_pdb import interrupt
-    from monarch_pdb.agent import Agent
+    from monarch_pdb import debugger, interrupt
 
-    sys.breakpointhook = monarch_pdb.set_trace
-    agent = Agent.get()
-    interrupt.arm()
+    sys.breakpointhook = set_trace
+    agent = debugger.process_agent()
+    interrupt.arm(_stop_signalled)
     if announce:
-        agent.host_self()
+        agent.presence.host_self()
     if not getattr(sys.excepthook, _INSTALLED, False):
         sys.excepthook = _post_mortem_first(sys.excepthook, lambda args: args[1])
     if not getattr(threading.excepthook, _INSTALLED, False):
@@ -58,6 +63,16 @@ def install(*, announce: bool = True) -> None:
     if identity.in_monarch_proc():
         _reach_into("torchmonarch", "a breakpoint here opens no session per message, and stacks and interrupt "
                     "reach Monarch's main thread, not its actors'", _take_monarch_calls)
+
+
+def _stop_signalled(frame) -> None:
+    """The interrupt signal's work, on the main thread: stop at `frame` if this process's
+    agent was asked to."""
+    from monarch_pdb.agent import Agent
+
+    agent = Agent.existing()
+    if agent is not None:
+        agent.interrupts.signalled(frame)
 
 
 def _reach_into(package: str, otherwise: str, take: Callable[[], None]) -> None:
@@ -81,7 +96,7 @@ def stopped_in_this_process() -> bool:
     from monarch_pdb.agent import Agent
 
     agent = Agent.existing()
-    return agent is not None and agent.stopped
+    return agent is not None and agent.stopped.is_set()
 
 
 def post_mortem_if_wanted(exc: BaseException | None) -> None:
@@ -144,11 +159,11 @@ def _take_ray_calls() -> None:
 def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function`, run as a call of the rank (it keeps the attributes Ray reads, like the
     method of an actor's executor); the coroutine of an async method runs as one instead."""
-    from monarch_pdb.agent import Agent
+    from monarch_pdb.debugger import process_agent
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with Agent.get().threads.call(identity.current()):
+        with process_agent().threads.call(identity.current()):
             result = function(*args, **kwargs)
         return _awaited_as_call(result) if inspect.iscoroutine(result) else result
 
@@ -156,9 +171,9 @@ def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 async def _awaited_as_call(coroutine: Any) -> Any:
-    from monarch_pdb.agent import Agent
+    from monarch_pdb.debugger import process_agent
 
-    with Agent.get().threads.call(identity.current(), coroutine):
+    with process_agent().threads.call(identity.current(), coroutine):
         return await coroutine
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from monarch_pdb import settings
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -76,14 +78,14 @@ def _script_stem() -> str:
 def job_name(detected: Detected | None = None) -> str:
     """MONARCH_PDB_JOB, else the name the detected launcher gives the whole job (`detected`,
     when the caller has it already), else the main script's name and this process's pid."""
-    named = os.environ.get("MONARCH_PDB_JOB")
+    named = settings.naming().job
     if named:
         return named
     return (detected or detect()).job or f"{_script_stem()}-{os.getpid()}"
 
 
 def _script_actor_name() -> str:
-    return os.environ.get("MONARCH_PDB_ACTOR") or _script_stem()
+    return settings.naming().actor or _script_stem()
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -194,7 +196,8 @@ def _ray_actor_class(runtime: Any) -> str:
     return getattr(descriptor, "class_name", "") or "actor"
 
 
-_SOURCES: tuple[Callable[[], Detected | None], ...] = (from_monarch, from_ray, lambda: from_launcher(os.environ))
+_SOURCES: tuple[Callable[[], Detected | None], ...] = (from_monarch, from_ray,
+                                                      lambda: from_launcher(settings.naming().launcher))
 
 
 def detect() -> Detected:

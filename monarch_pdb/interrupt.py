@@ -21,7 +21,7 @@ import ctypes
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +37,34 @@ its handler need not be shared."""
 PATIENCE = 30.0
 """Seconds an interrupt stays wanted: a thread that runs none of the rank's code for that
 long (blocked for good, most likely) is then left alone."""
+RETRY = 0.1
+"""Seconds between two signals while an interrupt is wanted."""
+
+Stop = Callable[[Any, Identity], None]
+"""Opens a session at a frame of the calling thread, as the given rank: how a thread asked to
+stop stops (the debugger's `interrupt`)."""
 
 
-def arm() -> bool:
-    """Install the handler, from the main thread, unless the program handles the signal itself."""
+class _Handler:
+    """The handler `arm` installs, known as ours by its type."""
+
+    def __init__(self, on_signal: Callable[[Any], None]) -> None:
+        self.on_signal = on_signal
+
+    def __call__(self, signum: int, frame) -> None:
+        if frame is not None and not inside_agent(frame):
+            self.on_signal(frame)
+
+
+def arm(on_signal: Callable[[Any], None]) -> bool:
+    """Install, from the main thread, a handler that calls `on_signal` with the frame the
+    signal interrupted, unless the program handles the signal itself."""
     if threading.current_thread() is not threading.main_thread():
         return False
-    if signal.getsignal(SIGNAL) not in (signal.SIG_DFL, _stop_here):
+    installed = signal.getsignal(SIGNAL)
+    if installed is not signal.SIG_DFL and not isinstance(installed, _Handler):
         return False
-    signal.signal(SIGNAL, _stop_here)
+    signal.signal(SIGNAL, _Handler(on_signal))
     return True
 
 
@@ -53,7 +72,7 @@ def signal_reaches(running: Running) -> bool:
     """Whether the signal stops the rank in its code: it runs on the main thread, our handler
     is installed (the default action of the signal would end the process), and it is not a
     task waiting in an `await`, which the signal would find in its event loop."""
-    return (running.thread == threading.main_thread().ident and signal.getsignal(SIGNAL) is _stop_here
+    return (running.thread == threading.main_thread().ident and isinstance(signal.getsignal(SIGNAL), _Handler)
             and not waits_in_await(running.coroutine))
 
 
@@ -74,21 +93,64 @@ def inside_agent(frame) -> bool:
     return False
 
 
-def _stop_here(signum: int, frame) -> None:
-    from monarch_pdb.agent import Agent
+class Interrupts:
+    """Ranks of this process asked to stop where they run: on the main thread by the signal,
+    which cuts short a sleep or a wait, on any other at its next line (the agent keeps one).
 
-    agent = Agent._instance
-    if agent is None or frame is None or inside_agent(frame):
-        return
-    wanted = agent.next_interrupt()
-    if wanted is not None:
-        _open_session(frame, wanted)
+    Locking: `_lock` guards `_signals` and `_signalled`; the signal handler only tries it, and
+    line stops keep their own."""
 
+    def __init__(self, stop: Stop) -> None:
+        self._stop = stop
+        self._lock = threading.Lock()
+        self._signals: list[tuple[Identity, float]] = []
+        """Whom the main thread is asked to stop as, and since when."""
+        self._signalled = 0.0
+        self._line_stops = LineStops(stop)
 
-def _open_session(frame, identity: Identity) -> None:
-    from monarch_pdb import debugger
+    def ask(self, ranks: Iterable[tuple[Running, Identity]], now: float) -> None:
+        """Ask each rank's thread to stop, as the identity given: by the signal, or at its next
+        line; one that can be asked neither way stays running."""
+        for running, identity in ranks:
+            if signal_reaches(running):
+                with self._lock:
+                    self._signals.append((identity, now))
+            else:
+                self._line_stops.ask(running, identity, now)
+        self._signal(now, force=True)
 
-    debugger.interrupt(frame, identity)
+    def pending(self) -> bool:
+        with self._lock:
+            signals = bool(self._signals)
+        return signals or self._line_stops.pending()
+
+    def tick(self, now: float) -> None:
+        """Signal the main thread again while an interrupt is wanted (its handler waits while
+        the thread runs the debugger's own code), and forget what nobody took in PATIENCE."""
+        self._signal(now)
+        self._line_stops.forget_old(now)
+
+    def signalled(self, frame) -> None:
+        """The signal's work, in the main thread at `frame`: stop as the rank wanted (one
+        session per thread at a time, so the rest are dropped). Never waits for the lock: the
+        handler may run while the thread holds it."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            wanted, self._signals = self._signals, []
+        finally:
+            self._lock.release()
+        if wanted:
+            self._stop(frame, wanted[0][0])
+
+    def _signal(self, now: float, force: bool = False) -> None:
+        with self._lock:
+            self._signals = [(ident, since) for ident, since in self._signals if now - since < PATIENCE]
+            due = bool(self._signals) and (force or now - self._signalled >= RETRY)
+            if due:
+                self._signalled = now
+        if due:
+            signal_main_thread()
 
 
 def codes_to_watch(running: Running) -> frozenset:
@@ -114,9 +176,12 @@ class Wanted:
 
 class LineStops:
     """Threads asked to stop at their next line in the given code objects, until they do or
-    PATIENCE passes (the agent keeps one)."""
+    PATIENCE passes.
 
-    def __init__(self) -> None:
+    Locking: `_lock` guards `_wanted` and `_events`; `stop` runs after it is released."""
+
+    def __init__(self, stop: Stop) -> None:
+        self._stop = stop
         self._lock = threading.Lock()
         self._wanted: dict[int, Wanted] = {}
         self._events: _Monitoring | _ThreadTrace | None = None
@@ -129,7 +194,7 @@ class LineStops:
             return False
         with self._lock:
             if self._events is None:
-                self._events = _line_events(self._reached)
+                self._events = _line_events(self._reached, self._stop)
             if self._events is None:
                 return False
             self._wanted[running.thread] = Wanted(identity, codes, now)
@@ -139,7 +204,8 @@ class LineStops:
         return watched
 
     def pending(self) -> bool:
-        return bool(self._wanted)
+        with self._lock:
+            return bool(self._wanted)
 
     def forget_old(self, now: float) -> None:
         with self._lock:
@@ -167,12 +233,17 @@ class LineStops:
         return wanted
 
 
-def _line_events(reached: Callable[[Any, bool], Wanted | bool]) -> _Monitoring | _ThreadTrace | None:
-    """What delivers line events of another thread on this Python, if anything does."""
+Reached = Callable[[Any, bool], Wanted | bool]
+"""LineStops' answer to an event in a watched thread (see `LineStops._reached`)."""
+
+
+def _line_events(reached: Reached, stop: Stop) -> _Monitoring | _ThreadTrace | None:
+    """What delivers line events of another thread on this Python, if anything does; a thread
+    that reaches a line it is wanted at is stopped there by `stop`."""
     if hasattr(sys, "monitoring"):
-        return _Monitoring(reached)
+        return _Monitoring(reached, stop)
     if hasattr(ctypes.pythonapi, "_PyEval_SetTrace"):
-        return _ThreadTrace(reached)
+        return _ThreadTrace(reached, stop)
     return None
 
 
@@ -180,8 +251,8 @@ class _Monitoring:
     """Line events of chosen code objects, in every thread (Python 3.12+): each goes to the
     thread that runs it, where `reached` decides."""
 
-    def __init__(self, reached: Callable[[Any, bool], Wanted | bool]) -> None:
-        self._reached = reached
+    def __init__(self, reached: Reached, stop: Stop) -> None:
+        self._reached, self._stop = reached, stop
         self._tool: int | None = None
         self._codes: frozenset = frozenset()
 
@@ -218,7 +289,7 @@ class _Monitoring:
         frame = sys._getframe(1)
         wanted = self._reached(frame, True)
         if isinstance(wanted, Wanted):
-            _open_session(frame, wanted.identity)
+            self._stop(frame, wanted.identity)
 
 
 _LINE = 2
@@ -231,8 +302,8 @@ class _ThreadTrace:
     `sys.settrace` reaches the calling thread only). It runs in the watched thread and takes
     itself off there: when the thread stops, and at its next event once it is not wanted."""
 
-    def __init__(self, reached: Callable[[Any, bool], Wanted | bool]) -> None:
-        self._reached = reached
+    def __init__(self, reached: Reached, stop: Stop) -> None:
+        self._reached, self._stop = reached, stop
         self._function = _TRACE_FUNCTION(self._event)
         api = ctypes.pythonapi
         self._set_trace = api._PyEval_SetTrace
@@ -278,5 +349,5 @@ class _ThreadTrace:
         if wanted is not True:
             sys.settrace(None)
         if isinstance(wanted, Wanted):
-            _open_session(frame, wanted.identity)
+            self._stop(frame, wanted.identity)
         return 0

@@ -1,7 +1,8 @@
-"""Settings shared by agent, broker and shell.
+"""Settings shared by agent, broker and shell, and the names a process is given.
 
 Every value comes from the environment (the guide's MONARCH_DEBUG_SERVER_* and our own
-MONARCH_PDB_*), and a command-line flag may override it; nothing else reads os.environ.
+MONARCH_PDB_*), and a command-line flag may override it; the names of a rank come from ours and
+from its launcher's variables (`naming`). Nothing else reads os.environ.
 """
 
 from __future__ import annotations
@@ -75,6 +76,25 @@ class Settings:
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class Naming:
+    """What the environment says about who this process is (identity.py decides): read on
+    each use, since an engine may set it after start-up (MONARCH_PDB_JOB in a Monarch proc)."""
+
+    job: str
+    """MONARCH_PDB_JOB, or empty."""
+    actor: str
+    """MONARCH_PDB_ACTOR, or empty."""
+    launcher: Mapping[str, str]
+    """The variables a launcher sets (torchrun's RANK, Slurm's, Open MPI's, PMI's)."""
+
+
+def naming(environ: Mapping[str, str] | None = None) -> Naming:
+    """The names `environ` (this process's environment unless given) gives this process."""
+    env = os.environ if environ is None else environ
+    return Naming(job=env.get("MONARCH_PDB_JOB", ""), actor=env.get("MONARCH_PDB_ACTOR", ""), launcher=env)
 
 
 def load(environ: Mapping[str, str] | None = None) -> Settings:

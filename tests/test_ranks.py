@@ -229,6 +229,54 @@ def test_select_sorts_and_skips_ranks_without_the_dimension() -> None:
     assert select(parse_selector("ranks(host=:)"), iter(candidates)) == [1, 3, 9]
 
 
+# How a selector resolves against the ranks that are there (the broker's sessions or live ranks):
+# `select` picks, `named` says which picked ranks had to be there, the rest are reported missing.
+THERE = [(0, {"host": 0, "gpu": 0}), (2, {"host": 0, "gpu": 2}), (5, {"host": 1, "gpu": 1}),
+         (6, {"host": 1, "gpu": 2})]
+
+
+@pytest.mark.timeout(10)
+def test_a_slice_picks_rank_numbers_not_positions_among_the_ranks_there() -> None:
+    assert select(parse_selector("ranks(1:3)"), THERE) == [2]
+    assert select(parse_selector("ranks(:2)"), THERE) == [0]
+    assert select(parse_selector("ranks(1::2)"), THERE) == [5]
+    assert select(parse_selector("ranks(host=1, gpu=1:)"), THERE) == [5, 6]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("text", "picked", "missing"),
+    [
+        ("ranks(0,2,7)", [0, 2], [7]),
+        ("ranks(7,1)", [], [1, 7]),
+        ("ranks(6)", [6], []),
+        ("ranks(0:99)", [0, 2, 5, 6], []),
+        ("ranks(host=(1,3))", [5, 6], []),
+        ("ranks(host=3)", [], []),
+    ],
+)
+def test_only_ranks_listed_one_by_one_are_missing_when_not_there(text: str, picked: list[int],
+                                                                 missing: list[int]) -> None:
+    selection = parse_selector(text)
+    chosen = select(selection, THERE)
+    assert chosen == picked
+    assert sorted(set(named(selection)) - set(chosen)) == missing
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("text", ["ranks(:)", "ranks(0)", "ranks(0,1)", "ranks(host=0)", "ranks(host=:, gpu=0)"])
+def test_no_rank_is_picked_where_no_rank_is_there(text: str) -> None:
+    assert select(parse_selector(text), []) == []
+
+
+@pytest.mark.timeout(10)
+def test_a_filter_picks_only_ranks_that_have_its_dimension() -> None:
+    mixed = [*THERE, (40, {"host": 1, "gpu": 1, "replica": 0}), (41, {"replica": 1})]
+    assert select(parse_selector("ranks(replica=:)"), mixed) == [40, 41]
+    assert select(parse_selector("ranks(host=1, gpu=1)"), mixed) == [5, 40]
+    assert select(parse_selector("ranks(:)"), mixed) == [0, 2, 5, 6, 40, 41]
+
+
 @pytest.mark.timeout(30)
 def test_select_over_16384_ranks() -> None:
     mesh = [(rank, {"host": rank // 128, "gpu": rank % 128}) for rank in range(16384)]
