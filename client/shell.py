@@ -324,6 +324,9 @@ def readline_history() -> list[str]:
 class DebugShell(cmd2.Cmd):
     def __init__(self, conn: ShellConnection, history_file: str = "", as_json: bool = False,
                  transcript: Transcript | None = None, **kwargs) -> None:
+        self.colour_errors = sys.stderr.isatty()
+        self.report = Reporter(self.write_out, self.write_err, as_json, transcript)
+        """Before cmd2's own start, which reports a history file it cannot read through `perror`."""
         super().__init__(
             allow_cli_args=False,
             allow_redirection=False,
@@ -344,8 +347,6 @@ class DebugShell(cmd2.Cmd):
         self.hidden_commands.extend(HIDDEN)
         self.terminal_input = self.stdin.isatty()
         self.interactive = False
-        self.colour_errors = sys.stderr.isatty()
-        self.report = Reporter(self.write_out, self.write_err, as_json, transcript)
         self.alerts: list[str] = []
         self.alerts_lock = threading.Lock()
         self.collected: list[str] = []

@@ -3,6 +3,8 @@ history, completion, Ctrl-C, Ctrl-D, pasting, colours."""
 
 from __future__ import annotations
 
+import json
+import lzma
 import os
 import subprocess
 import sys
@@ -115,3 +117,26 @@ def test_errors_are_red_on_a_terminal_and_plain_without_one(example, env, shell)
     assert piped.returncode == 1
     assert "\x1b" not in piped.stdout + piped.stderr
     assert "Error processing command: unknown command 'frobnicate'" in piped.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_history_file_of_an_older_release_is_replaced_not_fatal(env, broker, tmp_path):
+    history = tmp_path / "history"
+    history.write_bytes(lzma.compress(json.dumps({"history_version": "4.0.0", "history_items": []}).encode()))
+    with_history = dict(env, MONARCH_PDB_HISTORY=str(history))
+    first = ShellDriver(with_history)
+    try:
+        first.wait_prompt()
+        assert "Unsupported history file version: 4.0.0" in first.text
+        assert "The history file will be recreated when this application exits." in first.text
+        first.command("jobs")
+        first.command_until_exit("quit")
+    finally:
+        first.kill()
+    second = ShellDriver(with_history)
+    try:
+        second.wait_prompt()
+        assert "history" not in second.text
+        assert second.command(UP + UP, shown="jobs").strip() == "No job is connected."
+    finally:
+        second.kill()
