@@ -18,12 +18,11 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn, TypeVar
-
-import threading
 
 import cmd2
 from cmd2.rl_utils import RlType, readline, rl_type
