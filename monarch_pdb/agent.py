@@ -118,10 +118,11 @@ class Agent:
                      own_name: bool) -> tuple[int, queue.SimpleQueue[Line], Identity]:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
-        A session named by an endpoint call (`own_name`) keeps its name. Any other is named
-        after the process, which one thread cannot own for the others: a thread stopping under a
-        name another session of the process holds, or under the pid (the main thread's name),
-        is listed with its own thread id as rank and its thread's name as instance."""
+        A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
+        stops) keeps its name. Any other is named after the process, which one thread cannot own
+        for the others: a thread stopping under a name another session of the process holds, or
+        under the pid (the main thread's name), is listed with its own thread id as rank and its
+        thread's name as instance."""
         inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
         with self._lock:
             sid = next(self._sids)

@@ -203,6 +203,9 @@ class Session:
     agent: Agent
     identity: Identity
     call: CallContext | None
+    named: bool = False
+    """Whether `identity` names this session for sure: an endpoint call's, or the rank an
+    interrupt stops as; any other is renamed when the process's name is taken (agent.py)."""
     sid: int = 0
     cmd: int = 0
     reason: str = "breakpoint"
@@ -211,7 +214,8 @@ class Session:
 
     def __post_init__(self) -> None:
         self.io = SessionIO(self.ask)
-        self.sid, self.inbox, self.identity = self.agent.open_session(self.io, self.identity, self.call is not None)
+        self.sid, self.inbox, self.identity = self.agent.open_session(self.io, self.identity,
+                                                                      self.named or self.call is not None)
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
 
@@ -255,7 +259,8 @@ def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> S
     if existing is not None and not existing.ended and (call is not None or existing.agent is agent):
         return existing
     collectives.raise_timeouts()
-    session = Session(agent=agent, identity=current() if identity is None or call is not None else identity, call=call)
+    named = identity is not None and call is None
+    session = Session(agent=agent, identity=identity if named else current(), call=call, named=named)
     if call is not None:
         call.session = session
     else:
