@@ -39,14 +39,14 @@ class CastInFlight(Request):
     def give_up(self, session_id: int, reason: str) -> None:
         rank = self.pending.pop(session_id, None)
         if rank is not None:
-            self.missing.append([rank, reason])
+            self.missing.append(wire.Missing(rank, reason))
 
-    def groups(self) -> list[tuple[list, int]]:
-        return [([output, outcome, sorted(ranks)], len(output) + 8 * len(ranks))
+    def groups(self) -> list[tuple[wire.CastGroup, int]]:
+        return [(wire.CastGroup(output, outcome, sorted(ranks)), len(output) + 8 * len(ranks))
                 for (output, outcome), ranks in self.answers.items()]
 
-    def unanswered(self) -> list[list]:
-        return [[rank, "still running"] for rank in self.pending.values()]
+    def unanswered(self) -> list[wire.Missing]:
+        return [wire.Missing(rank, "still running") for rank in self.pending.values()]
 
 
 class Casts(InFlight[CastInFlight]):
@@ -67,7 +67,7 @@ class Casts(InFlight[CastInFlight]):
                 sess.cast = cast.id
                 ready.append(sess)
             else:
-                cast.missing.append([sess.rank, "running"])
+                cast.missing.append(wire.Missing(sess.rank, "running"))
         return ready
 
     def stopped(self, sess: Session) -> CastInFlight | None:

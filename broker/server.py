@@ -46,7 +46,7 @@ class Broker:
     audit: TextIO | None = None
     event_seq: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
-    """The last events as `Event.row()` tuples (seq first), a third of an Event's size."""
+    """The last events as `Event.row()` records, a third of an Event's size."""
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
@@ -276,7 +276,7 @@ class Broker:
             seq=self.event_seq, kind=kind, job=sess.job, actor=sess.actor, rank=sess.rank,
             where=where, detail=detail,
         )
-        self.history.append(tuple(event.row()))
+        self.history.append(event.row())
         self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(event)])
 
     def record_output(self, sess: Session, text: str) -> None:
@@ -343,14 +343,14 @@ class Broker:
         chosen, _ = self.selected(identity, msg.job, msg.actor, msg.selector)
         if chosen:
             self.send(identity, wire.Following(job=chosen[0].job, actor=msg.actor,
-                                               sessions=[[s.id, s.rank, s.log.seq] for s in chosen]))
+                                               sessions=[wire.FollowedSession(s.id, s.rank, s.log.seq) for s in chosen]))
 
     def on_output_since(self, identity: bytes, msg: wire.OutputSince) -> None:
         sess = self.registry.session_at(msg.session)
         self.send(identity, wire.OutputLog(session=msg.session, rows=sess.log.since(msg.since) if sess else []))
 
     def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
-        missed = [row for row in self.history if row[0] > msg.since]
+        missed = [row for row in self.history if row.seq > msg.since]
         self.send(identity, wire.Events(rows=missed))
 
     def on_heartbeat(self, identity: bytes, msg: wire.Heartbeat) -> None:
@@ -399,7 +399,7 @@ class Broker:
     def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
         self.send_rows(identity, self.registry.rows())
 
-    def send_rows(self, identity: bytes, rows: list[dict]) -> None:
+    def send_rows(self, identity: bytes, rows: list[wire.SessionRow]) -> None:
         """A list in parts that each fit a message: 65,536 rows are more than 8 MB."""
         parts = in_parts([(row, row_weight(row)) for row in rows], self.settings.max_message // 2)
         for n, part in enumerate(parts):
@@ -458,7 +458,7 @@ class Broker:
         for (job, actor), ranks_released in released.items():
             self.record(identity, job, actor, ranks_released, "continue (top level)")
             by_actor.setdefault(actor, []).extend(ranks_released)
-        self.send(identity, wire.Continued(released=sorted([a, sorted(r)] for a, r in by_actor.items())))
+        self.send(identity, wire.Continued(released=[wire.Released(a, sorted(r)) for a, r in sorted(by_actor.items())]))
 
     # --- presence, stacks and interrupts -----------------------------------------------
 
@@ -501,10 +501,10 @@ class Broker:
         self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
 
 
-def row_weight(row: dict) -> int:
+def row_weight(row: wire.SessionRow) -> int:
     """About the bytes a list row takes in a message: its strings, and a few for each field."""
-    return sum(len(value) if isinstance(value, str) else 8 for value in row.values()) + 8 * len(row) \
-        + 16 * len(row.get("coords") or ())
+    fields = [getattr(row, name) for name in row.__slots__]
+    return sum(len(value) if isinstance(value, str) else 8 for value in fields) + 8 * len(fields) + 16 * len(row.coords)
 
 
 def raise_open_file_limit() -> str:

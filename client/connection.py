@@ -187,7 +187,7 @@ class ShellConnection:
                 return msg
             self.aside.append(msg)
 
-    def wait_for_rows(self, enough: Callable[[list[dict]], bool], timeout: float) -> list[dict]:
+    def wait_for_rows(self, enough: Callable[[list[wire.SessionRow]], bool], timeout: float) -> list[wire.SessionRow]:
         """List sessions until `enough(rows)`, again after every event; the last rows when
         `timeout` passes first."""
         deadline = time.monotonic() + timeout

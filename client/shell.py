@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NoReturn, TypeVar
 
 import threading
@@ -84,11 +84,11 @@ class Attachment:
         return {"job": self.job, "actor": self.actor, "rank": self.rank, "host": self.host}
 
 
-def json_row(row: dict) -> dict:
+def json_row(row: wire.SessionRow) -> dict:
     """A `list` row as the README's JSON schema names its fields."""
-    return {"job": row["job"], "actor": row["actor"], "rank": row["rank"], "coords": row["coords"],
-            "host": row["host"], "pid": row["pid"], "function": row["function"], "file": row["filename"],
-            "line": row["lineno"], "state": row["state"], "instance": row["instance"]}
+    return {"job": row.job, "actor": row.actor, "rank": row.rank, "coords": row.coords,
+            "host": row.host, "pid": row.pid, "function": row.function, "file": row.filename,
+            "line": row.lineno, "state": row.state, "instance": row.instance}
 
 
 def natural(text: str) -> int:
@@ -375,7 +375,7 @@ class DebugShell(cmd2.Cmd):
             reply = self.conn.request(wire.ListSessions(), wire.SessionList)
         except Timeout:
             return
-        self.actors.update(r["actor"] for r in getattr(reply, "rows", []))
+        self.actors.update(r.actor for r in getattr(reply, "rows", []))
 
     def postloop(self) -> None:
         self.pdb_history.save()
@@ -630,7 +630,7 @@ class DebugShell(cmd2.Cmd):
         """Show every rank stopped at a breakpoint, or with --all every rank known, running too.
         Past list_rows ranks, a row per group of ranks stopped at the same place."""
         rows = self.ask(wire.ListAll() if args.all else wire.ListSessions(), wire.SessionList).rows
-        self.actors.update(r["actor"] for r in rows)
+        self.actors.update(r.actor for r in rows)
         if not rows:
             text = "No rank is known to the broker." if args.all else "No active breakpoints."
         elif args.rows or len(rows) <= self.list_rows:
@@ -645,7 +645,7 @@ class DebugShell(cmd2.Cmd):
     def do_jobs(self, args: argparse.Namespace) -> None:
         """Show the jobs whose ranks the broker knows."""
         rows = self.ask(wire.ListJobs(), wire.JobList).rows
-        self.report.result(jobs_table(rows) if rows else "No job is connected.", rows)
+        self.report.result(jobs_table(rows) if rows else "No job is connected.", [asdict(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors
@@ -668,7 +668,7 @@ class DebugShell(cmd2.Cmd):
             rows = self.ask(wire.ListSessions(), wire.SessionList).rows
         except (CommandError, Timeout):
             return []
-        ranks = sorted({r["rank"] for r in rows if r["actor"] == actor and (not job or r["job"] == job)})
+        ranks = sorted({r.rank for r in rows if r.actor == actor and (not job or r.job == job)})
         return self.basic_complete(text, line, begidx, endidx, [str(rank) for rank in ranks])
 
     def attach(self, job: str, actor: str, rank: int, force: bool) -> None:
@@ -693,9 +693,9 @@ class DebugShell(cmd2.Cmd):
         name = "--any" if args.any else args.actor
         job, actor = ("", "") if args.any else split_job(args.actor)
 
-        def stopped(rows: list[dict]) -> int:
-            return sum(1 for r in rows if r["state"] != "running" and (not actor or r["actor"] == actor)
-                       and (not job or r["job"] == job))
+        def stopped(rows: list[wire.SessionRow]) -> int:
+            return sum(1 for r in rows if r.state != "running" and (not actor or r.actor == actor)
+                       and (not job or r.job == job))
 
         seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= args.count, args.timeout))
         what = f"ranks of {name}" if actor else "ranks"
@@ -716,7 +716,7 @@ class DebugShell(cmd2.Cmd):
         if extra:
             raise CommandError(f"follow takes an actor and a selector, not {extra!r}")
         following = self.conn.follow(actor, render_selector(selection or parse_selector("ranks(:)")), job, self.show_output)
-        rank_list = sorted(rank for _, rank, _ in following.sessions)
+        rank_list = sorted(f.rank for f in following.sessions)
         self.report.result(f"Following {actor} ranks[{format_ranks(rank_list)}] ({len(rank_list)}); 'follow off' stops.",
                            {"following": {"job": following.job, "actor": actor, "ranks": rank_list}})
 
@@ -763,10 +763,10 @@ class DebugShell(cmd2.Cmd):
     def do_continue(self, args: argparse.Namespace) -> None:
         """Clear the breakpoints set with b/tbreak and continue every stopped rank."""
         released = self.ask(wire.Continue(), wire.Continued).released
-        total = sum(len(r) for _, r in released)
-        parts = ", ".join(f"{actor} ranks[{format_ranks(r)}]" for actor, r in released)
+        total = sum(len(r.ranks) for r in released)
+        parts = ", ".join(f"{r.actor} ranks[{format_ranks(r.ranks)}]" for r in released)
         text = f"Continued {total} rank{'s' if total != 1 else ''}: {parts}" if released else "No rank is stopped."
-        self.report.result(text, {"continued": [{"actor": a, "ranks": r} for a, r in released], "count": total})
+        self.report.result(text, {"continued": [{"actor": r.actor, "ranks": r.ranks} for r in released], "count": total})
 
     @cmd2.with_category(CATEGORY)
     def do_detach(self, statement: cmd2.Statement) -> None:
@@ -798,7 +798,7 @@ class DebugShell(cmd2.Cmd):
         else:
             selection = None
             rows = self.ask(wire.ListAll(), wire.SessionList).rows
-            targets = sorted({(r["job"], r["actor"]) for r in rows if r["state"] not in ("lost", "finished")})
+            targets = sorted({(r.job, r.actor) for r in rows if r.state not in ("lost", "finished")})
             if not targets:
                 raise CommandError("no running rank is known to the broker")
         selector = render_selector(selection or parse_selector("ranks(:)"))
@@ -825,8 +825,8 @@ class DebugShell(cmd2.Cmd):
         reply = self.ask(wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
         asked = set(reply.ranks)
 
-        def stopped(rows: list[dict]) -> set[int]:
-            return {r["rank"] for r in rows if r["job"] == reply.job and r["actor"] == actor} & asked
+        def stopped(rows: list[wire.SessionRow]) -> set[int]:
+            return {r.rank for r in rows if r.job == reply.job and r.actor == actor} & asked
 
         done = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) == asked, args.timeout)) if asked else set()
         stuck = sorted(asked - done)
@@ -857,10 +857,10 @@ class DebugShell(cmd2.Cmd):
         """A picture of the mesh, each rank's state in its cell."""
         job, actor = split_job(args.actor) if args.actor is not None else ("", "")
         rows = self.ask(wire.ListAll(), wire.SessionList).rows
-        by_actor: dict[tuple[str, str], list[dict]] = {}
+        by_actor: dict[tuple[str, str], list[wire.SessionRow]] = {}
         for row in rows:
-            if (not actor or row["actor"] == actor) and (not job or row["job"] == job):
-                by_actor.setdefault((row["job"], row["actor"]), []).append(row)
+            if (not actor or row.actor == actor) and (not job or row.job == job):
+                by_actor.setdefault((row.job, row.actor), []).append(row)
         if not by_actor:
             raise CommandError(f"No rank of actor {actor} is known to the broker" if actor else "No rank is known to the broker")
         several_jobs = len({j for j, _ in by_actor}) > 1

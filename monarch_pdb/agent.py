@@ -171,7 +171,7 @@ class Agent:
             self.threads.paused(prompt.sid, prompt.actor, prompt.rank)
             self._unsent.append(prompt.sid)
             if prompt.sid not in self._by_thread:
-                self.presence.paused_as([prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance])
+                self.presence.paused_as(wire.PresentRank(prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance))
             self._printing.discard(prompt.sid)  # its output went with the prompt
         self.link.post()
 
@@ -217,7 +217,7 @@ class Agent:
         elif isinstance(msg, wire.TakeStacks):
             self.link.post(self.stack_report(msg))
         elif isinstance(msg, wire.InterruptRanks):
-            self.interrupt(msg.actor, [r for r in msg.ranks if isinstance(r, int)])
+            self.interrupt(msg.actor, msg.ranks)
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         pass
@@ -256,9 +256,8 @@ class Agent:
         return out
 
     def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
-        ranks = [r for r in msg.ranks if isinstance(r, int)]
-        running = self.threads.of(msg.actor, ranks, self.presence.own())
-        return wire.StackReport(ref=msg.ref, groups=stacks.take(ranks, running, msg.threads == "all"))
+        running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
+        return wire.StackReport(ref=msg.ref, groups=stacks.take(msg.ranks, running, msg.threads == "all"))
 
     def interrupt(self, actor: str, ranks: list[int]) -> None:
         """Ask the thread that runs each rank's code to stop in a session (see

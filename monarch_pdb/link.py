@@ -292,12 +292,8 @@ class Link:
                     self._resend = []
             elif isinstance(msg, wire.Events):
                 self._catching_up = False
-                try:
-                    missed = [wire.Event.from_row(row) for row in msg.rows]
-                except wire.Refused:
-                    continue
-                for event in missed:
-                    self._deliver(event)
+                for row in msg.rows:
+                    self._deliver(wire.Event.from_row(row))
             elif isinstance(msg, wire.Unknown):
                 self.ready.clear()
                 self._resend += [m for m in self._unanswered if not isinstance(m, wire.Prompt)]
