@@ -122,7 +122,7 @@ class Session:
     filename: str = ""
     lineno: int = 0
     prompt: str = ""
-    reason: str = ""
+    reason: wire.Stop = wire.Stop.BREAKPOINT
     state: State = State.STOPPED
     cmd: int = 0
     """The number of the latest line sent to it."""
@@ -151,7 +151,7 @@ class Session:
 
     def row(self) -> wire.SessionRow:
         return rank_row(self.job, self.actor, self.rank, self.coords, self.host, self.pid,
-                        self.reason if self.paused else "running", self.instance,
+                        wire.RankState(self.reason) if self.paused else wire.RankState.RUNNING, self.instance,
                         self.function, self.filename, self.lineno)
 
 
@@ -232,7 +232,7 @@ class Registry:
     """(job, actor, rank) of running ranks whose last session ended by quitting the debugger
     (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
     departed: OrderedDict = field(default_factory=OrderedDict)
-    """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, "lost" or "finished", instance)."""
+    """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, lost or finished, instance)."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
@@ -303,8 +303,8 @@ class Registry:
             del self.by_link[peer.link]
         return peer
 
-    def leave(self, identity: bytes, reason: str) -> Departure | None:
-        """Forget a peer that is gone for `reason` ("lost", "returned", "reconnected"). A shell's
+    def leave(self, identity: bytes, reason: wire.Ending) -> Departure | None:
+        """Forget a peer that is gone for `reason` (lost, returned, reconnected). A shell's
         sessions are free again; an agent's are over, and the ranks it ran stay listed as lost
         or finished, unless it only reconnected."""
         peer = self._forget_peer(identity)
@@ -318,8 +318,8 @@ class Registry:
         ended = [self.sessions[s] for s in peer.owned if s in self.sessions]
         for sess in ended:
             self.end(sess, reason)
-        if reason != "reconnected":
-            self._depart(peer, "lost" if reason == "lost" else "finished")
+        if reason != wire.Ending.RECONNECTED:
+            self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED)
         return Departure(peer, ended=ended, job_left=not self.has_job(peer.name))
 
     # --- sessions ------------------------------------------------------------------------
@@ -338,7 +338,7 @@ class Registry:
             raise Refused(f"refused a session of {msg.actor} {msg.rank}: this process already has "
                           f"{self.sessions_per_connection} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
                           "it continues without stopping")
-        news = sess is None or sess.state is State.RELEASED or (msg.reason == "post-mortem" and sess.reason != "post-mortem")
+        news = sess is None or sess.state is State.RELEASED or (msg.reason == wire.Stop.POST_MORTEM and sess.reason != wire.Stop.POST_MORTEM)
         if sess is None:
             sess = Session(
                 id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
@@ -353,7 +353,7 @@ class Registry:
             self.quit.discard((sess.job, sess.actor, sess.rank))
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
-        sess.prompt, sess.reason = intern(msg.prompt), intern(msg.reason)
+        sess.prompt, sess.reason = intern(msg.prompt), msg.reason
         return sess, news
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:
@@ -378,7 +378,7 @@ class Registry:
         listed as quit."""
         key = (sess.job, sess.actor, sess.rank)
         owner = self.peers.get(sess.peer)
-        if reason == "quit" and owner is not None and any(p[:3] == key for p in owner.present):
+        if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
             self.quit.add(key)
         self.sessions.pop(sess.id, None)
         self.by_agent.pop((sess.peer, sess.sid), None)
@@ -495,7 +495,7 @@ class Registry:
         else:
             peer.present = present
 
-    def _depart(self, peer: Peer, state: str) -> None:
+    def _depart(self, peer: Peer, state: wire.RankState) -> None:
         """A process is gone: its ranks stay listed as `lost` or `finished`, the latest ones
         within bounds."""
         for job, actor, rank, dims, values, instance in peer.present:
@@ -534,7 +534,7 @@ class Registry:
 
     def running_state(self, key: tuple[str, str, int]) -> str:
         """The state of a rank its process runs, without a session."""
-        return "quit" if key in self.quit else "running"
+        return wire.RankState.QUIT if key in self.quit else wire.RankState.RUNNING
 
     def all_rows(self) -> list[wire.SessionRow]:
         """`list --all`: every session, every rank running without one, and ranks whose

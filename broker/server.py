@@ -226,17 +226,17 @@ class Broker:
         peers' messages wait unread, so their silence counts from when it listens again."""
         limit = LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity in self.registry.silent(now, limit, self.listening_since):
-            self.drop(identity, "lost")
+            self.drop(identity, wire.Ending.LOST)
 
-    def drop(self, identity: bytes, reason: str) -> None:
+    def drop(self, identity: bytes, reason: wire.Ending) -> None:
         gone = self.registry.leave(identity, reason)
         if gone is None:
             return
         for sess in gone.freed:
-            self.publish("released", sess)
+            self.publish(wire.EventKind.RELEASED, sess)
         for sess in gone.ended:
             self.end_session(sess, "", reason)
-        if gone.peer.role == "agent" and reason != "reconnected":
+        if gone.peer.role == "agent" and reason != wire.Ending.RECONNECTED:
             for request in self.stacks:
                 request.lost(identity)
                 self.settle(self.stacks, request)
@@ -269,7 +269,7 @@ class Broker:
                 self.router.send_multipart([identity, *frames])
         self.outbox.clear()
 
-    def publish(self, kind: str, sess: Session, detail: str = "") -> None:
+    def publish(self, kind: wire.EventKind, sess: Session, detail: str = "") -> None:
         self.event_seq += 1
         where = intern(f"{os.path.basename(sess.filename)}:{sess.lineno}") if sess.filename else ""
         event = wire.Event(
@@ -289,14 +289,14 @@ class Broker:
             self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(printed)])
 
     def end_session(self, sess: Session, text: str, reason: str) -> None:
-        if reason != "lost" and sess.cast in self.casts:
+        if reason != wire.Ending.LOST and sess.cast in self.casts:
             self.record_output(sess, text)
         for cast in self.casts.ended(sess, reason):
             self.settle(self.casts, cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
         self.registry.end(sess, reason)
-        self.publish("lost" if reason == "lost" else "ended", sess, reason)
+        self.publish(wire.EventKind.LOST if reason == wire.Ending.LOST else wire.EventKind.ENDED, sess, reason)
 
     def forward(self, sess: Session, line: str, release: bool = False) -> None:
         """Hand one line to a session's pdb."""
@@ -318,7 +318,7 @@ class Broker:
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
         if not self.registry.knows(identity, msg.role, msg.link):
-            self.drop(identity, "reconnected")
+            self.drop(identity, wire.Ending.RECONNECTED)
             first_of_job = self.registry.join(Peer(
                 identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
                 user=msg.user, last_seen=time.monotonic(), link=msg.link,
@@ -357,7 +357,7 @@ class Broker:
         self.send(identity, wire.Heartbeat())
 
     def on_bye(self, identity: bytes, msg: wire.Bye) -> None:
-        self.drop(identity, "returned")
+        self.drop(identity, wire.Ending.RETURNED)
 
     # --- agents ------------------------------------------------------------------------
 
@@ -377,7 +377,7 @@ class Broker:
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
         if news:
-            self.publish(msg.reason, sess, msg.exc)
+            self.publish(wire.EventKind(msg.reason), sess, msg.exc)
         if (line := self.casts.next_line(sess)) is not None:
             self.forward(sess, line)
 
@@ -416,8 +416,8 @@ class Broker:
             self.send(identity, wire.Error(text=str(refusal)))
             return
         if taken_from is not None:
-            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason="taken"))
-            self.publish("taken", sess, self.registry.peer(identity).describe())
+            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN))
+            self.publish(wire.EventKind.TAKEN, sess, self.registry.peer(identity).describe())
         self.send(identity, wire.Attached(
             session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
             replay=sess.log.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
@@ -430,7 +430,7 @@ class Broker:
     def on_send(self, identity: bytes, msg: wire.Send) -> None:
         sess = self.registry.held(identity, msg.session)
         if sess is None:
-            reason = "unknown" if self.registry.session_at(msg.session) is None else "taken"
+            reason = wire.Ending.UNKNOWN if self.registry.session_at(msg.session) is None else wire.Ending.TAKEN
             self.send(identity, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
         self.record(identity, sess.job, sess.actor, [sess.rank], msg.line)

@@ -34,7 +34,7 @@ class StacksInFlight(Request):
         self.missing += [wire.Missing(rank, "its process sent no stack for it") for rank in sorted(asked)]
 
     def lost(self, peer: bytes) -> None:
-        self.missing += [wire.Missing(rank, "lost") for rank in self.waiting.pop(peer, ())]
+        self.missing += [wire.Missing(rank, wire.Ending.LOST) for rank in self.waiting.pop(peer, ())]
 
     def groups(self) -> list[tuple[wire.StackGroup, int]]:
         return [(wire.StackGroup(group.threads, sorted(group.ranks)),

@@ -10,9 +10,9 @@ NUMBER_LINES = 16
 """Numeric answers take one line per distinct value; past this many, only the most common
 values and the notable ones (extremes, NaN/Inf, outliers) are shown, and the rest counted."""
 OUTCOMES = {
-    "finished": "(its endpoint returned)",
-    "quit": "(quit: its endpoint call ends with BdbQuit)",
-    "continued": "(continued; no longer traced)",
+    wire.Ending.FINISHED: "(its endpoint returned)",
+    wire.Ending.QUIT: "(quit: its endpoint call ends with BdbQuit)",
+    wire.Ending.CONTINUED: "(continued; no longer traced)",
 }
 
 

@@ -9,17 +9,18 @@ from collections import Counter
 from monarch_pdb import wire
 
 STATES = {
-    # a `list --all` state: its letter, its word in the legend, its ANSI colour
-    "breakpoint": ("S", "stopped", "33"),
-    "interrupted": ("S", "stopped", "33"),
-    "post-mortem": ("P", "post-mortem", "31"),
-    "running": ("R", "running", "32"),
-    "lost": ("L", "lost", "35"),
-    "finished": ("F", "finished", "34"),
-    "quit": ("Q", "quit", "36"),
+    # a rank's state: its letter, its word in the legend, its ANSI colour
+    wire.RankState.BREAKPOINT: ("S", "stopped", "33"),
+    wire.RankState.INTERRUPTED: ("S", "stopped", "33"),
+    wire.RankState.POST_MORTEM: ("P", "post-mortem", "31"),
+    wire.RankState.RUNNING: ("R", "running", "32"),
+    wire.RankState.LOST: ("L", "lost", "35"),
+    wire.RankState.FINISHED: ("F", "finished", "34"),
+    wire.RankState.QUIT: ("Q", "quit", "36"),
 }
-LEGEND = ("breakpoint", "running", "post-mortem", "lost", "finished")
-OCCASIONAL = ("quit",)
+LEGEND = (wire.RankState.BREAKPOINT, wire.RankState.RUNNING, wire.RankState.POST_MORTEM, wire.RankState.LOST,
+          wire.RankState.FINISHED)
+OCCASIONAL = (wire.RankState.QUIT,)
 """States in the legend only when some rank is in one."""
 ABSENT = "."
 ROW_WITHOUT_COORDS = 16

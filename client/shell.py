@@ -51,6 +51,7 @@ CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
 INTERRUPT_TIMEOUT = 5.0
 STACK_THREADS = ("main", "all")
+STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 EOF = "eof"
 """What cmd2 hands over for Ctrl-D at either prompt."""
 ERROR_COLOUR, PLAIN = "\x1b[91m", "\x1b[0m"
@@ -418,10 +419,10 @@ class DebugShell(cmd2.Cmd):
 
     def show_events(self, events: list[wire.Event]) -> None:
         """Runs on the connection's thread: fold the events into lines above the prompt."""
-        self.actors.update(e.actor for e in events if e.kind in ("breakpoint", "post-mortem"))
+        self.actors.update(e.actor for e in events if e.kind in STOPS)
         att = self.attached
         if att is not None:
-            events = [e for e in events if e.kind not in ("breakpoint", "post-mortem")
+            events = [e for e in events if e.kind not in STOPS
                       or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
         lines = describe_events(events)
         if lines:
@@ -570,13 +571,13 @@ class DebugShell(cmd2.Cmd):
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
         elif isinstance(msg, wire.SessionEnded):
-            if msg.reason == "unknown" and self.reattach(att):
+            if msg.reason == wire.Ending.UNKNOWN and self.reattach(att):
                 return
             self.collected.append(msg.text)
             self.report.stream(msg.text)
-            if msg.reason == "lost":
+            if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
-            elif msg.reason == "taken":
+            elif msg.reason == wire.Ending.TAKEN:
                 self.fail(f"another shell took over {att.actor} {att.rank} (attach --force)")
             self.leave(notify_broker=False)
 
@@ -694,7 +695,7 @@ class DebugShell(cmd2.Cmd):
         job, actor = ("", "") if args.any else split_job(args.actor)
 
         def stopped(rows: list[wire.SessionRow]) -> int:
-            return sum(1 for r in rows if r.state != "running" and (not actor or r.actor == actor)
+            return sum(1 for r in rows if r.state != wire.RankState.RUNNING and (not actor or r.actor == actor)
                        and (not job or r.job == job))
 
         seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= args.count, args.timeout))
@@ -798,7 +799,7 @@ class DebugShell(cmd2.Cmd):
         else:
             selection = None
             rows = self.ask(wire.ListAll(), wire.SessionList).rows
-            targets = sorted({(r.job, r.actor) for r in rows if r.state not in ("lost", "finished")})
+            targets = sorted({(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
             if not targets:
                 raise CommandError("no running rank is known to the broker")
         selector = render_selector(selection or parse_selector("ranks(:)"))

@@ -150,7 +150,7 @@ class Agent:
             name = self._names.pop(sid, None)
             if self._holders.get(name) == sid:
                 del self._holders[name]
-            if ended.reason == "quit" and name is not None:
+            if ended.reason == wire.Ending.QUIT and name is not None:
                 self.presence.quit(name)
             self._by_thread.discard(sid)
             self.threads.closed(sid)

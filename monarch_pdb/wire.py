@@ -138,13 +138,77 @@ def record(cls):
     return cls
 
 
+# --- the words that travel ----------------------------------------------------------------
+
+
+class Word(str, Enum):
+    """A word that travels: on the wire, in JSON and in print it is its own text."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+
+class Stop(Word):
+    """Why a session waits for input."""
+
+    BREAKPOINT = "breakpoint"
+    POST_MORTEM = "post-mortem"
+    INTERRUPTED = "interrupted"
+
+
+class RankState(Word):
+    """Where a rank stands in `list --all`: stopped (why, as `Stop` says), or not."""
+
+    BREAKPOINT = "breakpoint"
+    POST_MORTEM = "post-mortem"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"
+    QUIT = "quit"
+    """Runs, its last call having ended by quitting the debugger."""
+    LOST = "lost"
+    """Its process stopped answering."""
+    FINISHED = "finished"
+    """Its process said goodbye."""
+
+
+class EventKind(Word):
+    BREAKPOINT = "breakpoint"
+    POST_MORTEM = "post-mortem"
+    INTERRUPTED = "interrupted"
+    ENDED = "ended"
+    LOST = "lost"
+    RELEASED = "released"
+    """Free again: the shell that held it went away."""
+    TAKEN = "taken"
+    """Another shell took it over (attach --force)."""
+
+
+class Ending(Word):
+    """How a session ended, when one word says it; an exception says "raised KeyError"."""
+
+    RETURNED = "returned"
+    """Its endpoint call returned, or its program stopped tracing."""
+    QUIT = "quit"
+    CONTINUED = "continued"
+    """Continued with no breakpoint left: no longer traced."""
+    LOST = "lost"
+    TAKEN = "taken"
+    """(To the shell that held it.) Another shell took it over."""
+    UNKNOWN = "unknown"
+    """(To a shell.) The broker does not know the session: it restarted."""
+    RECONNECTED = "reconnected"
+    """Its process said hello again on a new connection before the old one was lost."""
+    FINISHED = "finished"
+    """(A cast's outcome.) Its endpoint returned."""
+
+
 # --- records nested in messages -----------------------------------------------------------
 
 
 @record
 class SessionRow(Record):
     """A row of `list`: a rank, where it stands (nowhere, for a rank without a session) and
-    its state, one of the words of `ListAll`."""
+    its state."""
 
     job: str
     actor: str
@@ -155,7 +219,7 @@ class SessionRow(Record):
     function: str
     filename: str
     lineno: int
-    state: str
+    state: RankState
     instance: str
 
 
@@ -181,7 +245,7 @@ class Missing(Record):
 @record
 class CastGroup(Record):
     """Ranks that answered a cast alike: `outcome` "" when they wait at their next prompt,
-    else how their sessions ended."""
+    else how their sessions ended (an `Ending`, or what was raised)."""
 
     output: str
     outcome: str
@@ -254,7 +318,7 @@ class EventRow(Record):
     """An `Event` as the broker keeps it and sends it again to a shell that missed it."""
 
     seq: int
-    kind: str
+    kind: EventKind
     job: str
     actor: str
     rank: int
@@ -336,7 +400,7 @@ class Prompt(Message):
     lineno: int
     output: str
     prompt: str
-    reason: str = "breakpoint"
+    reason: Stop = Stop.BREAKPOINT
     exc: str = ""
     instance: str = ""
 
@@ -351,12 +415,12 @@ class Output(Message):
 
 @message("ended")
 class Ended(Message):
-    """A session is over: its endpoint returned or its program stopped tracing."""
+    """A session is over: how, as an `Ending` says, or what was raised."""
 
     sid: int
     cmd: int
     output: str
-    reason: str = "returned"
+    reason: str = Ending.RETURNED
 
 
 @message("input")
@@ -460,7 +524,8 @@ class SessionOutput(Message):
 
 @message("session_ended")
 class SessionEnded(Message):
-    """The held session is gone: `reason` is "returned", "lost" or "taken" (by another shell)."""
+    """The held session is gone: `reason` is how it ended (see `Ended`), or `Ending.LOST`,
+    `TAKEN` or `UNKNOWN`."""
 
     session: int
     text: str
@@ -513,12 +578,11 @@ class Continued(Message):
 
 @message("event")
 class Event(Message):
-    """Published to every shell: a session stopped (`breakpoint`), entered `post-mortem`,
-    `ended`, was `lost`, or was `released` by a shell that went away. Events are numbered so a
-    shell can tell that it missed some."""
+    """Published to every shell: what happened to a session. Events are numbered so a shell
+    can tell that it missed some."""
 
     seq: int
-    kind: str
+    kind: EventKind
     job: str
     actor: str
     rank: int
@@ -621,8 +685,7 @@ class Present(Message):
 
 @message("list_all")
 class ListAll(Message):
-    """`list --all`: answered with `SessionList` rows for every rank the broker knows, its
-    `state` one of breakpoint, post-mortem, interrupted, running, lost, finished."""
+    """`list --all`: answered with `SessionList` rows for every rank the broker knows."""
 
 
 @message("stacks")

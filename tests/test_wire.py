@@ -141,6 +141,9 @@ def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
         typed("sessions", rows=[{"job": "job"}]),
         typed("following", job="job", actor="a", sessions=[[1, 0]]),
         typed("interrupt_ranks", actor="a", ranks=[0, None]),
+        typed("event", seq=1, kind="exploded", job="j", actor="a", rank=0),
+        typed("events", rows=[[1, "breakpoint", "j", "a", 0], [2, "nap", "j", "a", 0]]),
+        typed("sessions", rows=[["j", "a", 0, {}, "h", 1, "f", "f.py", 1, "asleep", ""]]),
     ],
 )
 def test_a_wrong_type_nested_inside_a_payload_is_refused_and_counted(frames):
@@ -148,6 +151,15 @@ def test_a_wrong_type_nested_inside_a_payload_is_refused_and_counted(frames):
     with pytest.raises(wire.Refused, match="wrong field type"):
         codec.decode(frames)
     assert codec.refused == {"wrong field type": 1}
+
+
+@pytest.mark.timeout(10)
+def test_the_words_that_travel_arrive_as_their_enums_and_print_as_their_text():
+    [event] = wire.Codec(KEY).decode(typed("event", seq=1, kind="post-mortem", job="j", actor="a", rank=0))
+    assert event.kind is wire.EventKind.POST_MORTEM and f"{event.kind}" == str(event.kind) == "post-mortem"
+    row = wire.SessionRow("j", "a", 0, {}, "h", 1, "f", "f.py", 1, wire.RankState.QUIT, "")
+    [listed] = wire.Codec(KEY).decode(wire.Codec(KEY).encode(wire.SessionList(rows=[row])))
+    assert listed.rows[0].state is wire.RankState.QUIT
 
 
 @pytest.mark.timeout(10)
