@@ -260,7 +260,7 @@ class Registry:
         whose link had another socket, not yet declared lost, takes over that connection's
         sessions."""
         self.peers[peer.identity] = peer
-        if peer.role != "agent":
+        if peer.role != wire.Role.AGENT:
             return False
         first = not self.has_job(peer.name)
         self.agents_per_job[peer.name] += 1
@@ -295,7 +295,7 @@ class Registry:
 
     def _forget_peer(self, identity: bytes) -> Peer | None:
         peer = self.peers.pop(identity, None)
-        if peer is not None and peer.role == "agent":
+        if peer is not None and peer.role == wire.Role.AGENT:
             self.agents_per_job[peer.name] -= 1
             if not self.agents_per_job[peer.name]:
                 del self.agents_per_job[peer.name]
@@ -310,7 +310,7 @@ class Registry:
         peer = self._forget_peer(identity)
         if peer is None:
             return None
-        if peer.role == "shell":
+        if peer.role == wire.Role.SHELL:
             freed = [self.sessions[s] for s in peer.held if s in self.sessions]
             for sess in freed:
                 sess.holder = None
@@ -458,7 +458,7 @@ class Registry:
     def job_rows(self) -> list[wire.JobRow]:
         jobs: dict[str, wire.JobRow] = {}
         for peer in self.peers.values():
-            if peer.role != "agent":
+            if peer.role != wire.Role.AGENT:
                 continue
             row = jobs.setdefault(peer.name, wire.JobRow(job=peer.name, processes=0, sessions=0, paused=0, hosts=[]))
             row.processes += 1
@@ -479,7 +479,7 @@ class Registry:
     def set_present(self, identity: bytes, entries: list[wire.PresentRank], added: bool) -> None:
         """What an agent says it runs (`added`: besides what it said before)."""
         peer = self.peers[identity]
-        if peer.role != "agent":
+        if peer.role != wire.Role.AGENT:
             return
         present = []
         for item in entries:

@@ -26,7 +26,6 @@ from monarch_pdb.broker.registry import Peer, Refused, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.settings import Settings
 
-LOST_AFTER_BEATS = 3
 PROGRESS_EVERY = 0.25
 EVENT_HISTORY = 16384
 TOLD_UNSIGNED = 4096
@@ -224,7 +223,7 @@ class Broker:
         """Declare lost every peer that has been silent for a few heartbeats while we listened.
         A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
         peers' messages wait unread, so their silence counts from when it listens again."""
-        limit = LOST_AFTER_BEATS * self.settings.heartbeat_interval
+        limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity in self.registry.silent(now, limit, self.listening_since):
             self.drop(identity, wire.Ending.LOST)
 
@@ -236,7 +235,7 @@ class Broker:
             self.publish(wire.EventKind.RELEASED, sess)
         for sess in gone.ended:
             self.end_session(sess, "", reason)
-        if gone.peer.role == "agent" and reason != wire.Ending.RECONNECTED:
+        if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
             for request in self.stacks:
                 request.lost(identity)
                 self.settle(self.stacks, request)
@@ -314,7 +313,7 @@ class Broker:
 
     def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
         """Know a new connection; a hello said again on a known one keeps its sessions."""
-        if msg.role not in ("agent", "shell"):
+        if msg.role not in (wire.Role.AGENT, wire.Role.SHELL):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
         if not self.registry.knows(identity, msg.role, msg.link):

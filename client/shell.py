@@ -50,7 +50,6 @@ RUNNING_HINT_AFTER = 1.0
 CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
 INTERRUPT_TIMEOUT = 5.0
-STACK_THREADS = ("main", "all")
 STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 EOF = "eof"
 """What cmd2 hands over for Ctrl-D at either prompt."""
@@ -156,10 +155,10 @@ def count_number(text: str) -> int:
     return whole_number(text, "count")
 
 
-def threads(text: str) -> str:
-    if text not in STACK_THREADS:
+def threads(text: str) -> wire.Threads:
+    if text not in set(wire.Threads):
         raise CommandError(f"--thread is main or all, not {text!r}")
-    return text
+    return wire.Threads(text)
 
 
 def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str, Selection | None, str]:
@@ -234,7 +233,7 @@ STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--
 stacks_parser = Parser(STACKS_USAGE)
 stacks_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)")
 stacks_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
-stacks_parser.add_argument("--thread", type=threads, default="main", metavar="main|all",
+stacks_parser.add_argument("--thread", type=threads, default=wire.Threads.MAIN, metavar="main|all",
                            help="the main thread of each rank (default), or all its threads")
 stacks_parser.add_argument("--full", action="store_true",
                            help="every frame, the trunk all ranks share too (folded into one line by default)")
@@ -806,8 +805,8 @@ class DebugShell(cmd2.Cmd):
         texts, docs = [], []
         for job, actor in targets:
             result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job)
-            texts.append(stacks.text(result, args.thread == "all", args.full))
-            docs.append(stacks.document(result, args.thread == "all", args.full))
+            texts.append(stacks.text(result, args.thread == wire.Threads.ALL, args.full))
+            docs.append(stacks.document(result, args.thread == wire.Threads.ALL, args.full))
             if result.missing:
                 self.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs
@@ -840,7 +839,7 @@ class DebugShell(cmd2.Cmd):
             lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (blocked in a call that "
                          "did not return to its code, C code holding the GIL, or the signal blocked); where they are:")
             try:
-                where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", "main", self.cast_timeout, reply.job)
+                where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN, self.cast_timeout, reply.job)
                 lines.append(stacks.text(where, False).rstrip("\n"))
                 doc["stacks"] = stacks.document(where)
             except RequestFailed as failure:

@@ -97,7 +97,7 @@ class Agent:
         self.threads = RankThreads()
         self.presence = Presence(self.threads, wake=lambda: self.link.post())
         self.interrupts = Interrupts(stop)
-        self.link = Link(settings, "agent", job_name(), self, self._locate, context=context)
+        self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
         conn = discovery.locate(self.settings)
@@ -257,7 +257,7 @@ class Agent:
 
     def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
         running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
-        return wire.StackReport(ref=msg.ref, groups=stacks.take(msg.ranks, running, msg.threads == "all"))
+        return wire.StackReport(ref=msg.ref, groups=stacks.take(msg.ranks, running, msg.threads == wire.Threads.ALL))
 
     def interrupt(self, actor: str, ranks: list[int]) -> None:
         """Ask the thread that runs each rank's code to stop in a session (see

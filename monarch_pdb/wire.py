@@ -41,6 +41,9 @@ BATCH_BYTES = 256 * 1024
 """Messages are batched up to this many bytes; a larger one travels alone."""
 ITEM_HEADER = 5
 """The most bytes msgpack adds in front of each packed item of a batch."""
+LOST_AFTER_BEATS = 3
+"""A peer silent for this many heartbeats is lost: the broker drops it, and it gives up on
+the broker (or on the connection, in a longer connect timeout) and says hello again."""
 AUTH_FAILED = [b"", b"monarch-pdb: authentication failed"]
 """The one unsigned answer: what a broker sends to a peer whose messages fail the signature
 check, so that a shell with the wrong secret says so at once instead of waiting in silence."""
@@ -146,6 +149,20 @@ class Word(str, Enum):
 
     def __str__(self) -> str:
         return str.__str__(self)
+
+
+class Role(Word):
+    """Who says hello."""
+
+    AGENT = "agent"
+    SHELL = "shell"
+
+
+class Threads(Word):
+    """Whose stacks a stack request wants: the thread running each rank, or every thread."""
+
+    MAIN = "main"
+    ALL = "all"
 
 
 class Stop(Word):
@@ -331,7 +348,8 @@ class EventRow(Record):
 
 @message("hello")
 class Hello(Message):
-    """First message of a peer: who it is. `role` is "agent" or "shell"."""
+    """First message of a peer: who it is. `role` is a `Role` (a broker answers any other
+    with an error)."""
 
     role: str
     name: str
@@ -691,13 +709,13 @@ class ListAll(Message):
 @message("stacks")
 class Stacks(Message):
     """Shell to broker: the Python stacks of the selected live ranks, answered with
-    `StacksResult`. `threads` is "main" (the thread running the rank) or "all"."""
+    `StacksResult`."""
 
     ref: int
     actor: str
     selector: str
     timeout: float
-    threads: str = "main"
+    threads: Threads = Threads.MAIN
     job: str = ""
 
 
@@ -708,7 +726,7 @@ class TakeStacks(Message):
     ref: int
     actor: str
     ranks: list[int]
-    threads: str
+    threads: Threads
 
 
 @message("stack_report")
