@@ -441,7 +441,7 @@ class Registry:
 
     def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
-        not), in rank order, and why each rank it names that is not among them;
+        not), in rank order, and a `Missing` for each rank it names that is not among them;
         refused when it picks none."""
         try:
             selection = ranks.parse_selector(selector)
@@ -522,7 +522,7 @@ class Registry:
         return sorted(found.values(), key=lambda r: r.rank)
 
     def without_session(self, job: str, actor: str, wanted: list[int]) -> list[wire.Missing]:
-        """Why each of `wanted` has no session: it runs, its process is gone
+        """A `Missing` for each of `wanted` that has no session: it runs, its process is gone
         (lost or finished), or the broker never heard of it."""
         running = {rank for peer in self.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor}
         found = []

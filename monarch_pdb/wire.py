@@ -9,9 +9,14 @@ Several messages for one peer may travel as one batch (type `batch`, `items` a l
 maps of type and fields), signed once: a cast to thousands of sessions behind one connection
 then costs one signature and one send per connection, not per session.
 
+Rows, groups and other values nested in a message are records (`Record`): each travels as a
+msgpack array of its fields and is checked field by field, as deep as it goes. The words that
+travel (states, event kinds, endings) are enums here, and each is its own text on the wire.
+
 A message that is too large, badly signed, replayed, too old (the signed time stamp `ts` is
 off by more than `max_age`), undecodable, of an unknown type or with a field of the wrong type
-is refused with `Refused`; receivers count it and move on.
+(anywhere inside it, or a word no enum knows) is refused with `Refused`; receivers count it and
+move on.
 """
 
 import dataclasses
