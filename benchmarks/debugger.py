@@ -108,7 +108,7 @@ class Example:
 
     # --- the measurements ----------------------------------------------------------------
 
-    def list_sessions(self) -> list[dict]:
+    def list_sessions(self) -> list[wire.SessionRow]:
         return self.conn.request(wire.ListSessions(), wire.SessionList).rows  # type: ignore[attr-defined]
 
     def list_round_trips(self, warmup: int, repeat: int) -> list[int]:
@@ -157,6 +157,6 @@ def check_cast(result: wire.CastResult, ranks: int) -> None:
     """One group per rank, each holding that rank's own number."""
     if result.missing or len(result.groups) != ranks:
         raise RuntimeError(f"cast gave {len(result.groups)} groups, missing {result.missing}")
-    for output, outcome, ranks in result.groups:
-        if outcome or len(ranks) != 1 or output != f"{ranks[0]}\n":
-            raise RuntimeError(f"cast group {ranks} printed {output!r} ({outcome or 'paused'})")
+    for group in result.groups:
+        if group.outcome or len(group.ranks) != 1 or group.output != f"{group.ranks[0]}\n":
+            raise RuntimeError(f"cast group {group.ranks} printed {group.output!r} ({group.outcome or 'paused'})")

@@ -257,7 +257,7 @@ def _stacks(conn: ShellConnection, n: int) -> list[int]:
     with open(os.devnull, "w") as sink:
         def once() -> None:
             result = conn.stacks("emu", "ranks(:)", "main", ANSWER_TIMEOUT)
-            ranks = sum(len(r) for _, r in result.groups)
+            ranks = sum(len(group.ranks) for group in result.groups)
             if result.missing or ranks != n:
                 raise RuntimeError(f"stacks came for {ranks} of {n} ranks, missing {len(result.missing)}")
             sink.write(stacks.text(result, every_thread=False))

@@ -39,14 +39,14 @@ class CastInFlight(Request):
     def give_up(self, session_id: int, reason: str) -> None:
         rank = self.pending.pop(session_id, None)
         if rank is not None:
-            self.missing.append([rank, reason])
+            self.missing.append(wire.Missing(rank, reason))
 
-    def groups(self) -> list[tuple[list, int]]:
-        return [([output, outcome, sorted(ranks)], len(output) + 8 * len(ranks))
+    def groups(self) -> list[tuple[wire.CastGroup, int]]:
+        return [(wire.CastGroup(output, outcome, sorted(ranks)), len(output) + 8 * len(ranks))
                 for (output, outcome), ranks in self.answers.items()]
 
-    def unanswered(self) -> list[list]:
-        return [[rank, "still running"] for rank in self.pending.values()]
+    def unanswered(self) -> list[wire.Missing]:
+        return [wire.Missing(rank, "still running") for rank in self.pending.values()]
 
 
 class Casts(InFlight[CastInFlight]):
@@ -67,7 +67,7 @@ class Casts(InFlight[CastInFlight]):
                 sess.cast = cast.id
                 ready.append(sess)
             else:
-                cast.missing.append([sess.rank, "running"])
+                cast.missing.append(wire.Missing(sess.rank, wire.RankState.RUNNING))
         return ready
 
     def stopped(self, sess: Session) -> CastInFlight | None:
@@ -93,14 +93,14 @@ class Casts(InFlight[CastInFlight]):
         from it, with its last output as the answer to the one it was running."""
         touched = []
         if (cast := self.get(sess.cast)) is not None:
-            if reason == "lost":
-                cast.give_up(sess.id, "lost")
+            if reason == wire.Ending.LOST:
+                cast.give_up(sess.id, wire.Ending.LOST)
             else:
-                cast.answer(sess.id, sess.log.replay(), "finished" if reason == "returned" else reason)
+                cast.answer(sess.id, sess.log.replay(), wire.Ending.FINISHED if reason == wire.Ending.RETURNED else reason)
             touched.append(cast)
         for cast_id, _ in sess.queued:
             if (cast := self.get(cast_id)) is not None:
-                cast.give_up(sess.id, "lost" if reason == "lost" else "its session ended before the command ran")
+                cast.give_up(sess.id, wire.Ending.LOST if reason == wire.Ending.LOST else "its session ended before the command ran")
                 touched.append(cast)
         return touched
 

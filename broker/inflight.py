@@ -19,8 +19,8 @@ class Request:
     """The shell's own number for the request, given back with the result."""
     actor: str
     deadline: float
-    missing: list[list] = field(default_factory=list)
-    """[rank, why] for each rank that will give no answer."""
+    missing: list[wire.Missing] = field(default_factory=list)
+    """Each rank that will give no answer, and why."""
     id: int = 0
     RESULT: ClassVar[type]
     """The message type that carries the result (wire.CastResult, wire.StacksResult)."""
@@ -29,21 +29,21 @@ class Request:
     def done(self) -> bool:
         raise NotImplementedError
 
-    def groups(self) -> list[tuple[list, int]]:
-        """(group, weight in bytes) for each distinct answer; a group ends with its sorted ranks."""
+    def groups(self) -> list[tuple[wire.CastGroup | wire.StackGroup, int]]:
+        """(group, weight in bytes) for each distinct answer, its ranks sorted."""
         raise NotImplementedError
 
-    def unanswered(self) -> list[list]:
-        """[rank, why] for each rank still owing an answer."""
+    def unanswered(self) -> list[wire.Missing]:
+        """Each rank still owing an answer, and why."""
         raise NotImplementedError
 
     def result(self, part_size: int) -> list[wire.Message]:
         """Most common answer first, in parts of about `part_size` bytes; the last part names
         the ranks without an answer and has `more` false."""
-        ordered = sorted(self.groups(), key=lambda item: (-len(item[0][-1]), min(item[0][-1])))
+        ordered = sorted(self.groups(), key=lambda item: (-len(item[0].ranks), min(item[0].ranks)))
         parts = in_parts(ordered, part_size)
         last = len(parts) - 1
-        missing = sorted(self.missing + self.unanswered())
+        missing = sorted(self.missing + self.unanswered(), key=lambda m: (m.rank, m.reason))
         return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=missing if n == last else [],
                             more=n != last)
                 for n, groups in enumerate(parts)]

@@ -87,8 +87,8 @@ class OutputLog:
                 self.dropped += cut
         return self.seq
 
-    def since(self, seq: int) -> list[list]:
-        return [[n, text] for n, text in self.chunks if n > seq]
+    def since(self, seq: int) -> list[wire.LogEntry]:
+        return [wire.LogEntry(n, text) for n, text in self.chunks if n > seq]
 
     def replay(self) -> str:
         """What was printed since the last input."""
@@ -122,7 +122,7 @@ class Session:
     filename: str = ""
     lineno: int = 0
     prompt: str = ""
-    reason: str = ""
+    reason: wire.Stop = wire.Stop.BREAKPOINT
     state: State = State.STOPPED
     cmd: int = 0
     """The number of the latest line sent to it."""
@@ -149,17 +149,15 @@ class Session:
         self.state = State.RELEASED if release else State.RUNNING
         return self.cmd
 
-    def row(self) -> dict:
+    def row(self) -> wire.SessionRow:
         return rank_row(self.job, self.actor, self.rank, self.coords, self.host, self.pid,
-                        self.reason if self.paused else "running", self.instance,
+                        wire.RankState(self.reason) if self.paused else wire.RankState.RUNNING, self.instance,
                         self.function, self.filename, self.lineno)
 
 
 def rank_row(job: str, actor: str, rank: int, coords: dict, host: str, pid: int, state: str, instance: str,
-             function: str = "", filename: str = "", lineno: int = 0) -> dict:
-    """A row of `list` (the keys of wire.SESSION_ROW_KEYS); a rank without a session stands nowhere."""
-    return {"job": job, "actor": actor, "rank": rank, "coords": coords, "host": host, "pid": pid,
-            "function": function, "filename": filename, "lineno": lineno, "state": state, "instance": instance}
+             function: str = "", filename: str = "", lineno: int = 0) -> wire.SessionRow:
+    return wire.SessionRow(job, actor, rank, coords, host, pid, function, filename, lineno, state, instance)
 
 
 @dataclass(slots=True)
@@ -234,7 +232,7 @@ class Registry:
     """(job, actor, rank) of running ranks whose last session ended by quitting the debugger
     (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
     departed: OrderedDict = field(default_factory=OrderedDict)
-    """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, "lost" or "finished", instance)."""
+    """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, lost or finished, instance)."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
@@ -262,7 +260,7 @@ class Registry:
         whose link had another socket, not yet declared lost, takes over that connection's
         sessions."""
         self.peers[peer.identity] = peer
-        if peer.role != "agent":
+        if peer.role != wire.Role.AGENT:
             return False
         first = not self.has_job(peer.name)
         self.agents_per_job[peer.name] += 1
@@ -297,7 +295,7 @@ class Registry:
 
     def _forget_peer(self, identity: bytes) -> Peer | None:
         peer = self.peers.pop(identity, None)
-        if peer is not None and peer.role == "agent":
+        if peer is not None and peer.role == wire.Role.AGENT:
             self.agents_per_job[peer.name] -= 1
             if not self.agents_per_job[peer.name]:
                 del self.agents_per_job[peer.name]
@@ -305,14 +303,14 @@ class Registry:
             del self.by_link[peer.link]
         return peer
 
-    def leave(self, identity: bytes, reason: str) -> Departure | None:
-        """Forget a peer that is gone for `reason` ("lost", "returned", "reconnected"). A shell's
+    def leave(self, identity: bytes, reason: wire.Ending) -> Departure | None:
+        """Forget a peer that is gone for `reason` (lost, returned, reconnected). A shell's
         sessions are free again; an agent's are over, and the ranks it ran stay listed as lost
         or finished, unless it only reconnected."""
         peer = self._forget_peer(identity)
         if peer is None:
             return None
-        if peer.role == "shell":
+        if peer.role == wire.Role.SHELL:
             freed = [self.sessions[s] for s in peer.held if s in self.sessions]
             for sess in freed:
                 sess.holder = None
@@ -320,8 +318,8 @@ class Registry:
         ended = [self.sessions[s] for s in peer.owned if s in self.sessions]
         for sess in ended:
             self.end(sess, reason)
-        if reason != "reconnected":
-            self._depart(peer, "lost" if reason == "lost" else "finished")
+        if reason != wire.Ending.RECONNECTED:
+            self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED)
         return Departure(peer, ended=ended, job_left=not self.has_job(peer.name))
 
     # --- sessions ------------------------------------------------------------------------
@@ -340,7 +338,7 @@ class Registry:
             raise Refused(f"refused a session of {msg.actor} {msg.rank}: this process already has "
                           f"{self.sessions_per_connection} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
                           "it continues without stopping")
-        news = sess is None or sess.state is State.RELEASED or (msg.reason == "post-mortem" and sess.reason != "post-mortem")
+        news = sess is None or sess.state is State.RELEASED or (msg.reason == wire.Stop.POST_MORTEM and sess.reason != wire.Stop.POST_MORTEM)
         if sess is None:
             sess = Session(
                 id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
@@ -355,7 +353,7 @@ class Registry:
             self.quit.discard((sess.job, sess.actor, sess.rank))
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
-        sess.prompt, sess.reason = intern(msg.prompt), intern(msg.reason)
+        sess.prompt, sess.reason = intern(msg.prompt), msg.reason
         return sess, news
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:
@@ -380,7 +378,7 @@ class Registry:
         listed as quit."""
         key = (sess.job, sess.actor, sess.rank)
         owner = self.peers.get(sess.peer)
-        if reason == "quit" and owner is not None and any(p[:3] == key for p in owner.present):
+        if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
             self.quit.add(key)
         self.sessions.pop(sess.id, None)
         self.by_agent.pop((sess.peer, sess.sid), None)
@@ -443,7 +441,7 @@ class Registry:
 
     def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
-        not), in rank order, and [rank, why] for each rank it names that is not among them;
+        not), in rank order, and a `Missing` for each rank it names that is not among them;
         refused when it picks none."""
         try:
             selection = ranks.parse_selector(selector)
@@ -457,45 +455,38 @@ class Registry:
         absent = sorted(set(ranks.named(selection)) - by_rank.keys())
         return chosen, self.without_session(found[0].job, actor, absent) if absent else []
 
-    def job_rows(self) -> list[dict]:
-        jobs: dict[str, dict] = {}
+    def job_rows(self) -> list[wire.JobRow]:
+        jobs: dict[str, wire.JobRow] = {}
         for peer in self.peers.values():
-            if peer.role != "agent":
+            if peer.role != wire.Role.AGENT:
                 continue
-            row = jobs.setdefault(peer.name, {"job": peer.name, "processes": 0, "sessions": 0, "paused": 0, "hosts": []})
-            row["processes"] += 1
-            if peer.host not in row["hosts"]:
-                row["hosts"].append(peer.host)
+            row = jobs.setdefault(peer.name, wire.JobRow(job=peer.name, processes=0, sessions=0, paused=0, hosts=[]))
+            row.processes += 1
+            if peer.host not in row.hosts:
+                row.hosts.append(peer.host)
             for sess_id in peer.owned:
-                row["sessions"] += 1
-                row["paused"] += self.sessions[sess_id].paused
+                row.sessions += 1
+                row.paused += self.sessions[sess_id].paused
         return [jobs[name] for name in sorted(jobs)]
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[wire.SessionRow]:
         paused = self.paused()
         paused.sort(key=lambda s: (s.job, s.actor, s.rank))
         return [s.row() for s in paused]
 
     # --- presence: ranks known whether or not they are paused ----------------------------
 
-    def set_present(self, identity: bytes, entries: list, added: bool) -> None:
-        """What an agent says it runs (`added`: besides what it said before); malformed
-        entries are skipped."""
+    def set_present(self, identity: bytes, entries: list[wire.PresentRank], added: bool) -> None:
+        """What an agent says it runs (`added`: besides what it said before)."""
         peer = self.peers[identity]
-        if peer.role != "agent":
+        if peer.role != wire.Role.AGENT:
             return
         present = []
         for item in entries:
-            if not (isinstance(item, list) and len(item) in (4, 5) and isinstance(item[0], str)
-                    and isinstance(item[1], str) and isinstance(item[2], int) and not isinstance(item[2], bool)
-                    and isinstance(item[3], dict)
-                    and all(isinstance(k, str) and isinstance(v, int) for k, v in item[3].items())
-                    and (len(item) == 4 or isinstance(item[4], str))):
-                continue
-            job, actor, rank = intern(item[0]), intern(item[1]), item[2]
-            dims = tuple(intern(k) for k in item[3])
-            instance = item[4] if len(item) == 5 else ""
-            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item[3].values()), instance))
+            job, actor, rank = intern(item.job), intern(item.actor), item.rank
+            dims = tuple(intern(k) for k in item.coords)
+            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item.coords.values()),
+                            item.instance))
             self.departed.pop((job, actor, rank), None)
             self.quit.discard((job, actor, rank))
         if added:
@@ -504,7 +495,7 @@ class Registry:
         else:
             peer.present = present
 
-    def _depart(self, peer: Peer, state: str) -> None:
+    def _depart(self, peer: Peer, state: wire.RankState) -> None:
         """A process is gone: its ranks stay listed as `lost` or `finished`, the latest ones
         within bounds."""
         for job, actor, rank, dims, values, instance in peer.present:
@@ -530,22 +521,22 @@ class Registry:
         in_one_job(actor, {j for j, _ in found})
         return sorted(found.values(), key=lambda r: r.rank)
 
-    def without_session(self, job: str, actor: str, wanted: list[int]) -> list[list]:
-        """[rank, why] for each of `wanted` that has no session: it runs, its process is gone
+    def without_session(self, job: str, actor: str, wanted: list[int]) -> list[wire.Missing]:
+        """A `Missing` for each of `wanted` that has no session: it runs, its process is gone
         (lost or finished), or the broker never heard of it."""
         running = {rank for peer in self.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor}
         found = []
         for rank in wanted:
             gone = self.departed.get((job, actor, rank))
-            found.append([rank, self.running_state((job, actor, rank)) if rank in running
-                          else gone[3] if gone else "no such rank is known"])
+            found.append(wire.Missing(rank, self.running_state((job, actor, rank)) if rank in running
+                                      else gone[3] if gone else "no such rank is known"))
         return found
 
     def running_state(self, key: tuple[str, str, int]) -> str:
         """The state of a rank its process runs, without a session."""
-        return "quit" if key in self.quit else "running"
+        return wire.RankState.QUIT if key in self.quit else wire.RankState.RUNNING
 
-    def all_rows(self) -> list[dict]:
+    def all_rows(self) -> list[wire.SessionRow]:
         """`list --all`: every session, every rank running without one, and ranks whose
         process is gone."""
         rows = {(s.job, s.actor, s.rank): s.row() for s in self.sessions.values()}

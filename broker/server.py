@@ -26,7 +26,6 @@ from monarch_pdb.broker.registry import Peer, Refused, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.settings import Settings
 
-LOST_AFTER_BEATS = 3
 PROGRESS_EVERY = 0.25
 EVENT_HISTORY = 16384
 TOLD_UNSIGNED = 4096
@@ -46,7 +45,7 @@ class Broker:
     audit: TextIO | None = None
     event_seq: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
-    """The last events as `Event.row()` tuples (seq first), a third of an Event's size."""
+    """The last events as `Event.row()` records, a third of an Event's size."""
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
@@ -224,19 +223,19 @@ class Broker:
         """Declare lost every peer that has been silent for a few heartbeats while we listened.
         A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
         peers' messages wait unread, so their silence counts from when it listens again."""
-        limit = LOST_AFTER_BEATS * self.settings.heartbeat_interval
+        limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity in self.registry.silent(now, limit, self.listening_since):
-            self.drop(identity, "lost")
+            self.drop(identity, wire.Ending.LOST)
 
-    def drop(self, identity: bytes, reason: str) -> None:
+    def drop(self, identity: bytes, reason: wire.Ending) -> None:
         gone = self.registry.leave(identity, reason)
         if gone is None:
             return
         for sess in gone.freed:
-            self.publish("released", sess)
+            self.publish(wire.EventKind.RELEASED, sess)
         for sess in gone.ended:
             self.end_session(sess, "", reason)
-        if gone.peer.role == "agent" and reason != "reconnected":
+        if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
             for request in self.stacks:
                 request.lost(identity)
                 self.settle(self.stacks, request)
@@ -269,14 +268,14 @@ class Broker:
                 self.router.send_multipart([identity, *frames])
         self.outbox.clear()
 
-    def publish(self, kind: str, sess: Session, detail: str = "") -> None:
+    def publish(self, kind: wire.EventKind, sess: Session, detail: str = "") -> None:
         self.event_seq += 1
         where = intern(f"{os.path.basename(sess.filename)}:{sess.lineno}") if sess.filename else ""
         event = wire.Event(
             seq=self.event_seq, kind=kind, job=sess.job, actor=sess.actor, rank=sess.rank,
             where=where, detail=detail,
         )
-        self.history.append(tuple(event.row()))
+        self.history.append(event.row())
         self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(event)])
 
     def record_output(self, sess: Session, text: str) -> None:
@@ -289,14 +288,14 @@ class Broker:
             self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(printed)])
 
     def end_session(self, sess: Session, text: str, reason: str) -> None:
-        if reason != "lost" and sess.cast in self.casts:
+        if reason != wire.Ending.LOST and sess.cast in self.casts:
             self.record_output(sess, text)
         for cast in self.casts.ended(sess, reason):
             self.settle(self.casts, cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
         self.registry.end(sess, reason)
-        self.publish("lost" if reason == "lost" else "ended", sess, reason)
+        self.publish(wire.EventKind.LOST if reason == wire.Ending.LOST else wire.EventKind.ENDED, sess, reason)
 
     def forward(self, sess: Session, line: str, release: bool = False) -> None:
         """Hand one line to a session's pdb."""
@@ -314,11 +313,11 @@ class Broker:
 
     def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
         """Know a new connection; a hello said again on a known one keeps its sessions."""
-        if msg.role not in ("agent", "shell"):
+        if msg.role not in (wire.Role.AGENT, wire.Role.SHELL):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
         if not self.registry.knows(identity, msg.role, msg.link):
-            self.drop(identity, "reconnected")
+            self.drop(identity, wire.Ending.RECONNECTED)
             first_of_job = self.registry.join(Peer(
                 identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
                 user=msg.user, last_seen=time.monotonic(), link=msg.link,
@@ -343,21 +342,21 @@ class Broker:
         chosen, _ = self.selected(identity, msg.job, msg.actor, msg.selector)
         if chosen:
             self.send(identity, wire.Following(job=chosen[0].job, actor=msg.actor,
-                                               sessions=[[s.id, s.rank, s.log.seq] for s in chosen]))
+                                               sessions=[wire.FollowedSession(s.id, s.rank, s.log.seq) for s in chosen]))
 
     def on_output_since(self, identity: bytes, msg: wire.OutputSince) -> None:
         sess = self.registry.session_at(msg.session)
         self.send(identity, wire.OutputLog(session=msg.session, rows=sess.log.since(msg.since) if sess else []))
 
     def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
-        missed = [row for row in self.history if row[0] > msg.since]
+        missed = [row for row in self.history if row.seq > msg.since]
         self.send(identity, wire.Events(rows=missed))
 
     def on_heartbeat(self, identity: bytes, msg: wire.Heartbeat) -> None:
         self.send(identity, wire.Heartbeat())
 
     def on_bye(self, identity: bytes, msg: wire.Bye) -> None:
-        self.drop(identity, "returned")
+        self.drop(identity, wire.Ending.RETURNED)
 
     # --- agents ------------------------------------------------------------------------
 
@@ -377,7 +376,7 @@ class Broker:
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
         if news:
-            self.publish(msg.reason, sess, msg.exc)
+            self.publish(wire.EventKind(msg.reason), sess, msg.exc)
         if (line := self.casts.next_line(sess)) is not None:
             self.forward(sess, line)
 
@@ -399,7 +398,7 @@ class Broker:
     def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
         self.send_rows(identity, self.registry.rows())
 
-    def send_rows(self, identity: bytes, rows: list[dict]) -> None:
+    def send_rows(self, identity: bytes, rows: list[wire.SessionRow]) -> None:
         """A list in parts that each fit a message: 65,536 rows are more than 8 MB."""
         parts = in_parts([(row, row_weight(row)) for row in rows], self.settings.max_message // 2)
         for n, part in enumerate(parts):
@@ -416,8 +415,8 @@ class Broker:
             self.send(identity, wire.Error(text=str(refusal)))
             return
         if taken_from is not None:
-            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason="taken"))
-            self.publish("taken", sess, self.registry.peer(identity).describe())
+            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN))
+            self.publish(wire.EventKind.TAKEN, sess, self.registry.peer(identity).describe())
         self.send(identity, wire.Attached(
             session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
             replay=sess.log.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
@@ -430,7 +429,7 @@ class Broker:
     def on_send(self, identity: bytes, msg: wire.Send) -> None:
         sess = self.registry.held(identity, msg.session)
         if sess is None:
-            reason = "unknown" if self.registry.session_at(msg.session) is None else "taken"
+            reason = wire.Ending.UNKNOWN if self.registry.session_at(msg.session) is None else wire.Ending.TAKEN
             self.send(identity, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
         self.record(identity, sess.job, sess.actor, [sess.rank], msg.line)
@@ -458,7 +457,7 @@ class Broker:
         for (job, actor), ranks_released in released.items():
             self.record(identity, job, actor, ranks_released, "continue (top level)")
             by_actor.setdefault(actor, []).extend(ranks_released)
-        self.send(identity, wire.Continued(released=sorted([a, sorted(r)] for a, r in by_actor.items())))
+        self.send(identity, wire.Continued(released=[wire.Released(a, sorted(r)) for a, r in sorted(by_actor.items())]))
 
     # --- presence, stacks and interrupts -----------------------------------------------
 
@@ -501,10 +500,10 @@ class Broker:
         self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
 
 
-def row_weight(row: dict) -> int:
+def row_weight(row: wire.SessionRow) -> int:
     """About the bytes a list row takes in a message: its strings, and a few for each field."""
-    return sum(len(value) if isinstance(value, str) else 8 for value in row.values()) + 8 * len(row) \
-        + 16 * len(row.get("coords") or ())
+    fields = [getattr(row, name) for name in row.__slots__]
+    return sum(len(value) if isinstance(value, str) else 8 for value in fields) + 8 * len(fields) + 16 * len(row.coords)
 
 
 def raise_open_file_limit() -> str:

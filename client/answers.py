@@ -10,9 +10,9 @@ NUMBER_LINES = 16
 """Numeric answers take one line per distinct value; past this many, only the most common
 values and the notable ones (extremes, NaN/Inf, outliers) are shown, and the rest counted."""
 OUTCOMES = {
-    "finished": "(its endpoint returned)",
-    "quit": "(quit: its endpoint call ends with BdbQuit)",
-    "continued": "(continued; no longer traced)",
+    wire.Ending.FINISHED: "(its endpoint returned)",
+    wire.Ending.QUIT: "(quit: its endpoint call ends with BdbQuit)",
+    wire.Ending.CONTINUED: "(continued; no longer traced)",
 }
 
 
@@ -36,33 +36,33 @@ def _body(output: str, outcome: str) -> str:
 def grouped(result: wire.CastResult) -> str:
     summary = summarize(result.groups)
     groups = result.groups if summary is None else shown_groups(result.groups, summary)
-    blocks = [rank_set(result.actor, ranks) + "\n" + _body(output, outcome) for output, outcome, ranks in groups]
+    blocks = [rank_set(result.actor, g.ranks) + "\n" + _body(g.output, g.outcome) for g in groups]
     if summary is not None:
-        hidden = sum(len(ranks) for _, _, ranks in result.groups) - sum(len(ranks) for _, _, ranks in groups)
+        hidden = sum(len(g.ranks) for g in result.groups) - sum(len(g.ranks) for g in groups)
         more = f"... {hidden} more ranks with other values ('set cast_output raw' shows each)\n" if hidden else ""
         blocks.append(more + summary.line() + "\n")
     return "".join(blocks) + missing_lines(result)
 
 
-def shown_groups(groups: list, summary: Summary) -> list:
+def shown_groups(groups: list[wire.CastGroup], summary: Summary) -> list[wire.CastGroup]:
     """Of many distinct numbers, the most common values and the notable ones (the extremes,
     NaN/Inf, outliers); all of them when they are few."""
     notable = set(summary.nonfinite) | set(summary.outliers)
     notable |= {extreme[1] for extreme in (summary.minimum, summary.maximum) if extreme is not None}
-    return [g for index, g in enumerate(groups) if index < NUMBER_LINES or notable.intersection(g[2])]
+    return [g for index, g in enumerate(groups) if index < NUMBER_LINES or notable.intersection(g.ranks)]
 
 
 def raw(result: wire.CastResult) -> str:
-    per_rank = sorted((rank, output, outcome) for output, outcome, ranks in result.groups for rank in ranks)
+    per_rank = sorted((rank, g.output, g.outcome) for g in result.groups for rank in g.ranks)
     lines = [f"[{rank}] {line}" for rank, output, outcome in per_rank for line in _body(output, outcome).splitlines()]
     return "".join(line + "\n" for line in lines) + missing_lines(result)
 
 
-def missing_lines(result: wire.CastResult) -> str:
+def missing_lines(result: wire.CastResult | wire.StacksResult) -> str:
     """One line per reason naming the ranks that did not answer."""
     by_reason: dict[str, list[int]] = {}
-    for rank, reason in result.missing:
-        by_reason.setdefault(reason, []).append(rank)
+    for m in result.missing:
+        by_reason.setdefault(m.reason, []).append(m.rank)
     return "".join(f"no answer from {rank_set(result.actor, r)}: {why}\n" for why, r in by_reason.items())
 
 
@@ -70,9 +70,8 @@ def document(result: wire.CastResult) -> dict:
     """The README's JSON form of a cast: groups most common first, then who did not answer."""
     doc = {
         "actor": result.actor,
-        "groups": [{"ranks": ranks, "output": output, "outcome": outcome or "paused"}
-                   for output, outcome, ranks in result.groups],
-        "missing": [{"rank": rank, "reason": reason} for rank, reason in result.missing],
+        "groups": [{"ranks": g.ranks, "output": g.output, "outcome": g.outcome or "paused"} for g in result.groups],
+        "missing": [{"rank": m.rank, "reason": m.reason} for m in result.missing],
     }
     summary = summarize(result.groups)
     if summary is not None:

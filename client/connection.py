@@ -64,7 +64,7 @@ class ShellConnection:
         self.changed = threading.Event()
         self.follower = Follower()
         self._refs = itertools.count(1)
-        self.link = Link(settings, "shell", getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
+        self.link = Link(settings, wire.Role.SHELL, getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
 
     @classmethod
     def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> ShellConnection:
@@ -187,7 +187,7 @@ class ShellConnection:
                 return msg
             self.aside.append(msg)
 
-    def wait_for_rows(self, enough: Callable[[list[dict]], bool], timeout: float) -> list[dict]:
+    def wait_for_rows(self, enough: Callable[[list[wire.SessionRow]], bool], timeout: float) -> list[wire.SessionRow]:
         """List sessions until `enough(rows)`, again after every event; the last rows when
         `timeout` passes first."""
         deadline = time.monotonic() + timeout
@@ -208,7 +208,7 @@ class ShellConnection:
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
         return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress)
 
-    def stacks(self, actor: str, selector: str, threads: str, timeout: float, job: str = "") -> wire.StacksResult:
+    def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "") -> wire.StacksResult:
         """The selected live ranks' stacks, every part of a large result joined. Raises
         RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)

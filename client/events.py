@@ -8,14 +8,15 @@ from monarch_pdb import wire
 from monarch_pdb.ranks import format_ranks
 
 PHRASES = {
-    "breakpoint": "stopped at {where}",
-    "post-mortem": "entered post-mortem at {where}: {detail}",
-    "interrupted": "stopped by interrupt at {where}",
-    "ended": "finished{detail}",
-    "lost": "was lost (its process stopped answering)",
-    "released": "is free again (the shell attached to it went away)",
-    "taken": "was taken over by the shell of {detail} (attach --force)",
+    wire.EventKind.BREAKPOINT: "stopped at {where}",
+    wire.EventKind.POST_MORTEM: "entered post-mortem at {where}: {detail}",
+    wire.EventKind.INTERRUPTED: "stopped by interrupt at {where}",
+    wire.EventKind.ENDED: "finished{detail}",
+    wire.EventKind.LOST: "was lost (its process stopped answering)",
+    wire.EventKind.RELEASED: "is free again (the shell attached to it went away)",
+    wire.EventKind.TAKEN: "was taken over by the shell of {detail} (attach --force)",
 }
+"""Every kind of event, as the shell says it."""
 
 
 def who(actor: str, ranks: list[int]) -> str:
@@ -35,7 +36,7 @@ def places(wheres: list[str]) -> str:
 
 def ending(event: wire.Event) -> str:
     """How a session ended, when that is news: an endpoint that returned is the usual case."""
-    return "" if event.detail in ("returned", "continued") else f" ({event.detail})"
+    return "" if event.detail in (wire.Ending.RETURNED, wire.Ending.CONTINUED) else f" ({event.detail})"
 
 
 def describe_events(events: list[wire.Event]) -> list[str]:
@@ -43,7 +44,7 @@ def describe_events(events: list[wire.Event]) -> list[str]:
     groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
     for e in events:
         if e.kind in PHRASES:
-            ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == "ended" else e.detail)]
+            ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == wire.EventKind.ENDED else e.detail)]
             ranks.append(e.rank)
             wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1

@@ -34,9 +34,9 @@ class Follower:
     def start(self, following: wire.Following, deliver: Deliver) -> None:
         with self.lock:
             self.job, self.actor, self.deliver = following.job, following.actor, deliver
-            self.ranks = frozenset(rank for _, rank, _ in following.sessions)
-            self.seen = {session: seq for session, _, seq in following.sessions}
-            self.rank_of = {session: rank for session, rank, _ in following.sessions}
+            self.ranks = frozenset(f.rank for f in following.sessions)
+            self.seen = {f.session: f.seq for f in following.sessions}
+            self.rank_of = {f.session: f.rank for f in following.sessions}
             self.held, self.gaps, self.asked, self.confirmed = {}, set(), set(), False
 
     def live(self) -> None:
@@ -64,7 +64,7 @@ class Follower:
             self.asked.discard(log.session)
             if self.deliver is None:
                 return
-            self.held.setdefault(log.session, []).extend((seq, text) for seq, text in log.rows)
+            self.held.setdefault(log.session, []).extend((entry.seq, entry.text) for entry in log.rows)
             self._flush(log.session)
 
     def requests(self) -> list[wire.Message]:

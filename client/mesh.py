@@ -6,32 +6,35 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+from monarch_pdb import wire
+
 STATES = {
-    # a `list --all` state: its letter, its word in the legend, its ANSI colour
-    "breakpoint": ("S", "stopped", "33"),
-    "interrupted": ("S", "stopped", "33"),
-    "post-mortem": ("P", "post-mortem", "31"),
-    "running": ("R", "running", "32"),
-    "lost": ("L", "lost", "35"),
-    "finished": ("F", "finished", "34"),
-    "quit": ("Q", "quit", "36"),
+    # a rank's state: its letter, its word in the legend, its ANSI colour
+    wire.RankState.BREAKPOINT: ("S", "stopped", "33"),
+    wire.RankState.INTERRUPTED: ("S", "stopped", "33"),
+    wire.RankState.POST_MORTEM: ("P", "post-mortem", "31"),
+    wire.RankState.RUNNING: ("R", "running", "32"),
+    wire.RankState.LOST: ("L", "lost", "35"),
+    wire.RankState.FINISHED: ("F", "finished", "34"),
+    wire.RankState.QUIT: ("Q", "quit", "36"),
 }
-LEGEND = ("breakpoint", "running", "post-mortem", "lost", "finished")
-OCCASIONAL = ("quit",)
+LEGEND = (wire.RankState.BREAKPOINT, wire.RankState.RUNNING, wire.RankState.POST_MORTEM, wire.RankState.LOST,
+          wire.RankState.FINISHED)
+OCCASIONAL = (wire.RankState.QUIT,)
 """States in the legend only when some rank is in one."""
 ABSENT = "."
 ROW_WITHOUT_COORDS = 16
 """Ranks without coordinates (plain processes) are laid out this many to a row."""
 
 
-def layout(rows: list[dict]) -> tuple[list[str], dict[tuple[int, ...], dict]]:
+def layout(rows: list[wire.SessionRow]) -> tuple[list[str], dict[tuple[int, ...], wire.SessionRow]]:
     """The dimension names (rows, columns, pages...), and each rank's row by coordinates."""
-    dims = list(dict.fromkeys(d for r in rows for d in r["coords"]))
+    dims = list(dict.fromkeys(d for r in rows for d in r.coords))
     if not dims:
-        return ["rank // 16", "rank % 16"], {divmod(r["rank"], ROW_WITHOUT_COORDS): r for r in rows}
+        return ["rank // 16", "rank % 16"], {divmod(r.rank, ROW_WITHOUT_COORDS): r for r in rows}
     if len(dims) == 1:
-        return ["", dims[0]], {(0, r["coords"].get(dims[0], 0)): r for r in rows}
-    return dims, {tuple(r["coords"].get(d, 0) for d in dims): r for r in rows}
+        return ["", dims[0]], {(0, r.coords.get(dims[0], 0)): r for r in rows}
+    return dims, {tuple(r.coords.get(d, 0) for d in dims): r for r in rows}
 
 
 def cell(state: str | None, colour: bool) -> str:
@@ -41,7 +44,7 @@ def cell(state: str | None, colour: bool) -> str:
     return f"\x1b[{code}m{letter}\x1b[0m" if colour else letter
 
 
-def picture(actor: str, rows: list[dict], colour: bool) -> str:
+def picture(actor: str, rows: list[wire.SessionRow], colour: bool) -> str:
     dims, at = layout(rows)
     extent = [max(key[i] for key in at) + 1 for i in range(len(dims))]
     width = len(str(extent[1] - 1))
@@ -52,16 +55,16 @@ def picture(actor: str, rows: list[dict], colour: bool) -> str:
             lines.append(", ".join(f"{d}={v}" for d, v in zip(dims[2:], fixed)) + ":")
         lines.append(" " * (lead + 2) + " ".join(str(c).rjust(width) for c in range(extent[1])))
         for r in range(extent[0]):
-            states = [at[key]["state"] if (key := (r, c, *fixed)) in at else None for c in range(extent[1])]
+            states = [at[key].state if (key := (r, c, *fixed)) in at else None for c in range(extent[1])]
             lines.append(str(r).rjust(lead) + "  " + " ".join(" " * (width - 1) + cell(s, colour) for s in states))
-    counts = Counter(STATES.get(r["state"], ("?", "other", ""))[1] for r in rows)
+    counts = Counter(STATES.get(r.state, ("?", "other", ""))[1] for r in rows)
     shown = LEGEND + tuple(state for state in OCCASIONAL if counts[STATES[state][1]])
     legend = [f"{cell(state, colour)} {STATES[state][1]} ({counts[STATES[state][1]]})" for state in shown]
     lines.append("  ".join(legend + [f"{ABSENT} no rank"]))
     return "\n".join(lines) + "\n"
 
 
-def document(actor: str, rows: list[dict]) -> dict:
+def document(actor: str, rows: list[wire.SessionRow]) -> dict:
     return {"actor": actor, "dims": layout(rows)[0],
-            "ranks": [{"rank": r["rank"], "coords": r["coords"], "state": r["state"]} for r in rows],
-            "counts": dict(Counter(r["state"] for r in rows))}
+            "ranks": [{"rank": r.rank, "coords": r.coords, "state": r.state} for r in rows],
+            "counts": dict(Counter(r.state for r in rows))}

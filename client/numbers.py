@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from monarch_pdb import wire
 from monarch_pdb.ranks import format_ranks
 
 OUTLIER_SIGMAS = 3.0
@@ -55,17 +56,17 @@ class Summary:
         }
 
 
-def summarize(groups: list) -> Summary | None:
-    """The summary of a cast's [output, outcome, ranks] groups, or None unless every answer
+def summarize(groups: list[wire.CastGroup]) -> Summary | None:
+    """The summary of a cast's groups, or None unless every answer
     is a number and they are not all the same (one block then says it all)."""
     if len(groups) < 2:
         return None
     values: list[tuple[float, int]] = []
-    for output, _, ranks in groups:
-        value = number(output)
+    for group in groups:
+        value = number(group.output)
         if value is None:
             return None
-        values += [(value, rank) for rank in ranks]
+        values += [(value, rank) for rank in group.ranks]
     if not values:
         return None
     finite = sorted((v, r) for v, r in values if math.isfinite(v))

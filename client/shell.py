@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NoReturn, TypeVar
 
 import cmd2
@@ -49,7 +49,7 @@ RUNNING_HINT_AFTER = 1.0
 CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
 INTERRUPT_TIMEOUT = 5.0
-STACK_THREADS = ("main", "all")
+STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 EOF = "eof"
 """What cmd2 hands over for Ctrl-D at either prompt."""
 ERROR_COLOUR, PLAIN = "\x1b[91m", "\x1b[0m"
@@ -83,11 +83,11 @@ class Attachment:
         return {"job": self.job, "actor": self.actor, "rank": self.rank, "host": self.host}
 
 
-def json_row(row: dict) -> dict:
+def json_row(row: wire.SessionRow) -> dict:
     """A `list` row as the README's JSON schema names its fields."""
-    return {"job": row["job"], "actor": row["actor"], "rank": row["rank"], "coords": row["coords"],
-            "host": row["host"], "pid": row["pid"], "function": row["function"], "file": row["filename"],
-            "line": row["lineno"], "state": row["state"], "instance": row["instance"]}
+    return {"job": row.job, "actor": row.actor, "rank": row.rank, "coords": row.coords,
+            "host": row.host, "pid": row.pid, "function": row.function, "file": row.filename,
+            "line": row.lineno, "state": row.state, "instance": row.instance}
 
 
 def natural(text: str) -> int:
@@ -154,10 +154,10 @@ def count_number(text: str) -> int:
     return whole_number(text, "count")
 
 
-def threads(text: str) -> str:
-    if text not in STACK_THREADS:
+def threads(text: str) -> wire.Threads:
+    if text not in set(wire.Threads):
         raise CommandError(f"--thread is main or all, not {text!r}")
-    return text
+    return wire.Threads(text)
 
 
 def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str, Selection | None, str]:
@@ -232,7 +232,7 @@ STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--
 stacks_parser = Parser(STACKS_USAGE)
 stacks_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)")
 stacks_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
-stacks_parser.add_argument("--thread", type=threads, default="main", metavar="main|all",
+stacks_parser.add_argument("--thread", type=threads, default=wire.Threads.MAIN, metavar="main|all",
                            help="the main thread of each rank (default), or all its threads")
 stacks_parser.add_argument("--full", action="store_true",
                            help="every frame, the trunk all ranks share too (folded into one line by default)")
@@ -375,7 +375,7 @@ class DebugShell(cmd2.Cmd):
             reply = self.conn.request(wire.ListSessions(), wire.SessionList)
         except Timeout:
             return
-        self.actors.update(r["actor"] for r in getattr(reply, "rows", []))
+        self.actors.update(r.actor for r in getattr(reply, "rows", []))
 
     def postloop(self) -> None:
         self.pdb_history.save()
@@ -418,10 +418,10 @@ class DebugShell(cmd2.Cmd):
 
     def show_events(self, events: list[wire.Event]) -> None:
         """Runs on the connection's thread: fold the events into lines above the prompt."""
-        self.actors.update(e.actor for e in events if e.kind in ("breakpoint", "post-mortem"))
+        self.actors.update(e.actor for e in events if e.kind in STOPS)
         att = self.attached
         if att is not None:
-            events = [e for e in events if e.kind not in ("breakpoint", "post-mortem")
+            events = [e for e in events if e.kind not in STOPS
                       or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
         lines = describe_events(events)
         if lines:
@@ -570,13 +570,13 @@ class DebugShell(cmd2.Cmd):
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
         elif isinstance(msg, wire.SessionEnded):
-            if msg.reason == "unknown" and self.reattach(att):
+            if msg.reason == wire.Ending.UNKNOWN and self.reattach(att):
                 return
             self.collected.append(msg.text)
             self.report.stream(msg.text)
-            if msg.reason == "lost":
+            if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
-            elif msg.reason == "taken":
+            elif msg.reason == wire.Ending.TAKEN:
                 self.fail(f"another shell took over {att.actor} {att.rank} (attach --force)")
             self.leave(notify_broker=False)
 
@@ -630,7 +630,7 @@ class DebugShell(cmd2.Cmd):
         """Show every rank stopped at a breakpoint, or with --all every rank known, running too.
         Past list_rows ranks, a row per group of ranks stopped at the same place."""
         rows = self.ask(wire.ListAll() if args.all else wire.ListSessions(), wire.SessionList).rows
-        self.actors.update(r["actor"] for r in rows)
+        self.actors.update(r.actor for r in rows)
         if not rows:
             text = "No rank is known to the broker." if args.all else "No active breakpoints."
         elif args.rows or len(rows) <= self.list_rows:
@@ -645,7 +645,7 @@ class DebugShell(cmd2.Cmd):
     def do_jobs(self, args: argparse.Namespace) -> None:
         """Show the jobs whose ranks the broker knows."""
         rows = self.ask(wire.ListJobs(), wire.JobList).rows
-        self.report.result(jobs_table(rows) if rows else "No job is connected.", rows)
+        self.report.result(jobs_table(rows) if rows else "No job is connected.", [asdict(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors
@@ -668,7 +668,7 @@ class DebugShell(cmd2.Cmd):
             rows = self.ask(wire.ListSessions(), wire.SessionList).rows
         except (CommandError, Timeout):
             return []
-        ranks = sorted({r["rank"] for r in rows if r["actor"] == actor and (not job or r["job"] == job)})
+        ranks = sorted({r.rank for r in rows if r.actor == actor and (not job or r.job == job)})
         return self.basic_complete(text, line, begidx, endidx, [str(rank) for rank in ranks])
 
     def attach(self, job: str, actor: str, rank: int, force: bool) -> None:
@@ -693,9 +693,9 @@ class DebugShell(cmd2.Cmd):
         name = "--any" if args.any else args.actor
         job, actor = ("", "") if args.any else split_job(args.actor)
 
-        def stopped(rows: list[dict]) -> int:
-            return sum(1 for r in rows if r["state"] != "running" and (not actor or r["actor"] == actor)
-                       and (not job or r["job"] == job))
+        def stopped(rows: list[wire.SessionRow]) -> int:
+            return sum(1 for r in rows if r.state != wire.RankState.RUNNING and (not actor or r.actor == actor)
+                       and (not job or r.job == job))
 
         seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= args.count, args.timeout))
         what = f"ranks of {name}" if actor else "ranks"
@@ -716,7 +716,7 @@ class DebugShell(cmd2.Cmd):
         if extra:
             raise CommandError(f"follow takes an actor and a selector, not {extra!r}")
         following = self.conn.follow(actor, render_selector(selection or parse_selector("ranks(:)")), job, self.show_output)
-        rank_list = sorted(rank for _, rank, _ in following.sessions)
+        rank_list = sorted(f.rank for f in following.sessions)
         self.report.result(f"Following {actor} ranks[{format_ranks(rank_list)}] ({len(rank_list)}); 'follow off' stops.",
                            {"following": {"job": following.job, "actor": actor, "ranks": rank_list}})
 
@@ -763,10 +763,10 @@ class DebugShell(cmd2.Cmd):
     def do_continue(self, args: argparse.Namespace) -> None:
         """Clear the breakpoints set with b/tbreak and continue every stopped rank."""
         released = self.ask(wire.Continue(), wire.Continued).released
-        total = sum(len(r) for _, r in released)
-        parts = ", ".join(f"{actor} ranks[{format_ranks(r)}]" for actor, r in released)
+        total = sum(len(r.ranks) for r in released)
+        parts = ", ".join(f"{r.actor} ranks[{format_ranks(r.ranks)}]" for r in released)
         text = f"Continued {total} rank{'s' if total != 1 else ''}: {parts}" if released else "No rank is stopped."
-        self.report.result(text, {"continued": [{"actor": a, "ranks": r} for a, r in released], "count": total})
+        self.report.result(text, {"continued": [{"actor": r.actor, "ranks": r.ranks} for r in released], "count": total})
 
     @cmd2.with_category(CATEGORY)
     def do_detach(self, statement: cmd2.Statement) -> None:
@@ -798,15 +798,15 @@ class DebugShell(cmd2.Cmd):
         else:
             selection = None
             rows = self.ask(wire.ListAll(), wire.SessionList).rows
-            targets = sorted({(r["job"], r["actor"]) for r in rows if r["state"] not in ("lost", "finished")})
+            targets = sorted({(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
             if not targets:
                 raise CommandError("no running rank is known to the broker")
         selector = render_selector(selection or parse_selector("ranks(:)"))
         texts, docs = [], []
         for job, actor in targets:
             result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job)
-            texts.append(stacks.text(result, args.thread == "all", args.full))
-            docs.append(stacks.document(result, args.thread == "all", args.full))
+            texts.append(stacks.text(result, args.thread == wire.Threads.ALL, args.full))
+            docs.append(stacks.document(result, args.thread == wire.Threads.ALL, args.full))
             if result.missing:
                 self.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs
@@ -825,8 +825,8 @@ class DebugShell(cmd2.Cmd):
         reply = self.ask(wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
         asked = set(reply.ranks)
 
-        def stopped(rows: list[dict]) -> set[int]:
-            return {r["rank"] for r in rows if r["job"] == reply.job and r["actor"] == actor} & asked
+        def stopped(rows: list[wire.SessionRow]) -> set[int]:
+            return {r.rank for r in rows if r.job == reply.job and r.actor == actor} & asked
 
         done = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) == asked, args.timeout)) if asked else set()
         stuck = sorted(asked - done)
@@ -839,7 +839,7 @@ class DebugShell(cmd2.Cmd):
             lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (blocked in a call that "
                          "did not return to its code, C code holding the GIL, or the signal blocked); where they are:")
             try:
-                where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", "main", self.cast_timeout, reply.job)
+                where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN, self.cast_timeout, reply.job)
                 lines.append(stacks.text(where, False).rstrip("\n"))
                 doc["stacks"] = stacks.document(where)
             except RequestFailed as failure:
@@ -857,10 +857,10 @@ class DebugShell(cmd2.Cmd):
         """A picture of the mesh, each rank's state in its cell."""
         job, actor = split_job(args.actor) if args.actor is not None else ("", "")
         rows = self.ask(wire.ListAll(), wire.SessionList).rows
-        by_actor: dict[tuple[str, str], list[dict]] = {}
+        by_actor: dict[tuple[str, str], list[wire.SessionRow]] = {}
         for row in rows:
-            if (not actor or row["actor"] == actor) and (not job or row["job"] == job):
-                by_actor.setdefault((row["job"], row["actor"]), []).append(row)
+            if (not actor or row.actor == actor) and (not job or row.job == job):
+                by_actor.setdefault((row.job, row.actor), []).append(row)
         if not by_actor:
             raise CommandError(f"No rank of actor {actor} is known to the broker" if actor else "No rank is known to the broker")
         several_jobs = len({j for j, _ in by_actor}) > 1

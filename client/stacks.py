@@ -33,24 +33,23 @@ class Node:
     children: dict[str, Node] = field(default_factory=dict)
 
 
-def where(frame: list) -> str:
-    filename, line, function = frame
-    return f"{os.path.basename(filename)}:{line} {function}"
+def where(frame: wire.Frame) -> str:
+    return f"{os.path.basename(frame.file)}:{frame.line} {frame.function}"
 
 
-def merge(groups: list, every_thread: bool, below: int = 0) -> Node:
-    """The prefix tree of every [threads, ranks] group, outermost frame at the root; the first
-    `below` frames of each thread left out."""
+def merge(groups: list[wire.StackGroup], every_thread: bool, below: int = 0) -> Node:
+    """The prefix tree of every group, outermost frame at the root; the first `below` frames
+    of each thread left out."""
     root = Node("")
-    for threads, ranks in groups:
-        root.ranks.extend(ranks)
-        for name, frames in threads:
+    for group in groups:
+        root.ranks.extend(group.ranks)
+        for thread in group.threads:
             node = root
-            for label in ([f"thread {name}"] if every_thread else []) + [where(f) for f in frames[below:]]:
+            for label in ([f"thread {thread.name}"] if every_thread else []) + [where(f) for f in thread.frames[below:]]:
                 child = node.children.get(label)
                 if child is None:
                     child = node.children[label] = Node(label)
-                child.ranks.extend(ranks)
+                child.ranks.extend(group.ranks)
                 node = child
     return root
 
@@ -84,24 +83,23 @@ def ordered(node: Node) -> list[Node]:
     return sorted(node.children.values(), key=lambda c: (-len(set(c.ranks)), c.label))
 
 
-def own_code(frame: list) -> bool:
+def own_code(frame: wire.Frame) -> bool:
     """Whether a frame is the program's own rather than Python's, a package's or ours (judged
     by its path)."""
-    name = frame[0]
-    return not (name.startswith("<") or LIBRARY.search(name))
+    return not (frame.file.startswith("<") or LIBRARY.search(frame.file))
 
 
-def program_frame(frames: list) -> list:
+def program_frame(frames: list[wire.Frame]) -> wire.Frame:
     """The innermost frame of the program itself: where a rank is, in its author's words."""
     return next((frame for frame in reversed(frames) if own_code(frame)), frames[-1])
 
 
-def trunk(groups: list, every_thread: bool) -> list:
+def trunk(groups: list[wire.StackGroup], every_thread: bool) -> list[wire.Frame]:
     """The outermost frames every rank shares, to fold into one line: up to where the stacks
     first differ, or, when they do not, up to the program's own code (else all but the
     innermost frame). None of one frame only, nor with every thread shown, whose threads
     start apart."""
-    stacks = [frames for threads, _ in groups for _, frames in threads]
+    stacks = [thread.frames for group in groups for thread in group.threads]
     if every_thread or not stacks:
         return []
     first = stacks[0]
@@ -114,7 +112,7 @@ def trunk(groups: list, every_thread: bool) -> list:
     return first[:shared] if shared >= 2 else []
 
 
-def tree(groups: list, every_thread: bool, common: list) -> Node:
+def tree(groups: list[wire.StackGroup], every_thread: bool, common: list[wire.Frame]) -> Node:
     """The merged tree below the `common` trunk, which heads it as one node."""
     root = merge(groups, every_thread, len(common))
     if not common:
@@ -123,14 +121,14 @@ def tree(groups: list, every_thread: bool, common: list) -> Node:
     return Node("", root.ranks, {label: Node(label, list(root.ranks), root.children)})
 
 
-def elsewhere(groups: list) -> list[tuple[list[int], str]]:
+def elsewhere(groups: list[wire.StackGroup]) -> list[tuple[list[int], str]]:
     """Ranks whose (first thread's) stack is not the most common one, and where they are."""
     by_stack: dict[tuple, list[int]] = {}
     innermost: dict[tuple, str] = {}
-    for threads, ranks in groups:
-        frames = threads[0][1] if threads else []
+    for group in groups:
+        frames = group.threads[0].frames if group.threads else []
         key = tuple(where(f) for f in frames)
-        by_stack.setdefault(key, []).extend(ranks)
+        by_stack.setdefault(key, []).extend(group.ranks)
         innermost[key] = where(program_frame(frames)) if frames else "(no Python frame)"
     if len(by_stack) < 2:
         return []
@@ -147,7 +145,7 @@ def elsewhere_line(actor: str, ranks: list[int], place: str) -> str:
 
 def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> str:
     """The tree, its trunk folded unless `full`."""
-    total = sorted({r for _, ranks in result.groups for r in ranks})
+    total = sorted({r for group in result.groups for r in group.ranks})
     odd = elsewhere(result.groups)
     head = [f"{result.actor} {rank_text(total)}: {len(result.groups)} distinct stack{'s' if len(result.groups) != 1 else ''}"]
     head += [elsewhere_line(result.actor, ranks, place) for ranks, place in odd[:ELSEWHERE_SHOWN]]
@@ -159,8 +157,8 @@ def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> s
     return "\n".join(head + body) + "\n" + missing_lines(result)
 
 
-def frame_document(frame: list) -> dict:
-    return {"file": frame[0], "line": frame[1], "function": frame[2]}
+def frame_document(frame: wire.Frame) -> dict:
+    return {"file": frame.file, "line": frame.line, "function": frame.function}
 
 
 def document(result: wire.StacksResult, every_thread: bool = False, full: bool = False) -> dict:
@@ -169,9 +167,9 @@ def document(result: wire.StacksResult, every_thread: bool = False, full: bool =
     return {
         "actor": result.actor,
         "common": [frame_document(f) for f in common],
-        "groups": [{"ranks": ranks, "threads": [{"name": name, "frames": [
-            frame_document(f) for f in frames[len(common):]]} for name, frames in threads]}
-            for threads, ranks in result.groups],
+        "groups": [{"ranks": group.ranks, "threads": [{"name": thread.name, "frames": [
+            frame_document(f) for f in thread.frames[len(common):]]} for thread in group.threads]}
+            for group in result.groups],
         "elsewhere": [{"ranks": ranks, "where": place} for ranks, place in elsewhere(result.groups)],
-        "missing": [{"rank": rank, "reason": reason} for rank, reason in result.missing],
+        "missing": [{"rank": m.rank, "reason": m.reason} for m in result.missing],
     }

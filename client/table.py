@@ -3,6 +3,7 @@ a screenful of ranks, a row per group of ranks stopped at the same place."""
 
 from __future__ import annotations
 
+from monarch_pdb import wire
 from monarch_pdb.client.answers import shortened
 from monarch_pdb.client.hostlist import compress
 from monarch_pdb.ranks import format_ranks
@@ -17,10 +18,10 @@ def coords_text(coords: dict) -> str:
     return "{" + ", ".join(f"'{k}': {v}" for k, v in coords.items()) + "}"
 
 
-def session_cells(row: dict, with_job: bool) -> list[str]:
-    cells = [row["actor"], str(row["rank"]), coords_text(row["coords"]), row["host"], row["function"],
-             str(row["lineno"]) if row["lineno"] else ""]
-    return [row["job"], *cells] if with_job else cells
+def session_cells(row: wire.SessionRow, with_job: bool) -> list[str]:
+    cells = [row.actor, str(row.rank), coords_text(row.coords), row.host, row.function,
+             str(row.lineno) if row.lineno else ""]
+    return [row.job, *cells] if with_job else cells
 
 
 def grid(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
@@ -38,51 +39,51 @@ def grid(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def sessions_table(rows: list[dict], with_state: bool = False) -> str:
+def sessions_table(rows: list[wire.SessionRow], with_state: bool = False) -> str:
     """Monarch's six columns; a Job column first when sessions come from more than one job,
     an Instance column when an engine names its actors (a Ray actor's or task's id), and a
     State column last for `list --all`."""
-    with_job = len({r["job"] for r in rows}) > 1
+    with_job = len({r.job for r in rows}) > 1
     header = ["Job", *COLUMNS] if with_job else list(COLUMNS)
     cells = [session_cells(r, with_job) for r in rows]
-    extra = [("Instance", "instance")] if any(r["instance"] for r in rows) else []
+    extra = [("Instance", "instance")] if any(r.instance for r in rows) else []
     extra += [("State", "state")] if with_state else []
     for title, key in extra:
         header.append(title)
-        cells = [[*c, r[key]] for c, r in zip(cells, rows)]
+        cells = [[*c, getattr(r, key)] for c, r in zip(cells, rows)]
     return grid(header, cells)
 
 
-def groups_table(rows: list[dict], with_state: bool = False) -> str:
+def groups_table(rows: list[wire.SessionRow], with_state: bool = False) -> str:
     """A row per group of ranks sharing job, actor, function, line and state, in the order the
     rows come: their rank set, each coordinate's values and their hosts, compactly. A State
     column when asked for, or when states alone tell two groups apart."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[wire.SessionRow]] = {}
     for row in rows:
-        groups.setdefault((row["job"], row["actor"], row["function"], row["lineno"], row["state"]), []).append(row)
-    with_job = len({r["job"] for r in rows}) > 1
-    with_state = with_state or len({r["state"] for r in rows}) > 1
+        groups.setdefault((row.job, row.actor, row.function, row.lineno, row.state), []).append(row)
+    with_job = len({r.job for r in rows}) > 1
+    with_state = with_state or len({r.state for r in rows}) > 1
     header = [*(["Job"] if with_job else []), *GROUP_COLUMNS, *(["State"] if with_state else [])]
     cells = []
     for (job, actor, function, line, state), members in groups.items():
-        ranks = [r["rank"] for r in members]
+        ranks = [r.rank for r in members]
         cells.append([*([job] if with_job else []), actor, f"{shortened(format_ranks(ranks), CELL_SHOWN)} ({len(set(ranks))})",
-                      coords_ranges(members), shortened(compress(r["host"] for r in members), CELL_SHOWN),
+                      coords_ranges(members), shortened(compress(r.host for r in members), CELL_SHOWN),
                       function, str(line) if line else "", *([state] if with_state else [])])
     count = f"{len(rows)} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''}; 'list --rows' shows each rank"
     return grid(header, cells) + "\n" + count
 
 
-def coords_ranges(rows: list[dict]) -> str:
+def coords_ranges(rows: list[wire.SessionRow]) -> str:
     """Each coordinate's values over the rows, as a rank set: `{'host': 0-63, 'gpu': 0-7}`."""
     values: dict[str, set[int]] = {}
     for row in rows:
-        for dim, value in row["coords"].items():
+        for dim, value in row.coords.items():
             values.setdefault(dim, set()).add(value)
     return "{" + ", ".join(f"'{dim}': {shortened(format_ranks(v), CELL_SHOWN)}" for dim, v in values.items()) + "}"
 
 
-def jobs_table(rows: list[dict]) -> str:
+def jobs_table(rows: list[wire.JobRow]) -> str:
     header = ("Job", "Processes", "Paused", "Hosts")
-    return grid(header, [[r["job"], str(r["processes"]), f"{r['paused']}/{r['sessions']}", ", ".join(r["hosts"])]
+    return grid(header, [[r.job, str(r.processes), f"{r.paused}/{r.sessions}", ", ".join(r.hosts)]
                          for r in rows])

@@ -97,7 +97,7 @@ class Agent:
         self.threads = RankThreads()
         self.presence = Presence(self.threads, wake=lambda: self.link.post())
         self.interrupts = Interrupts(stop)
-        self.link = Link(settings, "agent", job_name(), self, self._locate, context=context)
+        self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
         conn = discovery.locate(self.settings)
@@ -151,7 +151,7 @@ class Agent:
             name = self._names.pop(sid, None)
             if self._holders.get(name) == sid:
                 del self._holders[name]
-            if ended.reason == "quit" and name is not None:
+            if ended.reason == wire.Ending.QUIT and name is not None:
                 self.presence.quit(name)
             self._by_thread.discard(sid)
             self.threads.closed(sid)
@@ -172,7 +172,7 @@ class Agent:
             self.threads.paused(prompt.sid, prompt.actor, prompt.rank)
             self._unsent.append(prompt.sid)
             if prompt.sid not in self._by_thread:
-                self.presence.paused_as([prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance])
+                self.presence.paused_as(wire.PresentRank(prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance))
             self._printing.discard(prompt.sid)  # its output went with the prompt
         self.link.post()
 
@@ -218,7 +218,7 @@ class Agent:
         elif isinstance(msg, wire.TakeStacks):
             self.link.post(self.stack_report(msg))
         elif isinstance(msg, wire.InterruptRanks):
-            self.interrupt(msg.actor, [r for r in msg.ranks if isinstance(r, int)])
+            self.interrupt(msg.actor, msg.ranks)
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         pass
@@ -257,9 +257,8 @@ class Agent:
         return out
 
     def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
-        ranks = [r for r in msg.ranks if isinstance(r, int)]
-        running = self.threads.of(msg.actor, ranks, self.presence.own())
-        return wire.StackReport(ref=msg.ref, groups=stacks.take(ranks, running, msg.threads == "all"))
+        running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
+        return wire.StackReport(ref=msg.ref, groups=stacks.take(msg.ranks, running, msg.threads == wire.Threads.ALL))
 
     def interrupt(self, actor: str, ranks: list[int]) -> None:
         """Ask the thread that runs each rank's code to stop in a session (see

@@ -188,12 +188,12 @@ class RemotePdb(ConfinedPdb):
     def set_continue(self) -> None:
         super().set_continue()
         if not self.breaks and self.session.call is None:
-            self.session.end("continued")
+            self.session.end(wire.Ending.CONTINUED)
 
     def set_quit(self) -> None:
         super().set_quit()
         if self.session.call is None:
-            self.session.end("quit")
+            self.session.end(wire.Ending.QUIT)
 
 
 @dataclass
@@ -208,7 +208,7 @@ class Session:
     interrupt stops as; any other is renamed when the process's name is taken (agent.py)."""
     sid: int = 0
     cmd: int = 0
-    reason: str = "breakpoint"
+    reason: wire.Stop = wire.Stop.BREAKPOINT
     exc: str = ""
     ended: bool = False
 
@@ -233,7 +233,7 @@ class Session:
         ))
         line = self.inbox.get()
         self.cmd = line.cmd
-        self.reason, self.exc = "breakpoint", ""
+        self.reason, self.exc = wire.Stop.BREAKPOINT, ""
         if line.release:
             self.debugger.clear_all_breaks()
         return line.text + "\n"
@@ -297,7 +297,7 @@ def post_mortem(exc: BaseException, traceback=None) -> None:
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
-    session.reason, session.exc = "post-mortem", f"{type(exc).__name__}: {exc}"
+    session.reason, session.exc = wire.Stop.POST_MORTEM, f"{type(exc).__name__}: {exc}"
     debugger = session.debugger
     debugger.reset()
     try:
@@ -314,7 +314,7 @@ def interrupt(frame, identity: Identity) -> None:
     breakpoints work as after breakpoint()."""
     agent = process_agent()
     session = session_for_this_thread(agent, identity)
-    session.reason = "interrupted"
+    session.reason = wire.Stop.INTERRUPTED
     debugger = session.debugger
     debugger.reset()
     caller = frame

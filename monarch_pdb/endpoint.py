@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from monarch_pdb import settings
+from monarch_pdb import settings, wire
 from monarch_pdb.agent import Agent
 from monarch_pdb.identity import CallContext, current, current_call
 
@@ -43,7 +43,7 @@ def _user_traceback(exc: BaseException):
 
 
 def outcome_of(exc: BaseException) -> str:
-    return "quit" if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
+    return wire.Ending.QUIT if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
 
 
 def stop_after_raise(call: CallContext, exc: BaseException, traceback=None) -> None:
@@ -65,7 +65,7 @@ def end_call(call: CallContext, outcome: str) -> None:
 def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
     call = CallContext(actor=actor, rank=rank, coords=dict(coords))
     token = current_call.set(call)
-    outcome = "returned"
+    outcome: str = wire.Ending.RETURNED
     agent = Agent.existing()
     running = None
     if agent is not None:

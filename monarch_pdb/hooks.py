@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from monarch_pdb import identity, settings
+from monarch_pdb import identity, settings, wire
 from monarch_pdb.endpoint import end_call, endpoint_call, outcome_of, stop_after_raise, wants_post_mortem
 from monarch_pdb.identity import CallContext, current_call
 from monarch_pdb.sources import SHIPPED_CODE
@@ -242,7 +242,7 @@ def _take_monarch_calls() -> None:
 
     def maybe_exit_debugger(self, *args: Any, **kwargs: Any) -> None:
         exit_debugger(self, *args, **kwargs)
-        _end_monarch_call("returned")
+        _end_monarch_call(wire.Ending.RETURNED)
 
     def post_mortem_then_report(self, exc_tb: Any) -> None:
         post_mortem_debug(self, exc_tb)

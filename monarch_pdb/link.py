@@ -24,7 +24,6 @@ import zmq
 from monarch_pdb import curve, discovery, wire
 from monarch_pdb.settings import Settings
 
-LOST_AFTER_BEATS = 3
 # Messages about the connection itself; everything else a broker that restarted and answers
 # Unknown never saw, and is sent again after the new handshake (waiting prompts are re-sent by
 # the agent itself).
@@ -76,7 +75,7 @@ def pub_address(router: str, pub: str) -> str:
 
 
 class Link:
-    def __init__(self, settings: Settings, role: str, name: str, peer: Peer,
+    def __init__(self, settings: Settings, role: wire.Role, name: str, peer: Peer,
                  locate: Callable[[], discovery.Connection | None], events: bool = False,
                  context: zmq.Context | None = None) -> None:
         self.settings = settings
@@ -205,7 +204,7 @@ class Link:
             if sock is not None:
                 poller.register(sock, zmq.POLLIN)
         beat = self.settings.heartbeat_interval
-        silent_limit = max(LOST_AFTER_BEATS * beat, self.settings.connect_timeout)
+        silent_limit = max(wire.LOST_AFTER_BEATS * beat, self.settings.connect_timeout)
 
         def send(*msgs: wire.Message) -> None:
             if not msgs:
@@ -292,12 +291,8 @@ class Link:
                     self._resend = []
             elif isinstance(msg, wire.Events):
                 self._catching_up = False
-                try:
-                    missed = [wire.Event.from_row(row) for row in msg.rows]
-                except wire.Refused:
-                    continue
-                for event in missed:
-                    self._deliver(event)
+                for row in msg.rows:
+                    self._deliver(wire.Event.from_row(row))
             elif isinstance(msg, wire.Unknown):
                 self.ready.clear()
                 self._resend += [m for m in self._unanswered if not isinstance(m, wire.Prompt)]

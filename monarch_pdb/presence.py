@@ -46,9 +46,9 @@ class Presence:
         """The ranks a mesh runtime named, in the order it named them, with their coords."""
         self._own = False
         """Whether the process is a rank of its own (and hosts none)."""
-        self._own_as: list | None = None
-        """The [job, actor, rank, coords, instance] the broker has for the process, when it is its own rank."""
-        self._stopped_as: list | None = None
+        self._own_as: wire.PresentRank | None = None
+        """Whom the broker has the process as, when it is its own rank."""
+        self._stopped_as: wire.PresentRank | None = None
         """Its sessions' identity while one is open: a paused thread may see more of it (a Ray
         task's name) than the link's thread does."""
         self._checked = float("-inf")
@@ -97,9 +97,8 @@ class Presence:
         if own:
             self._wake()
 
-    def paused_as(self, identity: list) -> None:
-        """A session of the process's own rank waits for input as [job, actor, rank, coords,
-        instance]: the process is announced under that name while a session is open."""
+    def paused_as(self, identity: wire.PresentRank) -> None:
+        """A session of the process's own rank waits for input as `identity`: the process is announced under that name while a session is open."""
         with self._lock:
             if self._own:
                 self._stopped_as = identity
@@ -156,7 +155,7 @@ class Presence:
                 self._own_as = own_as
             return wire.Present(ranks=[own_as])
         fresh = hosted if since is None else hosted[since:] + again
-        return wire.Present(ranks=[[job, actor, rank, coords] for (job, actor, rank), coords in fresh],
+        return wire.Present(ranks=[wire.PresentRank(job, actor, rank, coords) for (job, actor, rank), coords in fresh],
                             added=since is not None)
 
     # --- whom a running rank is ------------------------------------------------------
@@ -176,18 +175,17 @@ class Presence:
         for rank in ranks:
             if (actor, rank) in hosted:
                 job, coords = hosted[(actor, rank)]
-                name = [job, actor, rank, coords, ""]
+                name = wire.PresentRank(job, actor, rank, coords)
             else:
                 name = self._own_identity(stopped_as)
-            job, as_actor, as_rank, coords, instance = name
-            found[rank] = Identity(job=job, actor=as_actor, rank=as_rank, coords=dict(coords),
-                                   hostname=socket.gethostname(), pid=os.getpid(), instance=instance)
+            found[rank] = Identity(job=name.job, actor=name.actor, rank=name.rank, coords=dict(name.coords),
+                                   hostname=socket.gethostname(), pid=os.getpid(), instance=name.instance)
         return found
 
-    def _own_identity(self, stopped_as: list | None) -> list:
-        """[job, actor, rank, coords, instance] of a process that is its own rank: its open
-        sessions' name, else its newest call's, else the process's."""
+    def _own_identity(self, stopped_as: wire.PresentRank | None) -> wire.PresentRank:
+        """Whom a process that is its own rank is: its open sessions' name, else its newest
+        call's, else the process's."""
         if stopped_as is not None:
             return stopped_as
         ident = self._threads.newest_call() or current()
-        return [ident.job, ident.actor, ident.rank, ident.coords, ident.instance]
+        return wire.PresentRank(ident.job, ident.actor, ident.rank, ident.coords, ident.instance)

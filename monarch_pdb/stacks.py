@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from monarch_pdb import wire
 from monarch_pdb.rank_threads import Running
 from monarch_pdb.sources import debugger_code, own_code, source_file
 
@@ -37,9 +38,9 @@ def program_frames(frame) -> list:
     return out
 
 
-def frames_of(frame) -> list[list]:
-    """[file, line, function] of `program_frames`, outermost first."""
-    return [[source_file(f), f.f_lineno, f.f_code.co_name] for f in reversed(program_frames(frame))]
+def frames_of(frame) -> list[wire.Frame]:
+    """`program_frames`, outermost first."""
+    return [wire.Frame(source_file(f), f.f_lineno, f.f_code.co_name) for f in reversed(program_frames(frame))]
 
 
 def waits_in_await(coro: Any) -> bool:
@@ -58,42 +59,38 @@ def awaited_frames(coro: Any) -> Iterator:
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
 
 
-def awaiting(frames: list[list], coro: Any) -> list[list]:
+def awaiting(frames: list[wire.Frame], coro: Any) -> list[wire.Frame]:
     """A suspended coroutine's stack: the thread's frames up to the event loop, then each
     coroutine it awaits, outermost first."""
-    loop_at = next((i for i, f in enumerate(frames) if f[0].startswith(ASYNCIO_DIR)), len(frames))
-    return frames[:loop_at] + [[source_file(f), f.f_lineno, f.f_code.co_name] for f in awaited_frames(coro)]
+    loop_at = next((i for i, f in enumerate(frames) if f.file.startswith(ASYNCIO_DIR)), len(frames))
+    return frames[:loop_at] + [wire.Frame(source_file(f), f.f_lineno, f.f_code.co_name) for f in awaited_frames(coro)]
 
 
-def take(ranks: Iterable[int], running: Mapping[int, Running], every_thread: bool) -> list[list]:
-    """[threads, ranks] pairs, ranks whose stacks have the same frames sharing one pair (the
+def take(ranks: Iterable[int], running: Mapping[int, Running], every_thread: bool) -> list[wire.StackGroup]:
+    """The ranks' stacks, ranks whose stacks have the same frames sharing one group (the
     threads of two ranks differ in name only). `running` maps each rank to its own thread,
     shown first; the calling thread, the agent's, is never reported."""
     current = sys._current_frames()
     names = {t.ident: t.name for t in threading.enumerate()}
     me = threading.get_ident()
     busy = {how.thread for how in running.values()}
-    walked: dict[int, tuple[list, tuple]] = {}
+    walked: dict[int, wire.ThreadStack] = {}
 
-    def thread(ident: int) -> tuple[list, tuple]:
-        """The thread as reported, and what makes it equal to another."""
+    def thread(ident: int) -> wire.ThreadStack:
         if ident not in walked:
-            frames = frames_of(current.get(ident))
-            walked[ident] = ([names.get(ident, f"thread {ident}"), frames], tuple(map(tuple, frames)))
+            walked[ident] = wire.ThreadStack(names.get(ident, f"thread {ident}"), frames_of(current.get(ident)))
         return walked[ident]
 
     idle = [t for t in sorted(current) if t != me and t not in busy] if every_thread else []
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple, wire.StackGroup] = {}
     for rank in ranks:
         own, coro = running[rank].thread, running[rank].coroutine
         taken = [thread(t) for t in [own, *(t for t in idle if t != own)] if t in current]
         if taken and waits_in_await(coro):
-            name, frames = taken[0][0]
-            frames = awaiting(frames, coro)
-            taken[0] = ([name, frames], tuple(map(tuple, frames)))
-        key = tuple(same for _, same in taken)
+            taken[0] = wire.ThreadStack(taken[0].name, awaiting(taken[0].frames, coro))
+        key = tuple(t.key() for t in taken)
         if key in groups:
-            groups[key][1].append(rank)
+            groups[key].ranks.append(rank)
         else:
-            groups[key] = [[reported for reported, _ in taken], [rank]]
+            groups[key] = wire.StackGroup(taken, [rank])
     return list(groups.values())

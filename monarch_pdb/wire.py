@@ -9,9 +9,14 @@ Several messages for one peer may travel as one batch (type `batch`, `items` a l
 maps of type and fields), signed once: a cast to thousands of sessions behind one connection
 then costs one signature and one send per connection, not per session.
 
+Rows, groups and other values nested in a message are records (`Record`): each travels as a
+msgpack array of its fields and is checked field by field, as deep as it goes. The words that
+travel (states, event kinds, endings) are enums here, and each is its own text on the wire.
+
 A message that is too large, badly signed, replayed, too old (the signed time stamp `ts` is
 off by more than `max_age`), undecodable, of an unknown type or with a field of the wrong type
-is refused with `Refused`; receivers count it and move on.
+(anywhere inside it, or a word no enum knows) is refused with `Refused`; receivers count it and
+move on.
 """
 
 import dataclasses
@@ -23,7 +28,8 @@ import types
 import typing
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from enum import Enum
+from typing import Any, Callable, ClassVar
 
 import msgpack
 
@@ -40,6 +46,9 @@ BATCH_BYTES = 256 * 1024
 """Messages are batched up to this many bytes; a larger one travels alone."""
 ITEM_HEADER = 5
 """The most bytes msgpack adds in front of each packed item of a batch."""
+LOST_AFTER_BEATS = 3
+"""A peer silent for this many heartbeats is lost: the broker drops it, and it gives up on
+the broker (or on the connection, in a longer connect timeout) and says hello again."""
 AUTH_FAILED = [b"", b"monarch-pdb: authentication failed"]
 """The one unsigned answer: what a broker sends to a peer whose messages fail the signature
 check, so that a shell with the wrong secret says so at once instead of waiting in silence."""
@@ -54,17 +63,67 @@ class Message:
     TYPE: ClassVar[str] = ""
 
 
+class Record:
+    """A small value nested in a message (a row, a group, a frame): it travels as a msgpack
+    array of its fields in declared order, and decoding checks each field like a message's."""
+
+    __slots__ = ()
+
+
+Check = Callable[[Any], Any]
 REGISTRY: dict[str, type[Message]] = {}
-_SCHEMAS: dict[type[Message], tuple[tuple[str, tuple[type, ...], bool], ...]] = {}
+_SCHEMAS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
 
 
-def _accepted_types(annotation: Any) -> tuple[type, ...]:
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return tuple(t for arg in typing.get_args(annotation) for t in _accepted_types(arg))
+def _wrong(value: Any) -> Any:
+    raise Refused("wrong field type")
+
+
+def _checker(annotation: Any) -> Check:
+    """A function that gives back a decoded value as its declared type (a record built, an
+    enum's word looked up, each item of a list checked) or refuses it. A bool is no int here."""
+    origin = typing.get_origin(annotation)
+    if isinstance(annotation, types.UnionType) or origin is typing.Union:
+        options = [_checker(arg) for arg in typing.get_args(annotation)]
+
+        def check_union(value: Any) -> Any:
+            for option in options:
+                try:
+                    return option(value)
+                except Refused:
+                    pass
+            return _wrong(value)
+
+        return check_union
     if annotation is None or annotation is type(None):
-        return (type(None),)
-    base = typing.get_origin(annotation) or annotation
-    return (float, int) if base is float else (base,)
+        return lambda value: value if value is None else _wrong(value)
+    if origin is list:
+        (item_type,) = typing.get_args(annotation) or (Any,)
+        check_item = _checker(item_type)
+        return lambda value: [check_item(item) for item in value] if isinstance(value, list) else _wrong(value)
+    if origin is dict:
+        check_key, check_value = (_checker(arg) for arg in typing.get_args(annotation))
+        return lambda value: ({check_key(k): check_value(v) for k, v in value.items()} if isinstance(value, dict)
+                              else _wrong(value))
+    if annotation is Any:
+        return lambda value: value
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        words = {member.value: member for member in annotation}
+        return lambda value: words[value] if isinstance(value, str) and value in words else _wrong(value)
+    if isinstance(annotation, type) and issubclass(annotation, Record):
+        return lambda value: _build_record(annotation, value)
+    accepted = (float, int) if annotation is float else (origin or annotation,)
+    allows_bool = bool in accepted
+    return lambda value: value if isinstance(value, accepted) and (allows_bool or not isinstance(value, bool)) else _wrong(value)
+
+
+def _schema(cls: type) -> tuple[tuple[str, Check, bool], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple(
+        (f.name, _checker(hints[f.name]),
+         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(cls)
+    )
 
 
 def message(type_name: str):
@@ -73,19 +132,220 @@ def message(type_name: str):
     def register(cls):
         cls = dataclass(cls)
         cls.TYPE = type_name
-        hints = typing.get_type_hints(cls)
-        _SCHEMAS[cls] = tuple(
-            (
-                f.name,
-                _accepted_types(hints[f.name]),
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-            )
-            for f in dataclasses.fields(cls)
-        )
+        _SCHEMAS[cls] = _schema(cls)
         REGISTRY[type_name] = cls
         return cls
 
     return register
+
+
+def record(cls):
+    """Declare a record: a slotted dataclass whose fields are checked as they arrive."""
+    cls = dataclass(slots=True)(cls)
+    _SCHEMAS[cls] = _schema(cls)
+    return cls
+
+
+# --- the words that travel ----------------------------------------------------------------
+
+
+class Word(str, Enum):
+    """A word that travels: on the wire, in JSON and in print it is its own text."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+
+class Role(Word):
+    """Who says hello."""
+
+    AGENT = "agent"
+    SHELL = "shell"
+
+
+class Threads(Word):
+    """Whose stacks a stack request wants: the thread running each rank, or every thread."""
+
+    MAIN = "main"
+    ALL = "all"
+
+
+class Stop(Word):
+    """Why a session waits for input."""
+
+    BREAKPOINT = "breakpoint"
+    POST_MORTEM = "post-mortem"
+    INTERRUPTED = "interrupted"
+
+
+class RankState(Word):
+    """Where a rank stands in `list --all`: stopped (why, as `Stop` says), or not."""
+
+    BREAKPOINT = "breakpoint"
+    POST_MORTEM = "post-mortem"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"
+    QUIT = "quit"
+    """Runs, its last call having ended by quitting the debugger."""
+    LOST = "lost"
+    """Its process stopped answering."""
+    FINISHED = "finished"
+    """Its process said goodbye."""
+
+
+class EventKind(Word):
+    BREAKPOINT = "breakpoint"
+    POST_MORTEM = "post-mortem"
+    INTERRUPTED = "interrupted"
+    ENDED = "ended"
+    LOST = "lost"
+    RELEASED = "released"
+    """Free again: the shell that held it went away."""
+    TAKEN = "taken"
+    """Another shell took it over (attach --force)."""
+
+
+class Ending(Word):
+    """How a session ended, when one word says it; an exception says "raised KeyError"."""
+
+    RETURNED = "returned"
+    """Its endpoint call returned, or its program stopped tracing."""
+    QUIT = "quit"
+    CONTINUED = "continued"
+    """Continued with no breakpoint left: no longer traced."""
+    LOST = "lost"
+    TAKEN = "taken"
+    """(To the shell that held it.) Another shell took it over."""
+    UNKNOWN = "unknown"
+    """(To a shell.) The broker does not know the session: it restarted."""
+    RECONNECTED = "reconnected"
+    """Its process said hello again on a new connection before the old one was lost."""
+    FINISHED = "finished"
+    """(A cast's outcome.) Its endpoint returned."""
+
+
+# --- records nested in messages -----------------------------------------------------------
+
+
+@record
+class SessionRow(Record):
+    """A row of `list`: a rank, where it stands (nowhere, for a rank without a session) and
+    its state."""
+
+    job: str
+    actor: str
+    rank: int
+    coords: dict[str, int]
+    host: str
+    pid: int
+    function: str
+    filename: str
+    lineno: int
+    state: RankState
+    instance: str
+
+
+@record
+class JobRow(Record):
+    """A row of `jobs`."""
+
+    job: str
+    processes: int
+    sessions: int
+    paused: int
+    hosts: list[str]
+
+
+@record
+class Missing(Record):
+    """A rank that gave no answer, and why."""
+
+    rank: int
+    reason: str
+
+
+@record
+class CastGroup(Record):
+    """Ranks that answered a cast alike: `outcome` "" when they wait at their next prompt,
+    else how their sessions ended (an `Ending`, or what was raised)."""
+
+    output: str
+    outcome: str
+    ranks: list[int]
+
+
+@record
+class Frame(Record):
+    file: str
+    line: int
+    function: str
+
+
+@record
+class ThreadStack(Record):
+    """One thread's frames, outermost first."""
+
+    name: str
+    frames: list[Frame]
+
+    def key(self) -> tuple:
+        """What makes two threads' stacks the same: their frames, not the threads' names."""
+        return tuple((f.file, f.line, f.function) for f in self.frames)
+
+
+@record
+class StackGroup(Record):
+    """Ranks whose threads have the same frames (threads differing only in name are the same)."""
+
+    threads: list[ThreadStack]
+    ranks: list[int]
+
+
+@record
+class Released(Record):
+    """The ranks of one actor a top-level continue let go."""
+
+    actor: str
+    ranks: list[int]
+
+
+@record
+class FollowedSession(Record):
+    """A followed rank's session and the number of its last output."""
+
+    session: int
+    rank: int
+    seq: int
+
+
+@record
+class LogEntry(Record):
+    seq: int
+    text: str
+
+
+@record
+class PresentRank(Record):
+    """A rank a process runs, as the broker lists it."""
+
+    job: str
+    actor: str
+    rank: int
+    coords: dict[str, int]
+    instance: str = ""
+
+
+@record
+class EventRow(Record):
+    """An `Event` as the broker keeps it and sends it again to a shell that missed it."""
+
+    seq: int
+    kind: EventKind
+    job: str
+    actor: str
+    rank: int
+    where: str = ""
+    detail: str = ""
 
 
 # --- connection management, every peer ---------------------------------------------------
@@ -93,7 +353,8 @@ def message(type_name: str):
 
 @message("hello")
 class Hello(Message):
-    """First message of a peer: who it is. `role` is "agent" or "shell"."""
+    """First message of a peer: who it is. `role` is a `Role` (a broker answers any other
+    with an error)."""
 
     role: str
     name: str
@@ -154,7 +415,7 @@ class Prompt(Message):
     job: str
     actor: str
     rank: int
-    coords: dict
+    coords: dict[str, int]
     host: str
     pid: int
     function: str
@@ -162,7 +423,7 @@ class Prompt(Message):
     lineno: int
     output: str
     prompt: str
-    reason: str = "breakpoint"
+    reason: Stop = Stop.BREAKPOINT
     exc: str = ""
     instance: str = ""
 
@@ -177,12 +438,12 @@ class Output(Message):
 
 @message("ended")
 class Ended(Message):
-    """A session is over: its endpoint returned or its program stopped tracing."""
+    """A session is over: how, as an `Ending` says, or what was raised."""
 
     sid: int
     cmd: int
     output: str
-    reason: str = "returned"
+    reason: str = Ending.RETURNED
 
 
 @message("input")
@@ -216,16 +477,11 @@ class ListSessions(Message):
 
 @message("sessions")
 class SessionList(Message):
-    """Rows of paused sessions, each a map with the keys of `SESSION_ROW_KEYS`. Many rows come
-    in several parts, each a message that fits, the last with `more` false."""
+    """Rows of paused sessions. Many rows come in several parts, each a message that fits,
+    the last with `more` false."""
 
-    rows: list
+    rows: list[SessionRow]
     more: bool = False
-
-
-SESSION_ROW_KEYS = (
-    "job", "actor", "rank", "coords", "host", "pid", "function", "filename", "lineno", "state", "instance",
-)
 
 
 @message("jobs")
@@ -235,9 +491,7 @@ class ListJobs(Message):
 
 @message("job_list")
 class JobList(Message):
-    """One map per job: `job`, `processes`, `sessions`, `paused`, `hosts`."""
-
-    rows: list
+    rows: list[JobRow]
 
 
 @message("attach")
@@ -293,7 +547,8 @@ class SessionOutput(Message):
 
 @message("session_ended")
 class SessionEnded(Message):
-    """The held session is gone: `reason` is "returned", "lost" or "taken" (by another shell)."""
+    """The held session is gone: `reason` is how it ended (see `Ended`), or `Ending.LOST`,
+    `TAKEN` or `UNKNOWN`."""
 
     session: int
     text: str
@@ -321,15 +576,13 @@ class CastProgress(Message):
 
 @message("cast_result")
 class CastResult(Message):
-    """The answers of a cast, grouped: `groups` holds [output, outcome, ranks] triples, most
-    common first (outcome "" when the rank waits at its next prompt, else how its session
-    ended); `missing` holds [rank, reason] pairs for ranks that did not answer. Large answers
-    come in several parts."""
+    """The answers of a cast, grouped, most common first, and the ranks that did not answer.
+    Large answers come in several parts."""
 
     ref: int
     actor: str
-    groups: list
-    missing: list
+    groups: list[CastGroup]
+    missing: list[Missing]
     more: bool = False
     """True on every part but the last, when the answers are larger than one message."""
 
@@ -341,34 +594,30 @@ class Continue(Message):
 
 @message("continued")
 class Continued(Message):
-    """How many ranks the top-level continue released, per actor: [[actor, ranks], ...]."""
+    """The ranks the top-level continue released, per actor."""
 
-    released: list
+    released: list[Released]
 
 
 @message("event")
 class Event(Message):
-    """Published to every shell: a session stopped (`breakpoint`), entered `post-mortem`,
-    `ended`, was `lost`, or was `released` by a shell that went away. Events are numbered so a
-    shell can tell that it missed some."""
+    """Published to every shell: what happened to a session. Events are numbered so a shell
+    can tell that it missed some."""
 
     seq: int
-    kind: str
+    kind: EventKind
     job: str
     actor: str
     rank: int
     where: str = ""
     detail: str = ""
 
-    def row(self) -> list:
-        return [getattr(self, name) for name, _, _ in _SCHEMAS[Event]]
+    def row(self) -> EventRow:
+        return EventRow(**self.__dict__)
 
     @classmethod
-    def from_row(cls, row: object) -> "Event":
-        """An event sent as `row()`, checked like any message's fields."""
-        if not isinstance(row, list) or len(row) != len(_SCHEMAS[cls]):
-            raise Refused("wrong field type")
-        return build(cls, {name: value for (name, _, _), value in zip(_SCHEMAS[cls], row)})
+    def from_row(cls, row: EventRow) -> "Event":
+        return cls(**{name: getattr(row, name) for name, _, _ in _SCHEMAS[EventRow]})
 
 
 @message("printed")
@@ -401,11 +650,11 @@ class Follow(Message):
 
 @message("following")
 class Following(Message):
-    """The followed ranks, and each session's last output number: [[session, rank, seq]]."""
+    """The followed ranks, and each session's last output number."""
 
     job: str
     actor: str
-    sessions: list
+    sessions: list[FollowedSession]
 
 
 @message("output_since")
@@ -416,10 +665,10 @@ class OutputSince(Message):
 
 @message("output_log")
 class OutputLog(Message):
-    """A session's kept output after a number: [[seq, text]], oldest first."""
+    """A session's kept output after a number, oldest first."""
 
     session: int
-    rows: list
+    rows: list[LogEntry]
 
 
 @message("tick")
@@ -439,9 +688,9 @@ class CatchUp(Message):
 
 @message("events")
 class Events(Message):
-    """Missed events, as `Event.row()` lists, oldest first."""
+    """Missed events, oldest first."""
 
-    rows: list
+    rows: list[EventRow]
 
 
 # --- presence, stacks and interrupts ------------------------------------------------------
@@ -449,31 +698,29 @@ class Events(Message):
 
 @message("present")
 class Present(Message):
-    """Agent to broker: the ranks this process runs, paused or not, as [job, actor, rank,
-    coords] lists (and the instance, when the engine names one): all of them after each
+    """Agent to broker: the ranks this process runs, paused or not: all of them after each
     handshake, then (`added`) those a mesh runtime named since, so a thousand ranks starting
     at once cost a thousand entries, not a million."""
 
-    ranks: list
+    ranks: list[PresentRank]
     added: bool = False
 
 
 @message("list_all")
 class ListAll(Message):
-    """`list --all`: answered with `SessionList` rows for every rank the broker knows, its
-    `state` one of breakpoint, post-mortem, interrupted, running, lost, finished."""
+    """`list --all`: answered with `SessionList` rows for every rank the broker knows."""
 
 
 @message("stacks")
 class Stacks(Message):
     """Shell to broker: the Python stacks of the selected live ranks, answered with
-    `StacksResult`. `threads` is "main" (the thread running the rank) or "all"."""
+    `StacksResult`."""
 
     ref: int
     actor: str
     selector: str
     timeout: float
-    threads: str = "main"
+    threads: Threads = Threads.MAIN
     job: str = ""
 
 
@@ -483,29 +730,28 @@ class TakeStacks(Message):
 
     ref: int
     actor: str
-    ranks: list
-    threads: str
+    ranks: list[int]
+    threads: Threads
 
 
 @message("stack_report")
 class StackReport(Message):
-    """Agent to broker: [threads, ranks] pairs, ranks with identical stacks sharing one pair;
-    `threads` is a list of [thread name, frames], frames [file, line, function] lists,
-    outermost first."""
+    """Agent to broker: the stacks of the ranks asked, ranks with identical stacks sharing one
+    group."""
 
     ref: int
-    groups: list
+    groups: list[StackGroup]
 
 
 @message("stacks_result")
 class StacksResult(Message):
-    """Broker to shell: the stacks of a `Stacks` request as [threads, ranks] pairs, merged
-    over every process; `missing` holds [rank, reason] pairs. Large results come in parts."""
+    """Broker to shell: the stacks of a `Stacks` request, merged over every process, and the
+    ranks without one. Large results come in parts."""
 
     ref: int
     actor: str
-    groups: list
-    missing: list
+    groups: list[StackGroup]
+    missing: list[Missing]
     more: bool = False
 
 
@@ -524,7 +770,7 @@ class InterruptRanks(Message):
     """Broker to agent: stop these ranks of one actor in the thread that runs them."""
 
     actor: str
-    ranks: list
+    ranks: list[int]
 
 
 @message("interrupting")
@@ -533,7 +779,7 @@ class Interrupting(Message):
 
     job: str
     actor: str
-    ranks: list
+    ranks: list[int]
 
 
 # --- encoding ------------------------------------------------------------------------------
@@ -584,7 +830,7 @@ class Codec:
         items: list[bytes] = []
         size = 0
         for msg in msgs:
-            item = msgpack.packb({"t": msg.TYPE, **msg.__dict__}, use_bin_type=True)
+            item = _pack({"t": msg.TYPE, **msg.__dict__})
             if items and size + len(item) + ITEM_HEADER > limit:
                 bodies.append(self._sign({"t": BATCH, "items": items}))
                 items, size = [], 0
@@ -597,7 +843,7 @@ class Codec:
         self.counter += 1
         body = {"v": PROTOCOL, "s": self.sender, "n": self.counter, "ts": time.time()}
         body.update(fields)
-        packed = msgpack.packb(body, use_bin_type=True)
+        packed = _pack(body)
         return [hmac.new(self.key, packed, hashlib.sha256).digest(), packed]
 
     def decode(self, frames: list[bytes]) -> list[Message]:
@@ -656,18 +902,33 @@ def _build_typed(fields: dict) -> Message:
 
 def build(cls: type[Message], fields: dict) -> Message:
     """A message of type `cls` from decoded fields, each present when required and of its
-    declared type (a bool is not an int here), or `Refused`."""
+    declared type, records and lists checked all the way down, or `Refused`."""
     values = {}
-    for name, accepted, required in _SCHEMAS[cls]:
+    for name, check, required in _SCHEMAS[cls]:
         if name not in fields:
             if required:
                 raise Refused("missing field")
             continue
-        value = fields[name]
-        if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
-            raise Refused("wrong field type")
-        values[name] = value
+        values[name] = check(fields[name])
     return cls(**values)
+
+
+def _build_record(cls: type, value: Any) -> Any:
+    schema = _SCHEMAS[cls]
+    if not isinstance(value, list) or not sum(required for _, _, required in schema) <= len(value) <= len(schema):
+        raise Refused("wrong field type")
+    return cls(*[check(item) for (_, check, _), item in zip(schema, value)])
+
+
+def _flatten(value: Any) -> list:
+    """A record as it travels: its fields in order."""
+    if isinstance(value, Record):
+        return [getattr(value, name) for name, _, _ in _SCHEMAS[type(value)]]
+    raise TypeError(f"cannot send {type(value).__name__}")
+
+
+def _pack(body: dict) -> bytes:
+    return msgpack.packb(body, use_bin_type=True, default=_flatten)
 
 
 def clip(text: str, limit: int = MAX_OUTPUT) -> str:

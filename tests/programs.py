@@ -68,15 +68,15 @@ def settings_for(env: dict[str, str]) -> settings_module.Settings:
     return settings_module.load(env)
 
 
-def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, state: str | None = None) -> list[dict]:
+def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, state: str | None = None) -> list[wire.SessionRow]:
     """Block until `count` sessions are listed (optionally in one state); returns the rows.
 
     The shell's own `wait` mechanism: it re-lists whenever the broker publishes an event.
     """
     conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
-        def chosen(rows: list[dict]) -> list[dict]:
-            return [r for r in rows if state is None or r["state"] == state]
+        def chosen(rows: list[wire.SessionRow]) -> list[wire.SessionRow]:
+            return [r for r in rows if state is None or r.state == state]
 
         rows = chosen(conn.wait_for_rows(lambda rows: len(chosen(rows)) >= count, timeout))
         assert len(rows) >= count, f"expected {count} sessions, saw {len(rows)}: {rows}"
@@ -85,7 +85,7 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         conn.close()
 
 
-def wait_for_all_rows(env: dict[str, str], enough: Callable[[list[dict]], bool], timeout: float = 30.0) -> list[dict]:
+def wait_for_all_rows(env: dict[str, str], enough: Callable[[list[wire.SessionRow]], bool], timeout: float = 30.0) -> list[wire.SessionRow]:
     """`list --all` rows once `enough(rows)`; asked again after every event, or a moment later."""
     conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
@@ -155,7 +155,7 @@ def debug_launched_ranks(env: dict[str, str], shell: Callable, program: Program,
     they are paused), ranks 0-3 on host 0 with their local rank as gpu; a cast reaches the ranks
     chosen, `continue` all of them, and the launcher then exits 0 with every rank's last line."""
     rows = wait_for_sessions(env, 4, timeout=90)
-    assert len({r["job"] for r in rows}) == 1 and job_is(rows[0]["job"]), rows
+    assert len({r.job for r in rows}) == 1 and job_is(rows[0].job), rows
     sh = shell(command=DEBUG_SHELL)
     listed = re.findall(r"^\| (\w+) +\| (\d) +\| (\{.*?\}) +\|", sh.command("list"), re.M)
     assert listed == [("solver", str(r), f"{{'host': 0, 'gpu': {r}}}") for r in range(4)]

@@ -44,8 +44,8 @@ def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
             "numbers: count 16, min 0 (rank 0), max 1 (rank 1), mean 0.5, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 16 ranks: debugee ranks[0-15]"
         raised = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
-        assert sorted(r["rank"] for r in raised) == [2, 6, 10, 14]
-        assert {(r["function"], r["filename"]) for r in raised} == {("debugging._bad_rank", str(script))}
+        assert sorted(r.rank for r in raised) == [2, 6, 10, 14]
+        assert {(r.function, r.filename) for r in raised} == {("debugging._bad_rank", str(script))}
         # Events of those ranks stopping may still be printed above the answer.
         assert "Continued 4 ranks: debugee ranks[2,6,10,14]" in sh.command("continue")
         code, output = program.finish(timeout=60)
@@ -104,7 +104,7 @@ def test_running_monarch_ranks_are_seen_and_stopped_on_their_actors_thread(env, 
     program = Program(env, script, str(tmp_path / "stop"), cwd=tmp_path)
     try:
         wanted = {("loader", 0), ("loader", 1), ("fetcher", 0), ("fetcher", 1)}
-        wait_for_all_rows(env, lambda rows: wanted <= {(r["actor"], r["rank"]) for r in rows}, timeout=180)
+        wait_for_all_rows(env, lambda rows: wanted <= {(r.actor, r.rank) for r in rows}, timeout=180)
         interrupt_running_ranks(env, "loader", "wait_for_data", script)
         interrupt_running_ranks(env, "fetcher", "fetch", script)
         (tmp_path / "stop").touch()

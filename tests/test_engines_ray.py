@@ -45,13 +45,13 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
             "numbers: count 4, min 0 (rank 0), max 30 (rank 3), mean 15, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 4 ranks: Learner ranks[0-3]"
         assert "1 ranks of evaluate stopped" in sh.command("wait evaluate 1 --timeout 60", timeout=70)
-        [task] = [r for r in wait_for_sessions(env, 1) if r["actor"] == "evaluate"]
-        assert (task["rank"], task["function"]) == (task["pid"], "ray_actors.evaluate")
-        assert re.fullmatch(r"task [0-9a-f]+", task["instance"]), task
+        [task] = [r for r in wait_for_sessions(env, 1) if r.actor == "evaluate"]
+        assert (task.rank, task.function) == (task.pid, "ray_actors.evaluate")
+        assert re.fullmatch(r"task [0-9a-f]+", task.instance), task
         # Every process once: the actors run on as themselves, the task's worker is its session.
         assert [(c[0], c[1], c[6], c[7]) for c in cells_of(sh.command("list --all"))] == [
             ("Learner", str(r), f"actor {ids[str(r)]}", "running") for r in range(4)] + [
-            ("evaluate", str(task["pid"]), task["instance"], "breakpoint")]
+            ("evaluate", str(task.pid), task.instance, "breakpoint")]
         assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task['pid']}] (1)\n300\n")
         assert "Continued 1 rank: evaluate" in sh.command("continue")
         code, output = program.finish(timeout=60)
@@ -70,7 +70,7 @@ def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
         sh.command("wait evaluate 1 --timeout 60", timeout=70)
         sh.command("continue")
         rows = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
-        assert sorted((r["actor"], r["rank"], r["function"]) for r in rows) == [
+        assert sorted((r.actor, r.rank, r.function) for r in rows) == [
             ("Learner", r, "ray_actors.fail") for r in range(4)]
         # Events of the ranks stopping may still be printed above an answer: the answer ends the output.
         assert sh.command("cast Learner ranks(2) p lookup").endswith("Learner ranks[2] (1)\n{'rank': 2}\n")
@@ -134,7 +134,7 @@ def test_running_ray_actors_and_tasks_are_seen_and_stopped_in_their_code(env, tm
     program = Program(env, script, str(tmp_path / "stop"), cwd=tmp_path)
     try:
         wanted = {"Loader", "Fetcher", "shuffle"}
-        wait_for_all_rows(env, lambda rows: wanted <= {r["actor"] for r in rows if r["state"] == "running"}, timeout=120)
+        wait_for_all_rows(env, lambda rows: wanted <= {r.actor for r in rows if r.state == "running"}, timeout=120)
         interrupt_running_ranks(env, "Loader", "wait_for_data", script)
         interrupt_running_ranks(env, "Fetcher", "fetch", script)
         interrupt_running_ranks(env, "shuffle", "wait_for_data", script)

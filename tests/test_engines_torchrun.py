@@ -47,7 +47,7 @@ def test_torchrun_ranks_are_listed_cast_to_and_continued(env, shell):
         # Ranks 0-2 go on into the next all-reduce and wait there for rank 3, which stays paused
         # for longer than the job's own collective timeout: none of them may be ended for it.
         assert sh.command("cast train ranks(0:3) c") == "train ranks[0-2] (3)\n(continued; no longer traced)\n"
-        waiting = [row["pid"] for row in rows if row["rank"] < 3]
+        waiting = [row.pid for row in rows if row.rank < 3]
         wait_for_exit(waiting, timeout=3 * JOB_TIMEOUT)
         assert all(alive(pid) for pid in waiting), "a rank waiting for a paused peer was ended by the collective timeout"
         assert "Continued 1 rank: train ranks[3]" in sh.command("continue")
@@ -90,7 +90,7 @@ def test_running_torchrun_ranks_are_seen_and_stopped_in_their_code(env, tmp_path
     script.write_text(LOOP)
     program = Program(env, script, str(tmp_path / "stop"), cwd=tmp_path, launcher=[*TORCHRUN[:-1], "2"])
     try:
-        wait_for_all_rows(env, lambda rows: {(r["actor"], r["rank"]) for r in rows} == {("peers", 0), ("peers", 1)}, timeout=90)
+        wait_for_all_rows(env, lambda rows: {(r.actor, r.rank) for r in rows} == {("peers", 0), ("peers", 1)}, timeout=90)
         interrupt_running_ranks(env, "peers", "wait_for_peers", script)
         (tmp_path / "stop").touch()
         code, output = program.finish(timeout=60)

@@ -33,7 +33,7 @@ class Shown:
 def following(*sessions: tuple[int, int, int]) -> tuple[Follower, Shown]:
     """A follower of ACTOR's ranks, started from the broker's (session, rank, last seq) triples."""
     follower, shown = Follower(), Shown()
-    follower.start(wire.Following(job=JOB, actor=ACTOR, sessions=[list(s) for s in sessions]), shown)
+    follower.start(wire.Following(job=JOB, actor=ACTOR, sessions=[wire.FollowedSession(*s) for s in sessions]), shown)
     return follower, shown
 
 
@@ -42,7 +42,7 @@ def printed(session: int, seq: int, text: str, rank: int = 0, actor: str = ACTOR
 
 
 def log(session: int, *rows: tuple[int, str]) -> wire.OutputLog:
-    return wire.OutputLog(session=session, rows=[list(row) for row in rows])
+    return wire.OutputLog(session=session, rows=[wire.LogEntry(*row) for row in rows])
 
 
 def test_chunks_in_sequence_are_delivered_as_they_arrive() -> None:
@@ -143,7 +143,7 @@ def test_nothing_is_delivered_once_following_stops() -> None:
 def test_following_again_starts_from_the_new_numbers_and_forgets_held_chunks() -> None:
     follower, shown = following((7, 0, 0))
     follower.printed(printed(7, 3, "held"))
-    follower.start(wire.Following(job=JOB, actor=ACTOR, sessions=[[7, 0, 5]]), shown)
+    follower.start(wire.Following(job=JOB, actor=ACTOR, sessions=[wire.FollowedSession(7, 0, 5)]), shown)
     assert follower.requests() == []
     follower.printed(printed(7, 6, "f"))
     assert shown.texts() == ["f"]

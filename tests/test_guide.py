@@ -169,8 +169,8 @@ def test_the_guides_walkthrough(env, broker, shell):
         out = shell.command("continue")
         assert out.strip() == "Continued 14 ranks: debugee ranks[0-8,10-12,14,15]"
         rows = wait_for_sessions(env, 2, state="post-mortem")
-        assert sorted(int(r["rank"]) for r in rows) == [2, 6]
-        assert {r["function"] for r in rows} == {"debugging._bad_rank"}
+        assert sorted(int(r.rank) for r in rows) == [2, 6]
+        assert {r.function for r in rows} == {"debugging._bad_rank"}
         shell.expect(r"debugee ranks\[[0-9,-]+\] \(\d+\) entered post-mortem at debugging\.py:5: ValueError: bad rank")
 
         shell.command("attach debugee 2")

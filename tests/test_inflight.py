@@ -17,8 +17,9 @@ pytestmark = pytest.mark.timeout(10)
 
 STOP = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={}, host="h", pid=100,
                    function="m.step", filename="step.py", lineno=3, output="> step.py(3)step()\n", prompt="(Pdb) ")
-MAIN = [["MainThread", [["train.py", 9, "<module>"], ["train.py", 3, "step"]]]]
-OTHER = [["MainThread", [["train.py", 9, "<module>"], ["train.py", 5, "save"]]]]
+MAIN = [wire.ThreadStack("MainThread", [wire.Frame("train.py", 9, "<module>"), wire.Frame("train.py", 3, "step")])]
+OTHER = [wire.ThreadStack("MainThread", [wire.Frame("train.py", 9, "<module>"), wire.Frame("train.py", 5, "save")])]
+G, M = wire.CastGroup, wire.Missing
 
 
 def paused(count: int) -> tuple[Registry, list[Session]]:
@@ -51,7 +52,7 @@ def test_a_cast_is_settled_once_every_session_answered_identical_answers_grouped
         assert casts.settle(cast) == [], "not before every answer is in"
         answer(registry, casts, sess, output)
     [result] = casts.settle(cast)
-    assert result == wire.CastResult(ref=7, actor="train", groups=[["0\n", "", [0, 2]], ["1\n", "", [1]]], missing=[])
+    assert result == wire.CastResult(ref=7, actor="train", groups=[G("0\n", "", [0, 2]), G("1\n", "", [1])], missing=[])
     assert casts.settle(cast) == [] and cast.id not in casts, "and never again"
 
 
@@ -63,7 +64,7 @@ def test_an_expired_cast_names_the_ranks_still_running():
     answer(registry, casts, sessions[0], "done\n")
     assert casts.overdue(4.9) == [] and casts.overdue(5.0) == [cast]
     [result] = casts.settle(cast, expired=True)
-    assert result.groups == [["done\n", "", [0]]] and result.missing == [[1, "still running"]]
+    assert result.groups == [G("done\n", "", [0])] and result.missing == [M(1, "still running")]
 
 
 def test_a_running_session_is_named_running_and_a_busy_one_takes_the_next_cast_when_it_stops():
@@ -74,7 +75,7 @@ def test_a_running_session_is_named_running_and_a_busy_one_takes_the_next_cast_w
     sessions[1].resume(release=False)
     second = cast_of(sessions)
     assert casts.start(second, "p 2", sessions) == [], "one is busy with the first cast, one runs"
-    assert second.missing == [[1, "running"]] and second.answered == 0
+    assert second.missing == [M(1, "running")] and second.answered == 0
     answer(registry, casts, sessions[0], "> next\n")
     assert casts.next_line(sessions[0]) == "p 2" and sessions[0].cast == second.id
     assert casts.next_line(sessions[0]) is None
@@ -99,7 +100,7 @@ def test_a_session_still_running_the_line_of_an_expired_cast_is_named_running_by
         sess.resume(release=False)
     casts.settle(stuck, expired=True)
     later = cast_of(sessions)
-    assert casts.start(later, "p 1", sessions) == [] and later.missing == [[0, "running"]]
+    assert casts.start(later, "p 1", sessions) == [] and later.missing == [M(0, "running")]
 
 
 def test_a_session_that_ends_answers_its_cast_and_gives_up_those_waiting_for_it():
@@ -112,9 +113,9 @@ def test_a_session_that_ends_answers_its_cast_and_gives_up_those_waiting_for_it(
     assert casts.ended(sessions[0], "returned") == [running, waiting]
     assert casts.ended(sessions[1], "lost") == [running, waiting]
     [result] = casts.settle(running)
-    assert result.groups == [["bye\n", "finished", [0]]] and result.missing == [[1, "lost"]]
+    assert result.groups == [G("bye\n", "finished", [0])] and result.missing == [M(1, "lost")]
     [result] = casts.settle(waiting)
-    assert result.missing == [[0, "its session ended before the command ran"], [1, "lost"]]
+    assert result.missing == [M(0, "its session ended before the command ran"), M(1, "lost")]
 
 
 def test_progress_is_due_once_per_interval():
@@ -130,13 +131,13 @@ def test_progress_is_due_once_per_interval():
 def test_a_large_result_comes_in_parts_and_only_the_last_names_the_missing():
     _, sessions = paused(4)
     cast = cast_of(sessions)
-    cast.missing.append([9, "lost"])
+    cast.missing.append(M(9, "lost"))
     for n in range(4):
         cast.pending[n] = n
         cast.answer(n, str(n) * 100, "")
     parts = cast.result(part_size=250)
     assert [len(part.groups) for part in parts] == [2, 2]
-    assert [(part.more, part.missing) for part in parts] == [(True, []), (False, [[9, "lost"]])]
+    assert [(part.more, part.missing) for part in parts] == [(True, []), (False, [M(9, "lost")])]
 
 
 # --- stack requests -------------------------------------------------------------------------
@@ -151,18 +152,19 @@ def stacks_request(**waiting: list[int]) -> tuple[InFlight[StacksInFlight], Stac
 
 def test_identical_stacks_from_several_processes_share_one_entry():
     table, request = stacks_request(a=[0, 1], b=[2])
-    request.report(b"a", [[MAIN, [0]], [OTHER, [1]]])
+    request.report(b"a", [wire.StackGroup(MAIN, [0]), wire.StackGroup(OTHER, [1])])
     assert table.settle(request) == []
-    request.report(b"b", [[MAIN, [2]]])
+    request.report(b"b", [wire.StackGroup(MAIN, [2])])
     [result] = table.settle(request)
-    assert result == wire.StacksResult(ref=3, actor="train", groups=[[MAIN, [0, 2]], [OTHER, [1]]], missing=[])
+    assert result == wire.StacksResult(ref=3, actor="train", groups=[wire.StackGroup(MAIN, [0, 2]),
+                                                                     wire.StackGroup(OTHER, [1])], missing=[])
 
 
-def test_only_the_ranks_asked_of_a_process_count_and_a_malformed_report_names_its_ranks():
+def test_only_the_ranks_asked_of_a_process_count_and_those_it_sent_no_stack_for_are_named():
     table, request = stacks_request(a=[0, 1])
-    request.report(b"a", [[MAIN, [0, 7]], [[["MainThread", "not frames"]], [1]], "junk"])
+    request.report(b"a", [wire.StackGroup(MAIN, [0, 7])])
     [result] = table.settle(request)
-    assert result.groups == [[MAIN, [0]]] and result.missing == [[1, "its process sent no stack for it"]]
+    assert result.groups == [wire.StackGroup(MAIN, [0])] and result.missing == [M(1, "its process sent no stack for it")]
 
 
 def test_a_lost_process_and_a_silent_one_have_their_ranks_named():
@@ -170,4 +172,4 @@ def test_a_lost_process_and_a_silent_one_have_their_ranks_named():
     request.lost(b"a")
     assert table.overdue(9.0) == [] and table.overdue(10.0) == [request]
     [result] = table.settle(request, expired=True)
-    assert result.groups == [] and result.missing == [[0, "lost"], [1, "no answer in time"]]
+    assert result.groups == [] and result.missing == [M(0, "lost"), M(1, "no answer in time")]

@@ -42,13 +42,13 @@ def test_each_launcher_names_rank_coordinates_and_job(env, tmp_path, shell):
     programs["named"] = Program(dict(hooked, PROBE_NAMES="1", MONARCH_PDB_JOB="named", **LAUNCHERS["torchrun"][0]),
                                 script, cwd=tmp_path)
     try:
-        rows = {row["job"]: row for row in wait_for_sessions(env, len(programs))}
+        rows = {row.job: row for row in wait_for_sessions(env, len(programs))}
         for name, (_, job, rank, coords) in LAUNCHERS.items():
-            assert (rows[job]["actor"], rows[job]["rank"], rows[job]["coords"]) == ("probe", rank, coords), name
+            assert (rows[job].actor, rows[job].rank, rows[job].coords) == ("probe", rank, coords), name
         bare_pid = programs["bare"].proc.pid
         bare = rows[f"probe-{bare_pid}"]
-        assert (bare["actor"], bare["rank"], bare["coords"]) == ("trainer", bare_pid, {})
-        assert (rows["named"]["actor"], rows["named"]["rank"], rows["named"]["coords"]) == ("learner", 9, {"node": 1})
+        assert (bare.actor, bare.rank, bare.coords) == ("trainer", bare_pid, {})
+        assert (rows["named"].actor, rows["named"].rank, rows["named"].coords) == ("learner", 9, {"node": 1})
         assert shell().command("continue").strip().startswith(f"Continued {len(programs)} ranks")
         for name, program in programs.items():
             assert program.finish()[0] == 0, name
@@ -89,7 +89,7 @@ def test_install_stops_an_uncaught_exception_in_post_mortem(env, tmp_path, shell
             sh = shell()
             sh.command("continue")
         [row] = wait_for_sessions(env, 1, state="post-mortem")
-        assert (row["function"], row["rank"]) == ("failing.lookup", program.proc.pid)
+        assert (row.function, row.rank) == ("failing.lookup", program.proc.pid)
         sh = sh or shell()
         assert sh.command("cast failing ranks(:) p table").endswith("\n{'present': 1}\n")
         sh.command("continue")

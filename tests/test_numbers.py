@@ -28,8 +28,8 @@ def test_other_answers_are_not_numbers(printed):
 
 
 def test_a_nan_and_an_outlier_are_named_and_a_thousand_ranks_fit_on_one_screen():
-    groups = [[f"{1.0 + rank / 100000:.5f}\n", "", [rank]] for rank in range(1024)]
-    groups[5][0], groups[700][0] = "tensor(nan)\n", "9.5\n"
+    groups = [wire.CastGroup(f"{1.0 + rank / 100000:.5f}\n", "", [rank]) for rank in range(1024)]
+    groups[5].output, groups[700].output = "tensor(nan)\n", "9.5\n"
     result = wire.CastResult(ref=1, actor="trainer", groups=groups, missing=[])
     text = answers.grouped(result)
     assert len(text.splitlines()) <= 50
@@ -42,5 +42,5 @@ def test_a_nan_and_an_outlier_are_named_and_a_thousand_ranks_fit_on_one_screen()
 
 
 def test_no_summary_when_the_answers_are_all_equal_or_not_all_numbers():
-    assert summarize([["4\n", "", [0, 1, 2]]]) is None
-    assert summarize([["4\n", "", [0]], ["'x'\n", "", [1]]]) is None
+    assert summarize([wire.CastGroup("4\n", "", [0, 1, 2])]) is None
+    assert summarize([wire.CastGroup("4\n", "", [0]), wire.CastGroup("'x'\n", "", [1])]) is None

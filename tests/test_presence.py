@@ -43,11 +43,11 @@ def host(presence: Presence, *ranks: int) -> None:
 
 
 def hosted(*ranks: int, added: bool) -> wire.Present:
-    return wire.Present(ranks=[[JOB, "trainer", rank, {"gpu": rank}] for rank in ranks], added=added)
+    return wire.Present(ranks=[wire.PresentRank(JOB, "trainer", rank, {"gpu": rank}) for rank in ranks], added=added)
 
 
-def own(actor: str, rank: int, instance: str = "") -> list:
-    return [JOB, actor, rank, {"host": 0}, instance]
+def own(actor: str, rank: int, instance: str = "") -> wire.PresentRank:
+    return wire.PresentRank(JOB, actor, rank, {"host": 0}, instance)
 
 
 def runs(threads: RankThreads, actor: str, rank: int, instance: str = "") -> None:

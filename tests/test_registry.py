@@ -23,7 +23,7 @@ STOP = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={"gpu"
 def agent(registry: Registry, identity: bytes, link: bytes = b"", ranks: tuple[int, ...] = ()) -> Peer:
     peer = Peer(identity=identity, role="agent", name="job", host=HERE, pid=100, user="u", last_seen=0.0, link=link)
     registry.join(peer)
-    registry.set_present(identity, [["job", "train", rank, {"gpu": rank}] for rank in ranks], added=False)
+    registry.set_present(identity, [wire.PresentRank("job", "train", rank, {"gpu": rank}) for rank in ranks], added=False)
     return peer
 
 
@@ -66,7 +66,7 @@ def test_a_stop_after_a_line_is_no_news_but_a_stop_after_a_top_level_continue_is
     registry = Registry()
     sess = paused_session(registry)
     cmd = sess.resume(release=False)
-    assert not sess.paused and sess.row()["state"] == "running"
+    assert not sess.paused and sess.row().state == "running"
     assert stop(registry, cmd=cmd) == (sess, False)
     assert sess.paused and sess.resumed
     cmd = sess.resume(release=True)
@@ -90,7 +90,7 @@ def test_a_connection_past_its_session_limit_is_refused_and_keeps_what_it_has():
     with pytest.raises(Refused, match=r"^refused a session of train 2: this process already has 2 "
                                       r"\(MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION\); it continues without stopping$"):
         stop(registry, sid=3, rank=2)
-    assert [row["rank"] for row in registry.rows()] == [0, 1]
+    assert [row.rank for row in registry.rows()] == [0, 1]
 
 
 def test_a_rank_that_quit_is_listed_as_quit_until_it_stops_again():
@@ -98,9 +98,9 @@ def test_a_rank_that_quit_is_listed_as_quit_until_it_stops_again():
     agent(registry, b"agent", ranks=(0,))
     sess, _ = stop(registry)
     registry.end(sess, "quit")
-    assert [row["state"] for row in registry.all_rows()] == ["quit"]
+    assert [row.state for row in registry.all_rows()] == ["quit"]
     stop(registry, sid=2)
-    assert [row["state"] for row in registry.all_rows()] == ["breakpoint"]
+    assert [row.state for row in registry.all_rows()] == ["breakpoint"]
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -113,14 +113,14 @@ def test_a_replay_is_what_was_printed_since_the_last_input():
     log.add("1\n")
     log.add("(Pdb) ")
     assert log.replay() == "1\n(Pdb) "
-    assert log.since(1) == [[2, "1\n"], [3, "(Pdb) "]]
+    assert log.since(1) == [wire.LogEntry(2, "1\n"), wire.LogEntry(3, "(Pdb) ")]
 
 
 def test_output_is_kept_within_bounds_and_a_replay_says_what_was_not_kept():
     log = OutputLog(limit=10)
     log.add("abcdef")
     log.add("ghijkl")
-    assert log.size == 10 and log.since(0) == [[1, "cdef"], [2, "ghijkl"]]
+    assert log.size == 10 and log.since(0) == [wire.LogEntry(1, "cdef"), wire.LogEntry(2, "ghijkl")]
     assert log.replay() == "*** 2 earlier characters not kept (MONARCH_PDB_SESSION_HISTORY)\ncdefghijkl"
     log.mark_input()
     log.add("xyz")
@@ -207,7 +207,7 @@ def test_an_agent_that_reconnects_on_a_new_socket_keeps_one_session_per_rank():
     assert registry.session_of(b"new", 1) is sess and sess.peer == b"new"
     agent(registry, b"neighbour", link=b"two")
     stop(registry, b"neighbour", rank=1)
-    assert [row["rank"] for row in registry.rows()] == [0, 1], "another link of the process keeps its own"
+    assert [row.rank for row in registry.rows()] == [0, 1], "another link of the process keeps its own"
 
 
 def test_an_agent_that_leaves_ends_its_sessions_and_its_ranks_stay_listed_as_lost_or_finished():
@@ -219,7 +219,7 @@ def test_an_agent_that_leaves_ends_its_sessions_and_its_ranks_stay_listed_as_los
     assert gone.ended == [sess] and not gone.job_left, "another process of the job is left"
     assert registry.session_at(sess.id) is None and registry.rows() == []
     assert registry.leave(b"done", "returned").job_left
-    assert [(row["rank"], row["state"]) for row in registry.all_rows()] == [(0, "lost"), (1, "finished")]
+    assert [(row.rank, row.state) for row in registry.all_rows()] == [(0, "lost"), (1, "finished")]
     assert registry.leave(b"done", "returned") is None
 
 
@@ -235,9 +235,9 @@ def test_departed_ranks_are_kept_within_bounds_the_latest_ones():
     for n in range(5):
         agent(registry, bytes([n]), ranks=(n,))
         registry.leave(bytes([n]), "lost")
-    assert [row["rank"] for row in registry.all_rows()] == [2, 3, 4]
+    assert [row.rank for row in registry.all_rows()] == [2, 3, 4]
     agent(registry, b"back", ranks=(3,))
-    assert [(row["rank"], row["state"]) for row in registry.all_rows()] == [(2, "lost"), (3, "running"), (4, "lost")]
+    assert [(row.rank, row.state) for row in registry.all_rows()] == [(2, "lost"), (3, "running"), (4, "lost")]
 
 
 def test_silence_counts_only_from_when_the_broker_listens_again():
@@ -257,7 +257,7 @@ def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_no
     stop(registry, sid=1, rank=0)
     stop(registry, sid=2, rank=2, coords={"gpu": 2})
     chosen, absent = registry.select("", "train", "ranks(0,1,5)")
-    assert [s.rank for s in chosen] == [0] and absent == [[1, "running"], [5, "no such rank is known"]]
+    assert [s.rank for s in chosen] == [0] and absent == [wire.Missing(1, "running"), wire.Missing(5, "no such rank is known")]
     with pytest.raises(Refused, match=r"^no dimension 'host' in train \(its dimensions: gpu\)$"):
         registry.select("", "train", "ranks(host=0)")
     with pytest.raises(Refused, match=r"matches no rank of train with a session \(those are ranks\[0,2\]\)$"):

@@ -109,11 +109,11 @@ def test_a_rank_named_in_a_cast_and_absent_is_missing_and_fails_the_script(env, 
     assert absent.returncode == 1
     assert json.loads(absent.stdout)["missing"] == [{"rank": 16, "reason": "no such rank is known"}]
     assert absent.stderr.splitlines()[-1].endswith("1 of the selected ranks did not answer")
-    [row] = [r for r in wait_for_sessions(env, 16) if r["rank"] == 3]
-    os.kill(row["pid"], signal.SIGKILL)
+    [row] = [r for r in wait_for_sessions(env, 16) if r.rank == 3]
+    os.kill(row.pid, signal.SIGKILL)
     conn = ShellConnection.open(settings_for(env))
     try:
-        conn.wait_for_rows(lambda rows: all(r["rank"] != 3 for r in rows), timeout=30)
+        conn.wait_for_rows(lambda rows: all(r.rank != 3 for r in rows), timeout=30)
     finally:
         conn.close()
     lost = shell(env, "-c", "cast debugee ranks(0,3) p rank")

@@ -159,7 +159,7 @@ def test_breakpoints_in_a_mesh_spawned_by_an_actor(env, tmp_path, shell):
     program = run_script(env, tmp_path, "nested.py", NESTED)
     try:
         rows = wait_for_sessions(env, 2)
-        assert [(r["actor"], r["rank"], r["coords"]) for r in rows] == [("inner", 0, {"gpu": 0}), ("inner", 1, {"gpu": 1})]
+        assert [(r.actor, r.rank, r.coords) for r in rows] == [("inner", 0, {"gpu": 0}), ("inner", 1, {"gpu": 1})]
         sh = shell()
         assert sh.command("cast inner ranks(:) p value") == (
             "inner ranks[0] (1)\n0\ninner ranks[1] (1)\n10\n"
@@ -181,7 +181,7 @@ def test_post_mortem_without_a_breakpoint_only_when_asked(env, tmp_path, shell, 
             assert code != 0 and "KeyError: 'no such key'" in output
             return
         rows = wait_for_sessions(env, 2, state="post-mortem")
-        assert {r["function"] for r in rows} == {"fragile.explode"}
+        assert {r.function for r in rows} == {"fragile.explode"}
         sh = shell()
         assert sh.command("cast fragile ranks(0) up").count("go()") == 1
         assert sh.command("continue").strip() == "Continued 2 ranks: fragile ranks[0,1]"
@@ -252,11 +252,11 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
     try:
         rows = wait_for_sessions(env, 3)
         pid = program.proc.pid
-        main, *workers = sorted(rows, key=lambda r: r["instance"])
-        assert (main["rank"], main["instance"], main["function"]) == (pid, "", "threads.<module>")
-        assert [w["instance"] for w in workers] == ["thread worker-1", "thread worker-2"]
-        assert len({r["rank"] for r in rows}) == 3 and all(r["pid"] == pid for r in rows)
-        ranks = [r["rank"] for r in (main, *workers)]
+        main, *workers = sorted(rows, key=lambda r: r.instance)
+        assert (main.rank, main.instance, main.function) == (pid, "", "threads.<module>")
+        assert [w.instance for w in workers] == ["thread worker-1", "thread worker-2"]
+        assert len({r.rank for r in rows}) == 3 and all(r.pid == pid for r in rows)
+        ranks = [r.rank for r in (main, *workers)]
         listing = run_debug(env, "-c", "list")
         assert [line.split("|")[7].strip() for line in listing.stdout.splitlines() if "| threads " in line] == [
             "", "thread worker-1", "thread worker-2"], listing.stdout
@@ -297,7 +297,7 @@ def test_a_rank_that_quit_is_listed_as_quit_until_its_next_call(env, tmp_path):
         conn = ShellConnection.open(settings_for(env))
         try:
             deadline = time.monotonic() + 10  # presence makes no event: ask until the broker has it
-            while conn.request(wire.ListAll(), wire.SessionList).rows[0]["state"] != "running":
+            while conn.request(wire.ListAll(), wire.SessionList).rows[0].state != "running":
                 assert time.monotonic() < deadline, "rank 0 runs its next call, yet is listed as quit"
         finally:
             conn.close()
@@ -314,7 +314,7 @@ def test_any_process_with_pythonbreakpoint_and_launcher_identity(env, tmp_path, 
     program = run_train(env, tmp_path, 3, LOCAL_RANK="1", GROUP_RANK="0", WORLD_SIZE="4")
     try:
         [row] = wait_for_sessions(env, 1)
-        assert (row["actor"], row["rank"], row["coords"], row["function"]) == ("train", 3, {"host": 0, "gpu": 1}, "train.train_step")
+        assert (row.actor, row.rank, row.coords, row.function) == ("train", 3, {"host": 0, "gpu": 1}, "train.train_step")
         sh = shell()
         assert "-> return loss" in sh.command("attach train 3")
         assert sh.command("p loss").strip() == "0.25"
@@ -332,7 +332,7 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         [row] = wait_for_sessions(env, 1)
         sh = shell()
         sh.command("attach train 5")
-        os.kill(row["pid"], signal.SIGKILL)
+        os.kill(row.pid, signal.SIGKILL)
         sh.expect(r"train 5 was lost \(its process stopped answering\)", timeout=5)
         out = sh.command("p loss")
         assert "was lost" in out and "Detached from debug session for train 5" in out
@@ -530,7 +530,7 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         broker.wait()
         broker, _ = start_broker(env)
         after = wait_for_sessions(env, 16, timeout=5)
-        assert [(r["rank"], r["lineno"], r["state"]) for r in after] == [(r["rank"], r["lineno"], r["state"]) for r in before]
+        assert [(r.rank, r.lineno, r.state) for r in after] == [(r.rank, r.lineno, r.state) for r in before]
         out = sh.command("p rank")
         assert "(the broker restarted; attached again to debugee 13" in out and out.endswith("13\n")
         sh.command("detach")
@@ -547,7 +547,7 @@ def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_pat
     program = run_script(limited, tmp_path, "threads.py", THREADS)
     try:
         rows = wait_for_sessions(limited, 60)
-        held = rows[0]["rank"]  # which 60 of the 64 ranks got a session depends on thread timing
+        held = rows[0].rank  # which 60 of the 64 ranks got a session depends on thread timing
         program_text = ""
         sh = ShellDriver(dict(limited, MONARCH_PDB_PAGER=""))  # answers taller than the terminal, read here whole
         try:

@@ -301,9 +301,9 @@ def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
     program = run_program(env, tmp_path, "states.py", STATES, MONARCH_PDB_POST_MORTEM="always",
                           MONARCH_PDB_HEARTBEAT="0.3")
     try:
-        wait_for_all_rows(env, lambda rows: [r["state"] for r in rows] == ["running"] * 16)
+        wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running"] * 16)
         os.close(os.open(tmp_path / "go", os.O_WRONLY | os.O_NONBLOCK))  # the program reads it: go
-        wait_for_all_rows(env, lambda rows: [r["state"] for r in rows] == ["breakpoint"] * 4 + ["running"] * 4
+        wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["breakpoint"] * 4 + ["running"] * 4
                           + ["post-mortem"] * 4 + ["lost"] * 2 + ["finished"] * 2)
         done = debug(env, "mesh", "mesh mixed")
         assert done.returncode == 0, done.stderr
@@ -377,7 +377,7 @@ def test_a_thread_paused_in_shipped_code_is_the_ranks_and_named_by_its_script(en
     script = str(tmp_path / "checkpoint.py")
     try:
         [row] = wait_for_sessions(env, 1)
-        assert (row["function"], row["filename"], row["lineno"]) == ("checkpoint.load_checkpoint", script, BREAKPOINT_STOP)
+        assert (row.function, row.filename, row.lineno) == ("checkpoint.load_checkpoint", script, BREAKPOINT_STOP)
         done = debug(env, "stacks train", "stacks train --json", "cast train ranks(0) bt", "continue")
         assert done.returncode == 0, done.stdout + done.stderr
         assert "<dynamic-code>" not in done.stdout
@@ -388,7 +388,7 @@ def test_a_thread_paused_in_shipped_code_is_the_ranks_and_named_by_its_script(en
             "file": script, "line": BREAKPOINT_STOP, "function": "load_checkpoint"}
         assert f"\n> {script}({BREAKPOINT_STOP})load_checkpoint()\n" in done.stdout
         [row] = wait_for_sessions(env, 1, state="post-mortem")
-        assert (row["filename"], row["lineno"]) == (script, 12)
+        assert (row.filename, row.lineno) == (script, 12)
         where = debug(env, "cast train ranks(0) where")
         assert f"\n> {script}(12)load_checkpoint()\n" in where.stdout and "<dynamic-code>" not in where.stdout
     finally:
@@ -400,7 +400,7 @@ def test_a_plain_process_is_known_from_its_start_and_can_be_interrupted(env, tmp
     program = run_program(env, tmp_path, "plain.py", PLAIN)
     try:
         wait_for_lines(program, "WAITING", 1)
-        wait_for_all_rows(env, lambda rows: [(r["actor"], r["rank"]) for r in rows] == [("train", 0)])
+        wait_for_all_rows(env, lambda rows: [(r.actor, r.rank) for r in rows] == [("train", 0)])
         done = debug(env, "interrupt train ranks(0)", "list", "cast train ranks(0) p seconds", "continue", "list --all")
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("Interrupted 1 rank: train ranks[0] (1)\n")

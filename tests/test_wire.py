@@ -104,6 +104,64 @@ def test_bad_messages_are_refused_and_counted(frames, reason):
     assert codec.refused[reason] == 1
 
 
+FRAME = [__file__, 9, "step"]
+THREAD = ["MainThread", [FRAME]]
+
+
+def typed(t: str, **fields) -> list[bytes]:
+    return frames_with({"v": 1, "t": t, "s": b"s", "n": 1, "ts": NOW, **fields})
+
+
+@pytest.mark.timeout(10)
+def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
+    frame = wire.Frame(__file__, 9, "step")
+    report = wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], [0, 2])])
+    assert roundtrip(report) == report
+    result = wire.CastResult(ref=1, actor="a", groups=[wire.CastGroup("1\n", "", [0])], missing=[wire.Missing(3, "lost")])
+    assert roundtrip(result) == result
+    present = wire.Present(ranks=[wire.PresentRank("job", "a", 0, {"gpu": 0})])
+    assert roundtrip(present) == present
+    [decoded] = wire.Codec(KEY).decode(typed("stack_report", ref=1, groups=[[[THREAD], [0]]]))
+    assert decoded == wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], [0])])
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    "frames",
+    [
+        typed("stack_report", ref=1, groups=[[[THREAD], [0, "1"]]]),
+        typed("stack_report", ref=1, groups=[[[["MainThread", [[__file__, "9", "step"]]]], [0]]]),
+        typed("stack_report", ref=1, groups=[[[["MainThread", "not frames"]], [0]]]),
+        typed("stack_report", ref=1, groups=[[[THREAD], [0]], "junk"]),
+        typed("stack_report", ref=1, groups=[[[THREAD]]]),
+        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [True]]], missing=[]),
+        typed("cast_result", ref=1, actor="a", groups=[], missing=[[3, "lost", "extra"]]),
+        typed("present", ranks=[["job", "a", 0, {"gpu": 0.5}]]),
+        typed("present", ranks=[["job", "a", 0, {"gpu": "0"}]]),
+        typed("sessions", rows=[{"job": "job"}]),
+        typed("following", job="job", actor="a", sessions=[[1, 0]]),
+        typed("interrupt_ranks", actor="a", ranks=[0, None]),
+        typed("event", seq=1, kind="exploded", job="j", actor="a", rank=0),
+        typed("events", rows=[[1, "breakpoint", "j", "a", 0], [2, "nap", "j", "a", 0]]),
+        typed("sessions", rows=[["j", "a", 0, {}, "h", 1, "f", "f.py", 1, "asleep", ""]]),
+    ],
+)
+def test_a_wrong_type_nested_inside_a_payload_is_refused_and_counted(frames):
+    codec = wire.Codec(KEY)
+    with pytest.raises(wire.Refused, match="wrong field type"):
+        codec.decode(frames)
+    assert codec.refused == {"wrong field type": 1}
+
+
+@pytest.mark.timeout(10)
+def test_the_words_that_travel_arrive_as_their_enums_and_print_as_their_text():
+    [event] = wire.Codec(KEY).decode(typed("event", seq=1, kind="post-mortem", job="j", actor="a", rank=0))
+    assert event.kind is wire.EventKind.POST_MORTEM and f"{event.kind}" == str(event.kind) == "post-mortem"
+    row = wire.SessionRow("j", "a", 0, {}, "h", 1, "f", "f.py", 1, wire.RankState.QUIT, "")
+    [listed] = wire.Codec(KEY).decode(wire.Codec(KEY).encode(wire.SessionList(rows=[row])))
+    assert listed.rows[0].state is wire.RankState.QUIT
+
+
 @pytest.mark.timeout(10)
 def test_a_replayed_message_is_refused():
     sender, receiver = wire.Codec(KEY), wire.Codec(KEY)
