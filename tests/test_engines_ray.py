@@ -52,7 +52,7 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         assert [(c[0], c[1], c[6], c[7]) for c in cells_of(sh.command("list --all"))] == [
             ("Learner", str(r), f"actor {ids[str(r)]}", "running") for r in range(4)] + [
             ("evaluate", str(task.pid), task.instance, "breakpoint")]
-        assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task['pid']}] (1)\n300\n")
+        assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task.pid}] (1)\n300\n")
         assert "Continued 1 rank: evaluate" in sh.command("continue")
         code, output = program.finish(timeout=60)
         assert code == 0 and "STEPPED [1, 11, 21, 31]" in output and "EVALUATED 300" in output, output
