@@ -13,6 +13,7 @@ console, which costs a millisecond a call.
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import json
 import math
@@ -339,6 +340,7 @@ class DebugShell(cmd2.Cmd):
         self.intro = BANNER
         self.readline_terminal = rl_type == RlType.GNU and sys.stdin.isatty()
         self.pdb_history = PdbHistory.load(history_file)
+        atexit.register(self.pdb_history.save)
         self._attached: Attachment | None = None
         self.last_line: str | None = None
         self.actors: set[str] = set()
@@ -376,9 +378,6 @@ class DebugShell(cmd2.Cmd):
         except Timeout:
             return
         self.actors.update(r.actor for r in getattr(reply, "rows", []))
-
-    def postloop(self) -> None:
-        self.pdb_history.save()
 
     @property
     def attached(self) -> Attachment | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import signal
 import subprocess
 import sys
 
@@ -138,5 +139,26 @@ def test_a_history_file_of_an_older_release_is_replaced_not_fatal(env, broker, t
         second.wait_prompt()
         assert "history" not in second.text
         assert second.command(UP + UP, shown="jobs").strip() == "No job is connected."
+    finally:
+        second.kill()
+
+
+@pytest.mark.timeout(90)
+def test_pdb_lines_are_kept_when_the_terminal_closes_while_attached(example, env, tmp_path):
+    with_history = dict(env, MONARCH_PDB_HISTORY=str(tmp_path / "history"))
+    first = ShellDriver(with_history)
+    try:
+        first.wait_prompt()
+        first.command("attach debugee 6")
+        assert first.command("p rank * 7").strip() == "42"
+        first.child.kill(signal.SIGHUP)
+        first.child.expect(pexpect.EOF)
+    finally:
+        first.kill()
+    second = ShellDriver(with_history)
+    try:
+        second.wait_prompt()
+        second.command("attach debugee 6")
+        assert second.command(UP, shown="p rank * 7").strip() == "42"
     finally:
         second.kill()
