@@ -473,12 +473,17 @@ class DebugShell(cmd2.Cmd):
     # --- the command loop --------------------------------------------------------------
 
     def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
-        """One line typed, pasted or read from a script; a paste of several lines runs each."""
-        first, newline, rest = line.partition("\n")
-        stop = self.one_line(first, **kwargs)
-        self.show_alerts()
-        if newline and rest.strip() and not stop:
-            return self.onecmd_plus_hooks(rest)
+        """One line typed, pasted or read from a script; a paste of several lines runs each, up to
+        its last line that is not blank."""
+        lines = line.split("\n")
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        stop = False
+        for number, text in enumerate(lines):
+            stop = self.one_line(text, **(kwargs if number == 0 else {}))
+            self.show_alerts()
+            if stop:
+                break
         return stop
 
     def one_line(self, line: str, **kwargs) -> bool:

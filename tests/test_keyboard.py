@@ -102,6 +102,10 @@ def test_a_pasted_block_runs_each_of_its_lines_in_turn(example, shell):
     after_n, rank_after = (r"rank \+= 3", 2) if PDB_STOPS_ON_BREAKPOINT else (r"_bad_rank\(\)", 5)
     sh.expect(rf"(?s)\n2\n20\n> .*-> {after_n}\n{rank_after}\n")
     assert sh.wait_prompt() == "(Pdb)"
+    pasted = "".join(f"p {n}\n" for n in range(1500))
+    sh.child.send(f"{PASTE_START}{pasted}p 'end of paste'\n{PASTE_END}\r")
+    sh.expect(r"\n1499\n'end of paste'\n", timeout=60)
+    assert sh.wait_prompt() == "(Pdb)", "a paste longer than Python's recursion limit runs whole"
     sh.command("detach")
     sh.child.send(f"{PASTE_START}list\njobs\n{PASTE_END}\r")
     sh.expect(r"(?s)\| debugee +\| 15 .*\| debugging-\d+ +\| 16 ")
