@@ -20,16 +20,48 @@ class CastInFlight(Request):
     pending: dict[int, int] = field(default_factory=dict)
     """Session id -> rank, for each session whose answer is awaited."""
     answers: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
+    owed: dict[bytes, set[int]] = field(default_factory=dict)
+    """The ranks each broker below still owes: it sends them grouped, in one `CastResult`."""
+    hosts: dict[bytes, str] = field(default_factory=dict)
+    """The host of each broker below, to name it when it fails us."""
+    answered_below: dict[bytes, int] = field(default_factory=dict)
+    """How many of its ranks each broker below says have answered, before it sends them."""
     next_progress: float = 0.0
     RESULT = wire.CastResult
 
     @property
     def done(self) -> bool:
-        return not self.pending
+        return not self.pending and not self.owed
 
     @property
     def answered(self) -> int:
-        return self.total - len(self.pending) - len(self.missing)
+        owed = sum(len(ranks) for ranks in self.owed.values())
+        return self.total - len(self.pending) - owed - len(self.missing) + sum(self.answered_below.values())
+
+    def owe(self, branch: bytes, host: str, ranks: list[int]) -> None:
+        self.owed[branch], self.hosts[branch] = set(ranks), host
+
+    def merge(self, branch: bytes, groups: list[wire.CastGroup], missing: list[wire.Missing], more: bool) -> None:
+        """A broker below answers for its ranks, grouped; the last part (not `more`) ends
+        what it owes, and a rank it left out is named."""
+        owed = self.owed.get(branch)
+        if owed is None:
+            return
+        for group in groups:
+            mine = owed.intersection(group.ranks)
+            owed -= mine
+            self.answers[(group.output, group.outcome)].extend(mine)
+        for gone in missing:
+            if gone.rank in owed:
+                owed.discard(gone.rank)
+                self.missing.append(gone)
+        if not more:
+            self.branch_gone(branch, f"no answer from the broker on {self.hosts[branch]}")
+
+    def branch_gone(self, branch: bytes, reason: str) -> None:
+        """A broker below will send nothing more (lost, or done): its ranks still owed are missing."""
+        self.missing += [wire.Missing(rank, reason) for rank in sorted(self.owed.pop(branch, ()))]
+        self.answered_below.pop(branch, None)
 
     def answer(self, session_id: int, output: str, outcome: str) -> None:
         rank = self.pending.pop(session_id, None)
@@ -46,7 +78,9 @@ class CastInFlight(Request):
                 for (output, outcome), ranks in self.answers.items()]
 
     def unanswered(self) -> list[wire.Missing]:
-        return [wire.Missing(rank, "still running") for rank in self.pending.values()]
+        below = [wire.Missing(rank, f"no answer in time from the broker on {self.hosts[branch]}")
+                 for branch, ranks in self.owed.items() for rank in ranks]
+        return [wire.Missing(rank, "still running") for rank in self.pending.values()] + below
 
 
 class Casts(InFlight[CastInFlight]):

@@ -17,6 +17,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="exit after this long with no rank or shell connected (default: never)")
     parser.add_argument("--curve", action="store_true", default=None,
                         help="encrypt every connection with CurveZMQ (MONARCH_PDB_CURVE=1)")
+    parser.add_argument("--upstream", metavar="HOST:PORT",
+                        help="register with the broker above at HOST:PORT and serve it every rank of this one "
+                             "(MONARCH_PDB_UPSTREAM); needs the secret that broker has (MONARCH_PDB_SECRET_FILE)")
     parser.add_argument("--audit", metavar="FILE",
                         help="append one line per command sent to any rank: time, shell, job, actor, ranks, command")
     parser.add_argument("--embedded", action="store_true", help=argparse.SUPPRESS)
@@ -24,7 +27,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_module.load().with_overrides(host=args.host, port=args.port, curve=args.curve)
+    upstream = settings_module.upstream_address(args.upstream, "--upstream") if args.upstream else None
+    settings = settings_module.load().with_overrides(host=args.host, port=args.port, curve=args.curve,
+                                                     upstream=upstream)
     idle = args.idle_exit if args.idle_exit is not None else (settings.broker_idle_exit if args.embedded else 0.0)
     return server.run(settings, embedded=args.embedded, idle_exit=idle, audit=args.audit)
 

@@ -66,6 +66,12 @@ def in_parts(weighed: list[tuple[T, int]], part_size: int) -> list[list[T]]:
     return parts
 
 
+def row_weight(row: wire.SessionRow) -> int:
+    """About the bytes a list row takes in a message: its strings, and a few for each field."""
+    fields = [getattr(row, name) for name in row.__slots__]
+    return sum(len(value) if isinstance(value, str) else 8 for value in fields) + 8 * len(fields) + 16 * len(row.coords)
+
+
 R = TypeVar("R", bound=Request)
 
 

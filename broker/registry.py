@@ -37,10 +37,24 @@ class Peer:
     present: list = field(default_factory=list)
     """The ranks this process runs, paused or not: (job, actor, rank, dimension names,
     coordinates, instance) tuples (no dict per rank: a big job has many)."""
+    below: list[wire.SessionRow] = field(default_factory=list)
+    """A broker below's ranks that have no session there (its sessions are `owned`)."""
+    jobs: list[wire.JobRow] = field(default_factory=list)
+    """A broker below's jobs, as it counts them."""
 
     def describe(self) -> str:
+        if self.role == PARENT:
+            return f"a shell of the parent broker ({self.host})"
         who = f"{self.user}@{self.host}" if self.user else self.host
         return f"{who} pid {self.pid}"
+
+
+PARENT = "parent"
+"""The role of the broker above, as this broker's registry knows it: it holds sessions and sends
+lines as a shell does, for the shells connected up there."""
+
+STOPS = frozenset(stop.value for stop in wire.Stop)
+LIVE = frozenset((wire.RankState.RUNNING, wire.RankState.QUIT))
 
 
 class State(enum.Enum):
@@ -131,6 +145,8 @@ class Session:
     queued: tuple[tuple[int, str], ...] = ()
     """Lines of other shells' casts waiting for this session's current one (rarely any)."""
     holder: bytes | None = None
+    detail: str = ""
+    """Why it stopped, when an exception says so (post-mortem)."""
 
     @property
     def paused(self) -> bool:
@@ -275,7 +291,8 @@ class Registry:
         return self.agents_per_job[name] > 0
 
     def connected(self) -> bool:
-        return bool(self.peers)
+        """Whether any rank, shell or broker below is connected (the parent does not count)."""
+        return any(peer.role != PARENT for peer in self.peers.values())
 
     def silent(self, now: float, limit: float, since: float) -> list[bytes]:
         """The peers not heard from for `limit` seconds, counted from `since` at the earliest
@@ -310,17 +327,21 @@ class Registry:
         peer = self._forget_peer(identity)
         if peer is None:
             return None
-        if peer.role == wire.Role.SHELL:
+        if peer.role in (wire.Role.SHELL, PARENT):
             freed = [self.sessions[s] for s in peer.held if s in self.sessions]
             for sess in freed:
                 sess.holder = None
             return Departure(peer, freed=freed)
         ended = [self.sessions[s] for s in peer.owned if s in self.sessions]
+        if peer.role == wire.Role.BROKER:
+            # Its ranks run on, out of reach: lost, whether it stopped answering or shut down.
+            peer.below += [s.row() for s in ended]
+            self._depart(peer, wire.RankState.LOST)
         for sess in ended:
             self.end(sess, reason)
-        if reason != wire.Ending.RECONNECTED:
+        if peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
             self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED)
-        return Departure(peer, ended=ended, job_left=not self.has_job(peer.name))
+        return Departure(peer, ended=ended, job_left=peer.role == wire.Role.AGENT and not self.has_job(peer.name))
 
     # --- sessions ------------------------------------------------------------------------
 
@@ -354,7 +375,57 @@ class Registry:
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
         sess.prompt, sess.reason = intern(msg.prompt), msg.reason
+        if news:
+            sess.detail = msg.exc
         return sess, news
+
+    def mirror(self, branch: bytes, item: wire.BranchSession) -> Session:
+        """Record a session of a broker below, new or changed where it stands. Its output
+        stays below; the log here fills only while some shell follows ranks."""
+        row = item.row
+        sess = self.session_of(branch, item.id)
+        stopped = row.state in STOPS
+        if sess is None:
+            sess = Session(
+                id=self.next_id, peer=branch, sid=item.id, job=intern(row.job), actor=intern(row.actor),
+                rank=row.rank, coords={intern(k): v for k, v in row.coords.items()}, host=intern(row.host),
+                pid=row.pid, log=OutputLog(self.history_limit), instance=row.instance,
+                state=State.STOPPED if stopped else State.RUNNING,
+            )
+            self.next_id += 1
+            self.sessions[sess.id] = sess
+            self.by_agent[(branch, item.id)] = sess.id
+            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
+            self.peers[branch].owned.add(sess.id)
+            self.quit.discard((sess.job, sess.actor, sess.rank))
+        elif stopped:
+            sess.state = State.STOPPED if item.news else State.PAUSED
+        else:
+            sess.state = State.RUNNING
+        sess.function, sess.filename, sess.lineno = intern(row.function), intern(row.filename), row.lineno
+        sess.prompt = intern(item.prompt)
+        if stopped:
+            sess.reason = wire.Stop(row.state)
+        if item.news:
+            sess.detail = item.detail
+        return sess
+
+    def set_below(self, branch: bytes, rows: list[wire.SessionRow], jobs: list[wire.JobRow], added: bool) -> None:
+        """What a broker below says it has besides its sessions: ranks and jobs (`added`:
+        ranks besides those it said last)."""
+        for row in rows:
+            row.job, row.actor, row.host = intern(row.job), intern(row.actor), intern(row.host)
+            row.coords = {intern(k): v for k, v in row.coords.items()}
+        peer = self.peers[branch]
+        peer.below = peer.below + rows if added else rows
+        peer.jobs = jobs
+
+    def branches(self) -> list[Peer]:
+        return [peer for peer in self.peers.values() if peer.role == wire.Role.BROKER]
+
+    def is_branch(self, identity: bytes) -> bool:
+        peer = self.peers.get(identity)
+        return peer is not None and peer.role == wire.Role.BROKER
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:
         """A session by its agent's own number for it."""
@@ -456,17 +527,29 @@ class Registry:
         return chosen, self.without_session(found[0].job, actor, absent) if absent else []
 
     def job_rows(self) -> list[wire.JobRow]:
+        """Each job's processes and hosts (a broker below counts its own), and its sessions."""
         jobs: dict[str, wire.JobRow] = {}
+
+        def job(name: str) -> wire.JobRow:
+            return jobs.setdefault(name, wire.JobRow(job=name, processes=0, sessions=0, paused=0, hosts=[]))
+
         for peer in self.peers.values():
-            if peer.role != wire.Role.AGENT:
+            if peer.role == wire.Role.AGENT:
+                row = job(peer.name)
+                row.processes += 1
+                row.hosts += [peer.host] if peer.host not in row.hosts else []
+            elif peer.role == wire.Role.BROKER:
+                for below in peer.jobs:
+                    row = job(below.job)
+                    row.processes += below.processes
+                    row.hosts += [host for host in below.hosts if host not in row.hosts]
+            else:
                 continue
-            row = jobs.setdefault(peer.name, wire.JobRow(job=peer.name, processes=0, sessions=0, paused=0, hosts=[]))
-            row.processes += 1
-            if peer.host not in row.hosts:
-                row.hosts.append(peer.host)
             for sess_id in peer.owned:
+                sess = self.sessions[sess_id]
+                row = job(sess.job)
                 row.sessions += 1
-                row.paused += self.sessions[sess_id].paused
+                row.paused += sess.paused
         return [jobs[name] for name in sorted(jobs)]
 
     def rows(self) -> list[wire.SessionRow]:
@@ -496,12 +579,17 @@ class Registry:
             peer.present = present
 
     def _depart(self, peer: Peer, state: wire.RankState) -> None:
-        """A process is gone: its ranks stay listed as `lost` or `finished`, the latest ones
-        within bounds."""
-        for job, actor, rank, dims, values, instance in peer.present:
-            self.departed[(job, actor, rank)] = (dict(zip(dims, values)), peer.host, peer.pid, state, instance)
-            self.departed.move_to_end((job, actor, rank))
-            self.quit.discard((job, actor, rank))
+        """A process (or a broker below) is gone: its ranks stay listed as `lost` or
+        `finished`, the latest ones within bounds."""
+        gone = [((job, actor, rank), (dict(zip(dims, values)), peer.host, peer.pid, state, instance))
+                for job, actor, rank, dims, values, instance in peer.present]
+        gone += [((row.job, row.actor, row.rank),
+                  (row.coords, row.host, row.pid, row.state if row.state == wire.RankState.FINISHED else state,
+                   row.instance)) for row in peer.below]
+        for key, what in gone:
+            self.departed[key] = what
+            self.departed.move_to_end(key)
+            self.quit.discard(key)
         while len(self.departed) > self.departed_kept:
             self.departed.popitem(last=False)
 
@@ -513,6 +601,10 @@ class Registry:
             for j, a, rank, dims, values, _ in peer.present:
                 if a == actor and (not job or j == job):
                     found[(j, rank)] = LiveRank(peer.identity, j, a, rank, dict(zip(dims, values)))
+        for peer in self.branches():
+            for row in peer.below:
+                if row.actor == actor and (not job or row.job == job) and row.state in LIVE:
+                    found[(row.job, row.rank)] = LiveRank(peer.identity, row.job, actor, row.rank, row.coords)
         for sess in self.sessions.values():
             if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
                 found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords)
@@ -525,16 +617,35 @@ class Registry:
         """A `Missing` for each of `wanted` that has no session: it runs, its process is gone
         (lost or finished), or the broker never heard of it."""
         running = {rank for peer in self.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor}
+        below = {row.rank: row.state for peer in self.branches() for row in peer.below
+                 if row.job == job and row.actor == actor}
         found = []
         for rank in wanted:
             gone = self.departed.get((job, actor, rank))
             found.append(wire.Missing(rank, self.running_state((job, actor, rank)) if rank in running
+                                      else below[rank] if rank in below
                                       else gone[3] if gone else "no such rank is known"))
         return found
+
+    def pick(self, job: str, actor: str, wanted: list[int], live: bool = False) -> tuple[list, list[wire.Missing]]:
+        """The sessions of these ranks (with `live`, the live ranks) and a `Missing` for each
+        of the others; never refused, since the parent that asks knew of them all."""
+        try:
+            found = self.live_ranks(job, actor) if live else self.actor_sessions(job, actor)
+        except Refused:
+            found = []
+        by_rank = {r.rank: r for r in found}
+        chosen = [by_rank[rank] for rank in wanted if rank in by_rank]
+        absent = [rank for rank in wanted if rank not in by_rank]
+        return chosen, self.without_session(job, actor, absent) if absent else []
 
     def running_state(self, key: tuple[str, str, int]) -> str:
         """The state of a rank its process runs, without a session."""
         return wire.RankState.QUIT if key in self.quit else wire.RankState.RUNNING
+
+    def rows_without_session(self) -> list[wire.SessionRow]:
+        """`list --all` but the sessions: what a broker tells its parent besides them."""
+        return [row for row in self.all_rows() if (row.job, row.actor, row.rank) not in self.by_key]
 
     def all_rows(self) -> list[wire.SessionRow]:
         """`list --all`: every session, every rank running without one, and ranks whose
@@ -545,6 +656,9 @@ class Registry:
                 if (job, actor, rank) not in rows:
                     rows[(job, actor, rank)] = rank_row(job, actor, rank, dict(zip(dims, values)), peer.host,
                                                         peer.pid, self.running_state((job, actor, rank)), instance)
+        for peer in self.branches():
+            for row in peer.below:
+                rows.setdefault((row.job, row.actor, row.rank), row)
         for (job, actor, rank), (coords, host, pid, state, instance) in self.departed.items():
             if (job, actor, rank) not in rows:
                 rows[(job, actor, rank)] = rank_row(job, actor, rank, coords, host, pid, state, instance)

@@ -21,9 +21,10 @@ import zmq
 
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
-from monarch_pdb.broker.inflight import InFlight, Request, in_parts
-from monarch_pdb.broker.registry import Peer, Refused, Registry, Session
+from monarch_pdb.broker.inflight import InFlight, Request, in_parts, row_weight
+from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
 from monarch_pdb.broker.stacks import StacksInFlight
+from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
 from monarch_pdb.settings import Settings
 
 PROGRESS_EVERY = 0.25
@@ -31,6 +32,9 @@ EVENT_HISTORY = 16384
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
+BELOW_MARGIN = 0.1
+"""A broker below gets this much less of a request's time (at most half a second), so that
+its answer, late ranks named, arrives before ours is due."""
 
 
 def log(text: str) -> None:
@@ -56,6 +60,11 @@ class Broker:
     stopping: bool = False
     listening_since: float = float("-inf")
     """When the poll loop last came back from a pause longer than a heartbeat."""
+    upstream: Upstream | None = None
+    """The link to the broker above, if this one has one (`start_upstream`)."""
+    parent_wants_output: bool = False
+    attaching: dict[bytes, deque] = field(default_factory=dict)
+    """For each broker below, the shells whose attach it has yet to answer, in order."""
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
@@ -101,6 +110,23 @@ class Broker:
             wire.Stacks: self.on_stacks,
             wire.StackReport: self.on_stack_report,
             wire.Interrupt: self.on_interrupt,
+            # from the broker above
+            wire.CastDown: self.on_cast_down,
+            wire.TakeStacks: self.on_take_stacks,
+            wire.InterruptRanks: self.on_interrupt_ranks,
+            wire.OutputWanted: self.on_output_wanted,
+            # from brokers below
+            wire.BranchSessions: self.on_branch_sessions,
+            wire.BranchRanks: self.on_branch_ranks,
+            wire.BranchEnded: self.on_branch_ended,
+            wire.BranchOutput: self.on_branch_output,
+            wire.CastResult: self.on_cast_result,
+            wire.CastProgress: self.on_cast_progress,
+            wire.StacksResult: self.on_stacks_result,
+            wire.Attached: self.on_attached,
+            wire.Error: self.on_branch_error,
+            wire.SessionOutput: self.on_branch_session_output,
+            wire.SessionEnded: self.on_branch_session_ended,
         }
 
     # --- life cycle --------------------------------------------------------------------
@@ -112,6 +138,11 @@ class Broker:
         router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         pub = self.pub_endpoint = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
         return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve)
+
+    def start_upstream(self, address: str) -> None:
+        """Register everything below us with the broker at `address`, and serve it."""
+        self.upstream = Upstream(self.settings, address, self.secret, self.context,
+                                 lambda msg: self.send(UPSTREAM, msg))
 
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
@@ -125,6 +156,8 @@ class Broker:
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.pub, zmq.POLLIN)
         poller.register(woken, zmq.POLLIN)
+        if self.upstream is not None:
+            poller.register(self.upstream.woken, zmq.POLLIN)
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
@@ -137,14 +170,17 @@ class Broker:
                 self.note_subscriptions()
             if self.router in ready:
                 self.drain()
+            if self.upstream is not None:
+                self.hear_parent()
             now = polled = time.monotonic()
             self.expire(now)
-            if now >= next_tick:
+            ticked = now >= next_tick
+            if ticked:
                 next_tick = now + tick
                 self.reap(now)
                 self.summarize_refusals(now)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.event_seq))])
-            self.flush()
+            self.flush(now, ticked)
             if self.registry.connected():
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
@@ -154,9 +190,11 @@ class Broker:
         os.close(woken)
         os.close(wake)
         self.summarize_refusals(time.monotonic(), final=True)
+        if self.upstream is not None:
+            self.upstream.close()
         self.router.close()
         self.pub.close()
-        self.context.term()
+        self.context.destroy(linger=0)
 
     def stop(self, *_: object) -> None:
         self.stopping = True
@@ -171,9 +209,21 @@ class Broker:
             except zmq.Again:
                 return
             if frame[1:] == wire.OUTPUT_TOPIC:
+                was_wanted = self.output_wanted
                 self.followed = frame[:1] == b"\x01"
                 if self.followed:
                     self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(wire.OutputLive())])
+                self.tell_branches_output(was_wanted)
+
+    @property
+    def output_wanted(self) -> bool:
+        """Some shell follows ranks, here or above: brokers below send what they print."""
+        return self.followed or self.parent_wants_output
+
+    def tell_branches_output(self, was_wanted: bool) -> None:
+        if self.output_wanted != was_wanted:
+            for branch in self.registry.branches():
+                self.send(branch.identity, wire.OutputWanted(on=self.output_wanted))
 
     def drain(self) -> None:
         """Handle what has arrived, a bounded number at a time, so that answers go out between
@@ -197,6 +247,37 @@ class Broker:
                     self.told_unsigned.popitem(last=False)
                 self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
+        self.dispatch(identity, msgs)
+
+    def hear_parent(self) -> None:
+        """What the broker above sent, handled as from the peer UPSTREAM; after each welcome
+        it learns everything below us anew."""
+        assert self.upstream is not None
+        msgs = []
+        for item in self.upstream.take():
+            if item is JOINED:
+                self.dispatch(UPSTREAM, msgs)
+                msgs = []
+                self.parent_joined()
+            else:
+                msgs.append(item)
+        self.dispatch(UPSTREAM, msgs)
+        parent = self.registry.peer(UPSTREAM)
+        if parent is not None and self.upstream.ready:
+            parent.last_seen = time.monotonic()
+
+    def parent_joined(self) -> None:
+        assert self.upstream is not None
+        was_wanted = self.output_wanted
+        self.drop(UPSTREAM, wire.Ending.RECONNECTED)
+        self.registry.join(Peer(identity=UPSTREAM, role=PARENT, name="parent", host=self.upstream.address, pid=0,
+                                user="", last_seen=time.monotonic()))
+        self.upstream.rejoined(self.registry)
+        self.parent_wants_output = False
+        self.tell_branches_output(was_wanted)
+        log(f"registered with the broker above at {self.upstream.address}")
+
+    def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
         now = time.monotonic()
         for msg in msgs:
             if self.registry.heard(identity, now) is None and not isinstance(msg, wire.Hello):
@@ -228,11 +309,17 @@ class Broker:
             self.drop(identity, wire.Ending.LOST)
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
+        branch = self.registry.is_branch(identity)
         gone = self.registry.leave(identity, reason)
         if gone is None:
             return
         for sess in gone.freed:
             self.publish(wire.EventKind.RELEASED, sess)
+            if self.registry.is_branch(sess.peer):
+                self.send(sess.peer, wire.Detach(session=sess.sid))
+        if branch:
+            self.lose_branch(gone.peer, reason, gone.ended)
+            return
         for sess in gone.ended:
             self.end_session(sess, "", reason)
         if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
@@ -241,6 +328,32 @@ class Broker:
                 self.settle(self.stacks, request)
         if gone.job_left:
             log(f"job {gone.peer.name} left ({reason})")
+        if gone.peer.role == wire.Role.AGENT:
+            self.below_changed()
+
+    def lose_branch(self, peer: Peer, reason: wire.Ending, ended: list[Session]) -> None:
+        """A broker below is gone: its ranks are lost, in one event that names its host, and
+        nothing waits for it any more."""
+        host = peer.host
+        why = f"lost with the broker on {host}"
+        for sess in ended:
+            if sess.holder is not None:
+                self.send(sess.holder, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.LOST))
+            if self.upstream is not None:
+                self.upstream.ended(sess, "", wire.Ending.LOST)
+        for table in (self.casts, self.stacks):
+            for request in table:
+                if isinstance(request, CastInFlight):
+                    request.branch_gone(peer.identity, why)
+                else:
+                    request.lost(peer.identity, why)
+                self.settle(table, request)
+        self.attaching.pop(peer.identity, None)
+        ranks_lost = len(ended) + sum(row.state in LIVE for row in peer.below)
+        stopped = "stopped answering" if reason == wire.Ending.LOST else "shut down"
+        self.publish_event(wire.EventKind.BROKER_LOST, rank=ranks_lost, where=host, detail=stopped)
+        log(f"the broker below on {host} (pid {peer.pid}) {stopped}; {ranks_lost} ranks lost with it")
+        self.below_changed()
 
     # --- requests in flight --------------------------------------------------------------
 
@@ -262,30 +375,37 @@ class Broker:
         """Queue a message; `flush` sends each peer's queue as few signed batches."""
         self.outbox.setdefault(identity, []).append(msg)
 
-    def flush(self) -> None:
+    def flush(self, now: float | None = None, ticked: bool = False) -> None:
+        if self.upstream is not None:
+            up = self.upstream.outgoing(self.registry, time.monotonic() if now is None else now, ticked)
+            self.upstream.post(up + self.outbox.pop(UPSTREAM, []))
         for identity, msgs in self.outbox.items():
             for frames in self.codec.encode_many(msgs):
                 self.router.send_multipart([identity, *frames])
         self.outbox.clear()
 
     def publish(self, kind: wire.EventKind, sess: Session, detail: str = "") -> None:
-        self.event_seq += 1
         where = intern(f"{os.path.basename(sess.filename)}:{sess.lineno}") if sess.filename else ""
-        event = wire.Event(
-            seq=self.event_seq, kind=kind, job=sess.job, actor=sess.actor, rank=sess.rank,
-            where=where, detail=detail,
-        )
+        self.publish_event(kind, sess.job, sess.actor, sess.rank, where, detail)
+
+    def publish_event(self, kind: wire.EventKind, job: str = "", actor: str = "", rank: int = 0, where: str = "",
+                      detail: str = "") -> None:
+        self.event_seq += 1
+        event = wire.Event(seq=self.event_seq, kind=kind, job=job, actor=actor, rank=rank, where=where, detail=detail)
         self.history.append(event.row())
         self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(event)])
 
     def record_output(self, sess: Session, text: str) -> None:
-        """Keep a chunk of a session's output, and publish it when some shell follows ranks."""
+        """Keep a chunk of a session's output, and publish it when some shell follows ranks
+        (here, or above: then it goes up too)."""
         if not text:
             return
         seq = sess.log.add(text)
         if self.followed:
             printed = wire.Printed(session=sess.id, seq=seq, job=sess.job, actor=sess.actor, rank=sess.rank, text=text)
             self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(printed)])
+        if self.upstream is not None:
+            self.upstream.printed(sess, text)
 
     def end_session(self, sess: Session, text: str, reason: str) -> None:
         if reason != wire.Ending.LOST and sess.cast in self.casts:
@@ -294,12 +414,34 @@ class Broker:
             self.settle(self.casts, cast)
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
+        if self.upstream is not None:
+            self.upstream.ended(sess, text, reason)
         self.registry.end(sess, reason)
         self.publish(wire.EventKind.LOST if reason == wire.Ending.LOST else wire.EventKind.ENDED, sess, reason)
 
     def forward(self, sess: Session, line: str, release: bool = False) -> None:
         """Hand one line to a session's pdb."""
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release))
+        if self.upstream is not None:
+            self.upstream.sent_line(sess, time.monotonic())
+
+    def below_changed(self) -> None:
+        """The ranks without a session changed: the broker above learns them again."""
+        if self.upstream is not None:
+            self.upstream.ranks_due = True
+
+    def split_below(self, chosen: list) -> tuple[list, dict[bytes, list[int]]]:
+        """Sessions (or live ranks) of our own ranks, and the ranks of each broker below."""
+        branches = {peer.identity for peer in self.registry.branches()}
+        if not branches:
+            return chosen, {}
+        own, below = [], {}
+        for item in chosen:
+            if item.peer in branches:
+                below.setdefault(item.peer, []).append(item.rank)
+            else:
+                own.append(item)
+        return own, below
 
     def selected(self, identity: bytes, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """What a selector picks (`Registry.select`); nothing after telling the shell why."""
@@ -313,10 +455,11 @@ class Broker:
 
     def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
         """Know a new connection; a hello said again on a known one keeps its sessions."""
-        if msg.role not in (wire.Role.AGENT, wire.Role.SHELL):
+        if msg.role not in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
-        if not self.registry.knows(identity, msg.role, msg.link):
+        joined = not self.registry.knows(identity, msg.role, msg.link)
+        if joined:
             self.drop(identity, wire.Ending.RECONNECTED)
             first_of_job = self.registry.join(Peer(
                 identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
@@ -326,6 +469,12 @@ class Broker:
                 log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.event_seq))
+        if joined and msg.role == wire.Role.BROKER:
+            self.attaching[identity] = deque()
+            if self.output_wanted:
+                self.send(identity, wire.OutputWanted(on=True))
+            self.publish_event(wire.EventKind.BROKER_JOINED, where=msg.host)
+            log(f"a broker below joined from {msg.host} (pid {msg.pid})")
 
     def record(self, identity: bytes, job: str, actor: str, ranks_sent: list[int], line: str) -> None:
         """The audit log: one line per command sent to ranks, and who sent it."""
@@ -370,6 +519,10 @@ class Broker:
             return
         if sess is None:
             return
+        if self.upstream is not None:
+            self.upstream.touched(sess, news)
+            if news:
+                self.below_changed()
         self.record_output(sess, msg.output)
         if (cast := self.casts.stopped(sess)) is not None:
             self.settle(self.casts, cast)
@@ -388,10 +541,119 @@ class Broker:
         if sess.holder is not None:
             self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
 
+    # --- a broker below: what it tells of its ranks, and its answers ----------------------
+
+    def on_branch_sessions(self, identity: bytes, msg: wire.BranchSessions) -> None:
+        if not self.registry.is_branch(identity):
+            return
+        for item in msg.sessions:
+            known = self.registry.session_of(identity, item.id) is not None
+            sess = self.registry.mirror(identity, item)
+            if item.news and sess.paused:
+                self.publish(wire.EventKind(sess.reason), sess, item.detail)
+            if self.upstream is not None:
+                self.upstream.touched(sess, item.news)
+                if not known:
+                    self.below_changed()
+
+    def on_branch_ranks(self, identity: bytes, msg: wire.BranchRanks) -> None:
+        if self.registry.is_branch(identity):
+            self.registry.set_below(identity, msg.rows, msg.jobs, msg.added)
+            self.below_changed()
+
+    def on_branch_ended(self, identity: bytes, msg: wire.BranchEnded) -> None:
+        sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None
+        if sess is not None:
+            self.end_session(sess, msg.output, msg.reason)
+
+    def on_branch_output(self, identity: bytes, msg: wire.BranchOutput) -> None:
+        sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None
+        if sess is not None:
+            self.record_output(sess, msg.text)
+
+    def on_cast_result(self, identity: bytes, msg: wire.CastResult) -> None:
+        cast = self.casts.get(msg.ref)
+        if cast is not None and identity in cast.owed:
+            cast.merge(identity, msg.groups, msg.missing, msg.more)
+            self.settle(self.casts, cast)
+
+    def on_cast_progress(self, identity: bytes, msg: wire.CastProgress) -> None:
+        cast = self.casts.get(msg.ref)
+        if cast is not None and identity in cast.owed:
+            cast.answered_below[identity] = msg.answered
+
+    def on_stacks_result(self, identity: bytes, msg: wire.StacksResult) -> None:
+        request = self.stacks.get(msg.ref)
+        if request is not None and self.registry.is_branch(identity) and identity in request.waiting:
+            request.report(identity, msg.groups, msg.missing, msg.more)
+            self.settle(self.stacks, request)
+
+    def on_attached(self, identity: bytes, msg: wire.Attached) -> None:
+        """A broker below holds a session for one of our shells now: that shell is attached."""
+        waiting = self.attaching.get(identity)
+        if not waiting:
+            return
+        shell, sess_id = waiting.popleft()
+        sess = self.registry.session_of(identity, msg.session)
+        if sess is None or sess.id != sess_id or sess.holder != shell:
+            self.send(identity, wire.Detach(session=msg.session))
+            return
+        self.send(shell, wire.Attached(session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank,
+                                       host=sess.host, replay=msg.replay, resumed=msg.resumed, paused=msg.paused,
+                                       prompt=msg.prompt))
+
+    def on_branch_error(self, identity: bytes, msg: wire.Error) -> None:
+        """A broker below refused an attach (the session ended meanwhile): tell the shell."""
+        waiting = self.attaching.get(identity)
+        if waiting:
+            shell, sess_id = waiting.popleft()
+            self.registry.release(shell, sess_id)
+            self.send(shell, msg)
+
+    def on_branch_session_output(self, identity: bytes, msg: wire.SessionOutput) -> None:
+        sess = self.registry.session_of(identity, msg.session) if self.registry.is_branch(identity) else None
+        if sess is not None and sess.holder is not None:
+            self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.text, paused=msg.paused,
+                                                      prompt=msg.prompt))
+
+    def on_branch_session_ended(self, identity: bytes, msg: wire.SessionEnded) -> None:
+        """A session taken from us below (attach --force there): our shell holds it no more.
+        A session that ended is told by `BranchEnded`."""
+        sess = self.registry.session_of(identity, msg.session) if self.registry.is_branch(identity) else None
+        if sess is not None and sess.holder is not None and msg.reason in (wire.Ending.TAKEN, wire.Ending.UNKNOWN):
+            holder = sess.holder
+            self.registry.release(holder, sess.id)
+            self.send(holder, wire.SessionEnded(session=sess.id, text=msg.text, reason=msg.reason))
+
     def on_ended(self, identity: bytes, msg: wire.Ended) -> None:
         sess = self.registry.session_of(identity, msg.sid)
         if sess is not None:
             self.end_session(sess, msg.output, msg.reason)
+
+    # --- shells ------------------------------------------------------------------------
+
+    # --- the broker above: its requests for ranks below us ---------------------------------
+
+    def on_cast_down(self, identity: bytes, msg: wire.CastDown) -> None:
+        if identity == UPSTREAM:
+            chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks)
+            self.start_cast(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.line, msg.timeout)
+
+    def on_take_stacks(self, identity: bytes, msg: wire.TakeStacks) -> None:
+        if identity == UPSTREAM:
+            chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
+            self.start_stacks(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.timeout, msg.threads)
+
+    def on_interrupt_ranks(self, identity: bytes, msg: wire.InterruptRanks) -> None:
+        if identity == UPSTREAM:
+            chosen, _ = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
+            self.interrupt(identity, msg.job, msg.actor, chosen)
+
+    def on_output_wanted(self, identity: bytes, msg: wire.OutputWanted) -> None:
+        if identity == UPSTREAM:
+            was_wanted = self.output_wanted
+            self.parent_wants_output = self.upstream.wants_output = msg.on
+            self.tell_branches_output(was_wanted)
 
     # --- shells ------------------------------------------------------------------------
 
@@ -417,12 +679,20 @@ class Broker:
         if taken_from is not None:
             self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN))
             self.publish(wire.EventKind.TAKEN, sess, self.registry.peer(identity).describe())
+        if self.registry.is_branch(sess.peer):
+            # Held here; below, it is held by us for whichever shell up here holds it.
+            self.attaching[sess.peer].append((identity, sess.id))
+            self.send(sess.peer, wire.Attach(job=sess.job, actor=sess.actor, rank=sess.rank, force=True))
+            return
         self.send(identity, wire.Attached(
             session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
             replay=sess.log.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
         ))
 
     def on_detach(self, identity: bytes, msg: wire.Detach) -> None:
+        sess = self.registry.held(identity, msg.session)
+        if sess is not None and self.registry.is_branch(sess.peer):
+            self.send(sess.peer, wire.Detach(session=sess.sid))
         self.registry.release(identity, msg.session)
         self.send(identity, wire.Detached(session=msg.session))
 
@@ -433,26 +703,47 @@ class Broker:
             self.send(identity, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
         self.record(identity, sess.job, sess.actor, [sess.rank], msg.line)
-        self.forward(sess, msg.line)
+        if self.registry.is_branch(sess.peer):
+            self.send(sess.peer, wire.Send(session=sess.sid, line=msg.line))
+        else:
+            self.forward(sess, msg.line)
 
     def on_cast(self, identity: bytes, msg: wire.Cast) -> None:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector)
-        if not chosen:
-            return
-        self.record(identity, chosen[0].job, msg.actor, [s.rank for s in chosen], msg.line)
+        if chosen:
+            self.start_cast(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.line, msg.timeout)
+
+    def start_cast(self, shell: bytes, ref: int, job: str, actor: str, chosen: list[Session],
+                   absent: list[wire.Missing], line: str, timeout: float) -> None:
+        """Run one line on the chosen sessions: ours one by one, each broker below's in one
+        message; the answers go to `shell` grouped, once all are in or the time is up."""
+        self.record(shell, job, actor, [s.rank for s in chosen], line)
         now = time.monotonic()
-        cast = CastInFlight(shell=identity, ref=msg.ref, actor=msg.actor, deadline=now + msg.timeout,
+        cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
                             total=len(chosen) + len(absent), missing=absent, next_progress=now + PROGRESS_EVERY)
-        for sess in self.casts.start(cast, msg.line, chosen):
-            self.forward(sess, msg.line)
+        own, below = self.split_below(chosen)
+        for sess in self.casts.start(cast, line, own):
+            self.forward(sess, line)
+        for branch, branch_ranks in below.items():
+            cast.owe(branch, self.registry.peer(branch).host, branch_ranks)
+            self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=branch_ranks, line=line,
+                                            timeout=below_timeout(timeout)))
         self.settle(self.casts, cast)
 
     def on_continue(self, identity: bytes, msg: wire.Continue) -> None:
-        """Release every paused rank (of one job, if named) after clearing its breakpoints."""
+        """Release every paused rank (of one job, if named) after clearing its breakpoints;
+        each broker below releases its own, told once."""
         released: dict[tuple[str, str], list[int]] = {}
+        branches = set()
         for sess in self.registry.paused(msg.job):
             released.setdefault((sess.job, sess.actor), []).append(sess.rank)
-            self.forward(sess, "continue", release=True)
+            if self.registry.is_branch(sess.peer):
+                branches.add(sess.peer)
+                sess.state = State.RELEASED
+            else:
+                self.forward(sess, "continue", release=True)
+        for branch in branches:
+            self.send(branch, wire.Continue(job=msg.job))
         by_actor: dict[str, list[int]] = {}
         for (job, actor), ranks_released in released.items():
             self.record(identity, job, actor, ranks_released, "continue (top level)")
@@ -463,20 +754,27 @@ class Broker:
 
     def on_present(self, identity: bytes, msg: wire.Present) -> None:
         self.registry.set_present(identity, msg.ranks, msg.added)
+        self.below_changed()
 
     def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:
         self.send_rows(identity, self.registry.all_rows())
 
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
-        if not chosen:
-            return
-        request = self.stacks.open(StacksInFlight(shell=identity, ref=msg.ref, actor=msg.actor,
-                                                  deadline=time.monotonic() + msg.timeout, missing=absent))
+        if chosen:
+            self.start_stacks(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.timeout, msg.threads)
+
+    def start_stacks(self, shell: bytes, ref: int, job: str, actor: str, chosen: list[LiveRank],
+                     absent: list[wire.Missing], timeout: float, threads: wire.Threads) -> None:
+        """Ask each process (or broker below) for its chosen ranks' stacks, merged as they come."""
+        request = self.stacks.open(StacksInFlight(shell=shell, ref=ref, actor=actor,
+                                                  deadline=time.monotonic() + timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
         for peer, asked in request.waiting.items():
-            self.send(peer, wire.TakeStacks(ref=request.id, actor=msg.actor, ranks=asked, threads=msg.threads))
+            self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
+                                            timeout=below_timeout(timeout)))
+        self.settle(self.stacks, request)
 
     def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:
         request = self.stacks.get(msg.ref)
@@ -487,23 +785,25 @@ class Broker:
     def on_interrupt(self, identity: bytes, msg: wire.Interrupt) -> None:
         """Ask the processes of the selected ranks to stop them; ranks already paused are left."""
         chosen, _ = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
-        if not chosen:
-            return
+        if chosen:
+            asked = self.interrupt(identity, chosen[0].job, msg.actor, chosen)
+            self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
+
+    def interrupt(self, shell: bytes, job: str, actor: str, chosen: list[LiveRank]) -> list[int]:
+        """Ask each process (or broker below) to stop its chosen ranks that run; those asked."""
         by_peer: dict[bytes, list[int]] = {}
         for live in chosen:
             if not self.registry.is_paused(live.job, live.actor, live.rank):
                 by_peer.setdefault(live.peer, []).append(live.rank)
         asked = sorted(rank for peer_ranks in by_peer.values() for rank in peer_ranks)
-        self.record(identity, chosen[0].job, msg.actor, asked, "interrupt")
+        self.record(shell, job, actor, asked, "interrupt")
         for peer, peer_ranks in by_peer.items():
-            self.send(peer, wire.InterruptRanks(actor=msg.actor, ranks=peer_ranks))
-        self.send(identity, wire.Interrupting(job=chosen[0].job, actor=msg.actor, ranks=asked))
+            self.send(peer, wire.InterruptRanks(actor=actor, ranks=peer_ranks, job=job))
+        return asked
 
 
-def row_weight(row: wire.SessionRow) -> int:
-    """About the bytes a list row takes in a message: its strings, and a few for each field."""
-    fields = [getattr(row, name) for name in row.__slots__]
-    return sum(len(value) if isinstance(value, str) else 8 for value in fields) + 8 * len(fields) + 16 * len(row.coords)
+def below_timeout(timeout: float) -> float:
+    return timeout - min(0.5, timeout * BELOW_MARGIN)
 
 
 def raise_open_file_limit() -> str:
@@ -548,6 +848,10 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
     if discovery.secret_of(settings) is None and not discovery.is_local(settings.host):
         log(f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
         return 2
+    if discovery.secret_of(settings) is None and settings.upstream:
+        log(f"cannot register with the broker above ({settings.upstream}) without the secret it was given: "
+            "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
+        return 2
     capacity = raise_open_file_limit()
     audit_file = open(audit, "a", encoding="utf-8") if audit else None
     broker = Broker(settings, secret, idle_exit, audit_file)
@@ -561,6 +865,8 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
     log(f"listening on {conn.router} (events on {conn.pub}){encrypted} as {getpass.getuser()}, pid {os.getpid()}")
     if capacity:
         log(capacity)
+    if settings.upstream:
+        broker.start_upstream(settings.upstream)
     try:
         broker.serve()
     finally:

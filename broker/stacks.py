@@ -20,8 +20,10 @@ class StacksInFlight(Request):
     def done(self) -> bool:
         return not self.waiting
 
-    def report(self, peer: bytes, groups: list[wire.StackGroup]) -> None:
-        """One process's stacks; only the ranks asked of it count."""
+    def report(self, peer: bytes, groups: list[wire.StackGroup], missing: list[wire.Missing] = (),
+               more: bool = False) -> None:
+        """One process's stacks (or a broker below's, merged there, with the ranks it has none
+        for, perhaps in parts: `more`); only the ranks asked of it count."""
         asked = set(self.waiting.pop(peer, ()))
         for group in groups:
             key = tuple(thread.key() for thread in group.threads)
@@ -31,10 +33,17 @@ class StacksInFlight(Request):
                 self.merged[key].ranks.extend(mine)
             elif mine:
                 self.merged[key] = wire.StackGroup(group.threads, mine)
-        self.missing += [wire.Missing(rank, "its process sent no stack for it") for rank in sorted(asked)]
+        for gone in missing:
+            if gone.rank in asked:
+                asked.discard(gone.rank)
+                self.missing.append(gone)
+        if more:
+            self.waiting[peer] = sorted(asked)
+        else:
+            self.missing += [wire.Missing(rank, "its process sent no stack for it") for rank in sorted(asked)]
 
-    def lost(self, peer: bytes) -> None:
-        self.missing += [wire.Missing(rank, wire.Ending.LOST) for rank in self.waiting.pop(peer, ())]
+    def lost(self, peer: bytes, reason: str = wire.Ending.LOST) -> None:
+        self.missing += [wire.Missing(rank, reason) for rank in self.waiting.pop(peer, ())]
 
     def groups(self) -> list[tuple[wire.StackGroup, int]]:
         return [(wire.StackGroup(group.threads, sorted(group.ranks)),

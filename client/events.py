@@ -16,7 +16,13 @@ PHRASES = {
     wire.EventKind.RELEASED: "is free again (the shell attached to it went away)",
     wire.EventKind.TAKEN: "was taken over by the shell of {detail} (attach --force)",
 }
-"""Every kind of event, as the shell says it."""
+"""Every kind of event about ranks, as the shell says it."""
+
+BROKER_PHRASES = {
+    wire.EventKind.BROKER_LOST: "the broker on {where} {detail}: its {rank} ranks are lost",
+    wire.EventKind.BROKER_JOINED: "the broker on {where} joined: its ranks are here",
+}
+"""Events about a broker below (`--upstream`): one line each, however many ranks it has."""
 
 
 def who(actor: str, ranks: list[int]) -> str:
@@ -42,13 +48,15 @@ def ending(event: wire.Event) -> str:
 def describe_events(events: list[wire.Event]) -> list[str]:
     """One line per actor and kind of event (and exception, for post-mortem), in order seen."""
     groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
+    brokers = [BROKER_PHRASES[e.kind].format(where=e.where, detail=e.detail, rank=e.rank)
+               for e in events if e.kind in BROKER_PHRASES]
     for e in events:
         if e.kind in PHRASES:
             ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == wire.EventKind.ENDED else e.detail)]
             ranks.append(e.rank)
             wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1
-    lines = []
+    lines = brokers
     for (job, actor, kind, detail), (ranks, wheres) in groups.items():
         name = f"{job}:{actor}" if several_jobs else actor
         lines.append(f"{who(name, sorted(set(ranks)))} {PHRASES[kind].format(where=places(list(wheres)), detail=detail)}")

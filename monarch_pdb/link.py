@@ -130,6 +130,10 @@ class Link:
         if self.ready.is_set():  # else there is no one to tell, and nothing to wait for
             self._thread.join(timeout=1.0)
 
+    def join(self, timeout: float) -> None:
+        """Wait for the link's thread to end after `close` (its sockets closed with it)."""
+        self._thread.join(timeout)
+
     # --- the link's thread -------------------------------------------------------------
 
     def _run(self) -> None:

@@ -72,6 +72,8 @@ class Settings:
     list_rows: int
     pager: str
     """The shell's pager command for long output; "" or "cat" for none."""
+    upstream: str = ""
+    """HOST:PORT of the broker above this one (a broker's own setting; empty for none)."""
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -120,4 +122,15 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         collective_timeout=_env_float(env, "MONARCH_PDB_COLLECTIVE_TIMEOUT", 3600.0),
         list_rows=_env_count(env, "MONARCH_PDB_LIST_ROWS", 40),
         pager=env["MONARCH_PDB_PAGER"] if "MONARCH_PDB_PAGER" in env else env.get("PAGER", DEFAULT_PAGER),
+        upstream=upstream_address(env.get("MONARCH_PDB_UPSTREAM", ""), "MONARCH_PDB_UPSTREAM"),
     )
+
+
+def upstream_address(raw: str, name: str) -> str:
+    """HOST:PORT of a broker above, checked; "" for none."""
+    if not raw:
+        return ""
+    host, _, port = raw.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise SystemExit(f"monarch-pdb: {name} must be HOST:PORT (the broker above), not {raw!r}")
+    return raw

@@ -161,6 +161,8 @@ class Role(Word):
 
     AGENT = "agent"
     SHELL = "shell"
+    BROKER = "broker"
+    """A broker below this one (`--upstream`): it speaks for every rank below it."""
 
 
 class Threads(Word):
@@ -203,6 +205,10 @@ class EventKind(Word):
     """Free again: the shell that held it went away."""
     TAKEN = "taken"
     """Another shell took it over (attach --force)."""
+    BROKER_LOST = "broker-lost"
+    """A broker below went away with its ranks: `where` is its host, `rank` how many ranks."""
+    BROKER_JOINED = "broker-joined"
+    """A broker below joined (again): `where` is its host, `rank` how many sessions it has."""
 
 
 class Ending(Word):
@@ -345,6 +351,19 @@ class EventRow(Record):
     actor: str
     rank: int
     where: str = ""
+    detail: str = ""
+
+
+@record
+class BranchSession(Record):
+    """A session of a broker below, as it tells its parent: its own number for it, where it
+    stands, and whether this is news for every shell (a first stop, post-mortem, a stop after
+    a top-level continue) with the exception that says why."""
+
+    id: int
+    row: SessionRow
+    prompt: str
+    news: bool = False
     detail: str = ""
 
 
@@ -726,12 +745,15 @@ class Stacks(Message):
 
 @message("take_stacks")
 class TakeStacks(Message):
-    """Broker to agent: report the stacks of these ranks of one actor, without stopping them."""
+    """Broker to agent, or to a broker below: report the stacks of these ranks of one actor,
+    without stopping them. An agent answers `StackReport`; a broker, `StacksResult` by `timeout`."""
 
     ref: int
     actor: str
     ranks: list[int]
     threads: Threads
+    job: str = ""
+    timeout: float = 0.0
 
 
 @message("stack_report")
@@ -767,10 +789,12 @@ class Interrupt(Message):
 
 @message("interrupt_ranks")
 class InterruptRanks(Message):
-    """Broker to agent: stop these ranks of one actor in the thread that runs them."""
+    """Broker to agent (or to a broker below, which passes it on): stop these ranks of one
+    actor in the thread that runs them."""
 
     actor: str
     ranks: list[int]
+    job: str = ""
 
 
 @message("interrupting")
@@ -780,6 +804,71 @@ class Interrupting(Message):
     job: str
     actor: str
     ranks: list[int]
+
+
+# --- between brokers: a broker with an upstream, and its parent ----------------------------
+#
+# A broker below speaks to its parent as a shell would be answered: it says hello as `broker`,
+# and the parent sends it what a shell sends (Attach, Send, Detach, Continue) and what an agent
+# is sent (TakeStacks, InterruptRanks), plus `CastDown`; it answers as to a shell (Attached,
+# SessionOutput, CastResult, StacksResult) and tells what lies below it in the messages here.
+
+
+@message("branch_sessions")
+class BranchSessions(Message):
+    """Child to parent: sessions below that are new or changed where they stand (a session
+    that only ran a moment and stopped where it was is not news, so a cast of `p` costs the
+    parent nothing per rank)."""
+
+    sessions: list[BranchSession]
+
+
+@message("branch_ranks")
+class BranchRanks(Message):
+    """Child to parent: every rank below without a session (as `list --all` rows: running,
+    quit, lost, finished) and its jobs; sent again whole when they change, in parts (`added`:
+    besides the part before) when large."""
+
+    rows: list[SessionRow]
+    jobs: list[JobRow]
+    added: bool = False
+
+
+@message("branch_ended")
+class BranchEnded(Message):
+    """Child to parent: a session below is over, with what it printed last."""
+
+    id: int
+    output: str
+    reason: str
+
+
+@message("branch_output")
+class BranchOutput(Message):
+    """Child to parent, while the parent wants output (`OutputWanted`): what a session printed."""
+
+    id: int
+    text: str
+
+
+@message("output_wanted")
+class OutputWanted(Message):
+    """Parent to child: some shell follows ranks, so send what they print up (or stop)."""
+
+    on: bool
+
+
+@message("cast_down")
+class CastDown(Message):
+    """Parent to child: run one line on these ranks' sessions and answer with `CastResult`
+    (its answers grouped) by `timeout`; one message per broker, however many ranks."""
+
+    ref: int
+    job: str
+    actor: str
+    ranks: list[int]
+    line: str
+    timeout: float
 
 
 # --- encoding ------------------------------------------------------------------------------

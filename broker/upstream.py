@@ -1,0 +1,189 @@
+"""A broker's link to the broker above it (`--upstream HOST:PORT`), and what it tells it.
+
+The link is the one ranks and shells use, on its own thread: it says hello, beats the heart,
+and says hello again after the parent restarts. The broker's loop never waits on it: it posts
+what the parent should learn, and takes what the parent sent as requests from the peer
+`UPSTREAM`, which its registry knows as a shell that holds sessions for shells up there.
+
+What goes up is folded, so that the parent's work grows with the brokers below it and the
+distinct answers, not with the ranks:
+- a session only when it is new or stands somewhere else: one that ran a line for a moment and
+  stopped where it was (a cast of `p rank`) is not news, and one still running after
+  RUNNING_AFTER is;
+- the ranks without a session, whole, when they changed, at most once a tick;
+- output only while the parent asks for it (some shell up there follows ranks).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import zmq
+
+from monarch_pdb import discovery, wire
+from monarch_pdb.broker.inflight import in_parts, row_weight
+from monarch_pdb.link import Link
+from monarch_pdb.settings import Settings
+
+if TYPE_CHECKING:
+    from monarch_pdb.broker.registry import Registry, Session
+
+UPSTREAM = b"\x00upstream"
+"""The parent among this broker's peers. ZeroMQ names a connection by a zero byte and four
+more, and takes no name of a peer's own that starts with a zero byte: no peer can pose as it."""
+
+JOINED = object()
+"""Put in the inbox when the parent welcomed us (again): it knows nothing of us yet."""
+
+RUNNING_AFTER = 0.5
+"""A session still running a line after this long is told up as running."""
+
+
+class Upstream:
+    """The parent link, and what the parent has been told."""
+
+    def __init__(self, settings: Settings, address: str, secret: str, context: zmq.Context,
+                 send: Callable[[wire.Message], None]) -> None:
+        """`send` queues a message for the parent in order with the broker's answers to it."""
+        self.address = address
+        self.send = send
+        self.part_size = settings.max_message // 2
+        self.ranks_every = max(0.05, settings.heartbeat_interval / 2)
+        parent = discovery.Connection(router=f"tcp://{address}", pub="", secret=secret, pid=0, curve=settings.curve)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.woken, self._wake = os.pipe()
+        os.set_blocking(self.woken, False)
+        os.set_blocking(self._wake, False)
+        self.told: dict[int, tuple] = {}
+        """Each session the parent knows, and where it stood when told."""
+        self.changed: dict[int, tuple[bool, str]] = {}
+        """Sessions to look at before the next flush: whether news, and its detail."""
+        self.running: dict[int, float] = {}
+        """Sessions sent a line, and when: told up as running if they run on."""
+        self.ranks_due = True
+        self.ranks_sent_at = float("-inf")
+        self.wants_output = False
+        self.link = Link(settings, wire.Role.BROKER, f"broker@{socket.gethostname()}", self, lambda: parent,
+                         context=context)
+
+    # --- the link's callbacks, on its thread: hand over and wake the broker ---------------
+
+    def welcomed(self) -> list[wire.Message]:
+        self._put(JOINED)
+        return []
+
+    def received(self, msg: wire.Message) -> None:
+        self._put(msg)
+
+    def published(self, msg: wire.Message) -> None:
+        pass
+
+    def idle_delay(self) -> float | None:
+        return None
+
+    def tick(self, now: float) -> list[wire.Message]:
+        return []
+
+    def _put(self, item: object) -> None:
+        self.inbox.put(item)
+        try:
+            os.write(self._wake, b"!")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
+
+    # --- the broker's thread ---------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.link.ready.is_set()
+
+    def take(self) -> list[object]:
+        """What the parent sent since last asked (JOINED for a new welcome)."""
+        try:
+            while os.read(self.woken, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        items = []
+        while True:
+            try:
+                items.append(self.inbox.get_nowait())
+            except queue.Empty:
+                return items
+
+    def rejoined(self, registry: Registry) -> None:
+        """A parent that welcomed us knows nothing of us: tell it everything, each paused
+        session as news (a restarted broker hears every waiting rank again, so shells there do)."""
+        self.told.clear()
+        self.running.clear()
+        self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.sessions.values()}
+        self.ranks_due = True
+        self.ranks_sent_at = float("-inf")
+        self.wants_output = False
+
+    def touched(self, sess: Session, news: bool = False) -> None:
+        """A session stopped or changed: look at it at the next flush."""
+        was_news, detail = self.changed.get(sess.id, (False, ""))
+        self.changed[sess.id] = (was_news or news, sess.detail if news else detail)
+        self.running.pop(sess.id, None)
+
+    def sent_line(self, sess: Session, now: float) -> None:
+        self.running[sess.id] = now
+
+    def ended(self, sess: Session, text: str, reason: str) -> None:
+        self.changed.pop(sess.id, None)
+        self.running.pop(sess.id, None)
+        if self.told.pop(sess.id, None) is not None:
+            self.send(wire.BranchEnded(id=sess.id, output=text, reason=reason))
+        self.ranks_due = True
+
+    def printed(self, sess: Session, text: str) -> None:
+        if self.wants_output and sess.id in self.told:
+            self.send(wire.BranchOutput(id=sess.id, text=text))
+
+    def outgoing(self, registry: Registry, now: float, ticked: bool) -> list[wire.Message]:
+        """What the parent should learn of the sessions and ranks now: sent ahead of what
+        was queued, which may name a session the parent learns of here."""
+        if ticked:
+            for sess_id, since in list(self.running.items()):
+                sess = registry.session_at(sess_id)
+                if sess is None or sess.paused:
+                    del self.running[sess_id]
+                elif now - since >= RUNNING_AFTER:
+                    del self.running[sess_id]
+                    self.changed.setdefault(sess_id, (False, ""))
+        items = []
+        for sess_id, (news, detail) in self.changed.items():
+            sess = registry.session_at(sess_id)
+            if sess is None:
+                continue
+            row = sess.row()
+            where = (row.state, row.function, row.filename, row.lineno, sess.prompt)
+            if news or self.told.get(sess_id) != where:
+                self.told[sess_id] = where
+                item = wire.BranchSession(id=sess_id, row=row, prompt=sess.prompt, news=news, detail=detail)
+                items.append((item, row_weight(row) + len(sess.prompt) + len(detail)))
+        self.changed.clear()
+        out: list[wire.Message] = [wire.BranchSessions(sessions=part) for part in in_parts(items, self.part_size)
+                                   if part]
+        if self.ranks_due and now - self.ranks_sent_at >= self.ranks_every:
+            self.ranks_due, self.ranks_sent_at = False, now
+            rows = registry.rows_without_session()
+            weighed = [(row, row_weight(row)) for row in rows]
+            parts = in_parts(weighed, self.part_size)
+            jobs = registry.job_rows()
+            out += [wire.BranchRanks(rows=part, jobs=jobs, added=n > 0) for n, part in enumerate(parts)]
+        return out
+
+    def post(self, msgs: list[wire.Message]) -> None:
+        for msg in msgs:
+            self.link.post(msg)
+
+    def close(self) -> None:
+        """Say goodbye, and wait for the link's thread to be done with its sockets."""
+        self.link.close()
+        self.link.join(timeout=1.0)
