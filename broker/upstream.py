@@ -161,10 +161,10 @@ class Upstream:
             sess = registry.session_at(sess_id)
             if sess is None:
                 continue
-            row = sess.row()
-            where = (row.state, row.function, row.filename, row.lineno, sess.prompt)
+            where = (sess.paused, sess.reason, sess.function, sess.filename, sess.lineno, sess.prompt)
             if news or self.told.get(sess_id) != where:
                 self.told[sess_id] = where
+                row = sess.row()
                 item = wire.BranchSession(id=sess_id, row=row, prompt=sess.prompt, news=news, detail=detail)
                 items.append((item, row_weight(row) + len(sess.prompt) + len(detail)))
         self.changed.clear()

@@ -173,3 +173,56 @@ def test_a_lost_process_and_a_silent_one_have_their_ranks_named():
     assert table.overdue(9.0) == [] and table.overdue(10.0) == [request]
     [result] = table.settle(request, expired=True)
     assert result.groups == [] and result.missing == [M(0, "lost"), M(1, "no answer in time")]
+
+
+# --- brokers below ----------------------------------------------------------------------------
+
+
+def test_a_broker_below_answers_for_its_ranks_grouped_and_merged_with_ours():
+    registry, [own] = paused(1)
+    casts = Casts(part_size=1 << 20)
+    cast = cast_of([own])
+    cast.total = 5
+    casts.start(cast, "p rank", [own])
+    cast.owe(b"below", "host1", [1, 2, 3, 4])
+    answer(registry, casts, own, "same\n")
+    assert not cast.done and cast.answered == 1
+    cast.answered_below[b"below"] = 3
+    assert cast.answered == 4
+    cast.merge(b"below", [G("same\n", "", [2, 1, 9]), G("other\n", "", [3])], [M(4, "running")], more=False)
+    [result] = casts.settle(cast)
+    assert result.groups == [G("same\n", "", [0, 1, 2]), G("other\n", "", [3])]
+    assert result.missing == [M(4, "running")]
+
+
+def test_a_broker_below_that_answers_in_parts_owes_the_rest_until_its_last_part():
+    casts = Casts(part_size=1 << 20)
+    cast = casts.open(CastInFlight(shell=b"shell", ref=7, actor="train", deadline=10.0, total=3))
+    cast.owe(b"below", "host1", [0, 1, 2])
+    cast.merge(b"below", [G("a\n", "", [0])], [], more=True)
+    assert casts.settle(cast) == [] and cast.answered == 1
+    cast.merge(b"below", [G("b\n", "", [1])], [], more=False)
+    [result] = casts.settle(cast)
+    assert result.missing == [M(2, "no answer from the broker on host1")]
+
+
+def test_a_lost_broker_below_and_a_silent_one_have_their_ranks_named_with_their_hosts():
+    casts = Casts(part_size=1 << 20)
+    cast = casts.open(CastInFlight(shell=b"shell", ref=7, actor="train", deadline=10.0, total=2))
+    cast.owe(b"lost", "host1", [0])
+    cast.owe(b"slow", "host2", [1])
+    cast.branch_gone(b"lost", "lost with the broker on host1")
+    assert casts.settle(cast) == []
+    [result] = casts.settle(cast, expired=True)
+    assert result.missing == [M(0, "lost with the broker on host1"), M(1, "no answer in time from the broker on host2")]
+
+
+def test_stacks_from_a_broker_below_come_merged_in_parts_with_the_ranks_it_has_none_for():
+    table, request = stacks_request(a=[0], below=[1, 2, 3])
+    request.report(b"a", [wire.StackGroup(MAIN, [0])])
+    request.report(b"below", [wire.StackGroup(MAIN, [1])], [], more=True)
+    assert table.settle(request) == []
+    request.report(b"below", [wire.StackGroup(OTHER, [2])], [M(3, "lost")], more=False)
+    [result] = table.settle(request)
+    assert result.groups == [wire.StackGroup(MAIN, [0, 1]), wire.StackGroup(OTHER, [2])]
+    assert result.missing == [M(3, "lost")]

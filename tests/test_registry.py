@@ -263,3 +263,65 @@ def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_no
     with pytest.raises(Refused, match=r"matches no rank of train with a session \(those are ranks\[0,2\]\)$"):
         registry.select("", "train", "ranks(1)")
     assert [r.rank for r in registry.select("", "train", "ranks(1)", live=True)[0]] == [1]
+
+
+# --- a broker below ----------------------------------------------------------------------------
+
+
+def branch(registry: Registry, identity: bytes = b"below", host: str = "host1") -> Peer:
+    peer = Peer(identity=identity, role=wire.Role.BROKER, name="broker@" + host, host=host, pid=7, user="u",
+                last_seen=0.0)
+    registry.join(peer)
+    return peer
+
+
+def row(rank: int, state: wire.RankState = wire.RankState.BREAKPOINT, lineno: int = 3, host: str = "host1"):
+    return wire.SessionRow("job", "train", rank, {"gpu": rank}, host, 200 + rank, "m.step", "step.py", lineno,
+                           state, "")
+
+
+def told(registry: Registry, rank: int, news: bool = False, **fields) -> Session:
+    return registry.mirror(b"below", wire.BranchSession(id=1000 + rank, row=row(rank, **fields), prompt="(Pdb) ",
+                                                       news=news))
+
+
+def test_sessions_below_are_listed_where_they_stand_and_paused_only_while_stopped():
+    registry = Registry()
+    branch(registry)
+    first = told(registry, 0, news=True)
+    assert first.paused and not first.resumed and first.host == "host1"
+    assert told(registry, 0, lineno=4) is first and first.lineno == 4 and first.resumed
+    told(registry, 0, state=wire.RankState.RUNNING)
+    assert not first.paused and registry.rows() == []
+    told(registry, 1, news=True)
+    assert [r.rank for r in registry.rows()] == [1] and registry.find("", "train", 1).peer == b"below"
+
+
+def test_ranks_below_without_a_session_are_live_listed_and_named_when_a_selector_wants_them():
+    registry = Registry()
+    branch(registry)
+    told(registry, 0, news=True)
+    registry.set_below(b"below", [row(1, wire.RankState.RUNNING), row(2, wire.RankState.FINISHED)],
+                       [wire.JobRow("job", 3, 0, 0, ["host1"])], added=False)
+    assert [(r.rank, r.state) for r in registry.all_rows()] == [(0, "breakpoint"), (1, "running"), (2, "finished")]
+    assert [(r.rank, r.peer) for r in registry.live_ranks("", "train")] == [(0, b"below"), (1, b"below")]
+    chosen, absent = registry.pick("job", "train", [0, 1, 2, 3])
+    assert [s.rank for s in chosen] == [0]
+    assert absent == [wire.Missing(1, "running"), wire.Missing(2, "finished"), wire.Missing(3, "no such rank is known")]
+    assert registry.job_rows() == [wire.JobRow("job", 3, 1, 1, ["host1"])]
+
+
+def test_a_broker_below_that_is_gone_leaves_every_rank_of_it_lost():
+    registry = Registry()
+    branch(registry)
+    told(registry, 0, news=True)
+    registry.set_below(b"below", [row(1, wire.RankState.RUNNING)], [], added=False)
+    gone = registry.leave(b"below", wire.Ending.RETURNED)
+    assert [s.rank for s in gone.ended] == [0] and not gone.job_left
+    assert [(r.rank, r.state) for r in registry.all_rows()] == [(0, "lost"), (1, "lost")]
+    assert registry.sessions == {}
+
+
+def test_a_selector_never_refuses_a_parent_that_asks_for_ranks_it_knew():
+    registry = Registry()
+    assert registry.pick("job", "nobody", [0]) == ([], [wire.Missing(0, "no such rank is known")])
