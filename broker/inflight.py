@@ -4,6 +4,7 @@ in parts that fit a message."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, Iterator, TypeVar
 
@@ -81,7 +82,9 @@ class InFlight(Generic[R]):
     def __init__(self, part_size: int) -> None:
         self.part_size = part_size
         self.requests: dict[int, R] = {}
-        self.next_id = 1
+        self.next_id = secrets.randbits(40)
+        """Ids start at random: an answer from a broker below to a request of ours before a
+        restart (its link sends again what went unanswered) never settles one of the new."""
 
     def open(self, request: R) -> R:
         request.id, self.next_id = self.next_id, self.next_id + 1
