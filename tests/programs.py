@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -56,6 +57,20 @@ class Program:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.communicate()
+
+
+def wait_for_lines(program: Program, word: str, count: int, timeout: float = 60.0) -> str:
+    """What the program printed until `count` lines start with `word`."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    fd = program.proc.stdout.fileno()
+    while sum(line.startswith(word) for line in text.splitlines()) < count:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"expected {count} {word} lines; the program printed:\n{text}"
+        chunk = os.read(fd, 65536).decode()
+        assert chunk, f"the program ended; it printed:\n{text}"
+        text += chunk
+    return text
 
 
 def run_debug(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
