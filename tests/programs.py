@@ -100,14 +100,16 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         conn.close()
 
 
-def wait_for_all_rows(env: dict[str, str], enough: Callable[[list[wire.SessionRow]], bool], timeout: float = 30.0) -> list[wire.SessionRow]:
-    """`list --all` rows once `enough(rows)`; asked again after every event, or a moment later."""
+def wait_for_all_rows(env: dict[str, str], enough: Callable[[list], bool], timeout: float = 30.0,
+                      ask: wire.Message = wire.ListAll(), answer: type[wire.Message] = wire.SessionList) -> list:
+    """`list --all` rows (or those of another list: `ask` and its `answer`) once `enough(rows)`;
+    asked again after every event, or a moment later."""
     conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
         deadline = time.monotonic() + timeout
         while True:
             conn.changed.clear()
-            rows = conn.request(wire.ListAll(), wire.SessionList).rows
+            rows = conn.request(ask, answer).rows
             if enough(rows):
                 return rows
             assert time.monotonic() < deadline, f"never enough rows: {rows}"

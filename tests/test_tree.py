@@ -150,6 +150,11 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     sh = shell()
     stop = str(stop_line(18))
     assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", stop) for r in range(4)]
+    # A broker below tells its processes up at most every half heartbeat, after its sessions.
+    wait_for_all_rows(env, lambda rows: [(r.job, r.processes) for r in rows] == [(JOB, 4)], ask=wire.ListJobs(),
+                      answer=wire.JobList)
+    jobs = sh.command("jobs")
+    assert re.search(rf"^\| {JOB} +\| 4 +\| 4/4 +\| {socket.gethostname()} +\|$", jobs, re.M), jobs
 
     assert sh.command("cast rank ranks(:) p value") == (
         "rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\nrank ranks[2] (1)\n4\nrank ranks[3] (1)\n9\n"
@@ -157,6 +162,12 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert sh.command("cast rank ranks(:) p rank % 2").startswith(
         "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), "identical answers from both hosts are one group"
     assert sh.command("stacks rank") == f"rank ranks[0-3] (4): 1 distinct stack\nrank.py:{stop} <module>  ranks[0-3] (4)\n"
+
+    assert sh.command("follow rank ranks(1,2)").strip() == "Following rank ranks[1,2] (2); 'follow off' stops."
+    shell().command("cast rank ranks(:) p rank * 7")
+    sh.expect(r"(?s)(?=.*\[rank 1\] 7\n).*\[rank 2\] 14\n|(?=.*\[rank 2\] 14\n).*\[rank 1\] 7\n")
+    assert "[rank 0]" not in sh.text and "[rank 3]" not in sh.text
+    assert sh.command("follow off").strip() == "Not following any rank."
 
     assert sh.command("attach rank 3").startswith("Attached to debug session for rank 3 (")
     assert sh.prompt == "(Pdb)"
