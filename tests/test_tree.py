@@ -93,7 +93,8 @@ class Tree:
               **extra: str) -> list[Program]:
         """One process per rank on `host`, as torchrun starts them (`group`: its node rank)."""
         script = self.tmp / "rank.py"
-        script.write_text(RANK)
+        if not script.exists():  # written again, it would be news to the pdb of ranks running it
+            script.write_text(RANK)
         started = [Program(dict(self.host_env(host), MONARCH_PDB_JOB=JOB, RANK=str(rank), LOCAL_RANK=str(local),
                                 GROUP_RANK=str(group), WORLD_SIZE=str(world), **extra), script, cwd=self.tmp,
                            launcher=launcher)
@@ -190,7 +191,9 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     sh.expect(r"\brank ranks\[0,2\] \(2\) stopped by interrupt at rank.py:14$")
     assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", "20" if r % 2 else "14")
                                           for r in range(4)]
-    assert "rank ranks[0-3] (4): 2 distinct stacks" in sh.command("stacks rank")
+    assert sh.command("stacks rank") == (  # as a broker with the ranks of both hosts says it
+        "rank ranks[0-3] (4): 2 distinct stacks\nranks[1,3] (2) are elsewhere: (no Python frame)\n"
+        "rank.py:21 <module>  ranks[0,2] (2)\nrank.py:14 spin  ranks[0,2] (2)\n")
 
 
 def command_line(pid: int) -> str:
