@@ -160,3 +160,19 @@ def broker(env):
     proc, _ = start_broker(env)
     yield proc
     stop_broker(proc)
+
+
+@pytest.fixture
+def network():
+    """Two hosts and a broker's, as network namespaces (namespaces.py); skipped, saying why,
+    where they cannot be made."""
+    from namespaces import Network
+
+    net = Network()
+    try:
+        reason = net.make()
+        if reason:
+            pytest.skip(f"cannot simulate two hosts here: {reason}")
+        yield net
+    finally:
+        net.remove()

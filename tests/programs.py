@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -58,6 +59,20 @@ class Program:
         self.proc.communicate()
 
 
+def wait_for_lines(program: Program, word: str, count: int, timeout: float = 60.0) -> str:
+    """What the program printed until `count` lines start with `word`."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    fd = program.proc.stdout.fileno()
+    while sum(line.startswith(word) for line in text.splitlines()) < count:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"expected {count} {word} lines; the program printed:\n{text}"
+        chunk = os.read(fd, 65536).decode()
+        assert chunk, f"the program ended; it printed:\n{text}"
+        text += chunk
+    return text
+
+
 def run_debug(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
     """`monarch-pdb debug ARGS` without a terminal (a script, -c, --json), run to its end."""
     return subprocess.run([*DEBUG_SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
@@ -85,14 +100,16 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         conn.close()
 
 
-def wait_for_all_rows(env: dict[str, str], enough: Callable[[list[wire.SessionRow]], bool], timeout: float = 30.0) -> list[wire.SessionRow]:
-    """`list --all` rows once `enough(rows)`; asked again after every event, or a moment later."""
+def wait_for_all_rows(env: dict[str, str], enough: Callable[[list], bool], timeout: float = 30.0,
+                      ask: wire.Message = wire.ListAll(), answer: type[wire.Message] = wire.SessionList) -> list:
+    """`list --all` rows (or those of another list: `ask` and its `answer`) once `enough(rows)`;
+    asked again after every event, or a moment later."""
     conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
         deadline = time.monotonic() + timeout
         while True:
             conn.changed.clear()
-            rows = conn.request(wire.ListAll(), wire.SessionList).rows
+            rows = conn.request(ask, answer).rows
             if enough(rows):
                 return rows
             assert time.monotonic() < deadline, f"never enough rows: {rows}"

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import textwrap
-import time
 
 import pytest
-from programs import Program, debug, stop_line, wait_for_all_rows, wait_for_sessions
+from programs import Program, debug, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions
 from shell_driver import ShellDriver
 
 RUNPY = r"(?:<frozen runpy>|runpy\.py):\d+ _run_module_as_main"
@@ -231,20 +229,6 @@ def run_program(env, tmp_path, name: str, text: str, **extra: str) -> Program:
     script = tmp_path / name
     script.write_text(text)
     return Program(dict(env, **extra), script, cwd=tmp_path)
-
-
-def wait_for_lines(program: Program, word: str, count: int, timeout: float = 60.0) -> str:
-    """What the program printed until `count` lines start with `word`."""
-    deadline = time.monotonic() + timeout
-    text = ""
-    fd = program.proc.stdout.fileno()
-    while sum(line.startswith(word) for line in text.splitlines()) < count:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        assert ready, f"expected {count} {word} lines; the program printed:\n{text}"
-        chunk = os.read(fd, 65536).decode()
-        assert chunk, f"the program ended; it printed:\n{text}"
-        text += chunk
-    return text
 
 
 @pytest.mark.timeout(120)

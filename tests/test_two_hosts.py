@@ -1,18 +1,17 @@
 """Two hosts: ranks in two network namespaces, each with its own address and hostname, reach a
-broker in a third over that network, with the secret from the environment. The namespaces, a
-bridge and veth pairs are made by the test (as root) and removed afterwards; without them the
+broker in a third over that network, with the secret from the environment. The namespaces
+(tests/namespaces.py) are made by the test (as root) and removed afterwards; without them the
 test is skipped and says why."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
 import textwrap
 
 import pytest
+from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
 from programs import DEBUG_SHELL, Program, start_broker, stop_broker
 
 RANK = textwrap.dedent('''
@@ -25,75 +24,7 @@ RANK = textwrap.dedent('''
     print("rank", rank, "on", socket.gethostname(), "done", flush=True)
 ''')
 
-SUBNET = "10.231.0"
-BROKER_ADDRESS = f"{SUBNET}.1"
-HOSTS = 2
 PER_HOST = 2
-
-
-def run(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=20)
-
-
-def in_namespace(name: str, hostname: str | None = None) -> list[str]:
-    """A command prefix that runs in network namespace `name`, and under its own hostname."""
-    prefix = ["ip", "netns", "exec", name]
-    if hostname is None:
-        return prefix
-    return [*prefix, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
-
-
-class Network:
-    """A broker namespace holding a bridge, and one namespace per host joined to it by a veth pair."""
-
-    def __init__(self) -> None:
-        tag = str(os.getpid())
-        self.broker = f"mpdb{tag}b"
-        self.hosts = [f"mpdb{tag}h{i}" for i in range(HOSTS)]
-        self.made: list[str] = []
-        self.steps = [("ip", "netns", "add", self.broker), ("ip", "-n", self.broker, "link", "set", "lo", "up"),
-                      ("ip", "-n", self.broker, "link", "add", "br0", "type", "bridge"),
-                      ("ip", "-n", self.broker, "addr", "add", f"{BROKER_ADDRESS}/24", "dev", "br0"),
-                      ("ip", "-n", self.broker, "link", "set", "br0", "up")]
-        for i, host in enumerate(self.hosts):
-            outer, inner = f"vb{tag}{i}", f"vh{tag}{i}"
-            self.steps += [("ip", "netns", "add", host), ("ip", "-n", host, "link", "set", "lo", "up"),
-                           ("ip", "link", "add", outer, "type", "veth", "peer", "name", inner),
-                           ("ip", "link", "set", outer, "netns", self.broker),
-                           ("ip", "link", "set", inner, "netns", host),
-                           ("ip", "-n", self.broker, "link", "set", outer, "master", "br0", "up"),
-                           ("ip", "-n", host, "addr", "add", f"{SUBNET}.{10 + i}/24", "dev", inner),
-                           ("ip", "-n", host, "link", "set", inner, "up")]
-
-    def make(self) -> str | None:
-        """Build it; the reason it cannot be built, or None."""
-        if os.geteuid() != 0:
-            return "making network namespaces needs root"
-        if shutil.which("ip") is None or shutil.which("unshare") is None:
-            return "needs `ip` (iproute2) and `unshare` (util-linux)"
-        for step in self.steps:
-            done = run(*step)
-            if done.returncode != 0:
-                return f"`{' '.join(step)}` failed: {done.stderr.strip()}"
-            if step[1:3] == ("netns", "add"):
-                self.made.append(step[3])
-        return None
-
-    def remove(self) -> None:
-        for name in self.made:
-            run("ip", "netns", "del", name)
-
-
-@pytest.fixture
-def network():
-    net = Network()
-    try:
-        reason = net.make()
-        if reason:
-            pytest.skip(f"cannot simulate two hosts here: {reason}")
-        yield net
-    finally:
-        net.remove()
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,396 @@
+"""A tree of brokers: a root, and a broker per host registered with it (`--upstream`), ranks
+under each; a shell on the root sees and drives every rank below, and a lost or restarted broker
+is told once and mended."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import zmq
+from conftest import wait_for_exit
+from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
+from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, settings_for, start_broker, stop_broker, stop_line,
+                      wait_for_all_rows, wait_for_lines, wait_for_sessions)
+
+from monarch_pdb import discovery, wire
+
+RANK = textwrap.dedent('''
+    import os
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    rank = int(os.environ["RANK"])
+    value = rank * rank
+
+
+    def spin():
+        print("SPINNING", rank, flush=True)
+        time.sleep(3600)
+
+
+    breakpoint()
+    value += 1
+    if rank % 2:
+        raise ValueError(f"rank {rank} fails")
+    spin()
+''')
+"""One rank of a torchrun-like job: it stops at a breakpoint; after `continue`, odd ranks stop
+again in post-mortem and even ranks run on in `spin` until interrupted."""
+
+JOB = "tree"
+MONARCH_PDB = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb")]
+
+
+@dataclass
+class Tree:
+    """A root broker, the host brokers registered with it and the ranks below them. `env` is
+    the root's environment, the one shells use."""
+
+    env: dict[str, str]
+    tmp: Path
+    root: subprocess.Popen | None = None
+    port: str = ""
+    brokers: list[subprocess.Popen] = field(default_factory=list)
+    programs: list[Program] = field(default_factory=list)
+
+    def start_root(self, *args: str, launcher: list[str] | None = None) -> None:
+        """The root broker; shells on `env` reach it at its port."""
+        self.root, first = start_broker(self.env, *args, launcher=launcher)
+        self.port = re.search(r"listening on tcp://[^ ]+:(\d+) ", first).group(1)
+        self.env["MONARCH_DEBUG_SERVER_PORT"] = self.port
+
+    @property
+    def upstream(self) -> str:
+        return f"{self.env['MONARCH_DEBUG_SERVER_HOST']}:{self.port}"
+
+    def host_env(self, host: str) -> dict[str, str]:
+        """A host of its own: its runtime directory, its broker on its loopback at port 0, and
+        no secret."""
+        values = {k: v for k, v in self.env.items() if k not in ("MONARCH_PDB_SECRET", "MONARCH_PDB_SECRET_FILE")}
+        return dict(values, MONARCH_PDB_RUNTIME_DIR=str(self.tmp / host), MONARCH_DEBUG_SERVER_HOST="127.0.0.1",
+                    MONARCH_DEBUG_SERVER_PORT="0")
+
+    def host_broker(self, host: str, launcher: list[str] | None = None) -> subprocess.Popen:
+        """`monarch-pdb broker --upstream ROOT` for one host, with the secret."""
+        proc, _ = start_broker(dict(self.host_env(host), MONARCH_PDB_SECRET=self.env["MONARCH_PDB_SECRET"]),
+                               "--upstream", self.upstream, launcher=launcher)
+        self.brokers.append(proc)
+        return proc
+
+    def ranks(self, host: str, group: int, ranks: list[int], world: int, launcher: list[str] | None = None,
+              **extra: str) -> list[Program]:
+        """One process per rank on `host`, as torchrun starts them (`group`: its node rank)."""
+        script = self.tmp / "rank.py"
+        if not script.exists():  # written again, it would be news to the pdb of ranks running it
+            script.write_text(RANK)
+        started = [Program(dict(self.host_env(host), MONARCH_PDB_JOB=JOB, RANK=str(rank), LOCAL_RANK=str(local),
+                                GROUP_RANK=str(group), WORLD_SIZE=str(world), **extra), script, cwd=self.tmp,
+                           launcher=launcher)
+                   for local, rank in enumerate(ranks)]
+        self.programs += started
+        return started
+
+    def embedded(self) -> dict[str, str]:
+        """What ranks need to start a host broker of their own that registers with the root:
+        its address, and the secret in a file only we may read."""
+        secret = self.tmp / "secret"
+        secret.write_text(self.env["MONARCH_PDB_SECRET"])
+        secret.chmod(0o600)
+        return {"MONARCH_PDB_UPSTREAM": self.upstream, "MONARCH_PDB_SECRET_FILE": str(secret)}
+
+    def broker_of(self, host: str) -> int:
+        """The pid of the broker that serves `host` now."""
+        return discovery.read_connection_file(settings_for(self.host_env(host))).pid
+
+    def stop(self) -> None:
+        for program in self.programs:
+            program.stop()
+        for proc in self.brokers:
+            if proc.poll() is None:
+                stop_broker(proc)
+        if self.root is not None and self.root.poll() is None:
+            stop_broker(self.root)
+
+
+@pytest.fixture
+def tree(env, tmp_path):
+    """The brokers and ranks of one test, stopped at its end; `env` gets the cluster's secret."""
+    env["MONARCH_PDB_SECRET"] = "tree-" + os.urandom(16).hex()
+    made = Tree(env, tmp_path)
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+def listed(table: str) -> list[tuple[str, str, str]]:
+    """(rank, coordinates, state or function) of each row of `list` or `list --all`."""
+    return [(rank, coords, last) for rank, coords, last in
+            re.findall(r"^\| rank +\| (\d+) +\| (\{.*?\}) +\|.*?\| ([^|]*?) +\|$", table, re.M)]
+
+
+@pytest.mark.timeout(120)
+def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    tree.host_broker("host1")
+    programs = tree.ranks("host0", 0, [0, 1], 4) + tree.ranks("host1", 1, [2, 3], 4)
+    wait_for_sessions(env, 4)
+    sh = shell()
+    stop = str(stop_line(18))
+    assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", stop) for r in range(4)]
+    # A broker below tells its processes up at most every half heartbeat, after its sessions.
+    wait_for_all_rows(env, lambda rows: [(r.job, r.processes) for r in rows] == [(JOB, 4)], ask=wire.ListJobs(),
+                      answer=wire.JobList)
+    jobs = sh.command("jobs")
+    assert re.search(rf"^\| {JOB} +\| 4 +\| 4/4 +\| {socket.gethostname()} +\|$", jobs, re.M), jobs
+
+    assert sh.command("cast rank ranks(:) p value") == (
+        "rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\nrank ranks[2] (1)\n4\nrank ranks[3] (1)\n9\n"
+        "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n")
+    assert sh.command("cast rank ranks(:) p rank % 2").startswith(
+        "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), "identical answers from both hosts are one group"
+    assert sh.command("stacks rank") == f"rank ranks[0-3] (4): 1 distinct stack\nrank.py:{stop} <module>  ranks[0-3] (4)\n"
+
+    assert sh.command("follow rank ranks(1,2)").strip() == "Following rank ranks[1,2] (2); 'follow off' stops."
+    shell().command("cast rank ranks(:) p rank * 7")
+    sh.expect(r"(?s)(?=.*\[rank 1\] 7\n).*\[rank 2\] 14\n|(?=.*\[rank 2\] 14\n).*\[rank 1\] 7\n")
+    assert "[rank 0]" not in sh.text and "[rank 3]" not in sh.text
+    assert sh.command("follow off").strip() == "Not following any rank."
+
+    assert sh.command("attach rank 3").startswith("Attached to debug session for rank 3 (")
+    assert sh.prompt == "(Pdb)"
+    assert sh.command("p value").strip() == "9"
+    assert f"rank.py({int(stop) + 1})<module>()" in sh.command("n")
+    assert sh.command("p value").strip() == ("9" if PDB_STOPS_ON_BREAKPOINT else "10")
+    assert "Detached from debug session for rank 3" in sh.command("detach")
+    assert sh.prompt == "monarch_dbg>"
+    assert sh.command("stacks rank") == (
+        f"rank ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: rank.py:{int(stop) + 1} <module>\n"
+        f"├─ rank.py:{stop} <module>  ranks[0-2] (3)\n└─ rank.py:{int(stop) + 1} <module>  ranks[3] (1)\n")
+
+    assert "Continued 4 ranks: rank ranks[0-3]" in sh.command("continue").splitlines()
+    post_mortem = r"\brank (\d) entered post-mortem at rank.py:20: ValueError: rank \1 fails$"
+    assert {sh.expect(post_mortem).group(1), sh.expect(post_mortem).group(1)} == {"1", "3"}
+    for program in (programs[0], programs[2]):
+        wait_for_lines(program, "SPINNING", 1)
+    wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running", "post-mortem"] * 2)
+    assert "Interrupted 2 ranks: rank ranks[0,2] (2)" in sh.command("interrupt rank ranks(:)").splitlines()
+    sh.expect(r"\brank ranks\[0,2\] \(2\) stopped by interrupt at rank.py:14$")
+    assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", "20" if r % 2 else "14")
+                                          for r in range(4)]
+    assert sh.command("stacks rank") == (  # as a broker with the ranks of both hosts says it
+        "rank ranks[0-3] (4): 2 distinct stacks\nranks[1,3] (2) are elsewhere: (no Python frame)\n"
+        "rank.py:21 <module>  ranks[0,2] (2)\nrank.py:14 spin  ranks[0,2] (2)\n")
+
+
+def command_line(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode()
+
+
+@pytest.mark.timeout(120)
+def test_ranks_start_host_brokers_of_their_own_that_register_with_the_root(tree, env, shell):
+    tree.start_root()
+    sh = shell()
+    tree.ranks("host0", 0, [0, 1], 4, **tree.embedded())
+    tree.ranks("host1", 1, [2, 3], 4, **tree.embedded())
+    joined = "the broker on " + re.escape(socket.gethostname()) + " joined: its ranks are here"
+    sh.expect(joined)
+    sh.expect(joined)
+    wait_for_sessions(env, 4)
+    hosts = [tree.broker_of("host0"), tree.broker_of("host1")]
+    assert hosts[0] != hosts[1] and all("monarch_pdb.broker --embedded" in command_line(pid) for pid in hosts)
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2")
+    assert "Continued 4 ranks: rank ranks[0-3]" in sh.command("continue")
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_new_one(tree, env, shell):
+    tree.start_root()
+    tree.ranks("host0", 0, [0, 1], 4, **tree.embedded())
+    held = tree.ranks("host1", 1, [2, 3], 4, **tree.embedded())
+    wait_for_sessions(env, 4)
+    sh = shell()
+    sh.command("set cast_timeout 60")
+    broker = tree.broker_of("host1")
+    # Its ranks are held still until the root has declared their broker lost: they would
+    # otherwise start a new one at once, and the root might hear it first.
+    for program in held:
+        os.kill(program.proc.pid, signal.SIGSTOP)
+    os.kill(broker, signal.SIGSTOP)
+    sh.child.sendline("cast rank ranks(:) p rank")
+    sh.expect("answered 2/4")
+    os.kill(broker, signal.SIGKILL)
+    wait_for_exit([broker], timeout=10)
+    host = socket.gethostname()
+    during = sh.expect(r"(?s)rank ranks\[0\] \(1\)\n0\nrank ranks\[1\] \(1\)\n1\n.*?\nno answer from .*\n")
+    assert during.group().endswith(f"\nno answer from rank ranks[2,3] (2): lost with the broker on {host}\n"), \
+        "the cast in flight is answered once the broker is lost, long before its 60 s, naming its ranks"
+    sh.wait_prompt()
+    lost = sh.expect(rf"the broker on {re.escape(host)} stopped answering: its 2 ranks are lost\n")
+    after = sh.command("cast rank ranks(0,1,2,3) p rank", timeout=30)
+    assert after.startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n") and after.endswith(
+        "no answer from rank ranks[2,3] (2): lost\n"), after
+    assert listed(sh.command("list --all")) == [("0", "{'host': 0, 'gpu': 0}", "breakpoint"),
+                                                ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
+                                                ("2", "{'host': 1, 'gpu': 0}", "lost"),
+                                                ("3", "{'host': 1, 'gpu': 1}", "lost")]
+    assert sh.text.count("ranks are lost") == 1 and "was lost" not in sh.text, \
+        f"one line for the broker, none per rank:\n{sh.text[lost.start():]}"
+
+    for program in held:
+        os.kill(program.proc.pid, signal.SIGCONT)
+    sh.expect(rf"the broker on {re.escape(host)} joined: its ranks are here")
+    wait_for_sessions(env, 4)
+    assert tree.broker_of("host1") != broker, "the ranks started a new broker for their host"
+    assert [row[0] for row in listed(sh.command("list"))] == ["0", "1", "2", "3"]
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2")
+
+
+@pytest.mark.timeout(120)
+def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    tree.host_broker("host1")
+    tree.ranks("host0", 0, [0, 1], 4)
+    tree.ranks("host1", 1, [2, 3], 4)
+    wait_for_sessions(env, 4)
+    sh = shell()
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2")
+    stop_broker(tree.root)
+    tree.start_root("--port", tree.port)
+    assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 30", timeout=40).splitlines()
+    assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", str(stop_line(18)))
+                                          for r in range(4)]
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2")
+
+
+def round_trip(sock: zmq.Socket, codec: wire.Codec, msg: wire.Message, answer: type[wire.Message]) -> None:
+    """Send `msg` and wait for the broker's `answer`: it answers a peer in order, so all that
+    peer sent before has been handled."""
+    sock.send_multipart(codec.encode(msg))
+    while True:
+        assert sock.poll(30_000), "the broker stopped answering"
+        if any(isinstance(got, answer) for got in codec.decode(sock.recv_multipart())):
+            return
+
+
+@pytest.mark.timeout(120)
+def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tree, env, shell):
+    env["MONARCH_PDB_HEARTBEAT"] = "10"  # the broker below, stopped a moment, is not lost however slow we are
+    tree.start_root()
+    below = tree.host_broker("host0")
+    tree.ranks("host0", 0, [0, 1], 2)
+    rows = wait_for_sessions(env, 2)
+    sh = shell()
+    for junk in (os.urandom(4096), b"GET / HTTP/1.1\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", int(tree.port))) as raw:
+            raw.sendall(junk)
+    key = env["MONARCH_PDB_SECRET"].encode()
+    forged_row = dataclasses.replace(rows[0], function="forged", rank=7)
+    forged = [wire.BranchSessions(sessions=[wire.BranchSession(id=1, row=forged_row, prompt="(Pdb) ", news=True)]),
+              wire.BranchRanks(rows=[dataclasses.replace(forged_row, state=wire.RankState.RUNNING, rank=8)], jobs=[])]
+    ctx = zmq.Context()
+    try:
+        stranger = ctx.socket(zmq.DEALER)
+        stranger.setsockopt(zmq.LINGER, 0)
+        stranger.connect(f"tcp://{tree.upstream}")
+        codec, wrong = wire.Codec(key), wire.Codec(b"wrong key")
+        as_broker = wire.Hello(role=wire.Role.BROKER, name="broker@elsewhere", host="elsewhere", pid=1)
+        wrongly_signed = [wrong.encode(msg) for msg in (as_broker, *forged)]
+        unsigned = [codec.encode(msg)[1:] for msg in (as_broker, *forged)]
+        bad = [[b"one"], [os.urandom(32), os.urandom(200)], *wrongly_signed, *unsigned]
+        for frames in bad:
+            stranger.send_multipart(frames)
+        # A peer with the secret that says hello as a rank process may not speak for a broker.
+        posing = ctx.socket(zmq.DEALER)
+        posing.setsockopt(zmq.LINGER, 0)
+        posing.connect(f"tcp://{tree.upstream}")
+        round_trip(posing, codec, wire.Hello(role=wire.Role.AGENT, name=JOB, host="elsewhere", pid=1), wire.Welcome)
+        os.kill(below.pid, signal.SIGSTOP)  # so that a cast waits on it while the impostor answers
+        try:
+            sh.child.sendline("cast rank ranks(:) p rank")
+            sh.expect("answered 0/2")
+            for ref in range(1, 9):
+                posing.send_multipart(codec.encode(wire.CastResult(
+                    ref=ref, actor="rank", groups=[wire.CastGroup(output="forged\n", outcome="", ranks=[0, 1])],
+                    missing=[])))
+            for msg in (*forged, wire.CastDown(ref=1, job=JOB, actor="rank", ranks=[0, 1], line="!import os; os._exit(3)",
+                                              timeout=5.0)):
+                posing.send_multipart(codec.encode(msg))
+            round_trip(posing, codec, wire.Heartbeat(), wire.Heartbeat)
+        finally:
+            os.kill(below.pid, signal.SIGCONT)
+        sh.expect("numbers: count 2")
+        sh.wait_prompt()
+        answer = sh.text[sh.text.rindex("cast rank ranks(:) p rank"):]
+        assert "rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n" in answer and "forged" not in answer, answer
+    finally:
+        ctx.destroy(linger=0)
+    assert listed(sh.command("list")) == [("0", "{'host': 0, 'gpu': 0}", str(stop_line(18))),
+                                          ("1", "{'host': 0, 'gpu': 1}", str(stop_line(18)))]
+    assert "forged" not in sh.command("list --all")
+    assert sh.command("cast rank ranks(:) p rank % 2").startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n")
+    log = stop_broker(tree.root)
+    summaries = [line for line in log.splitlines() if "bad messages so far" in line]
+    assert 1 <= len(summaries) <= 3, f"one summary at once, one at exit, none per message:\n{log}"
+    assert int(re.search(r"dropped (\d+) bad messages", summaries[-1]).group(1)) >= len(bad)
+    assert "forged" not in log
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_a_broker_with_an_upstream_and_no_secret_says_so_in_one_line(tree, given):
+    tree.start_root()
+    args, env = ["--upstream", tree.upstream], tree.host_env("host0")
+    if given == "environment":
+        args, env = [], dict(env, MONARCH_PDB_UPSTREAM=tree.upstream)
+    done = subprocess.run([*MONARCH_PDB, "broker", *args], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr == (f"monarch-pdb broker: cannot register with the broker above ({tree.upstream}) without the "
+                           "secret it was given: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE\n")
+    assert not (tree.tmp / "host0" / "broker-0.json").exists()
+
+
+@pytest.mark.timeout(60)
+def test_an_upstream_that_is_not_host_and_port_says_so_in_one_line(tree):
+    tree.start_root()
+    done = subprocess.run([*MONARCH_PDB, "broker", "--upstream", "root-broker"], env=tree.host_env("host0"),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert done.stderr == "monarch-pdb: --upstream must be HOST:PORT (the broker above), not 'root-broker'\n"
+
+
+@pytest.mark.timeout(120)
+def test_host_brokers_in_their_own_network_namespaces_register_with_a_root_on_a_third(tree, env, network, shell):
+    env["MONARCH_DEBUG_SERVER_HOST"] = BROKER_ADDRESS
+    tree.start_root(launcher=in_namespace(network.broker))
+    hostnames = [f"sim-host-{host}" for host in range(HOSTS)]
+    brokers = []
+    for host, namespace in enumerate(network.hosts):
+        brokers.append(tree.host_broker(f"host{host}", launcher=in_namespace(namespace, hostnames[host])))
+        tree.ranks(f"host{host}", host, [2 * host, 2 * host + 1], 2 * HOSTS,
+                   launcher=[*in_namespace(namespace, hostnames[host]), sys.executable])
+    sh = shell(command=[*in_namespace(network.broker), *DEBUG_SHELL])
+    assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 60", timeout=70).splitlines()
+    table = sh.command("list")
+    rows = re.findall(r"^\| rank +\| (\d) +\| \{.*?\} +\| (\S+) +\|", table, re.M)
+    assert rows == [(str(r), hostnames[r // 2]) for r in range(4)], table
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2")
+    brokers[1].kill()
+    brokers[1].wait()
+    sh.expect(r"the broker on sim-host-1 stopped answering: its 2 ranks are lost")
+    assert sh.command("cast rank ranks(0,1,2,3) p rank").endswith("no answer from rank ranks[2,3] (2): lost\n")
