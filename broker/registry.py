@@ -432,6 +432,10 @@ class Registry:
         sess_id = self.by_agent.get((peer, sid))
         return None if sess_id is None else self.sessions.get(sess_id)
 
+    def session_for(self, job: str, actor: str, rank: int) -> Session | None:
+        """The session a rank stands in, if any."""
+        return self.sessions.get(self.by_key.get((job, actor, rank), -1))
+
     def session_at(self, session_id: int) -> Session | None:
         """A session by the broker's number for it, as shells name it."""
         return self.sessions.get(session_id)

@@ -548,6 +548,8 @@ class Broker:
             return
         for item in msg.sessions:
             known = self.registry.session_of(identity, item.id) is not None
+            if not known:
+                self.forget_moved(item.row)
             sess = self.registry.mirror(identity, item)
             if item.news and sess.paused:
                 self.publish(wire.EventKind(sess.reason), sess, item.detail)
@@ -555,6 +557,19 @@ class Broker:
                 self.upstream.touched(sess, item.news)
                 if not known:
                     self.below_changed()
+
+    def forget_moved(self, row: wire.SessionRow) -> None:
+        """A broker below tells of a rank that another session below still stands for: the
+        rank moved (its host broker was replaced before the old one was declared lost). The old
+        session is forgotten without an event, and a shell attached to it attaches again."""
+        old = self.registry.session_for(row.job, row.actor, row.rank)
+        if old is None or not self.registry.is_branch(old.peer):
+            return
+        if old.holder is not None:
+            self.send(old.holder, wire.SessionEnded(session=old.id, text="", reason=wire.Ending.UNKNOWN))
+        if self.upstream is not None:
+            self.upstream.forget(old)
+        self.registry.end(old, wire.Ending.RECONNECTED)
 
     def on_branch_ranks(self, identity: bytes, msg: wire.BranchRanks) -> None:
         if self.registry.is_branch(identity):

@@ -141,6 +141,13 @@ class Upstream:
             self.send(wire.BranchEnded(id=sess.id, output=text, reason=reason))
         self.ranks_due = True
 
+    def forget(self, sess: Session) -> None:
+        """A session replaced by a newer one of its rank: the parent replaces it the same way
+        when told of the new one, with nothing to say of the old."""
+        self.changed.pop(sess.id, None)
+        self.running.pop(sess.id, None)
+        self.told.pop(sess.id, None)
+
     def printed(self, sess: Session, text: str) -> None:
         if self.wants_output and sess.id in self.told:
             self.send(wire.BranchOutput(id=sess.id, text=text))

@@ -18,11 +18,16 @@ PHRASES = {
 }
 """Every kind of event about ranks, as the shell says it."""
 
-BROKER_PHRASES = {
-    wire.EventKind.BROKER_LOST: "the broker on {where} {detail}: its {rank} ranks are lost",
-    wire.EventKind.BROKER_JOINED: "the broker on {where} joined: its ranks are here",
-}
-"""Events about a broker below (`--upstream`): one line each, however many ranks it has."""
+def broker_line(event: wire.Event) -> str:
+    """An event about a broker below (`--upstream`): one line, however many ranks it has. A
+    broker lost after its ranks moved to a new one (it was replaced) loses none."""
+    if event.kind == wire.EventKind.BROKER_JOINED:
+        return f"the broker on {event.where} joined: its ranks are here"
+    lost = f": its {event.rank} ranks are lost" if event.rank else " (its ranks had moved to a new broker)"
+    return f"the broker on {event.where} {event.detail}{lost}"
+
+
+BROKER_EVENTS = (wire.EventKind.BROKER_LOST, wire.EventKind.BROKER_JOINED)
 
 
 def who(actor: str, ranks: list[int]) -> str:
@@ -48,8 +53,7 @@ def ending(event: wire.Event) -> str:
 def describe_events(events: list[wire.Event]) -> list[str]:
     """One line per actor and kind of event (and exception, for post-mortem), in order seen."""
     groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
-    brokers = [BROKER_PHRASES[e.kind].format(where=e.where, detail=e.detail, rank=e.rank)
-               for e in events if e.kind in BROKER_PHRASES]
+    brokers = [broker_line(e) for e in events if e.kind in BROKER_EVENTS]
     for e in events:
         if e.kind in PHRASES:
             ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == wire.EventKind.ENDED else e.detail)]

@@ -101,6 +101,9 @@ class Agent:
 
     def _locate(self) -> discovery.Connection | None:
         conn = discovery.locate(self.settings)
+        if conn is None and self.settings.upstream and discovery.secret_of(self.settings) is None:
+            raise discovery.NotFound(f"MONARCH_PDB_UPSTREAM names {self.settings.upstream}, but this host's broker "
+                                     "needs that broker's secret to register: set MONARCH_PDB_SECRET_FILE")
         if conn is None and discovery.is_local(self.settings.host):
             conn = discovery.start_embedded_broker(self.settings)
         if conn is None:

@@ -572,6 +572,17 @@ def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_pat
 
 
 @pytest.mark.timeout(60)
+def test_a_rank_told_of_a_broker_above_but_not_its_secret_says_so_instead_of_starting_a_broker(env, tmp_path):
+    told = dict(env, MONARCH_PDB_UPSTREAM="127.0.0.1:9", MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1")
+    program = run_train(told, tmp_path, 0)
+    code, output = program.finish()
+    assert ("MONARCH_PDB_UPSTREAM names 127.0.0.1:9, but this host's broker needs that broker's secret to "
+            "register: set MONARCH_PDB_SECRET_FILE") in output
+    assert code == 0 and "LOSS 0.25" in output
+    assert not list((tmp_path / "run").glob("broker-*.json")), "no broker was started to fail in its log"
+
+
+@pytest.mark.timeout(60)
 def test_a_rank_with_no_broker_says_where_it_looked_and_can_give_up(env, tmp_path):
     nowhere = dict(env, MONARCH_DEBUG_SERVER_HOST="127.0.0.2", MONARCH_DEBUG_SERVER_PORT=str(free_port()),
                    MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1")

@@ -261,6 +261,34 @@ def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_ne
 
 
 @pytest.mark.timeout(120)
+def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_are_listed_once(tree, env, shell):
+    # The root takes 12 s to declare a broker lost; the ranks find theirs gone in about 5 and
+    # start a new one, which the root hears first.
+    tree.start_root(launcher=["env", "MONARCH_PDB_HEARTBEAT=4"])
+    tree.ranks("host0", 0, [0, 1], 4, **tree.embedded())
+    tree.ranks("host1", 1, [2, 3], 4, **tree.embedded())
+    wait_for_sessions(env, 4)
+    watcher = shell()
+    attached = shell()
+    attached.command("attach rank 2")
+    broker = tree.broker_of("host1")
+    os.kill(broker, signal.SIGKILL)
+    wait_for_exit([broker], timeout=10)
+    host = socket.gethostname()
+    watcher.expect(rf"the broker on {re.escape(host)} joined: its ranks are here")
+    wait_for_sessions(env, 4)
+    assert [row[0] for row in listed(watcher.command("list"))] == ["0", "1", "2", "3"], "each rank once"
+    watcher.expect(rf"the broker on {re.escape(host)} stopped answering \(its ranks had moved to a new broker\)\n")
+    answer = attached.command("p value")
+    assert "(the broker restarted; attached again to rank 2" in answer and answer.endswith("\n4\n"), answer
+    assert listed(watcher.command("list --all")) == [("0", "{'host': 0, 'gpu': 0}", "breakpoint"),
+                                                     ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
+                                                     ("2", "{'host': 1, 'gpu': 0}", "breakpoint"),
+                                                     ("3", "{'host': 1, 'gpu': 1}", "breakpoint")]
+    assert "ranks are lost" not in watcher.text and "was lost" not in watcher.text
+
+
+@pytest.mark.timeout(120)
 def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
     tree.start_root()
     tree.host_broker("host0")
