@@ -251,8 +251,11 @@ class Broker:
 
     def hear_parent(self) -> None:
         """What the broker above sent, handled as from the peer UPSTREAM; after each welcome
-        it learns everything below us anew."""
+        as a stranger it learns everything below us anew. One that we took for gone while it
+        only stalled welcomes us as known: it is our parent again, with all we told it."""
         assert self.upstream is not None
+        if self.upstream.ready and self.upstream.joined and self.registry.peer(UPSTREAM) is None:
+            self.registry.join(self.parent_peer())
         msgs = []
         for item in self.upstream.take():
             if item is JOINED:
@@ -270,12 +273,16 @@ class Broker:
         assert self.upstream is not None
         was_wanted = self.output_wanted
         self.drop(UPSTREAM, wire.Ending.RECONNECTED)
-        self.registry.join(Peer(identity=UPSTREAM, role=PARENT, name="parent", host=self.upstream.address, pid=0,
-                                user="", last_seen=time.monotonic()))
+        self.registry.join(self.parent_peer())
         self.upstream.rejoined(self.registry)
         self.parent_wants_output = False
         self.tell_branches_output(was_wanted)
         log(f"registered with the broker above at {self.upstream.address}")
+
+    def parent_peer(self) -> Peer:
+        assert self.upstream is not None
+        return Peer(identity=UPSTREAM, role=PARENT, name="parent", host=self.upstream.address, pid=0, user="",
+                    last_seen=time.monotonic())
 
     def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
         now = time.monotonic()
@@ -468,7 +475,7 @@ class Broker:
             if first_of_job:
                 log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
-                                         broker_pid=os.getpid(), seq=self.event_seq))
+                                         broker_pid=os.getpid(), seq=self.event_seq, known=not joined))
         if joined and msg.role == wire.Role.BROKER:
             self.attaching[identity] = deque()
             if self.output_wanted:

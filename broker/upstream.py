@@ -37,7 +37,8 @@ UPSTREAM = b"\x00upstream"
 more, and takes no name of a peer's own that starts with a zero byte: no peer can pose as it."""
 
 JOINED = object()
-"""Put in the inbox when the parent welcomed us (again): it knows nothing of us yet."""
+"""Put in the inbox when the parent welcomed us as a stranger (the first time, or after it
+restarted or forgot us): it knows nothing of us yet."""
 
 RUNNING_AFTER = 0.5
 """A session still running a line after this long is told up as running."""
@@ -67,6 +68,8 @@ class Upstream:
         self.ranks_due = True
         self.ranks_sent_at = float("-inf")
         self.wants_output = False
+        self.joined = False
+        """Whether the parent has welcomed us as a stranger once: it knows of us since."""
         self.link = Link(settings, wire.Role.BROKER, f"broker@{socket.gethostname()}", self, lambda: parent,
                          context=context)
 
@@ -118,6 +121,7 @@ class Upstream:
     def rejoined(self, registry: Registry) -> None:
         """A parent that welcomed us knows nothing of us: tell it everything, each paused
         session as news (a restarted broker hears every waiting rank again, so shells there do)."""
+        self.joined = True
         self.told.clear()
         self.running.clear()
         self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.sessions.values()}

@@ -299,7 +299,8 @@ class Link:
                 self.problem = ""
                 if not self.ready.is_set():  # else it answers a hello we said again: no news
                     self.ready.set()
-                    replies.extend(self.peer.welcomed())
+                    if not msg.known:  # a broker that knew us has all we told it
+                        replies.extend(self.peer.welcomed())
                     replies.extend(self._resend)
                     self._resend = []
             elif isinstance(msg, wire.Events):

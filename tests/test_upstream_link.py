@@ -1,0 +1,134 @@
+"""The link of a broker below to its parent stays one registration while the parent seems
+silent to it: through a storm of stops longer than the silence limit, and through a parent that
+stalls past it. Either way no rank's stop is announced twice at the root."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import subprocess
+import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from programs import Program, settings_for, start_broker, stop_broker, wait_for_sessions
+
+from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
+
+RANKS = textwrap.dedent('''
+    import sys
+    import threading
+    import time
+
+    import monarch_pdb
+
+
+    def rank_main(rank, apart):
+        time.sleep(rank * apart)
+        with monarch_pdb.endpoint_call("storm", rank, {"rank": rank}):
+            breakpoint()
+
+
+    monarch_pdb.install()
+    count, apart = int(sys.argv[1]), float(sys.argv[2])
+    threads = [threading.Thread(target=rank_main, args=(r, apart)) for r in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+''')
+SILENCE = "0.5"
+"""Seconds the host broker waits to hear from its parent before it says hello again."""
+STALL = 2.0
+"""How long the stalled parent stays stopped: longer than the host's silence limit."""
+
+
+class Tree:
+    """A root broker, and a host broker below it whose ranks the test runs; every stop the
+    root announces is kept."""
+
+    def __init__(self, env: dict[str, str], tmp_path: Path) -> None:
+        shared = {"MONARCH_PDB_SECRET": secrets.token_hex(32), "MONARCH_PDB_HEARTBEAT": "0.2"}
+        self.root_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "root"), **shared)
+        self.host_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "host"), **shared)
+        self.tmp_path = tmp_path
+        self.root, first = start_broker(self.root_env)
+        port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
+        self.host, _ = start_broker(dict(self.host_env, MONARCH_PDB_CONNECT_TIMEOUT=SILENCE),
+                                    "--upstream", f"127.0.0.1:{port}")
+        self.events: list[wire.Event] = []
+        self.host_gone = threading.Event()
+        self.conn = ShellConnection.open(settings_for(self.root_env), on_events=self.seen)
+
+    def seen(self, batch: list[wire.Event]) -> None:
+        self.events.extend(batch)
+        if any(e.kind == wire.EventKind.BROKER_LOST for e in batch):
+            self.host_gone.set()
+
+    def ranks(self, count: int, apart: float) -> Program:
+        """`count` ranks under the host, stopping `apart` seconds after one another."""
+        script = self.tmp_path / "ranks.py"
+        script.write_text(RANKS)
+        return Program(self.host_env, script, str(count), str(apart), cwd=self.tmp_path)
+
+    def end_host(self) -> tuple[list[int], str]:
+        """Stop the host broker; the ranks the root announced stopped, once the root has said
+        the host is gone (after every event before it), and what the host logged."""
+        log = stop_broker(self.host)
+        assert self.host_gone.wait(10), self.events
+        return sorted(e.rank for e in self.events if e.kind == wire.EventKind.BREAKPOINT), log
+
+    def close(self) -> None:
+        self.conn.close()
+        for broker in (self.host, self.root):
+            if broker.poll() is None:
+                stop_broker(broker)
+
+
+@contextmanager
+def tree(env: dict[str, str], tmp_path: Path) -> Iterator[Tree]:
+    built = Tree(env, tmp_path)
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_storm_longer_than_the_parents_silence_limit_announces_each_stop_once(env, tmp_path):
+    with tree(env, tmp_path) as t:
+        program = t.ranks(40, apart=0.05)  # a stop every 50 ms for two seconds, each told upward
+        try:
+            wait_for_sessions(t.root_env, 40)
+            stops, log = t.end_host()
+            assert stops == list(range(40)), stops
+            assert log.count("registered with the broker above") == 1, log
+        finally:
+            program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_parent_that_stalls_past_the_silence_limit_keeps_its_branch_and_hears_no_stop_again(env, tmp_path):
+    with tree(env, tmp_path) as t:
+        program = t.ranks(4, apart=0.0)
+        try:
+            wait_for_sessions(t.root_env, 4)
+            os.kill(t.root.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(subprocess.TimeoutExpired):
+                    t.host.wait(STALL)  # the host lives on while its parent is stopped
+            finally:
+                os.kill(t.root.pid, signal.SIGCONT)
+            result = t.conn.cast("storm", "ranks(:)", "p rank", timeout=10)
+            assert [(g.output, g.ranks) for g in result.groups] == [(f"{r}\n", [r]) for r in range(4)]
+            stops, log = t.end_host()
+            assert stops == [0, 1, 2, 3], stops
+            assert log.count("registered with the broker above") == 1, log
+        finally:
+            program.stop()
