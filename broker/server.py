@@ -366,8 +366,11 @@ class Broker:
 
     def settle(self, table: InFlight, request: Request, expired: bool = False) -> None:
         """Send a request's result to its shell once it is done (or `expired`)."""
-        for part in table.settle(request, expired):
+        parts = table.settle(request, expired)
+        for part in parts:
             self.send(request.shell, part)
+        if parts and request.shell == UPSTREAM and isinstance(request, CastInFlight):
+            self.upstream.cast_answered(self.registry, request.pending)
 
     def expire(self, now: float) -> None:
         for table in (self.casts, self.stacks):
@@ -427,9 +430,11 @@ class Broker:
         self.publish(wire.EventKind.LOST if reason == wire.Ending.LOST else wire.EventKind.ENDED, sess, reason)
 
     def forward(self, sess: Session, line: str, release: bool = False) -> None:
-        """Hand one line to a session's pdb."""
+        """Hand one line to a session's pdb. The broker above learns that it runs on, unless
+        the line is of its own cast, whose result tells it."""
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release))
-        if self.upstream is not None:
+        cast = self.casts.get(sess.cast)
+        if self.upstream is not None and (cast is None or cast.shell != UPSTREAM):
             self.upstream.sent_line(sess, time.monotonic())
 
     def below_changed(self) -> None:

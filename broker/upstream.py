@@ -9,7 +9,8 @@ What goes up is folded, so that the parent's work grows with the brokers below i
 distinct answers, not with the ranks:
 - a session only when it is new or stands somewhere else: one that ran a line for a moment and
   stopped where it was (a cast of `p rank`) is not news, and one still running after
-  RUNNING_AFTER is;
+  RUNNING_AFTER is, or, running a line of the parent's own cast, when that cast is answered
+  (a cast's ranks answer over a second on a busy host, and the result says how each did);
 - the ranks without a session, whole, when they changed, at most once a tick;
 - output only while the parent asks for it (some shell up there follows ranks).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 import queue
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import zmq
@@ -137,6 +138,13 @@ class Upstream:
 
     def sent_line(self, sess: Session, now: float) -> None:
         self.running[sess.id] = now
+
+    def cast_answered(self, registry: Registry, still_running: Iterable[int]) -> None:
+        """A cast of the parent's has its answer: its sessions that still run are news now."""
+        for sess_id in still_running:
+            sess = registry.session_at(sess_id)
+            if sess is not None:
+                self.touched(sess)
 
     def ended(self, sess: Session, text: str, reason: str) -> None:
         self.changed.pop(sess.id, None)

@@ -1,6 +1,7 @@
-"""The link of a broker below to its parent stays one registration while the parent seems
-silent to it: through a storm of stops longer than the silence limit, and through a parent that
-stalls past it. Either way no rank's stop is announced twice at the root."""
+"""A root broker and a host broker below it. The link between them stays one registration
+while the parent seems silent to the host: through a storm of stops longer than the silence
+limit, and through a parent that stalls past it; either way no rank's stop is announced twice
+at the root. Ranks running a line of the root's cast are told up by the cast's result."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from programs import Program, settings_for, start_broker, stop_broker, wait_for_sessions
+from programs import Program, settings_for, start_broker, stop_broker, wait_for_all_rows, wait_for_sessions
 
 from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
@@ -130,5 +131,20 @@ def test_a_parent_that_stalls_past_the_silence_limit_keeps_its_branch_and_hears_
             stops, log = t.end_host()
             assert stops == [0, 1, 2, 3], stops
             assert log.count("registered with the broker above") == 1, log
+        finally:
+            program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_ranks_still_running_a_roots_cast_when_its_time_is_up_are_listed_as_running_there(env, tmp_path):
+    with tree(env, tmp_path) as t:
+        program = t.ranks(2, apart=0.0)
+        try:
+            wait_for_sessions(t.root_env, 2)
+            result = t.conn.cast("storm", "ranks(:)", "p __import__('time').sleep(4)", timeout=2)
+            assert [(m.rank, m.reason) for m in result.missing] == [(0, "still running"), (1, "still running")]
+            assert t.conn.request(wire.ListSessions(), wire.SessionList).rows == []
+            wait_for_all_rows(t.root_env, lambda rows: [(r.rank, r.state) for r in rows] == [
+                (0, wire.RankState.BREAKPOINT), (1, wire.RankState.BREAKPOINT)])  # stopped again, where they were
         finally:
             program.stop()
