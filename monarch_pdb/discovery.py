@@ -190,14 +190,16 @@ def locate(settings: Settings) -> Connection | None:
     """The broker this process should talk to, or None if none is known to be running.
 
     A live local broker's file wins; otherwise a secret from the environment means a broker
-    elsewhere at host:port (its PUB address is learned in the handshake).
+    elsewhere at host:port (its PUB address is learned in the handshake), except on this host
+    with an upstream (MONARCH_PDB_UPSTREAM): the secret is then for this host's broker, which a
+    rank starts, to register with the broker above.
     """
     secret = secret_of(settings)
     if broker_running(settings):
         conn = read_connection_file(settings)
         if conn is not None:
             return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
-    if secret is not None and settings.port != 0:
+    if secret is not None and settings.port != 0 and not (settings.upstream and is_local(settings.host)):
         return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0, settings.curve)
     return None
 

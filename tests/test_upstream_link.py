@@ -1,7 +1,8 @@
 """A root broker and a host broker below it. The link between them stays one registration
 while the parent seems silent to the host: through a storm of stops longer than the silence
 limit, and through a parent that stalls past it; either way no rank's stop is announced twice
-at the root. Ranks running a line of the root's cast are told up by the cast's result."""
+at the root. Ranks running a line of the root's cast are told up by the cast's result. A rank
+given the root's address and the secret file starts its host's broker below the root."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import textwrap
 import threading
@@ -148,3 +150,38 @@ def test_ranks_still_running_a_roots_cast_when_its_time_is_up_are_listed_as_runn
                 (0, wire.RankState.BREAKPOINT), (1, wire.RankState.BREAKPOINT)])  # stopped again, where they were
         finally:
             program.stop()
+
+
+def free_port() -> int:
+    """A port the system just gave out: the broker a rank starts listens on a port of its own."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_with_an_upstream_starts_its_hosts_broker_which_registers_with_the_root(env, tmp_path):
+    secret = tmp_path / "secret"
+    secret.touch(0o600)
+    secret.write_text(secrets.token_hex(32))
+    root_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "root"), MONARCH_PDB_SECRET_FILE=str(secret))
+    root, first = start_broker(root_env)
+    port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
+    rank_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "host"), MONARCH_PDB_SECRET_FILE=str(secret),
+                    MONARCH_PDB_UPSTREAM=f"127.0.0.1:{port}", MONARCH_DEBUG_SERVER_PORT=str(free_port()))
+    script = tmp_path / "rank.py"
+    script.write_text("import monarch_pdb\n\nmonarch_pdb.install()\nwith monarch_pdb.endpoint_call('solo', 7, {}):\n    breakpoint()\n"
+                      "print('solo done')\n")
+    program = Program(rank_env, script, cwd=tmp_path)
+    try:
+        assert [r.rank for r in wait_for_sessions(root_env, 1)] == [7]
+        conn = ShellConnection.open(settings_for(root_env))
+        try:
+            assert conn.request(wire.Continue(), wire.Continued).released == [wire.Released("solo", [7])]
+        finally:
+            conn.close()
+        code, output = program.finish()
+        assert code == 0 and "solo done" in output, output
+    finally:
+        program.stop()
+        stop_broker(root)
