@@ -877,7 +877,9 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
     log(f"listening on {conn.router} (events on {conn.pub}){encrypted} as {getpass.getuser()}, pid {os.getpid()}")
     if capacity:
         log(capacity)
-    if settings.upstream:
+    if settings.upstream and discovery.reaches_itself(settings.upstream, conn.router):
+        log(f"the broker above ({settings.upstream}) is this broker itself: it serves as the root, with none above")
+    elif settings.upstream:
         broker.start_upstream(settings.upstream)
     try:
         broker.serve()

@@ -77,6 +77,32 @@ def is_local(host: str) -> bool:
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
 
+def reaches_itself(address: str, router: str) -> bool:
+    """Whether HOST:PORT names the broker listening on `router` (its ZeroMQ endpoint): its
+    port, at the address it listens on or, listening on every address, at one of this host's
+    (one this process can bind)."""
+    host, _, port = address.rpartition(":")
+    bound, _, bound_port = router.removeprefix("tcp://").rpartition(":")
+    if port != bound_port:
+        return False
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return False
+    if bound.strip("[]") not in ("0.0.0.0", "::", "*"):
+        return bound.strip("[]") in addresses
+    return any(_bindable(ip) for ip in addresses)
+
+
+def _bindable(ip: str) -> bool:
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
+            probe.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+
+
 def bind_host(host: str) -> str:
     """ZeroMQ binds addresses, not names."""
     return "127.0.0.1" if host in ("localhost", "") else host

@@ -185,3 +185,28 @@ def test_a_rank_with_an_upstream_starts_its_hosts_broker_which_registers_with_th
     finally:
         program.stop()
         stop_broker(root)
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_whose_upstream_is_itself_serves_as_the_root(env, tmp_path):
+    port = free_port()  # the job's environment names the root, and the root runs in it too
+    root_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "root"), MONARCH_PDB_SECRET=secrets.token_hex(32),
+                    MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_UPSTREAM=f"127.0.0.1:{port}")
+    root, _ = start_broker(root_env)
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS)
+    program = Program(root_env, script, "2", "0", cwd=tmp_path)
+    try:
+        wait_for_sessions(root_env, 2)
+        conn = ShellConnection.open(settings_for(root_env))
+        try:
+            result = conn.cast("storm", "ranks(:)", "p rank", timeout=10)
+            assert [(g.output, g.ranks) for g in result.groups] == [("0\n", [0]), ("1\n", [1])]
+            assert [r.rank for r in conn.request(wire.ListSessions(), wire.SessionList).rows] == [0, 1]
+        finally:
+            conn.close()
+    finally:
+        program.stop()
+        log = stop_broker(root)
+    assert f"the broker above (127.0.0.1:{port}) is this broker itself" in log, log
+    assert "a broker below joined" not in log, log
