@@ -212,20 +212,19 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-def locate(settings: Settings) -> Connection | None:
+def locate(settings: Settings, here: bool = False) -> Connection | None:
     """The broker this process should talk to, or None if none is known to be running.
 
     A live local broker's file wins; otherwise a secret from the environment means a broker
-    elsewhere at host:port (its PUB address is learned in the handshake), except on this host
-    with an upstream (MONARCH_PDB_UPSTREAM): the secret is then for this host's broker, which a
-    rank starts, to register with the broker above.
+    elsewhere at host:port (its PUB address is learned in the handshake), unless the broker
+    is known to be `here`, on this host, where the caller starts it.
     """
     secret = secret_of(settings)
     if broker_running(settings):
         conn = read_connection_file(settings)
         if conn is not None:
             return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
-    if secret is not None and settings.port != 0 and not (settings.upstream and is_local(settings.host)):
+    if secret is not None and settings.port != 0 and not here:
         return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0, settings.curve)
     return None
 
@@ -248,7 +247,7 @@ def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connecti
             _spawn_broker(settings)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            conn = locate(settings)
+            conn = locate(settings, here=True)
             if conn is not None:
                 return conn
             time.sleep(0.02)
