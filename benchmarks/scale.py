@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -363,8 +364,9 @@ def _alternate(conn: ShellConnection, brokers: Brokers, fan_out: floors.FanOut, 
         result = conn.cast("emu", "ranks(:)", line, ANSWER_TIMEOUT)
         answered = sum(len(group.ranks) for group in result.groups)
         if result.missing or answered != n or len(result.groups) != groups:
+            why = Counter(m.reason for m in result.missing).most_common()
             raise RuntimeError(f"`{line}` was answered by {answered} of {n} ranks in {len(result.groups)} groups "
-                               f"(not {groups}), missing {len(result.missing)}")
+                               f"(not {groups}), missing {len(result.missing)} {why}")
 
     def listed() -> None:
         rows = conn.request(wire.ListSessions(), wire.SessionList, timeout=ANSWER_TIMEOUT).rows
