@@ -1,11 +1,15 @@
 """Benchmark monarch-pdb against raw pyzmq floors measured in the same run.
 
     .venv/bin/python benchmarks/run.py [--quick] [--scale]      (or: make bench [QUICK=1])
+    .venv/bin/python benchmarks/run.py --tree-large             (or: make bench-tree-large)
 
 Prints a table and writes benchmarks/results/latest.json. The targets are DESIGN.md's
 "Performance targets" for 16 ranks: an attached `p` within 2x of the raw relay floor, a cast
 to 16 ranks under 5 ms, `list` under 200 ms. `--scale` then adds thousands of emulated ranks
-(scale.py: 256 to 16,384; with --quick 256 and 1,024), which takes several minutes.
+(scale.py: 256 to 16,384, directly and through a tree of 8 host brokers; with --quick 256 and
+1,024), which takes several minutes. `--tree-large` measures only the tree of 131,072 ranks
+under 16 host brokers, for a machine of 16 cores, and writes benchmarks/results/tree-large.json;
+it says at once what a smaller machine lacks, and runs nothing there.
 
 Floors and product measures run in alternating batches, every process started once up front:
 on a small shared machine the background load drifts by tens of percent within a minute, and
@@ -28,6 +32,7 @@ import terminal
 from report import Result, Target, say
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+TREE_LARGE_RESULTS = RESULTS.with_name("tree-large.json")
 ROUNDS = {"full": 10, "quick": 3}
 # Timed repetitions per measure over the whole run; full mode takes about half a minute on 2 cores.
 REPEAT = {
@@ -53,7 +58,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
     parser.add_argument("--scale", action="store_true", help="add the emulated-rank scale measures")
+    parser.add_argument("--tree-large", action="store_true",
+                        help="only the tree of 131,072 emulated ranks under 16 host brokers (a 16-core machine)")
     args = parser.parse_args()
+    if args.tree_large:
+        return tree_large()
     mode = "quick" if args.quick else "full"
 
     with contextlib.ExitStack() as stack:
@@ -77,20 +86,7 @@ def main() -> int:
                 samples[name] += measure(WARMUP[name], REPEAT[mode][name] // ROUNDS[mode])
         shell_cpu = shells.cpu_ms_per_line()
     # After the 16-rank run's processes are gone, so neither measure loads the other.
-    scaled: list[Result] = []
-    resources: list[dict] = []
-    if args.scale:
-        with tempfile.TemporaryDirectory(prefix="monarch-pdb-scale-") as workdir:
-            for number, shape in enumerate(scale.SHAPES[mode]):
-                say(f"scale: {shape.label} emulated ranks")
-                try:
-                    results, row = scale.measure_shape(shape, Path(workdir) / f"shape-{number}", say)
-                except RuntimeError as failure:  # a shape the product cannot take is a finding, not the end
-                    say(f"scale: {shape.label} failed: {failure}")
-                    resources.append({"ranks": shape.ranks, "shape": shape.label, "failed": str(failure)})
-                    continue
-                scaled += results
-                resources.append(row)
+    scaled, resources = measure_scale(scale.SHAPES[mode]) if args.scale else ([], [])
 
     floor_a = Result("raw relay round trip (floor A)", samples["relay"])
     tty_floor = Result("terminal: cmd + readline answering itself (floor C)", samples["tty_floor"])
@@ -119,9 +115,7 @@ def main() -> int:
     print("\nthe shell's own CPU per line (ms): " + ", ".join(f"{k} {v}" for k, v in shell_cpu.items())
           + f" (attached: target < {terminal.CPU_MS_PER_LINE:g} ms, "
           + ("PASS" if shell_cpu.get("attached", math.inf) < terminal.CPU_MS_PER_LINE else "MISS") + ")")
-    if resources:
-        print()
-        print(report.table(resources, scale.RESOURCE_COLUMNS))
+    print_resources(resources)
     report.write_json(RESULTS, rows, {
         "mode": mode, "ranks": debugger.RANKS, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP,
         "floor_messages": floors.message_sizes(), "scale_resources": resources,
@@ -129,6 +123,48 @@ def main() -> int:
     })
     say(f"wrote {RESULTS}")
     return 0
+
+
+def measure_scale(shapes: list[scale.Shape]) -> tuple[list[Result], list[dict]]:
+    """Each shape's results and resource row; a tree's root CPU beside the direct broker's."""
+    scaled: list[Result] = []
+    resources: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="monarch-pdb-scale-") as workdir:
+        for number, shape in enumerate(shapes):
+            say(f"scale: {shape.label} emulated ranks")
+            try:
+                results, row = scale.measure_shape(shape, Path(workdir) / f"shape-{number}", say)
+            except RuntimeError as failure:  # a shape the product cannot take is a finding, not the end
+                say(f"scale: {shape.label} failed: {failure}")
+                resources.append({"ranks": shape.ranks, "shape": shape.label, "failed": str(failure)})
+                continue
+            scaled += results
+            resources.append(row)
+    scale.compare_with_direct(resources)
+    return scaled, resources
+
+
+def print_resources(resources: list[dict]) -> None:
+    if resources:
+        print()
+        print(report.table(resources, scale.RESOURCE_COLUMNS))
+
+
+def tree_large() -> int:
+    """The tree of 131,072 ranks alone, where the machine can run it."""
+    shape, needs = scale.LARGE, scale.LARGE_NEEDS
+    lacking = scale.cannot_run(shape, needs)
+    if lacking:
+        say(f"monarch-pdb benchmark: this machine cannot run the {shape.ranks:,}-rank tree ({shape.label}): "
+            f"{lacking}. Nothing was run.")
+        return 2
+    results, resources = measure_scale([shape])
+    rows = [result.row() for result in results]
+    print(report.table(rows))
+    print_resources(resources)
+    report.write_json(TREE_LARGE_RESULTS, rows, {"mode": "tree-large", "scale_resources": resources})
+    say(f"wrote {TREE_LARGE_RESULTS}")
+    return 0 if not any(row.get("failed") for row in resources) else 1
 
 
 

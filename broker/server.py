@@ -251,8 +251,11 @@ class Broker:
 
     def hear_parent(self) -> None:
         """What the broker above sent, handled as from the peer UPSTREAM; after each welcome
-        it learns everything below us anew."""
+        as a stranger it learns everything below us anew. One that we took for gone while it
+        only stalled welcomes us as known: it is our parent again, with all we told it."""
         assert self.upstream is not None
+        if self.upstream.ready and self.upstream.joined and self.registry.peer(UPSTREAM) is None:
+            self.registry.join(self.parent_peer())
         msgs = []
         for item in self.upstream.take():
             if item is JOINED:
@@ -270,12 +273,16 @@ class Broker:
         assert self.upstream is not None
         was_wanted = self.output_wanted
         self.drop(UPSTREAM, wire.Ending.RECONNECTED)
-        self.registry.join(Peer(identity=UPSTREAM, role=PARENT, name="parent", host=self.upstream.address, pid=0,
-                                user="", last_seen=time.monotonic()))
+        self.registry.join(self.parent_peer())
         self.upstream.rejoined(self.registry)
         self.parent_wants_output = False
         self.tell_branches_output(was_wanted)
         log(f"registered with the broker above at {self.upstream.address}")
+
+    def parent_peer(self) -> Peer:
+        assert self.upstream is not None
+        return Peer(identity=UPSTREAM, role=PARENT, name="parent", host=self.upstream.address, pid=0, user="",
+                    last_seen=time.monotonic())
 
     def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
         now = time.monotonic()
@@ -359,8 +366,11 @@ class Broker:
 
     def settle(self, table: InFlight, request: Request, expired: bool = False) -> None:
         """Send a request's result to its shell once it is done (or `expired`)."""
-        for part in table.settle(request, expired):
+        parts = table.settle(request, expired)
+        for part in parts:
             self.send(request.shell, part)
+        if parts and request.shell == UPSTREAM and isinstance(request, CastInFlight):
+            self.upstream.cast_answered(self.registry, request.pending)
 
     def expire(self, now: float) -> None:
         for table in (self.casts, self.stacks):
@@ -420,9 +430,11 @@ class Broker:
         self.publish(wire.EventKind.LOST if reason == wire.Ending.LOST else wire.EventKind.ENDED, sess, reason)
 
     def forward(self, sess: Session, line: str, release: bool = False) -> None:
-        """Hand one line to a session's pdb."""
+        """Hand one line to a session's pdb. The broker above learns that it runs on, unless
+        the line is of its own cast, whose result tells it."""
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release))
-        if self.upstream is not None:
+        cast = self.casts.get(sess.cast)
+        if self.upstream is not None and (cast is None or cast.shell != UPSTREAM):
             self.upstream.sent_line(sess, time.monotonic())
 
     def below_changed(self) -> None:
@@ -468,7 +480,7 @@ class Broker:
             if first_of_job:
                 log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
-                                         broker_pid=os.getpid(), seq=self.event_seq))
+                                         broker_pid=os.getpid(), seq=self.event_seq, known=not joined))
         if joined and msg.role == wire.Role.BROKER:
             self.attaching[identity] = deque()
             if self.output_wanted:
@@ -880,7 +892,9 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
     log(f"listening on {conn.router} (events on {conn.pub}){encrypted} as {getpass.getuser()}, pid {os.getpid()}")
     if capacity:
         log(capacity)
-    if settings.upstream:
+    if settings.upstream and discovery.reaches_itself(settings.upstream, conn.router):
+        log(f"the broker above ({settings.upstream}) is this broker itself: it serves as the root, with none above")
+    elif settings.upstream:
         broker.start_upstream(settings.upstream)
     try:
         broker.serve()

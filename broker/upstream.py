@@ -9,7 +9,8 @@ What goes up is folded, so that the parent's work grows with the brokers below i
 distinct answers, not with the ranks:
 - a session only when it is new or stands somewhere else: one that ran a line for a moment and
   stopped where it was (a cast of `p rank`) is not news, and one still running after
-  RUNNING_AFTER is;
+  RUNNING_AFTER is, or, running a line of the parent's own cast, when that cast is answered
+  (a cast's ranks answer over a second on a busy host, and the result says how each did);
 - the ranks without a session, whole, when they changed, at most once a tick;
 - output only while the parent asks for it (some shell up there follows ranks).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 import queue
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import zmq
@@ -37,7 +38,8 @@ UPSTREAM = b"\x00upstream"
 more, and takes no name of a peer's own that starts with a zero byte: no peer can pose as it."""
 
 JOINED = object()
-"""Put in the inbox when the parent welcomed us (again): it knows nothing of us yet."""
+"""Put in the inbox when the parent welcomed us as a stranger (the first time, or after it
+restarted or forgot us): it knows nothing of us yet."""
 
 RUNNING_AFTER = 0.5
 """A session still running a line after this long is told up as running."""
@@ -67,6 +69,8 @@ class Upstream:
         self.ranks_due = True
         self.ranks_sent_at = float("-inf")
         self.wants_output = False
+        self.joined = False
+        """Whether the parent has welcomed us as a stranger once: it knows of us since."""
         self.link = Link(settings, wire.Role.BROKER, f"broker@{socket.gethostname()}", self, lambda: parent,
                          context=context)
 
@@ -118,6 +122,7 @@ class Upstream:
     def rejoined(self, registry: Registry) -> None:
         """A parent that welcomed us knows nothing of us: tell it everything, each paused
         session as news (a restarted broker hears every waiting rank again, so shells there do)."""
+        self.joined = True
         self.told.clear()
         self.running.clear()
         self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.sessions.values()}
@@ -133,6 +138,13 @@ class Upstream:
 
     def sent_line(self, sess: Session, now: float) -> None:
         self.running[sess.id] = now
+
+    def cast_answered(self, registry: Registry, still_running: Iterable[int]) -> None:
+        """A cast of the parent's has its answer: its sessions that still run are news now."""
+        for sess_id in still_running:
+            sess = registry.session_at(sess_id)
+            if sess is not None:
+                self.touched(sess)
 
     def ended(self, sess: Session, text: str, reason: str) -> None:
         self.changed.pop(sess.id, None)

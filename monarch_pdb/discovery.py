@@ -77,6 +77,32 @@ def is_local(host: str) -> bool:
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
 
+def reaches_itself(address: str, router: str) -> bool:
+    """Whether HOST:PORT names the broker listening on `router` (its ZeroMQ endpoint): its
+    port, at the address it listens on or, listening on every address, at one of this host's
+    (one this process can bind)."""
+    host, _, port = address.rpartition(":")
+    bound, _, bound_port = router.removeprefix("tcp://").rpartition(":")
+    if port != bound_port:
+        return False
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return False
+    if bound.strip("[]") not in ("0.0.0.0", "::", "*"):
+        return bound.strip("[]") in addresses
+    return any(_bindable(ip) for ip in addresses)
+
+
+def _bindable(ip: str) -> bool:
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
+            probe.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+
+
 def bind_host(host: str) -> str:
     """ZeroMQ binds addresses, not names."""
     return "127.0.0.1" if host in ("localhost", "") else host
@@ -186,18 +212,19 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-def locate(settings: Settings) -> Connection | None:
+def locate(settings: Settings, here: bool = False) -> Connection | None:
     """The broker this process should talk to, or None if none is known to be running.
 
     A live local broker's file wins; otherwise a secret from the environment means a broker
-    elsewhere at host:port (its PUB address is learned in the handshake).
+    elsewhere at host:port (its PUB address is learned in the handshake), unless the broker
+    is known to be `here`, on this host, where the caller starts it.
     """
     secret = secret_of(settings)
     if broker_running(settings):
         conn = read_connection_file(settings)
         if conn is not None:
             return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
-    if secret is not None and settings.port != 0:
+    if secret is not None and settings.port != 0 and not here:
         return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0, settings.curve)
     return None
 
@@ -220,7 +247,7 @@ def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connecti
             _spawn_broker(settings)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            conn = locate(settings)
+            conn = locate(settings, here=True)
             if conn is not None:
                 return conn
             time.sleep(0.02)

@@ -74,6 +74,15 @@ def pub_address(router: str, pub: str) -> str:
     return f"tcp://{host}:{port}"
 
 
+def beat_due(sent: float, beaten: float, heard: float, beat: float) -> float:
+    """When the next heartbeat is due: a beat after we last sent anything, or, while the broker
+    has said nothing for a beat, a beat after our last heartbeat. The broker answers heartbeats,
+    not what it is told, so a peer that never stops talking (a broker below telling its parent
+    of a long storm of ranks) still asks for a sign of life, and does not take the broker for
+    silent."""
+    return min(sent, max(beaten, heard)) + beat
+
+
 class Link:
     def __init__(self, settings: Settings, role: wire.Role, name: str, peer: Peer,
                  locate: Callable[[], discovery.Connection | None], events: bool = False,
@@ -218,12 +227,12 @@ class Link:
             self._unanswered += [m for m in msgs if not isinstance(m, CONNECTION_MESSAGES)]
 
         send(self._hello())
-        heard = sent = time.monotonic()
+        heard = sent = beaten = time.monotonic()
         following = False
         try:
             while True:
                 delay = self.peer.idle_delay() if self.ready.is_set() else None
-                wait = max(0.0, beat - (time.monotonic() - sent))
+                wait = max(0.0, beat_due(sent, beaten, heard, beat) - time.monotonic())
                 events = dict(poller.poll((wait if delay is None else min(delay, wait)) * 1000))
                 if self._wake_rx in events:
                     self._drain_wake()
@@ -246,9 +255,9 @@ class Link:
                         send(*outgoing)
                         sent = time.monotonic()
                 now = time.monotonic()
-                if now - sent >= beat:
+                if now >= beat_due(sent, beaten, heard, beat):
                     send(wire.Heartbeat() if self.ready.is_set() else self._hello())
-                    sent = now
+                    sent = beaten = now
                 if now - heard > silent_limit:
                     self.ready.clear()
                     self.problem = " (the broker stopped answering)"
@@ -290,7 +299,8 @@ class Link:
                 self.problem = ""
                 if not self.ready.is_set():  # else it answers a hello we said again: no news
                     self.ready.set()
-                    replies.extend(self.peer.welcomed())
+                    if not msg.known:  # a broker that knew us has all we told it
+                        replies.extend(self.peer.welcomed())
                     replies.extend(self._resend)
                     self._resend = []
             elif isinstance(msg, wire.Events):

@@ -388,12 +388,14 @@ class Hello(Message):
 @message("welcome")
 class Welcome(Message):
     """The broker's answer to Hello: where its events are published, the number of the last
-    event published, and how often to beat."""
+    event published, how often to beat, and whether it knew this connection already (a hello
+    said again after a silence: it has everything told before)."""
 
     pub: str
     heartbeat: float
     broker_pid: int
     seq: int = 0
+    known: bool = False
 
 
 @message("heartbeat")
