@@ -117,6 +117,12 @@ class OutputLog:
         self.dropped = 0
 
 
+NO_OUTPUT = OutputLog(limit=0)
+"""The log of every session below that has printed nothing up here: most never do (output goes
+up only while a shell up here follows ranks), and a log each would cost the root a tenth of its
+memory. Never added to (`Registry.output_log`)."""
+
+
 @dataclass(slots=True)
 class Session:
     """One paused (or briefly running) thread of a rank, as the broker sees it."""
@@ -389,7 +395,7 @@ class Registry:
             sess = Session(
                 id=self.next_id, peer=branch, sid=item.id, job=intern(row.job), actor=intern(row.actor),
                 rank=row.rank, coords={intern(k): v for k, v in row.coords.items()}, host=intern(row.host),
-                pid=row.pid, log=OutputLog(self.history_limit), instance=row.instance,
+                pid=row.pid, log=NO_OUTPUT, instance=row.instance,
                 state=State.STOPPED if stopped else State.RUNNING,
             )
             self.next_id += 1
@@ -409,6 +415,12 @@ class Registry:
         if item.news:
             sess.detail = item.detail
         return sess
+
+    def output_log(self, sess: Session) -> OutputLog:
+        """A session's log to add to: one below has none until it first prints up here."""
+        if sess.log is NO_OUTPUT:
+            sess.log = OutputLog(self.history_limit)
+        return sess.log
 
     def set_below(self, branch: bytes, rows: list[wire.SessionRow], jobs: list[wire.JobRow], added: bool) -> None:
         """What a broker below says it has besides its sessions: ranks and jobs (`added`:

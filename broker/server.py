@@ -410,7 +410,7 @@ class Broker:
         (here, or above: then it goes up too)."""
         if not text:
             return
-        seq = sess.log.add(text)
+        seq = self.registry.output_log(sess).add(text)
         if self.followed:
             printed = wire.Printed(session=sess.id, seq=seq, job=sess.job, actor=sess.actor, rank=sess.rank, text=text)
             self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(printed)])
