@@ -63,6 +63,7 @@ class Tree:
     root: subprocess.Popen | None = None
     port: str = ""
     brokers: list[subprocess.Popen] = field(default_factory=list)
+    ports: dict[subprocess.Popen, str] = field(default_factory=dict)
     programs: list[Program] = field(default_factory=list)
 
     def start_root(self, *args: str, launcher: list[str] | None = None) -> None:
@@ -82,11 +83,13 @@ class Tree:
         return dict(values, MONARCH_PDB_RUNTIME_DIR=str(self.tmp / host), MONARCH_DEBUG_SERVER_HOST="127.0.0.1",
                     MONARCH_DEBUG_SERVER_PORT="0")
 
-    def host_broker(self, host: str, launcher: list[str] | None = None) -> subprocess.Popen:
-        """`monarch-pdb broker --upstream ROOT` for one host, with the secret."""
-        proc, _ = start_broker(dict(self.host_env(host), MONARCH_PDB_SECRET=self.env["MONARCH_PDB_SECRET"]),
-                               "--upstream", self.upstream, launcher=launcher)
+    def host_broker(self, host: str, launcher: list[str] | None = None, upstream: str = "") -> subprocess.Popen:
+        """`monarch-pdb broker --upstream ROOT` (or another broker's HOST:PORT) for one host,
+        with the secret; its port is `ports[proc]`."""
+        proc, first = start_broker(dict(self.host_env(host), MONARCH_PDB_SECRET=self.env["MONARCH_PDB_SECRET"]),
+                                   "--upstream", upstream or self.upstream, launcher=launcher)
         self.brokers.append(proc)
+        self.ports[proc] = re.search(r"listening on tcp://[^ ]+:(\d+) ", first).group(1)
         return proc
 
     def ranks(self, host: str, group: int, ranks: list[int], world: int, launcher: list[str] | None = None,
@@ -194,6 +197,30 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert sh.command("stacks rank") == (  # as a broker with the ranks of both hosts says it
         "rank ranks[0-3] (4): 2 distinct stacks\nranks[1,3] (2) are elsewhere: (no Python frame)\n"
         "rank.py:21 <module>  ranks[0,2] (2)\nrank.py:14 spin  ranks[0,2] (2)\n")
+
+
+@pytest.mark.timeout(120)
+def test_a_tree_three_deep_serves_the_root_as_two_deep_does(tree, env, shell):
+    tree.start_root()
+    rack = tree.host_broker("rack")
+    tree.host_broker("host0", upstream=f"127.0.0.1:{tree.ports[rack]}")
+    programs = tree.ranks("host0", 0, [0, 1], 2)
+    wait_for_sessions(env, 2)
+    sh = shell()
+    stop = str(stop_line(18))
+    assert listed(sh.command("list")) == [(str(r), f"{{'host': 0, 'gpu': {r}}}", stop) for r in range(2)]
+    assert sh.command("cast rank ranks(:) p rank % 2 + 5").startswith("rank ranks[0] (1)\n5\nrank ranks[1] (1)\n6\n")
+    assert sh.command("attach rank 1").startswith("Attached to debug session for rank 1 (")
+    assert sh.command("p value").strip() == "1"
+    assert "Detached from debug session for rank 1" in sh.command("detach")
+    assert "Continued 2 ranks: rank ranks[0,1]" in sh.command("continue").splitlines()
+    sh.expect(r"\brank 1 entered post-mortem at rank.py:20: ValueError: rank 1 fails$")
+    wait_for_lines(programs[0], "SPINNING", 1)
+    wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running", "post-mortem"])
+    assert sh.command("stacks rank ranks(0)") == (
+        "rank ranks[0] (1): 1 distinct stack\nrank.py:21 <module>  ranks[0] (1)\nrank.py:14 spin  ranks[0] (1)\n")
+    assert "Interrupted 1 rank: rank ranks[0] (1)" in sh.command("interrupt rank ranks(0)").splitlines()
+    sh.expect(r"\brank 0 stopped by interrupt at rank.py:14$")
 
 
 def command_line(pid: int) -> str:
