@@ -66,6 +66,7 @@ class Tree:
         self.host, _ = start_broker(dict(self.host_env, MONARCH_PDB_CONNECT_TIMEOUT=SILENCE),
                                     "--upstream", f"127.0.0.1:{port}")
         self.events: list[wire.Event] = []
+        self.programs: list[Program] = []
         self.host_gone = threading.Event()
         self.conn = ShellConnection.open(settings_for(self.root_env), on_events=self.seen)
 
@@ -75,10 +76,12 @@ class Tree:
             self.host_gone.set()
 
     def ranks(self, count: int, apart: float) -> Program:
-        """`count` ranks under the host, stopping `apart` seconds after one another."""
+        """`count` ranks under the host, stopping `apart` seconds after one another; they are
+        stopped with the tree."""
         script = self.tmp_path / "ranks.py"
         script.write_text(RANKS)
-        return Program(self.host_env, script, str(count), str(apart), cwd=self.tmp_path)
+        self.programs.append(Program(self.host_env, script, str(count), str(apart), cwd=self.tmp_path))
+        return self.programs[-1]
 
     def end_host(self) -> tuple[list[int], str]:
         """Stop the host broker; the ranks the root announced stopped, once the root has said
@@ -88,6 +91,8 @@ class Tree:
         return sorted(e.rank for e in self.events if e.kind == wire.EventKind.BREAKPOINT), log
 
     def close(self) -> None:
+        for program in self.programs:
+            program.stop()
         self.conn.close()
         for broker in (self.host, self.root):
             if broker.poll() is None:
@@ -106,50 +111,41 @@ def tree(env: dict[str, str], tmp_path: Path) -> Iterator[Tree]:
 @pytest.mark.timeout(60)
 def test_a_storm_longer_than_the_parents_silence_limit_announces_each_stop_once(env, tmp_path):
     with tree(env, tmp_path) as t:
-        program = t.ranks(40, apart=0.05)  # a stop every 50 ms for two seconds, each told upward
-        try:
-            wait_for_sessions(t.root_env, 40)
-            stops, log = t.end_host()
-            assert stops == list(range(40)), stops
-            assert log.count("registered with the broker above") == 1, log
-        finally:
-            program.stop()
+        t.ranks(40, apart=0.05)  # a stop every 50 ms for two seconds, each told upward
+        wait_for_sessions(t.root_env, 40)
+        stops, log = t.end_host()
+        assert stops == list(range(40)), stops
+        assert log.count("registered with the broker above") == 1, log
 
 
 @pytest.mark.timeout(60)
 def test_a_parent_that_stalls_past_the_silence_limit_keeps_its_branch_and_hears_no_stop_again(env, tmp_path):
     with tree(env, tmp_path) as t:
-        program = t.ranks(4, apart=0.0)
+        t.ranks(4, apart=0.0)
+        wait_for_sessions(t.root_env, 4)
+        os.kill(t.root.pid, signal.SIGSTOP)
         try:
-            wait_for_sessions(t.root_env, 4)
-            os.kill(t.root.pid, signal.SIGSTOP)
-            try:
-                with pytest.raises(subprocess.TimeoutExpired):
-                    t.host.wait(STALL)  # the host lives on while its parent is stopped
-            finally:
-                os.kill(t.root.pid, signal.SIGCONT)
-            result = t.conn.cast("storm", "ranks(:)", "p rank", timeout=10)
-            assert [(g.output, g.ranks) for g in result.groups] == [(f"{r}\n", [r]) for r in range(4)]
-            stops, log = t.end_host()
-            assert stops == [0, 1, 2, 3], stops
-            assert log.count("registered with the broker above") == 1, log
+            with pytest.raises(subprocess.TimeoutExpired):
+                t.host.wait(STALL)  # the host lives on while its parent is stopped
         finally:
-            program.stop()
+            os.kill(t.root.pid, signal.SIGCONT)
+        result = t.conn.cast("storm", "ranks(:)", "p rank", timeout=10)
+        assert [(g.output, g.ranks) for g in result.groups] == [(f"{r}\n", [r]) for r in range(4)]
+        stops, log = t.end_host()
+        assert stops == [0, 1, 2, 3], stops
+        assert log.count("registered with the broker above") == 1, log
 
 
 @pytest.mark.timeout(60)
 def test_ranks_still_running_a_roots_cast_when_its_time_is_up_are_listed_as_running_there(env, tmp_path):
     with tree(env, tmp_path) as t:
-        program = t.ranks(2, apart=0.0)
-        try:
-            wait_for_sessions(t.root_env, 2)
-            result = t.conn.cast("storm", "ranks(:)", "p __import__('time').sleep(4)", timeout=2)
-            assert [(m.rank, m.reason) for m in result.missing] == [(0, "still running"), (1, "still running")]
-            assert t.conn.request(wire.ListSessions(), wire.SessionList).rows == []
-            wait_for_all_rows(t.root_env, lambda rows: [(r.rank, r.state) for r in rows] == [
-                (0, wire.RankState.BREAKPOINT), (1, wire.RankState.BREAKPOINT)])  # stopped again, where they were
-        finally:
-            program.stop()
+        t.ranks(2, apart=0.0)
+        wait_for_sessions(t.root_env, 2)
+        result = t.conn.cast("storm", "ranks(:)", "p __import__('time').sleep(4)", timeout=2)
+        assert [(m.rank, m.reason) for m in result.missing] == [(0, "still running"), (1, "still running")]
+        assert t.conn.request(wire.ListSessions(), wire.SessionList).rows == []
+        wait_for_all_rows(t.root_env, lambda rows: [(r.rank, r.state) for r in rows] == [
+            (0, wire.RankState.BREAKPOINT), (1, wire.RankState.BREAKPOINT)])  # stopped again, where they were
 
 
 def free_port() -> int:
