@@ -56,12 +56,13 @@ class CastInFlight(Request):
                 owed.discard(gone.rank)
                 self.missing.append(gone)
         if not more:
-            self.branch_gone(branch, f"no answer from the broker on {self.hosts[branch]}")
+            self.lost(branch, f"no answer from the broker on {self.hosts[branch]}")
 
-    def branch_gone(self, branch: bytes, reason: str) -> None:
-        """A broker below will send nothing more (lost, or done): its ranks still owed are missing."""
-        self.missing += [wire.Missing(rank, reason) for rank in sorted(self.owed.pop(branch, ()))]
-        self.answered_below.pop(branch, None)
+    def lost(self, peer: bytes, reason: str) -> None:
+        """A broker below will send nothing more (lost, or done): its ranks still owed are missing.
+        (A lost agent's sessions end one by one: `Casts.ended`.)"""
+        self.missing += [wire.Missing(rank, reason) for rank in sorted(self.owed.pop(peer, ()))]
+        self.answered_below.pop(peer, None)
 
     def answer(self, session_id: int, output: str, outcome: str) -> None:
         rank = self.pending.pop(session_id, None)

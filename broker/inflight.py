@@ -38,6 +38,10 @@ class Request:
         """Each rank still owing an answer, and why."""
         raise NotImplementedError
 
+    def lost(self, peer: bytes, reason: str) -> None:
+        """`peer` is gone: the ranks it owed an answer are missing, for `reason`."""
+        raise NotImplementedError
+
     def result(self, part_size: int) -> list[wire.Message]:
         """Most common answer first, in parts of about `part_size` bytes; the last part names
         the ranks without an answer and has `more` false."""

@@ -350,10 +350,7 @@ class Broker:
                 self.upstream.ended(sess, "", wire.Ending.LOST)
         for table in (self.casts, self.stacks):
             for request in table:
-                if isinstance(request, CastInFlight):
-                    request.branch_gone(peer.identity, why)
-                else:
-                    request.lost(peer.identity, why)
+                request.lost(peer.identity, why)
                 self.settle(table, request)
         self.attaching.pop(peer.identity, None)
         ranks_lost = len(ended) + sum(row.state in LIVE for row in peer.below)

@@ -211,7 +211,7 @@ def test_a_lost_broker_below_and_a_silent_one_have_their_ranks_named_with_their_
     cast = casts.open(CastInFlight(shell=b"shell", ref=7, actor="train", deadline=10.0, total=2))
     cast.owe(b"lost", "host1", [0])
     cast.owe(b"slow", "host2", [1])
-    cast.branch_gone(b"lost", "lost with the broker on host1")
+    cast.lost(b"lost", "lost with the broker on host1")
     assert casts.settle(cast) == []
     [result] = casts.settle(cast, expired=True)
     assert result.missing == [M(0, "lost with the broker on host1"), M(1, "no answer in time from the broker on host2")]
