@@ -21,6 +21,7 @@ import zmq
 
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
+from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.inflight import InFlight, Request, in_parts, row_weight
 from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
 from monarch_pdb.broker.stacks import StacksInFlight
@@ -28,7 +29,6 @@ from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
 from monarch_pdb.settings import Settings
 
 PROGRESS_EVERY = 0.25
-EVENT_HISTORY = 16384
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
@@ -47,9 +47,7 @@ class Broker:
     secret: str
     idle_exit: float = 0.0
     audit: TextIO | None = None
-    event_seq: int = 0
-    history: deque = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
-    """The last events as `Event.row()` records, a third of an Event's size."""
+    events: EventLog = field(default_factory=EventLog)
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
@@ -82,7 +80,7 @@ class Broker:
         self.router.setsockopt(zmq.RCVHWM, 0)
         self.pub = self.context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.SNDHWM, EVENT_HISTORY)
+        self.pub.setsockopt(zmq.SNDHWM, HISTORY)
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.followed = False
         if self.settings.curve:
@@ -179,7 +177,7 @@ class Broker:
                 next_tick = now + tick
                 self.reap(now)
                 self.summarize_refusals(now)
-                self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.event_seq))])
+                self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.events.seq))])
             self.flush(now, ticked)
             if self.registry.connected():
                 idle_since = now
@@ -355,7 +353,7 @@ class Broker:
         self.attaching.pop(peer.identity, None)
         ranks_lost = len(ended) + sum(row.state in LIVE for row in peer.below)
         stopped = "stopped answering" if reason == wire.Ending.LOST else "shut down"
-        self.publish_event(wire.EventKind.BROKER_LOST, rank=ranks_lost, where=host, detail=stopped)
+        self.events.add_broker(wire.EventKind.BROKER_LOST, host, ranks_lost, stopped)
         log(f"the broker below on {host} (pid {peer.pid}) {stopped}; {ranks_lost} ranks lost with it")
         self.below_changed()
 
@@ -383,6 +381,8 @@ class Broker:
         self.outbox.setdefault(identity, []).append(msg)
 
     def flush(self, now: float | None = None, ticked: bool = False) -> None:
+        for event in self.events.take():
+            self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(event)])
         if self.upstream is not None:
             up = self.upstream.outgoing(self.registry, time.monotonic() if now is None else now, ticked)
             self.upstream.post(up + self.outbox.pop(UPSTREAM, []))
@@ -393,14 +393,7 @@ class Broker:
 
     def publish(self, kind: wire.EventKind, sess: Session, detail: str = "") -> None:
         where = intern(f"{os.path.basename(sess.filename)}:{sess.lineno}") if sess.filename else ""
-        self.publish_event(kind, sess.job, sess.actor, sess.rank, where, detail)
-
-    def publish_event(self, kind: wire.EventKind, job: str = "", actor: str = "", rank: int = 0, where: str = "",
-                      detail: str = "") -> None:
-        self.event_seq += 1
-        event = wire.Event(seq=self.event_seq, kind=kind, job=job, actor=actor, rank=rank, where=where, detail=detail)
-        self.history.append(event.row())
-        self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(event)])
+        self.events.add(kind, sess.job, sess.actor, sess.rank, where, detail)
 
     def record_output(self, sess: Session, text: str) -> None:
         """Keep a chunk of a session's output, and publish it when some shell follows ranks
@@ -477,12 +470,12 @@ class Broker:
             if first_of_job:
                 log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
-                                         broker_pid=os.getpid(), seq=self.event_seq, known=not joined))
+                                         broker_pid=os.getpid(), seq=self.events.seq, known=not joined))
         if joined and msg.role == wire.Role.BROKER:
             self.attaching[identity] = deque()
             if self.output_wanted:
                 self.send(identity, wire.OutputWanted(on=True))
-            self.publish_event(wire.EventKind.BROKER_JOINED, where=msg.host)
+            self.events.add_broker(wire.EventKind.BROKER_JOINED, msg.host, 0)
             log(f"a broker below joined from {msg.host} (pid {msg.pid})")
 
     def record(self, identity: bytes, job: str, actor: str, ranks_sent: list[int], line: str) -> None:
@@ -507,8 +500,7 @@ class Broker:
         self.send(identity, wire.OutputLog(session=msg.session, rows=sess.log.since(msg.since) if sess else []))
 
     def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
-        missed = [row for row in self.history if row.seq > msg.since]
-        self.send(identity, wire.Events(rows=missed))
+        self.send(identity, wire.Events(rows=self.events.since(msg.since)))
 
     def on_heartbeat(self, identity: bytes, msg: wire.Heartbeat) -> None:
         self.send(identity, wire.Heartbeat())

@@ -23,11 +23,12 @@ def broker_line(event: wire.Event) -> str:
     broker lost after its ranks moved to a new one (it was replaced) loses none."""
     if event.kind == wire.EventKind.BROKER_JOINED:
         return f"the broker on {event.where} joined: its ranks are here"
-    lost = f": its {event.rank} ranks are lost" if event.rank else " (its ranks had moved to a new broker)"
+    lost = f": its {event.count} ranks are lost" if event.count else " (its ranks had moved to a new broker)"
     return f"the broker on {event.where} {event.detail}{lost}"
 
 
 BROKER_EVENTS = (wire.EventKind.BROKER_LOST, wire.EventKind.BROKER_JOINED)
+STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 
 
 def who(actor: str, ranks: list[int]) -> str:
@@ -50,14 +51,20 @@ def ending(event: wire.Event) -> str:
     return "" if event.detail in (wire.Ending.RETURNED, wire.Ending.CONTINUED) else f" ({event.detail})"
 
 
-def describe_events(events: list[wire.Event]) -> list[str]:
-    """One line per actor and kind of event (and exception, for post-mortem), in order seen."""
+def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | None = None) -> list[str]:
+    """One line per actor and kind of event (and exception, for post-mortem), in order seen.
+    The `attached` rank's stops are left out: its own prompt says them."""
     groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
     brokers = [broker_line(e) for e in events if e.kind in BROKER_EVENTS]
     for e in events:
         if e.kind in PHRASES:
+            told = e.rank_list()
+            if attached is not None and e.kind in STOPS and (e.job, e.actor) == attached[:2]:
+                told = [rank for rank in told if rank != attached[2]]
+            if not told:
+                continue
             ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == wire.EventKind.ENDED else e.detail)]
-            ranks.append(e.rank)
+            ranks.extend(told)
             wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1
     lines = brokers

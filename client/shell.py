@@ -31,7 +31,7 @@ from cmd2.rl_utils import RlType, readline, rl_type
 from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
-from monarch_pdb.client.events import describe_events
+from monarch_pdb.client.events import STOPS, describe_events
 from monarch_pdb.client.pager import Pager
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
@@ -50,7 +50,6 @@ RUNNING_HINT_AFTER = 1.0
 CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
 INTERRUPT_TIMEOUT = 5.0
-STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 EOF = "eof"
 """What cmd2 hands over for Ctrl-D at either prompt."""
 ERROR_COLOUR, PLAIN = "\x1b[91m", "\x1b[0m"
@@ -419,10 +418,7 @@ class DebugShell(cmd2.Cmd):
         """Runs on the connection's thread: fold the events into lines above the prompt."""
         self.actors.update(e.actor for e in events if e.kind in STOPS)
         att = self.attached
-        if att is not None:
-            events = [e for e in events if e.kind not in STOPS
-                      or (e.job, e.actor, e.rank) != (att.job, att.actor, att.rank)]
-        lines = describe_events(events)
+        lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank))
         if lines:
             self.report.background("event", lines)
             self.alert(lines)

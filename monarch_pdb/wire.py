@@ -33,6 +33,8 @@ from typing import Any, Callable, ClassVar
 
 import msgpack
 
+from monarch_pdb import ranks
+
 PROTOCOL = 1
 EVENT_TOPIC = b"event"
 OUTPUT_TOPIC = b"out"
@@ -206,9 +208,9 @@ class EventKind(Word):
     TAKEN = "taken"
     """Another shell took it over (attach --force)."""
     BROKER_LOST = "broker-lost"
-    """A broker below went away with its ranks: `where` is its host, `rank` how many ranks."""
+    """A broker below went away with its ranks: `where` is its host, `count` how many ranks."""
     BROKER_JOINED = "broker-joined"
-    """A broker below joined (again): `where` is its host, `rank` how many sessions it has."""
+    """A broker below joined (again): `where` is its host."""
 
 
 class Ending(Word):
@@ -349,7 +351,8 @@ class EventRow(Record):
     kind: EventKind
     job: str
     actor: str
-    rank: int
+    ranks: str
+    count: int
     where: str = ""
     detail: str = ""
 
@@ -622,14 +625,18 @@ class Continued(Message):
 
 @message("event")
 class Event(Message):
-    """Published to every shell: what happened to a session. Events are numbered so a shell
-    can tell that it missed some."""
+    """Published to every shell: what happened to some ranks' sessions, or to a broker below.
+    Events are numbered so a shell can tell that it missed some."""
 
     seq: int
     kind: EventKind
     job: str
     actor: str
-    rank: int
+    ranks: str
+    """The ranks it happened to, as `ranks.format_ranks` writes them: one broker's pass folds
+    every rank that one thing happened to into one event."""
+    count: int
+    """How many ranks: those of `ranks`, or those of the broker below that an event is about."""
     where: str = ""
     detail: str = ""
 
@@ -639,6 +646,9 @@ class Event(Message):
     @classmethod
     def from_row(cls, row: EventRow) -> "Event":
         return cls(**{name: getattr(row, name) for name, _, _ in _SCHEMAS[EventRow]})
+
+    def rank_list(self) -> list[int]:
+        return ranks.parse_ranks(self.ranks) if self.ranks else []
 
 
 @message("printed")

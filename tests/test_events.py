@@ -8,6 +8,7 @@ import pytest
 from programs import EXAMPLES, Program, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
+from monarch_pdb.broker.events import EventLog
 from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.client.events import describe_events
 
@@ -46,14 +47,15 @@ def test_every_stop_is_delivered_once_in_order_and_can_be_asked_for_again(env):
         finally:
             conn.close()
         assert late[-len(got):] == got
-        assert sorted(e.rank for e in got if e.kind == "post-mortem") == [2, 6, 10, 14]
-        assert sorted(e.rank for e in got if e.kind == "ended") == list(range(16))
+        assert sorted(r for e in got if e.kind == "post-mortem" for r in e.rank_list()) == [2, 6, 10, 14]
+        assert sorted(r for e in got if e.kind == "ended" for r in e.rank_list()) == list(range(16))
     finally:
         program.stop()
 
 
 def event(kind: str, rank: int, where: str = "debugging.py:11", detail: str = "") -> wire.Event:
-    return wire.Event(seq=rank, kind=kind, job="j", actor="debugee", rank=rank, where=where, detail=detail)
+    return wire.Event(seq=rank, kind=kind, job="j", actor="debugee", ranks=str(rank), count=1, where=where,
+                      detail=detail)
 
 
 @pytest.mark.timeout(10)
@@ -68,3 +70,40 @@ def test_events_fold_into_one_line_per_actor_and_kind():
         "debugee 4 finished (quit)",
         "debugee 9 was lost (its process stopped answering)",
     ]
+
+
+@pytest.mark.timeout(10)
+def test_a_pass_of_the_broker_folds_what_happened_to_many_ranks_into_one_event_each_rank_in_order():
+    log = EventLog()
+    for rank in range(256):
+        log.add(wire.EventKind.BREAKPOINT, "j", "debugee", rank, "debugging.py:11")
+    log.add(wire.EventKind.ENDED, "j", "debugee", 5, detail="returned")
+    log.add(wire.EventKind.BREAKPOINT, "j", "debugee", 5, "debugging.py:11")
+    log.add(wire.EventKind.BREAKPOINT, "j", "debugee", 300, "debugging.py:11")
+    log.add_broker(wire.EventKind.BROKER_LOST, "host1", 4096, "stopped answering")
+    log.add(wire.EventKind.BREAKPOINT, "j", "debugee", 301, "debugging.py:11")
+    events = log.take()
+    assert [(e.seq, e.kind, e.ranks, e.count) for e in events] == [
+        (1, "breakpoint", "0-255", 256),
+        (2, "ended", "5", 1),
+        (3, "breakpoint", "5,300", 2),
+        (4, "broker-lost", "", 4096),
+        (5, "breakpoint", "301", 1),
+    ], "rank 5 stops again after it ended, and nothing is told before the broker's loss that came after it"
+    assert log.take() == []
+    assert [row.seq for row in log.since(3)] == [4, 5]
+    assert describe_events(events[:3]) == [
+        "debugee ranks[0-255,300] (257) stopped at debugging.py:11",
+        "debugee 5 finished",
+    ]
+
+
+@pytest.mark.timeout(10)
+def test_the_attached_ranks_own_stops_are_left_to_its_prompt():
+    stops = [wire.Event(seq=1, kind="breakpoint", job="j", actor="debugee", ranks="0-3", count=4,
+                        where="debugging.py:11")]
+    assert describe_events(stops, attached=("j", "debugee", 2)) == [
+        "debugee ranks[0,1,3] (3) stopped at debugging.py:11"]
+    alone = [wire.Event(seq=2, kind="breakpoint", job="j", actor="debugee", ranks="2", count=1,
+                        where="debugging.py:11")]
+    assert describe_events(alone, attached=("j", "debugee", 2)) == []

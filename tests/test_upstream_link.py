@@ -88,7 +88,7 @@ class Tree:
         the host is gone (after every event before it), and what the host logged."""
         log = stop_broker(self.host)
         assert self.host_gone.wait(10), self.events
-        return sorted(e.rank for e in self.events if e.kind == wire.EventKind.BREAKPOINT), log
+        return sorted(r for e in self.events if e.kind == wire.EventKind.BREAKPOINT for r in e.rank_list()), log
 
     def close(self) -> None:
         for program in self.programs:

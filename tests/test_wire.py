@@ -155,7 +155,7 @@ def test_a_wrong_type_nested_inside_a_payload_is_refused_and_counted(frames):
 
 @pytest.mark.timeout(10)
 def test_the_words_that_travel_arrive_as_their_enums_and_print_as_their_text():
-    [event] = wire.Codec(KEY).decode(typed("event", seq=1, kind="post-mortem", job="j", actor="a", rank=0))
+    [event] = wire.Codec(KEY).decode(typed("event", seq=1, kind="post-mortem", job="j", actor="a", ranks="0", count=1))
     assert event.kind is wire.EventKind.POST_MORTEM and f"{event.kind}" == str(event.kind) == "post-mortem"
     row = wire.SessionRow("j", "a", 0, {}, "h", 1, "f", "f.py", 1, wire.RankState.QUIT, "")
     [listed] = wire.Codec(KEY).decode(wire.Codec(KEY).encode(wire.SessionList(rows=[row])))
