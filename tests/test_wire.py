@@ -141,8 +141,10 @@ def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
         typed("sessions", rows=[{"job": "job"}]),
         typed("following", job="job", actor="a", sessions=[[1, 0]]),
         typed("interrupt_ranks", actor="a", ranks=[0, None]),
-        typed("event", seq=1, kind="exploded", job="j", actor="a", rank=0),
-        typed("events", rows=[[1, "breakpoint", "j", "a", 0], [2, "nap", "j", "a", 0]]),
+        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [0, "1"]]], missing=[]),
+        typed("event", seq=1, kind="exploded", job="j", actor="a", ranks="0", count=1),
+        typed("event", seq=1, kind="breakpoint", job="j", actor="a", ranks=[0], count=1),
+        typed("events", rows=[[1, "breakpoint", "j", "a", "0", 1], [2, "nap", "j", "a", "0", 1]]),
         typed("sessions", rows=[["j", "a", 0, {}, "h", 1, "f", "f.py", 1, "asleep", ""]]),
     ],
 )
