@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from sys import intern
 from dataclasses import dataclass, field
 
@@ -568,10 +569,11 @@ class Registry:
                 row.paused += sess.paused
         return [jobs[name] for name in sorted(jobs)]
 
-    def rows(self) -> list[wire.SessionRow]:
+    def rows(self) -> Iterator[wire.SessionRow]:
+        """`list`: the paused sessions in order, each row made as it is wanted."""
         paused = self.paused()
         paused.sort(key=lambda s: (s.job, s.actor, s.rank))
-        return [s.row() for s in paused]
+        return (s.row() for s in paused)
 
     # --- presence: ranks known whether or not they are paused ----------------------------
 
@@ -659,26 +661,38 @@ class Registry:
         """The state of a rank its process runs, without a session."""
         return wire.RankState.QUIT if key in self.quit else wire.RankState.RUNNING
 
-    def rows_without_session(self) -> list[wire.SessionRow]:
+    def rows_without_session(self) -> Iterator[wire.SessionRow]:
         """`list --all` but the sessions: what a broker tells its parent besides them."""
-        return [row for row in self.all_rows() if (row.job, row.actor, row.rank) not in self.by_key]
+        return (row for row in self.all_rows() if (row.job, row.actor, row.rank) not in self.by_key)
 
-    def all_rows(self) -> list[wire.SessionRow]:
+    def all_rows(self) -> Iterator[wire.SessionRow]:
         """`list --all`: every session, every rank running without one, and ranks whose
-        process is gone."""
-        rows = {(s.job, s.actor, s.rank): s.row() for s in self.sessions.values()}
+        process is gone, in order; each row made as it is wanted, from what stands for its
+        rank: a session, a process and what it said it runs, a row from below, or the
+        departed."""
+        found: dict[tuple[str, str, int], object] = {(s.job, s.actor, s.rank): s for s in self.sessions.values()}
         for peer in self.peers.values():
-            for job, actor, rank, dims, values, instance in peer.present:
-                if (job, actor, rank) not in rows:
-                    rows[(job, actor, rank)] = rank_row(job, actor, rank, dict(zip(dims, values)), peer.host,
-                                                        peer.pid, self.running_state((job, actor, rank)), instance)
+            for entry in peer.present:
+                found.setdefault(entry[:3], (peer, entry))
         for peer in self.branches():
             for row in peer.below:
-                rows.setdefault((row.job, row.actor, row.rank), row)
-        for (job, actor, rank), (coords, host, pid, state, instance) in self.departed.items():
-            if (job, actor, rank) not in rows:
-                rows[(job, actor, rank)] = rank_row(job, actor, rank, coords, host, pid, state, instance)
-        return [rows[key] for key in sorted(rows)]
+                found.setdefault((row.job, row.actor, row.rank), row)
+        for key in self.departed:
+            found.setdefault(key, None)
+        for key in sorted(found):
+            yield self._row(key, found[key])
+
+    def _row(self, key: tuple[str, str, int], what: object) -> wire.SessionRow:
+        """The row of a rank, from what `all_rows` found for it."""
+        if isinstance(what, Session):
+            return what.row()
+        if isinstance(what, wire.SessionRow):
+            return what
+        if what is None:
+            coords, host, pid, state, instance = self.departed[key]
+            return rank_row(*key, coords, host, pid, state, instance)
+        peer, (_, _, _, dims, values, instance) = what
+        return rank_row(*key, dict(zip(dims, values)), peer.host, peer.pid, self.running_state(key), instance)
 
 
 def in_one_job(actor: str, jobs: set[str]) -> None:
