@@ -134,7 +134,10 @@ class Session:
     job: str
     actor: str
     rank: int
-    coords: dict
+    dims: tuple[str, ...]
+    """The names of its coordinates, one tuple shared by the sessions that have them."""
+    values: tuple[int, ...]
+    """Its coordinates, in the order of `dims`: no dict per session (a big job has many)."""
     host: str
     pid: int
     log: OutputLog
@@ -154,6 +157,10 @@ class Session:
     holder: bytes | None = None
     detail: str = ""
     """Why it stopped, when an exception says so (post-mortem)."""
+
+    @property
+    def coords(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.values))
 
     @property
     def paused(self) -> bool:
@@ -250,7 +257,7 @@ class Registry:
     """Each link id's current connection."""
     agents_per_job: Counter = field(default_factory=Counter)
     dims: dict[tuple, tuple] = field(default_factory=dict)
-    """One copy of each tuple of dimension names that present ranks use."""
+    """One copy of each tuple of dimension names that sessions and present ranks use."""
     quit: set = field(default_factory=set)
     """(job, actor, rank) of running ranks whose last session ended by quitting the debugger
     (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
@@ -370,7 +377,7 @@ class Registry:
         if sess is None:
             sess = Session(
                 id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
-                rank=msg.rank, coords={intern(k): v for k, v in msg.coords.items()}, host=intern(msg.host),
+                rank=msg.rank, dims=self.dims_of(msg.coords), values=tuple(msg.coords.values()), host=intern(msg.host),
                 pid=msg.pid, log=OutputLog(self.history_limit), instance=msg.instance, cmd=msg.cmd,
             )
             self.next_id += 1
@@ -395,7 +402,7 @@ class Registry:
         if sess is None:
             sess = Session(
                 id=self.next_id, peer=branch, sid=item.id, job=intern(row.job), actor=intern(row.actor),
-                rank=row.rank, coords={intern(k): v for k, v in row.coords.items()}, host=intern(row.host),
+                rank=row.rank, dims=self.dims_of(row.coords), values=tuple(row.coords.values()), host=intern(row.host),
                 pid=row.pid, log=NO_OUTPUT, instance=row.instance,
                 state=State.STOPPED if stopped else State.RUNNING,
             )
@@ -537,7 +544,10 @@ class Registry:
             raise Refused(str(error)) from None
         found = self.live_ranks(job, actor) if live else self.actor_sessions(job, actor)
         by_rank = {r.rank: r for r in found}
-        chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in found])]
+        # Coordinates are made only for a selector that filters on them, not for ranks(0:8).
+        by_coords = bool(ranks.dimensions(selection))
+        candidates = ((r.rank, r.coords if by_coords else {}) for r in found)
+        chosen = [by_rank[rank] for rank in ranks.select(selection, candidates)]
         if not chosen:
             raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
         absent = sorted(set(ranks.named(selection)) - by_rank.keys())
@@ -585,9 +595,7 @@ class Registry:
         present = []
         for item in entries:
             job, actor, rank = intern(item.job), intern(item.actor), item.rank
-            dims = tuple(intern(k) for k in item.coords)
-            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item.coords.values()),
-                            item.instance))
+            present.append((job, actor, rank, self.dims_of(item.coords), tuple(item.coords.values()), item.instance))
             self.departed.pop((job, actor, rank), None)
             self.quit.discard((job, actor, rank))
         if added:
@@ -595,6 +603,11 @@ class Registry:
             peer.present.extend(p for p in present if p[:3] not in known)
         else:
             peer.present = present
+
+    def dims_of(self, coords: dict[str, int]) -> tuple[str, ...]:
+        """The names of `coords`, as the one tuple of them that sessions and ranks share."""
+        dims = tuple(intern(k) for k in coords)
+        return self.dims.setdefault(dims, dims)
 
     def _depart(self, peer: Peer, state: wire.RankState) -> None:
         """A process (or a broker below) is gone: its ranks stay listed as `lost` or
