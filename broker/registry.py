@@ -31,8 +31,9 @@ class Peer:
     user: str
     last_seen: float
     link: bytes = b""
-    owned: set[int] = field(default_factory=set)
-    """An agent's sessions: those of the ranks it runs."""
+    owned: dict[int, Session] = field(default_factory=dict)
+    """An agent's sessions (those of the ranks it runs), or a broker below's, by its own number
+    for each."""
     held: set[int] = field(default_factory=set)
     """A shell's sessions: those it is attached to."""
     present: list = field(default_factory=list)
@@ -251,7 +252,6 @@ class Registry:
     """This host: a peer here whose process is gone is gone, whatever its connection says."""
     peers: dict[bytes, Peer] = field(default_factory=dict)
     sessions: dict[int, Session] = field(default_factory=dict)
-    by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
     by_key: dict[tuple[str, str, int], int] = field(default_factory=dict)
     by_link: dict[bytes, bytes] = field(default_factory=dict)
     """Each link id's current connection."""
@@ -317,12 +317,9 @@ class Registry:
         """A process that reconnected on a new socket before its old one was declared lost:
         its sessions move to the new connection instead of being listed twice."""
         previous = self._forget_peer(old)
-        for sess_id in previous.owned:
-            sess = self.sessions[sess_id]
-            del self.by_agent[(old, sess.sid)]
+        for sess in previous.owned.values():
             sess.peer = new
-            self.by_agent[(new, sess.sid)] = sess_id
-        self.peers[new].owned |= previous.owned
+        self.peers[new].owned.update(previous.owned)
 
     def _forget_peer(self, identity: bytes) -> Peer | None:
         peer = self.peers.pop(identity, None)
@@ -346,7 +343,7 @@ class Registry:
             for sess in freed:
                 sess.holder = None
             return Departure(peer, freed=freed)
-        ended = [self.sessions[s] for s in peer.owned if s in self.sessions]
+        ended = list(peer.owned.values())
         if peer.role == wire.Role.BROKER:
             # Its ranks run on, out of reach: lost, whether it stopped answering or shut down.
             peer.below += [s.row() for s in ended]
@@ -382,9 +379,8 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_agent[(peer, msg.sid)] = sess.id
             self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
-            owner.owned.add(sess.id)
+            owner.owned[msg.sid] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
@@ -408,9 +404,8 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_agent[(branch, item.id)] = sess.id
             self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
-            self.peers[branch].owned.add(sess.id)
+            self.peers[branch].owned[item.id] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         elif stopped:
             sess.state = State.STOPPED if item.news else State.PAUSED
@@ -449,8 +444,8 @@ class Registry:
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:
         """A session by its agent's own number for it."""
-        sess_id = self.by_agent.get((peer, sid))
-        return None if sess_id is None else self.sessions.get(sess_id)
+        owner = self.peers.get(peer)
+        return None if owner is None else owner.owned.get(sid)
 
     def session_for(self, job: str, actor: str, rank: int) -> Session | None:
         """The session a rank stands in, if any."""
@@ -476,11 +471,10 @@ class Registry:
         if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
             self.quit.add(key)
         self.sessions.pop(sess.id, None)
-        self.by_agent.pop((sess.peer, sess.sid), None)
         if self.by_key.get(key) == sess.id:
             del self.by_key[key]
         if owner is not None:
-            owner.owned.discard(sess.id)
+            owner.owned.pop(sess.sid, None)
         holder = self.peers.get(sess.holder) if sess.holder else None
         if holder is not None:
             holder.held.discard(sess.id)
@@ -572,8 +566,7 @@ class Registry:
                     row.hosts += [host for host in below.hosts if host not in row.hosts]
             else:
                 continue
-            for sess_id in peer.owned:
-                sess = self.sessions[sess_id]
+            for sess in peer.owned.values():
                 row = job(sess.job)
                 row.sessions += 1
                 row.paused += sess.paused
