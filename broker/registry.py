@@ -252,7 +252,9 @@ class Registry:
     """This host: a peer here whose process is gone is gone, whatever its connection says."""
     peers: dict[bytes, Peer] = field(default_factory=dict)
     sessions: dict[int, Session] = field(default_factory=dict)
-    by_key: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    by_rank: dict[tuple[str, str], dict[int, Session]] = field(default_factory=dict)
+    """The session each rank stands in, under its job and actor: one key per actor, not a
+    (job, actor, rank) tuple per session."""
     by_link: dict[bytes, bytes] = field(default_factory=dict)
     """Each link id's current connection."""
     agents_per_job: Counter = field(default_factory=Counter)
@@ -379,7 +381,7 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
+            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
             owner.owned[msg.sid] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
@@ -404,7 +406,7 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
+            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
             self.peers[branch].owned[item.id] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         elif stopped:
@@ -449,14 +451,15 @@ class Registry:
 
     def session_for(self, job: str, actor: str, rank: int) -> Session | None:
         """The session a rank stands in, if any."""
-        return self.sessions.get(self.by_key.get((job, actor, rank), -1))
+        ranks_of = self.by_rank.get((job, actor))
+        return None if ranks_of is None else ranks_of.get(rank)
 
     def session_at(self, session_id: int) -> Session | None:
         """A session by the broker's number for it, as shells name it."""
         return self.sessions.get(session_id)
 
     def is_paused(self, job: str, actor: str, rank: int) -> bool:
-        sess = self.sessions.get(self.by_key.get((job, actor, rank), -1))
+        sess = self.session_for(job, actor, rank)
         return sess is not None and sess.paused
 
     def paused(self, job: str = "") -> list[Session]:
@@ -471,8 +474,11 @@ class Registry:
         if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
             self.quit.add(key)
         self.sessions.pop(sess.id, None)
-        if self.by_key.get(key) == sess.id:
-            del self.by_key[key]
+        ranks_of = self.by_rank.get((sess.job, sess.actor), {})
+        if ranks_of.get(sess.rank) is sess:
+            del ranks_of[sess.rank]
+            if not ranks_of:
+                del self.by_rank[(sess.job, sess.actor)]
         if owner is not None:
             owner.owned.pop(sess.sid, None)
         holder = self.peers.get(sess.holder) if sess.holder else None
@@ -523,10 +529,10 @@ class Registry:
     def find(self, job: str, actor: str, rank: int) -> Session:
         """The session of actor/rank, with Monarch's wording when there is none."""
         job = self.actor_sessions(job, actor)[0].job
-        sess_id = self.by_key.get((job, actor, rank))
-        if sess_id is None:
+        sess = self.session_for(job, actor, rank)
+        if sess is None:
             raise Refused(f"No debug session for rank {rank} for actor {actor}")
-        return self.sessions[sess_id]
+        return sess
 
     def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
@@ -669,7 +675,7 @@ class Registry:
 
     def rows_without_session(self) -> Iterator[wire.SessionRow]:
         """`list --all` but the sessions: what a broker tells its parent besides them."""
-        return (row for row in self.all_rows() if (row.job, row.actor, row.rank) not in self.by_key)
+        return (row for row in self.all_rows() if self.session_for(row.job, row.actor, row.rank) is None)
 
     def all_rows(self) -> Iterator[wire.SessionRow]:
         """`list --all`: every session, every rank running without one, and ranks whose
