@@ -15,6 +15,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from sys import intern
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from monarch_pdb import ranks, wire
 
@@ -581,7 +582,10 @@ class Registry:
     def rows(self) -> Iterator[wire.SessionRow]:
         """`list`: the paused sessions in order, each row made as it is wanted."""
         paused = self.paused()
-        paused.sort(key=lambda s: (s.job, s.actor, s.rank))
+        # (job, actor, rank) order by three stable sorts on what the sessions hold: a key tuple
+        # per session, at every list, would be memory the allocator keeps.
+        for name in ("rank", "actor", "job"):
+            paused.sort(key=attrgetter(name))
         return (s.row() for s in paused)
 
     # --- presence: ranks known whether or not they are paused ----------------------------
