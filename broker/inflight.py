@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, Iterator, TypeVar
+from typing import ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from monarch_pdb import wire
 
@@ -46,29 +46,32 @@ class Request:
         """Most common answer first, in parts of about `part_size` bytes; the last part names
         the ranks without an answer and has `more` false."""
         ordered = sorted(self.groups(), key=lambda item: (-len(item[0].ranks), min(item[0].ranks)))
-        parts = in_parts(ordered, part_size)
-        last = len(parts) - 1
         missing = sorted(self.missing + self.unanswered(), key=lambda m: (m.rank, m.reason))
-        return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=missing if n == last else [],
-                            more=n != last)
-                for n, groups in enumerate(parts)]
+        return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=[] if more else missing, more=more)
+                for groups, more in in_parts(ordered, part_size)]
 
 
 T = TypeVar("T")
 
 
-def in_parts(weighed: list[tuple[T, int]], part_size: int) -> list[list[T]]:
-    """The items, in order, cut into parts of about `part_size` bytes each (by their weights);
-    always at least one part, perhaps empty."""
-    parts: list[list[T]] = [[]]
+def in_parts(weighed: Iterable[tuple[T, int]], part_size: int) -> Iterator[tuple[list[T], bool]]:
+    """The items, in order, cut into parts of about `part_size` bytes each (by their weights),
+    each with whether more follow; always at least one part, perhaps empty. A part is cut as
+    the items come, so that items made on demand are held one part at a time."""
+    part: list[T] = []
     size = 0
     for item, weight in weighed:
-        if parts[-1] and size + weight > part_size:
-            parts.append([])
-            size = 0
-        parts[-1].append(item)
+        if part and size + weight > part_size:
+            yield part, True
+            part, size = [], 0
+        part.append(item)
         size += weight
-    return parts
+    yield part, False
+
+
+def row_parts(rows: Iterable[wire.SessionRow], part_size: int) -> Iterator[tuple[list[wire.SessionRow], bool]]:
+    """Rows of a list in parts, as `in_parts` cuts them."""
+    return in_parts(((row, row_weight(row)) for row in rows), part_size)
 
 
 def row_weight(row: wire.SessionRow) -> int:

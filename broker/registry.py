@@ -12,8 +12,10 @@ import os
 import secrets
 import socket
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from sys import intern
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from monarch_pdb import ranks, wire
 
@@ -30,8 +32,9 @@ class Peer:
     user: str
     last_seen: float
     link: bytes = b""
-    owned: set[int] = field(default_factory=set)
-    """An agent's sessions: those of the ranks it runs."""
+    owned: dict[int, Session] = field(default_factory=dict)
+    """An agent's sessions (those of the ranks it runs), or a broker below's, by its own number
+    for each."""
     held: set[int] = field(default_factory=set)
     """A shell's sessions: those it is attached to."""
     present: list = field(default_factory=list)
@@ -133,7 +136,10 @@ class Session:
     job: str
     actor: str
     rank: int
-    coords: dict
+    dims: tuple[str, ...]
+    """The names of its coordinates, one tuple shared by the sessions that have them."""
+    values: tuple[int, ...]
+    """Its coordinates, in the order of `dims`: no dict per session (a big job has many)."""
     host: str
     pid: int
     log: OutputLog
@@ -153,6 +159,10 @@ class Session:
     holder: bytes | None = None
     detail: str = ""
     """Why it stopped, when an exception says so (post-mortem)."""
+
+    @property
+    def coords(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.values))
 
     @property
     def paused(self) -> bool:
@@ -243,13 +253,14 @@ class Registry:
     """This host: a peer here whose process is gone is gone, whatever its connection says."""
     peers: dict[bytes, Peer] = field(default_factory=dict)
     sessions: dict[int, Session] = field(default_factory=dict)
-    by_agent: dict[tuple[bytes, int], int] = field(default_factory=dict)
-    by_key: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    by_rank: dict[tuple[str, str], dict[int, Session]] = field(default_factory=dict)
+    """The session each rank stands in, under its job and actor: one key per actor, not a
+    (job, actor, rank) tuple per session."""
     by_link: dict[bytes, bytes] = field(default_factory=dict)
     """Each link id's current connection."""
     agents_per_job: Counter = field(default_factory=Counter)
     dims: dict[tuple, tuple] = field(default_factory=dict)
-    """One copy of each tuple of dimension names that present ranks use."""
+    """One copy of each tuple of dimension names that sessions and present ranks use."""
     quit: set = field(default_factory=set)
     """(job, actor, rank) of running ranks whose last session ended by quitting the debugger
     (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
@@ -309,12 +320,9 @@ class Registry:
         """A process that reconnected on a new socket before its old one was declared lost:
         its sessions move to the new connection instead of being listed twice."""
         previous = self._forget_peer(old)
-        for sess_id in previous.owned:
-            sess = self.sessions[sess_id]
-            del self.by_agent[(old, sess.sid)]
+        for sess in previous.owned.values():
             sess.peer = new
-            self.by_agent[(new, sess.sid)] = sess_id
-        self.peers[new].owned |= previous.owned
+        self.peers[new].owned.update(previous.owned)
 
     def _forget_peer(self, identity: bytes) -> Peer | None:
         peer = self.peers.pop(identity, None)
@@ -338,7 +346,7 @@ class Registry:
             for sess in freed:
                 sess.holder = None
             return Departure(peer, freed=freed)
-        ended = [self.sessions[s] for s in peer.owned if s in self.sessions]
+        ended = list(peer.owned.values())
         if peer.role == wire.Role.BROKER:
             # Its ranks run on, out of reach: lost, whether it stopped answering or shut down.
             peer.below += [s.row() for s in ended]
@@ -369,14 +377,13 @@ class Registry:
         if sess is None:
             sess = Session(
                 id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
-                rank=msg.rank, coords={intern(k): v for k, v in msg.coords.items()}, host=intern(msg.host),
+                rank=msg.rank, dims=self.dims_of(msg.coords), values=tuple(msg.coords.values()), host=intern(msg.host),
                 pid=msg.pid, log=OutputLog(self.history_limit), instance=msg.instance, cmd=msg.cmd,
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_agent[(peer, msg.sid)] = sess.id
-            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
-            owner.owned.add(sess.id)
+            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
+            owner.owned[msg.sid] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
@@ -394,15 +401,14 @@ class Registry:
         if sess is None:
             sess = Session(
                 id=self.next_id, peer=branch, sid=item.id, job=intern(row.job), actor=intern(row.actor),
-                rank=row.rank, coords={intern(k): v for k, v in row.coords.items()}, host=intern(row.host),
+                rank=row.rank, dims=self.dims_of(row.coords), values=tuple(row.coords.values()), host=intern(row.host),
                 pid=row.pid, log=NO_OUTPUT, instance=row.instance,
                 state=State.STOPPED if stopped else State.RUNNING,
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_agent[(branch, item.id)] = sess.id
-            self.by_key[(sess.job, sess.actor, sess.rank)] = sess.id
-            self.peers[branch].owned.add(sess.id)
+            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
+            self.peers[branch].owned[item.id] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         elif stopped:
             sess.state = State.STOPPED if item.news else State.PAUSED
@@ -441,19 +447,20 @@ class Registry:
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:
         """A session by its agent's own number for it."""
-        sess_id = self.by_agent.get((peer, sid))
-        return None if sess_id is None else self.sessions.get(sess_id)
+        owner = self.peers.get(peer)
+        return None if owner is None else owner.owned.get(sid)
 
     def session_for(self, job: str, actor: str, rank: int) -> Session | None:
         """The session a rank stands in, if any."""
-        return self.sessions.get(self.by_key.get((job, actor, rank), -1))
+        ranks_of = self.by_rank.get((job, actor))
+        return None if ranks_of is None else ranks_of.get(rank)
 
     def session_at(self, session_id: int) -> Session | None:
         """A session by the broker's number for it, as shells name it."""
         return self.sessions.get(session_id)
 
     def is_paused(self, job: str, actor: str, rank: int) -> bool:
-        sess = self.sessions.get(self.by_key.get((job, actor, rank), -1))
+        sess = self.session_for(job, actor, rank)
         return sess is not None and sess.paused
 
     def paused(self, job: str = "") -> list[Session]:
@@ -468,11 +475,13 @@ class Registry:
         if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
             self.quit.add(key)
         self.sessions.pop(sess.id, None)
-        self.by_agent.pop((sess.peer, sess.sid), None)
-        if self.by_key.get(key) == sess.id:
-            del self.by_key[key]
+        ranks_of = self.by_rank.get((sess.job, sess.actor), {})
+        if ranks_of.get(sess.rank) is sess:
+            del ranks_of[sess.rank]
+            if not ranks_of:
+                del self.by_rank[(sess.job, sess.actor)]
         if owner is not None:
-            owner.owned.discard(sess.id)
+            owner.owned.pop(sess.sid, None)
         holder = self.peers.get(sess.holder) if sess.holder else None
         if holder is not None:
             holder.held.discard(sess.id)
@@ -521,10 +530,10 @@ class Registry:
     def find(self, job: str, actor: str, rank: int) -> Session:
         """The session of actor/rank, with Monarch's wording when there is none."""
         job = self.actor_sessions(job, actor)[0].job
-        sess_id = self.by_key.get((job, actor, rank))
-        if sess_id is None:
+        sess = self.session_for(job, actor, rank)
+        if sess is None:
             raise Refused(f"No debug session for rank {rank} for actor {actor}")
-        return self.sessions[sess_id]
+        return sess
 
     def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
@@ -536,7 +545,10 @@ class Registry:
             raise Refused(str(error)) from None
         found = self.live_ranks(job, actor) if live else self.actor_sessions(job, actor)
         by_rank = {r.rank: r for r in found}
-        chosen = [by_rank[rank] for rank in ranks.select(selection, [(r.rank, r.coords) for r in found])]
+        # Coordinates are made only for a selector that filters on them, not for ranks(0:8).
+        by_coords = bool(ranks.dimensions(selection))
+        candidates = ((r.rank, r.coords if by_coords else {}) for r in found)
+        chosen = [by_rank[rank] for rank in ranks.select(selection, candidates)]
         if not chosen:
             raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
         absent = sorted(set(ranks.named(selection)) - by_rank.keys())
@@ -561,17 +573,20 @@ class Registry:
                     row.hosts += [host for host in below.hosts if host not in row.hosts]
             else:
                 continue
-            for sess_id in peer.owned:
-                sess = self.sessions[sess_id]
+            for sess in peer.owned.values():
                 row = job(sess.job)
                 row.sessions += 1
                 row.paused += sess.paused
         return [jobs[name] for name in sorted(jobs)]
 
-    def rows(self) -> list[wire.SessionRow]:
+    def rows(self) -> Iterator[wire.SessionRow]:
+        """`list`: the paused sessions in order, each row made as it is wanted."""
         paused = self.paused()
-        paused.sort(key=lambda s: (s.job, s.actor, s.rank))
-        return [s.row() for s in paused]
+        # (job, actor, rank) order by three stable sorts on what the sessions hold: a key tuple
+        # per session, at every list, would be memory the allocator keeps.
+        for name in ("rank", "actor", "job"):
+            paused.sort(key=attrgetter(name))
+        return (s.row() for s in paused)
 
     # --- presence: ranks known whether or not they are paused ----------------------------
 
@@ -583,9 +598,7 @@ class Registry:
         present = []
         for item in entries:
             job, actor, rank = intern(item.job), intern(item.actor), item.rank
-            dims = tuple(intern(k) for k in item.coords)
-            present.append((job, actor, rank, self.dims.setdefault(dims, dims), tuple(item.coords.values()),
-                            item.instance))
+            present.append((job, actor, rank, self.dims_of(item.coords), tuple(item.coords.values()), item.instance))
             self.departed.pop((job, actor, rank), None)
             self.quit.discard((job, actor, rank))
         if added:
@@ -593,6 +606,11 @@ class Registry:
             peer.present.extend(p for p in present if p[:3] not in known)
         else:
             peer.present = present
+
+    def dims_of(self, coords: dict[str, int]) -> tuple[str, ...]:
+        """The names of `coords`, as the one tuple of them that sessions and ranks share."""
+        dims = tuple(intern(k) for k in coords)
+        return self.dims.setdefault(dims, dims)
 
     def _depart(self, peer: Peer, state: wire.RankState) -> None:
         """A process (or a broker below) is gone: its ranks stay listed as `lost` or
@@ -659,26 +677,38 @@ class Registry:
         """The state of a rank its process runs, without a session."""
         return wire.RankState.QUIT if key in self.quit else wire.RankState.RUNNING
 
-    def rows_without_session(self) -> list[wire.SessionRow]:
+    def rows_without_session(self) -> Iterator[wire.SessionRow]:
         """`list --all` but the sessions: what a broker tells its parent besides them."""
-        return [row for row in self.all_rows() if (row.job, row.actor, row.rank) not in self.by_key]
+        return (row for row in self.all_rows() if self.session_for(row.job, row.actor, row.rank) is None)
 
-    def all_rows(self) -> list[wire.SessionRow]:
+    def all_rows(self) -> Iterator[wire.SessionRow]:
         """`list --all`: every session, every rank running without one, and ranks whose
-        process is gone."""
-        rows = {(s.job, s.actor, s.rank): s.row() for s in self.sessions.values()}
+        process is gone, in order; each row made as it is wanted, from what stands for its
+        rank: a session, a process and what it said it runs, a row from below, or the
+        departed."""
+        found: dict[tuple[str, str, int], object] = {(s.job, s.actor, s.rank): s for s in self.sessions.values()}
         for peer in self.peers.values():
-            for job, actor, rank, dims, values, instance in peer.present:
-                if (job, actor, rank) not in rows:
-                    rows[(job, actor, rank)] = rank_row(job, actor, rank, dict(zip(dims, values)), peer.host,
-                                                        peer.pid, self.running_state((job, actor, rank)), instance)
+            for entry in peer.present:
+                found.setdefault(entry[:3], (peer, entry))
         for peer in self.branches():
             for row in peer.below:
-                rows.setdefault((row.job, row.actor, row.rank), row)
-        for (job, actor, rank), (coords, host, pid, state, instance) in self.departed.items():
-            if (job, actor, rank) not in rows:
-                rows[(job, actor, rank)] = rank_row(job, actor, rank, coords, host, pid, state, instance)
-        return [rows[key] for key in sorted(rows)]
+                found.setdefault((row.job, row.actor, row.rank), row)
+        for key in self.departed:
+            found.setdefault(key, None)
+        for key in sorted(found):
+            yield self._row(key, found[key])
+
+    def _row(self, key: tuple[str, str, int], what: object) -> wire.SessionRow:
+        """The row of a rank, from what `all_rows` found for it."""
+        if isinstance(what, Session):
+            return what.row()
+        if isinstance(what, wire.SessionRow):
+            return what
+        if what is None:
+            coords, host, pid, state, instance = self.departed[key]
+            return rank_row(*key, coords, host, pid, state, instance)
+        peer, (_, _, _, dims, values, instance) = what
+        return rank_row(*key, dict(zip(dims, values)), peer.host, peer.pid, self.running_state(key), instance)
 
 
 def in_one_job(actor: str, jobs: set[str]) -> None:

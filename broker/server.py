@@ -14,6 +14,7 @@ import sys
 import time
 from sys import intern
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -22,7 +23,7 @@ import zmq
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
-from monarch_pdb.broker.inflight import InFlight, Request, in_parts, row_weight
+from monarch_pdb.broker.inflight import InFlight, Request, row_parts
 from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
@@ -391,6 +392,20 @@ class Broker:
                 self.router.send_multipart([identity, *frames])
         self.outbox.clear()
 
+    def send_parts(self, identity: bytes, parts: Iterable[wire.Message]) -> None:
+        """Send the parts of a long answer now, after what was queued for the peer, each
+        encoded as it is made: only one part's rows are held at a time, and the memory a whole
+        answer would take at once is never taken (the allocator would keep it)."""
+        if identity == UPSTREAM:
+            for part in parts:
+                self.send(identity, part)
+            return
+        if queued := self.outbox.pop(identity, None):
+            for frames in self.codec.encode_many(queued):
+                self.router.send_multipart([identity, *frames])
+        for part in parts:
+            self.router.send_multipart([identity, *self.codec.encode(part)])
+
     def publish(self, kind: wire.EventKind, sess: Session, detail: str = "") -> None:
         where = intern(f"{os.path.basename(sess.filename)}:{sess.lineno}") if sess.filename else ""
         self.events.add(kind, sess.job, sess.actor, sess.rank, where, detail)
@@ -676,11 +691,11 @@ class Broker:
     def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
         self.send_rows(identity, self.registry.rows())
 
-    def send_rows(self, identity: bytes, rows: list[wire.SessionRow]) -> None:
-        """A list in parts that each fit a message: 65,536 rows are more than 8 MB."""
-        parts = in_parts([(row, row_weight(row)) for row in rows], self.settings.max_message // 2)
-        for n, part in enumerate(parts):
-            self.send(identity, wire.SessionList(rows=part, more=n < len(parts) - 1))
+    def send_rows(self, identity: bytes, rows: Iterable[wire.SessionRow]) -> None:
+        """A list in parts of a batch each: 65,536 rows are more than 8 MB, and the rows are
+        made as each part is sent."""
+        part_size = min(wire.BATCH_BYTES, self.settings.max_message // 2)
+        self.send_parts(identity, (wire.SessionList(rows=part, more=more) for part, more in row_parts(rows, part_size)))
 
     def on_jobs(self, identity: bytes, msg: wire.ListJobs) -> None:
         self.send(identity, wire.JobList(rows=self.registry.job_rows()))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.broker.inflight import in_parts, row_weight
+from monarch_pdb.broker.inflight import in_parts, row_parts, row_weight
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
@@ -187,15 +187,13 @@ class Upstream:
                 item = wire.BranchSession(id=sess_id, row=row, prompt=sess.prompt, news=news, detail=detail)
                 items.append((item, row_weight(row) + len(sess.prompt) + len(detail)))
         self.changed.clear()
-        out: list[wire.Message] = [wire.BranchSessions(sessions=part) for part in in_parts(items, self.part_size)
+        out: list[wire.Message] = [wire.BranchSessions(sessions=part) for part, _ in in_parts(items, self.part_size)
                                    if part]
         if self.ranks_due and now - self.ranks_sent_at >= self.ranks_every:
             self.ranks_due, self.ranks_sent_at = False, now
-            rows = registry.rows_without_session()
-            weighed = [(row, row_weight(row)) for row in rows]
-            parts = in_parts(weighed, self.part_size)
             jobs = registry.job_rows()
-            out += [wire.BranchRanks(rows=part, jobs=jobs, added=n > 0) for n, part in enumerate(parts)]
+            parts = row_parts(registry.rows_without_session(), self.part_size)
+            out += [wire.BranchRanks(rows=part, jobs=jobs, added=n > 0) for n, (part, _) in enumerate(parts)]
         return out
 
     def post(self, msgs: list[wire.Message]) -> None:

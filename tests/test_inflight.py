@@ -9,7 +9,7 @@ import pytest
 
 from monarch_pdb import wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
-from monarch_pdb.broker.inflight import InFlight
+from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
 from monarch_pdb.broker.registry import Peer, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
 
@@ -138,6 +138,22 @@ def test_a_large_result_comes_in_parts_and_only_the_last_names_the_missing():
     parts = cast.result(part_size=250)
     assert [len(part.groups) for part in parts] == [2, 2]
     assert [(part.more, part.missing) for part in parts] == [(True, []), (False, [M(9, "lost")])]
+
+
+def test_the_rows_of_a_long_list_are_made_one_part_at_a_time():
+    registry, _ = paused(6)
+    made: list[int] = []
+
+    def rows():
+        for row in registry.rows():
+            made.append(row.rank)
+            yield row
+
+    parts = row_parts(rows(), part_size=2 * row_weight(next(registry.rows())))
+    first, more = next(parts)
+    assert [row.rank for row in first] == [0, 1] and more
+    assert made == [0, 1, 2], "no row past the one that starts the next part"
+    assert [([row.rank for row in part], more) for part, more in parts] == [([2, 3], True), ([4, 5], False)]
 
 
 # --- stack requests -------------------------------------------------------------------------

@@ -217,7 +217,7 @@ def test_an_agent_that_leaves_ends_its_sessions_and_its_ranks_stay_listed_as_los
     agent(registry, b"done", ranks=(1,))
     gone = registry.leave(b"lost", "lost")
     assert gone.ended == [sess] and not gone.job_left, "another process of the job is left"
-    assert registry.session_at(sess.id) is None and registry.rows() == []
+    assert registry.session_at(sess.id) is None and list(registry.rows()) == []
     assert registry.leave(b"done", "returned").job_left
     assert [(row.rank, row.state) for row in registry.all_rows()] == [(0, "lost"), (1, "finished")]
     assert registry.leave(b"done", "returned") is None
@@ -227,7 +227,7 @@ def test_an_agent_that_only_reconnected_leaves_no_departed_ranks():
     registry = Registry()
     agent(registry, b"agent", ranks=(0,))
     registry.leave(b"agent", "reconnected")
-    assert registry.all_rows() == []
+    assert list(registry.all_rows()) == []
 
 
 def test_departed_ranks_are_kept_within_bounds_the_latest_ones():
@@ -292,7 +292,7 @@ def test_sessions_below_are_listed_where_they_stand_and_paused_only_while_stoppe
     assert first.paused and not first.resumed and first.host == "host1"
     assert told(registry, 0, lineno=4) is first and first.lineno == 4 and first.resumed
     told(registry, 0, state=wire.RankState.RUNNING)
-    assert not first.paused and registry.rows() == []
+    assert not first.paused and list(registry.rows()) == []
     told(registry, 1, news=True)
     assert [r.rank for r in registry.rows()] == [1] and registry.find("", "train", 1).peer == b"below"
 
