@@ -57,6 +57,9 @@ PARENT = "parent"
 lines as a shell does, for the shells connected up there."""
 
 STOPS = frozenset(stop.value for stop in wire.Stop)
+STOP_STATES = {stop: wire.RankState(stop.value) for stop in wire.Stop}
+"""How a session's stop reads in `list` (looked up: an enum made from a value costs more than
+the rest of a row)."""
 LIVE = frozenset((wire.RankState.RUNNING, wire.RankState.QUIT))
 
 
@@ -183,7 +186,7 @@ class Session:
 
     def row(self) -> wire.SessionRow:
         return rank_row(self.job, self.actor, self.rank, self.coords, self.host, self.pid,
-                        wire.RankState(self.reason) if self.paused else wire.RankState.RUNNING, self.instance,
+                        STOP_STATES[self.reason] if self.paused else wire.RankState.RUNNING, self.instance,
                         self.function, self.filename, self.lineno)
 
 
