@@ -5,8 +5,8 @@ in parts that fit a message."""
 from __future__ import annotations
 
 import secrets
-from operator import attrgetter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from monarch_pdb import wire
