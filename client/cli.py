@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from monarch_pdb import settings as settings_module
@@ -67,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
     lines = script_lines(args)
     interactive = not lines
     keyboard = sys.stdin.fileno() if interactive and sys.stdin.isatty() else None
+    if keyboard is not None:
+        # Ctrl-C quits while we wait for a broker, as it stops a command at the prompt (cmd2
+        # sets its own handler there), even when whoever started us ignores SIGINT (a
+        # script's background job does).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     conn = ShellConnection(settings)
     transcript = None
     try:

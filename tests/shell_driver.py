@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 
 import pexpect
 
@@ -25,12 +26,12 @@ def plain(raw: str) -> str:
 
 class ShellDriver:
     def __init__(self, env: dict[str, str], *args: str, command: list[str] | None = None,
-                 timeout: float = 20.0) -> None:
+                 timeout: float = 20.0, preexec_fn: Callable[[], None] | None = None) -> None:
         """Start `monarch debug ARGS`, or `command` when given (a program that opens the shell)."""
         argv = command or [os.path.join(os.path.dirname(sys.executable), "monarch"), "debug", *args]
         shell_env = {"MONARCH_PDB_HISTORY": "", **env, "TERM": "xterm"}
         self.child = pexpect.spawn(argv[0], argv[1:], env=shell_env, encoding="utf-8",
-                                   dimensions=(50, 220), timeout=timeout)
+                                   dimensions=(50, 220), timeout=timeout, preexec_fn=preexec_fn)
         self.timeout = timeout
         self.raw = ""
         self.seen = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 
 import pexpect
 import pytest
@@ -130,10 +131,16 @@ def test_a_shell_started_before_any_broker_waits_for_one_and_opens_when_it_answe
             stop_broker(broker)
 
 
+def ignore_ctrl_c() -> None:
+    """As a script's background job starts its programs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("key, status", [("d", 0), ("c", 130)])
-def test_a_shell_waiting_for_a_broker_quits_on_ctrl_d_and_ctrl_c(env, key, status):
-    driver = ShellDriver(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5"))
+@pytest.mark.parametrize("key, status, preexec_fn", [("d", 0, None), ("c", 130, None), ("c", 130, ignore_ctrl_c)],
+                         ids=["ctrl-d", "ctrl-c", "ctrl-c-started-ignoring-it"])
+def test_a_shell_waiting_for_a_broker_quits_on_ctrl_d_and_ctrl_c(env, key, status, preexec_fn):
+    driver = ShellDriver(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5"), preexec_fn=preexec_fn)
     driver.expect(WAITING)
     driver.child.sendcontrol(key)
     driver.child.expect(pexpect.EOF)
