@@ -75,6 +75,9 @@ class Record:
 Check = Callable[[Any], Any]
 REGISTRY: dict[str, type[Message]] = {}
 _SCHEMAS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
+_RECORDS: dict[type, tuple[int, tuple[Check, ...]]] = {}
+"""For each record, how many fields it must have, and each field's check in order (a list of
+131,072 rows is 131,072 records to build)."""
 
 
 def _wrong(value: Any) -> Any:
@@ -101,15 +104,20 @@ def _checker(annotation: Any) -> Check:
         return lambda value: value if value is None else _wrong(value)
     if origin is list:
         (item_type,) = typing.get_args(annotation) or (Any,)
-        if item_type in (int, str):
+        if exact := _exact_types(item_type):
             # The ranks of a cast's answers or of a broker below: 131,072 of them are checked
-            # in one pass (`type() is`, so that no bool passes for an int).
-            return lambda value: (value if isinstance(value, list) and all(type(item) is item_type for item in value)
+            # in one pass, not a call each.
+            return lambda value: (value if isinstance(value, list) and all(type(item) in exact for item in value)
                                   else _wrong(value))
         check_item = _checker(item_type)
         return lambda value: [check_item(item) for item in value] if isinstance(value, list) else _wrong(value)
     if origin is dict:
-        check_key, check_value = (_checker(arg) for arg in typing.get_args(annotation))
+        key_type, value_type = typing.get_args(annotation)
+        if (keys := _exact_types(key_type)) and (values := _exact_types(value_type)):
+            # A rank's coordinates, in each of 131,072 rows of a list.
+            return lambda value: (value if isinstance(value, dict) and all(
+                type(k) in keys and type(v) in values for k, v in value.items()) else _wrong(value))
+        check_key, check_value = _checker(key_type), _checker(value_type)
         return lambda value: ({check_key(k): check_value(v) for k, v in value.items()} if isinstance(value, dict)
                               else _wrong(value))
     if annotation is Any:
@@ -119,9 +127,20 @@ def _checker(annotation: Any) -> Check:
         return lambda value: words[value] if isinstance(value, str) and value in words else _wrong(value)
     if isinstance(annotation, type) and issubclass(annotation, Record):
         return lambda value: _build_record(annotation, value)
-    accepted = (float, int) if annotation is float else (origin or annotation,)
-    allows_bool = bool in accepted
-    return lambda value: value if isinstance(value, accepted) and (allows_bool or not isinstance(value, bool)) else _wrong(value)
+    exact = _exact_types(annotation)
+    if exact is None:
+        raise TypeError(f"no check for a field of type {annotation!r}")
+    return lambda value: value if type(value) in exact else _wrong(value)
+
+
+def _exact_types(annotation: Any) -> tuple[type, ...] | None:
+    """The types msgpack gives for a plain field of this type, matched exactly (`type() in`):
+    so no bool passes for an int, and a float field takes an int."""
+    if annotation is float:
+        return float, int
+    if annotation in (int, str, bytes, bool):
+        return (annotation,)
+    return None
 
 
 def _schema(cls: type) -> tuple[tuple[str, Check, bool], ...]:
@@ -149,7 +168,8 @@ def message(type_name: str):
 def record(cls):
     """Declare a record: a slotted dataclass whose fields are checked as they arrive."""
     cls = dataclass(slots=True)(cls)
-    _SCHEMAS[cls] = _schema(cls)
+    _SCHEMAS[cls] = schema = _schema(cls)
+    _RECORDS[cls] = (sum(required for _, _, required in schema), tuple(check for _, check, _ in schema))
     return cls
 
 
@@ -1020,10 +1040,10 @@ def build(cls: type[Message], fields: dict) -> Message:
 
 
 def _build_record(cls: type, value: Any) -> Any:
-    schema = _SCHEMAS[cls]
-    if not isinstance(value, list) or not sum(required for _, _, required in schema) <= len(value) <= len(schema):
+    fewest, checks = _RECORDS[cls]
+    if not isinstance(value, list) or not fewest <= len(value) <= len(checks):
         raise Refused("wrong field type")
-    return cls(*[check(item) for (_, check, _), item in zip(schema, value)])
+    return cls(*[check(item) for check, item in zip(checks, value)])
 
 
 def _flatten(value: Any) -> list:
