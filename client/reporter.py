@@ -42,6 +42,11 @@ class Transcript:
         self.file.close()
 
 
+def made(value: Any) -> Any:
+    """A value, or what the function given for it makes."""
+    return value() if callable(value) else value
+
+
 @dataclass
 class Reporter:
     """Prints a command's result (`text` or `doc`), its failure, and events; keeps the record.
@@ -62,15 +67,18 @@ class Reporter:
         if self.transcript is not None and line.strip():
             self.transcript.command(line)
 
-    def result(self, text: str, doc: Any) -> None:
+    def result(self, text: str | Callable[[], str], doc: Any) -> None:
+        """`text` and `doc` may each be a function that makes it, so that what is not shown
+        is not made: 131,072 rows of `list` as JSON rows, or as a table."""
+        shown = made(text) if not self.as_json or self.transcript is not None else ""
         if self.as_json:
-            self.write_out(json.dumps(doc, sort_keys=True) + "\n")
-        elif text:
-            text = text if text.endswith("\n") else text + "\n"
-            if self.page is None or not self.page(text):
-                self.write_out(text)
+            self.write_out(json.dumps(made(doc), sort_keys=True) + "\n")
+        elif shown:
+            shown = shown if shown.endswith("\n") else shown + "\n"
+            if self.page is None or not self.page(shown):
+                self.write_out(shown)
         if self.transcript is not None:
-            self.transcript.note("out", text)
+            self.transcript.note("out", shown)
 
     def stream(self, text: str) -> None:
         """Part of a result that arrives in pieces (what an attached rank prints)."""

@@ -634,10 +634,10 @@ class DebugShell(cmd2.Cmd):
         if not rows:
             text = "No rank is known to the broker." if args.all else "No active breakpoints."
         elif args.rows or len(rows) <= self.list_rows:
-            text = sessions_table(rows, with_state=args.all)
+            text = functools.partial(sessions_table, rows, with_state=args.all)
         else:
-            text = groups_table(rows, with_state=args.all)
-        self.report.result(text, [json_row(r) for r in rows])
+            text = functools.partial(groups_table, rows, with_state=args.all)
+        self.report.result(text, lambda: [json_row(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors
@@ -751,7 +751,8 @@ class DebugShell(cmd2.Cmd):
             if shown:
                 sys.stderr.write("\r\033[K")
                 sys.stderr.flush()
-        self.report.result((answers.raw if self.cast_output == "raw" else answers.grouped)(result), answers.document(result))
+        render = answers.raw if self.cast_output == "raw" else answers.grouped
+        self.report.result(functools.partial(render, result), functools.partial(answers.document, result))
         if result.missing:
             self.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
 
