@@ -16,6 +16,7 @@ from sys import intern
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TextIO
 
 import zmq
@@ -24,6 +25,7 @@ from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.inflight import InFlight, Request, row_parts
+from monarch_pdb.broker.list_groups import group_parts, group_rows
 from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
@@ -689,12 +691,23 @@ class Broker:
     # --- shells ------------------------------------------------------------------------
 
     def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
-        self.send_rows(identity, self.registry.rows())
+        self.send_list(identity, self.registry.rows(), msg.groups_above)
 
-    def send_rows(self, identity: bytes, rows: Iterable[wire.SessionRow]) -> None:
+    def send_list(self, identity: bytes, rows: Iterable[wire.SessionRow], groups_above: int | None) -> None:
         """A list in parts of a batch each: 65,536 rows are more than 8 MB, and the rows are
-        made as each part is sent."""
+        made as each part is sent. Past `groups_above` rows, their groups instead."""
         part_size = min(wire.BATCH_BYTES, self.settings.max_message // 2)
+        rows = iter(rows)
+        if groups_above is not None:
+            first: list[wire.SessionRow] = []
+            for row in rows:
+                first.append(row)
+                if len(first) > groups_above:
+                    groups = group_rows(chain(first, rows))
+                    self.send_parts(identity, (wire.SessionGroups(groups=part, more=more)
+                                               for part, more in group_parts(groups, part_size)))
+                    return
+            rows = iter(first)
         self.send_parts(identity, (wire.SessionList(rows=part, more=more) for part, more in row_parts(rows, part_size)))
 
     def on_jobs(self, identity: bytes, msg: wire.ListJobs) -> None:
@@ -788,7 +801,7 @@ class Broker:
         self.below_changed()
 
     def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:
-        self.send_rows(identity, self.registry.all_rows())
+        self.send_list(identity, self.registry.all_rows(), msg.groups_above)
 
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)

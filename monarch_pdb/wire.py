@@ -279,6 +279,27 @@ class SessionRow(Record):
 
 
 @record
+class SessionGroup(Record):
+    """A row of `list` past a screenful: the ranks stopped at one place in one state, with
+    their coordinates and hosts, made by the broker so that a shell is sent a few groups and
+    not 131,072 rows."""
+
+    job: str
+    actor: str
+    function: str
+    lineno: int
+    state: RankState
+    ranks: str
+    """As `ranks.format_ranks` writes them."""
+    count: int
+    """How many ranks `ranks` holds."""
+    coords: dict[str, str]
+    """Each dimension's values as a rank set, dimensions in the order first seen."""
+    hosts: list[str]
+    """Each host once, in the order first seen."""
+
+
+@record
 class JobRow(Record):
     """A row of `jobs`."""
 
@@ -521,7 +542,10 @@ class Dismiss(Message):
 
 @message("list")
 class ListSessions(Message):
-    pass
+    """`list`: answered with `SessionList` rows, or with `SessionGroups` when there are more
+    rows than `groups_above` (None: never)."""
+
+    groups_above: int | None = None
 
 
 @message("sessions")
@@ -530,6 +554,15 @@ class SessionList(Message):
     the last with `more` false."""
 
     rows: list[SessionRow]
+    more: bool = False
+
+
+@message("session_groups")
+class SessionGroups(Message):
+    """Rows grouped where their ranks stopped, in the order each group's first row comes;
+    many groups come in parts as `SessionList` rows do."""
+
+    groups: list[SessionGroup]
     more: bool = False
 
 
@@ -764,7 +797,10 @@ class Present(Message):
 
 @message("list_all")
 class ListAll(Message):
-    """`list --all`: answered with `SessionList` rows for every rank the broker knows."""
+    """`list --all`: answered with `SessionList` rows for every rank the broker knows, or with
+    `SessionGroups` as `ListSessions` says."""
+
+    groups_above: int | None = None
 
 
 @message("stacks")

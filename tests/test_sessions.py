@@ -225,6 +225,27 @@ def test_a_list_larger_than_a_message_comes_whole_in_parts(env, tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_a_list_past_the_rows_a_shell_shows_is_answered_as_groups_by_the_broker(env, tmp_path):
+    program = run_script(env, tmp_path, "threads.py", THREADS)
+    try:
+        rows = wait_for_sessions(env, 64)
+        conn = ShellConnection.open(settings_for(env))
+        try:
+            few = conn.request(wire.ListSessions(groups_above=64), wire.SessionList, wire.SessionGroups)
+            assert isinstance(few, wire.SessionList) and [r.rank for r in few.rows] == list(range(64))
+            for ask in (wire.ListSessions(groups_above=63), wire.ListAll(groups_above=0)):
+                many = conn.request(ask, wire.SessionList, wire.SessionGroups)
+                assert many == wire.SessionGroups(groups=[wire.SessionGroup(
+                    rows[0].job, "many", "threads.rank_main", rows[0].lineno, "breakpoint", ranks="0-63", count=64,
+                    coords={"host": "0-7", "gpu": "0-7"}, hosts=[socket.gethostname()])])
+            assert isinstance(conn.request(wire.ListAll(), wire.SessionList), wire.SessionList), "rows unless asked"
+        finally:
+            conn.close()
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
 def test_64_sessions_in_one_process_group_into_two_blocks(env, tmp_path, shell):
     program = run_script(env, tmp_path, "threads.py", THREADS)
     try:

@@ -1,0 +1,65 @@
+"""`list` past a screenful: the rows grouped by where their ranks stopped, made where the rows
+are (the broker, or the root of a tree over what it mirrors), so that a shell is sent a few
+groups, not 131,072 rows to decode only to group them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from monarch_pdb import wire
+from monarch_pdb.broker.inflight import in_parts
+from monarch_pdb.ranks import format_ranks
+
+KEY = attrgetter("job", "actor", "function", "lineno", "state")
+"""What the ranks of one group share."""
+
+
+@dataclass(slots=True)
+class Members:
+    """What a group gathers from its rows as they come."""
+
+    ranks: list[int] = field(default_factory=list)
+    coords: defaultdict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    hosts: dict[str, None] = field(default_factory=dict)
+    """Each host once, in the order first seen."""
+
+
+def group_rows(rows: Iterable[wire.SessionRow]) -> list[wire.SessionGroup]:
+    """A group per job, actor, function, line and state, in the order of each group's first
+    row: its ranks, each coordinate's values and its hosts (131,072 rows at the root of a tree
+    for each `list`)."""
+    groups: dict[tuple, Members] = {}
+    for row in rows:
+        key = KEY(row)
+        members = groups.get(key)
+        if members is None:
+            members = groups[key] = Members()
+        members.ranks.append(row.rank)
+        members.hosts[row.host] = None
+        coords = members.coords
+        for dim, value in row.coords.items():
+            coords[dim].add(value)
+    return [wire.SessionGroup(job, actor, function, lineno, state, ranks=format_ranks(m.ranks),
+                              count=len(set(m.ranks)), coords={dim: format_ranks(v) for dim, v in m.coords.items()},
+                              hosts=list(m.hosts))
+            for (job, actor, function, lineno, state), m in groups.items()]
+
+
+GROUP_FIXED = 8 * len(wire.SessionGroup.__slots__)
+"""A few bytes for each field."""
+
+
+def group_weight(group: wire.SessionGroup) -> int:
+    """About the bytes a group takes in a message: its texts, and a few for each field, host
+    and coordinate."""
+    return (len(group.job) + len(group.actor) + len(group.function) + len(group.state) + len(group.ranks)
+            + sum(len(dim) + len(values) + 2 for dim, values in group.coords.items())
+            + sum(len(host) + 2 for host in group.hosts) + GROUP_FIXED)
+
+
+def group_parts(groups: list[wire.SessionGroup], part_size: int) -> Iterator[tuple[list[wire.SessionGroup], bool]]:
+    """Groups of a list in parts, as `in_parts` cuts them."""
+    return in_parts(((group, group_weight(group)) for group in groups), part_size)
