@@ -50,6 +50,15 @@ def readable(fds: list[int], timeout: float | None) -> list[int]:
     return [fd for fd, _ in poller.poll(None if timeout is None else max(0.0, timeout) * 1000)]
 
 
+def add_part(whole: wire.Message, part: wire.Message) -> None:
+    """A later part of a long answer (rows, groups, a cast's or stacks' answers) added to the
+    parts before it: each of its lists extended, and whether more follow."""
+    for name, value in vars(part).items():
+        if isinstance(value, list):
+            getattr(whole, name).extend(value)
+    whole.more = part.more  # type: ignore[attr-defined]
+
+
 class ShellConnection:
     def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> None:
         self.settings = settings
@@ -165,12 +174,11 @@ class ShellConnection:
         """Send a request and return its answer (or an Error)."""
         self.post(msg)
         reply = self.collect(lambda m: isinstance(m, (*answers, wire.Error)), timeout)
-        while isinstance(reply, wire.SessionList) and reply.more:
-            part = self.collect(lambda m: isinstance(m, wire.SessionList), timeout)
+        while getattr(reply, "more", False):
+            part = self.collect(lambda m: type(m) is type(reply), timeout)
             if part is None:
                 break
-            reply.rows += part.rows
-            reply.more = part.more
+            add_part(reply, part)
         if reply is None or getattr(reply, "more", False):
             raise Timeout(f"the broker did not answer within {timeout:g} s")
         return reply
@@ -234,8 +242,7 @@ class ShellConnection:
                 if result is None:
                     result = msg
                 else:
-                    result.groups += msg.groups
-                    result.missing += msg.missing
+                    add_part(result, msg)
                 if not msg.more:
                     return result
 

@@ -615,12 +615,13 @@ class DebugShell(cmd2.Cmd):
 
     # --- commands ----------------------------------------------------------------------
 
-    def ask(self, msg: wire.Message, answer: type[Answer]) -> Answer:
-        """The broker's answer to `msg`; its refusal becomes the command's one-line error."""
-        reply = self.conn.request(msg, answer)
+    def ask(self, msg: wire.Message, *answers: type[Answer]) -> Answer:
+        """The broker's answer to `msg`, one of `answers`; its refusal becomes the command's
+        one-line error."""
+        reply = self.conn.request(msg, *answers)
         if isinstance(reply, wire.Error):
             raise CommandError(reply.text)
-        assert isinstance(reply, answer)
+        assert isinstance(reply, answers)
         return reply
 
     @cmd2.with_category(CATEGORY)
@@ -628,15 +629,22 @@ class DebugShell(cmd2.Cmd):
     @cmd2.with_argparser(list_parser)
     def do_list(self, args: argparse.Namespace) -> None:
         """Show every rank stopped at a breakpoint, or with --all every rank known, running too.
-        Past list_rows ranks, a row per group of ranks stopped at the same place."""
-        rows = self.ask(wire.ListAll() if args.all else wire.ListSessions(), wire.SessionList).rows
+        Past list_rows ranks, a row per group of ranks stopped at the same place, as the broker
+        groups them (JSON has every row)."""
+        above = None if args.rows or self.report.as_json else self.list_rows
+        ask = wire.ListAll(groups_above=above) if args.all else wire.ListSessions(groups_above=above)
+        reply = self.ask(ask, wire.SessionList, wire.SessionGroups)
+        if isinstance(reply, wire.SessionGroups):
+            self.actors.update(g.actor for g in reply.groups)
+            self.report.result(functools.partial(groups_table, reply.groups, with_state=args.all),
+                               lambda: [asdict(g) for g in reply.groups])
+            return
+        rows = reply.rows
         self.actors.update(r.actor for r in rows)
         if not rows:
             text = "No rank is known to the broker." if args.all else "No active breakpoints."
-        elif args.rows or len(rows) <= self.list_rows:
-            text = functools.partial(sessions_table, rows, with_state=args.all)
         else:
-            text = functools.partial(groups_table, rows, with_state=args.all)
+            text = functools.partial(sessions_table, rows, with_state=args.all)
         self.report.result(text, lambda: [json_row(r) for r in rows])
 
     @cmd2.with_category(CATEGORY)

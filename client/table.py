@@ -6,7 +6,6 @@ from __future__ import annotations
 from monarch_pdb import wire
 from monarch_pdb.client.answers import shortened
 from monarch_pdb.client.hostlist import compress
-from monarch_pdb.ranks import format_ranks
 
 COLUMNS = ("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.")
 GROUP_COLUMNS = ("Actor Name", "Ranks", "Coords", "Hosts", "Function", "Line No.")
@@ -54,33 +53,25 @@ def sessions_table(rows: list[wire.SessionRow], with_state: bool = False) -> str
     return grid(header, cells)
 
 
-def groups_table(rows: list[wire.SessionRow], with_state: bool = False) -> str:
-    """A row per group of ranks sharing job, actor, function, line and state, in the order the
-    rows come: their rank set, each coordinate's values and their hosts, compactly. A State
+def groups_table(groups: list[wire.SessionGroup], with_state: bool = False) -> str:
+    """A row per group of ranks sharing job, actor, function, line and state, as the broker
+    grouped them: their rank set, each coordinate's values and their hosts, compactly. A State
     column when asked for, or when states alone tell two groups apart."""
-    groups: dict[tuple, list[wire.SessionRow]] = {}
-    for row in rows:
-        groups.setdefault((row.job, row.actor, row.function, row.lineno, row.state), []).append(row)
-    with_job = len({r.job for r in rows}) > 1
-    with_state = with_state or len({r.state for r in rows}) > 1
+    with_job = len({g.job for g in groups}) > 1
+    with_state = with_state or len({g.state for g in groups}) > 1
     header = [*(["Job"] if with_job else []), *GROUP_COLUMNS, *(["State"] if with_state else [])]
-    cells = []
-    for (job, actor, function, line, state), members in groups.items():
-        ranks = [r.rank for r in members]
-        cells.append([*([job] if with_job else []), actor, f"{shortened(format_ranks(ranks), CELL_SHOWN)} ({len(set(ranks))})",
-                      coords_ranges(members), shortened(compress(r.host for r in members), CELL_SHOWN),
-                      function, str(line) if line else "", *([state] if with_state else [])])
-    count = f"{len(rows)} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''}; 'list --rows' shows each rank"
+    cells = [[*([g.job] if with_job else []), g.actor, f"{shortened(g.ranks, CELL_SHOWN)} ({g.count})",
+              coords_ranges(g.coords), shortened(compress(g.hosts), CELL_SHOWN),
+              g.function, str(g.lineno) if g.lineno else "", *([g.state] if with_state else [])]
+             for g in groups]
+    ranks = sum(g.count for g in groups)
+    count = f"{ranks} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''}; 'list --rows' shows each rank"
     return grid(header, cells) + "\n" + count
 
 
-def coords_ranges(rows: list[wire.SessionRow]) -> str:
-    """Each coordinate's values over the rows, as a rank set: `{'host': 0-63, 'gpu': 0-7}`."""
-    values: dict[str, set[int]] = {}
-    for row in rows:
-        for dim, value in row.coords.items():
-            values.setdefault(dim, set()).add(value)
-    return "{" + ", ".join(f"'{dim}': {shortened(format_ranks(v), CELL_SHOWN)}" for dim, v in values.items()) + "}"
+def coords_ranges(coords: dict[str, str]) -> str:
+    """Each coordinate's values as a rank set: `{'host': 0-63, 'gpu': 0-7}`."""
+    return "{" + ", ".join(f"'{dim}': {shortened(values, CELL_SHOWN)}" for dim, values in coords.items()) + "}"
 
 
 def jobs_table(rows: list[wire.JobRow]) -> str:

@@ -154,6 +154,12 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     sh = shell()
     stop = str(stop_line(18))
     assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", stop) for r in range(4)]
+    sh.command("set list_rows 3")
+    grouped = sh.command("list")  # grouped by the root, over the sessions of both brokers below
+    assert re.search(rf"^\| rank +\| 0-3 \(4\) +\| {{'host': 0,1, 'gpu': 0,1}} +\| {socket.gethostname()} +\| .* \| {stop} +\|$",
+                     grouped, re.M), grouped
+    assert grouped.endswith("\n4 ranks in 1 group; 'list --rows' shows each rank\n")
+    sh.command("set list_rows 40")
     # A broker below tells its processes up at most every half heartbeat, after its sessions.
     wait_for_all_rows(env, lambda rows: [(r.job, r.processes) for r in rows] == [(JOB, 4)], ask=wire.ListJobs(),
                       answer=wire.JobList)
