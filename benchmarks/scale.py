@@ -3,9 +3,10 @@ real breakpoint, measured with the shell's own connection.
 
 Per shape (C processes x S sessions = N ranks): the breakpoint storm (emulators started until
 all N are listed), `cast emu ranks(:) p rank` to all N against a raw fan-out/gather floor of
-the same message count (floors.FanOut with C peers answering S each), `list` of N, `stacks`
-of N merged and printed, and the broker's memory per session and CPU per cast (of `p rank`,
-whose answers all differ, and of `p __name__`, whose answers are all the same), read from /proc.
+the same message count (floors.FanOut with C peers answering S each), `list` of N (every row,
+and as the shell shows it: a screenful of groups the broker made), `stacks` of N merged and
+printed, and the broker's memory per session and CPU per cast (of `p rank`, whose answers all
+differ, and of `p __name__`, whose answers are all the same), read from /proc.
 The broker is its own process (not embedded in a rank) so its RSS and CPU time are its alone.
 
 A tree shape puts the same processes under H host brokers, each with a runtime directory of
@@ -35,7 +36,7 @@ from timing import timed
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
-from monarch_pdb.client import stacks
+from monarch_pdb.client import stacks, table
 from monarch_pdb.client.connection import ShellConnection
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
@@ -297,7 +298,7 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
     """The results of one shape, and its resource row; every process it starts ends with it."""
     n = shape.ranks
     storms: list[int] = []
-    samples: dict[str, list[int]] = {"fan_out": [], "cast": [], "same": [], "list": [], "stacks": []}
+    samples: dict[str, list[int]] = {"fan_out": [], "cast": [], "same": [], "list": [], "grouped": [], "stacks": []}
     resources = {"ranks": n, "shape": shape.label, "processes": shape.processes, "per_process": shape.per_process,
                  "own_connections": shape.own_connections, "hosts": shape.hosts, "failed": None}
     workdir.mkdir()
@@ -348,6 +349,8 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
                target=CAST_TARGETS.get(n)),
         Result(f"cast ranks(:) `{SAME}` (one answer), {n} ranks ({shape.label})", samples["same"], floor=floor),
         Result(f"list, {n} sessions ({shape.label})", samples["list"], target=LIST_TARGETS.get(n)),
+        Result(f"list as the shell shows it (grouped), {n} sessions ({shape.label})", samples["grouped"],
+               target=LIST_TARGETS.get(n)),
         Result(f"stacks of {n} ranks, merged and printed ({shape.label})", samples["stacks"],
                target=STACKS_TARGETS.get(n)),
     ], resources
@@ -373,6 +376,15 @@ def _alternate(conn: ShellConnection, brokers: Brokers, fan_out: floors.FanOut, 
         if len(rows) != n:
             raise RuntimeError(f"list showed {len(rows)} sessions, not {n}")
 
+    def shown() -> None:
+        """`list` at the shell's default screenful: the broker's groups, drawn as a table."""
+        reply = conn.request(wire.ListSessions(groups_above=conn.settings.list_rows), wire.SessionGroups,
+                             timeout=ANSWER_TIMEOUT)
+        grouped = sum(group.count for group in reply.groups)
+        if grouped != n:
+            raise RuntimeError(f"list grouped {grouped} sessions, not {n}")
+        table.groups_table(reply.groups)
+
     for rep in range(REPEAT[n]):
         warmup = WARMUP if rep == 0 else 0
         samples["fan_out"] += fan_out.round_trips(warmup, 1)
@@ -384,6 +396,7 @@ def _alternate(conn: ShellConnection, brokers: Brokers, fan_out: floors.FanOut, 
             if name == "same":
                 below_cpu += brokers.below_cpu_seconds() - below_before
         samples["list"] += timed(listed, warmup, 1)
+        samples["grouped"] += timed(shown, warmup, 1)
     casts = REPEAT[n]
     return {
         "cpu_us_per_session_cast": round(cpu["cast"] / casts / n * 1e6, 2),
