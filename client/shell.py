@@ -636,8 +636,8 @@ class DebugShell(cmd2.Cmd):
         reply = self.ask(ask, wire.SessionList, wire.SessionGroups)
         if isinstance(reply, wire.SessionGroups):
             self.actors.update(g.actor for g in reply.groups)
-            self.report.result(functools.partial(groups_table, reply.groups, with_state=args.all),
-                               lambda: [asdict(g) for g in reply.groups])
+            # No JSON for groups: --json asks for every row.
+            self.report.result(functools.partial(groups_table, reply.groups, with_state=args.all), None)
             return
         rows = reply.rows
         self.actors.update(r.actor for r in rows)
