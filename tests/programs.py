@@ -6,6 +6,7 @@ import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -77,6 +78,14 @@ def run_debug(env: dict[str, str], *args: str, timeout: float = 90) -> subproces
     """`monarch-pdb debug ARGS` without a terminal (a script, -c, --json), run to its end."""
     return subprocess.run([*DEBUG_SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    """A port the system just gave out, for a broker that must listen on a known port (one a
+    rank starts, or one restarted on the same port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def settings_for(env: dict[str, str]) -> settings_module.Settings:

@@ -13,7 +13,8 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import EXAMPLES, Program, run_debug, settings_for, start_broker, stop_broker, wait_for_sessions
+from programs import (EXAMPLES, Program, free_port, run_debug, settings_for, start_broker, stop_broker,
+                      wait_for_sessions)
 from shell_driver import ShellDriver
 
 from monarch_pdb import wire
@@ -529,12 +530,6 @@ def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, she
         first.stop()
         if second is not None:
             second.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.timeout(120)

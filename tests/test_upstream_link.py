@@ -10,7 +10,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import textwrap
 import threading
@@ -19,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from programs import Program, settings_for, start_broker, stop_broker, wait_for_all_rows, wait_for_sessions
+from programs import (Program, free_port, settings_for, start_broker, stop_broker, wait_for_all_rows,
+                      wait_for_sessions)
 
 from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
@@ -146,13 +146,6 @@ def test_ranks_still_running_a_roots_cast_when_its_time_is_up_are_listed_as_runn
         assert t.conn.request(wire.ListSessions(), wire.SessionList).rows == []
         wait_for_all_rows(t.root_env, lambda rows: [(r.rank, r.state) for r in rows] == [
             (0, wire.RankState.BREAKPOINT), (1, wire.RankState.BREAKPOINT)])  # stopped again, where they were
-
-
-def free_port() -> int:
-    """A port the system just gave out: the broker a rank starts listens on a port of its own."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.timeout(60)
