@@ -73,6 +73,16 @@ def secret_of(settings: Settings) -> str | None:
         raise Insecure(f"MONARCH_PDB_SECRET_FILE names {settings.secret_file}, which does not exist") from None
 
 
+def secret_source(settings: Settings) -> str:
+    """Where the secret we sign with comes from, as secret_of and locate choose it, so that a
+    refusal names the setting to fix."""
+    if settings.secret is not None:
+        return "MONARCH_PDB_SECRET"
+    if settings.secret_file is not None:
+        return f"MONARCH_PDB_SECRET_FILE, {settings.secret_file}"
+    return f"the connection file, {connection_file(settings)}"
+
+
 def is_local(host: str) -> bool:
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 

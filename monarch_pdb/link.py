@@ -284,7 +284,7 @@ class Link:
         for msg in _messages(dealer, codec):
             if msg is REJECTED:
                 self.refuse("authentication failed: the broker refuses our messages; its secret is not the one "
-                            "we use (MONARCH_PDB_SECRET, or the connection file)")
+                            f"we use (from {discovery.secret_source(self.settings)})")
                 continue
             if not isinstance(msg, wire.Unknown):
                 self._unanswered.clear()
