@@ -98,9 +98,9 @@ def run(args: argparse.Namespace) -> int:
         if interactive:
             return shell.cmdloop()
         for where, number, text in lines:
+            shell.report.script_line = f"{where}:{number}: {shorten(text.strip())}"
             stop = shell.onecmd_plus_hooks(text)
             if shell.report.failure:
-                print(f"monarch-pdb: {where}:{number}: {shorten(text.strip())}: {shell.report.failure}", file=sys.stderr)
                 return 1
             if stop:
                 break

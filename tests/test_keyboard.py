@@ -121,7 +121,7 @@ def test_errors_are_red_on_a_terminal_and_plain_without_one(example, env, shell)
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     assert piped.returncode == 1
     assert "\x1b" not in piped.stdout + piped.stderr
-    assert "Error processing command: unknown command 'frobnicate'" in piped.stderr
+    assert piped.stderr == "monarch-pdb: -c:1: frobnicate: unknown command 'frobnicate'; enter 'help' for the list\n"
 
 
 @pytest.mark.timeout(60)
