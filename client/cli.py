@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
     lines = script_lines(args)
-    interactive = not lines
+    interactive = not (args.script or args.commands)
+    if not (interactive or lines):
+        return 0  # only blank lines and comments: nothing to do, and no broker to wait for
     keyboard = sys.stdin.fileno() if interactive and sys.stdin.isatty() else None
     if keyboard is not None:
         # Ctrl-C quits while we wait for a broker, as it stops a command at the prompt (cmd2

@@ -72,6 +72,15 @@ def test_the_first_failing_command_ends_the_run_and_is_named_once(env, example, 
 
 
 @pytest.mark.timeout(60)
+def test_commands_that_are_blank_or_comments_do_nothing(env, broker, tmp_path):
+    script = tmp_path / "comments.monarch"
+    script.write_text("# nothing to run yet\n\n")
+    for args in (["-c", ""], ["-c", "# a comment"], ["-c", "  "], ["--script", str(script)]):
+        done = shell(env, *args)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), args
+
+
+@pytest.mark.timeout(60)
 def test_no_broker_and_no_script_file_are_clear_failures(env, tmp_path):
     done = shell(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5"), "--wait-broker", "1", "-c", "list")
     assert done.returncode == 2
