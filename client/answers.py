@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from monarch_pdb import wire
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.numbers import Summary, summarize
 from monarch_pdb.ranks import format_ranks
 
@@ -27,7 +28,7 @@ def rank_set(actor: str, ranks: list[int]) -> str:
 
 def _body(output: str, outcome: str) -> str:
     note = OUTCOMES.get(outcome, f"(its endpoint {outcome})" if outcome else "")
-    text = output if output.endswith("\n") or not output else output + "\n"
+    text = visible(output if output.endswith("\n") or not output else output + "\n")
     if not text and not note:
         return "(no output)\n"
     return text + (note + "\n" if note else "")

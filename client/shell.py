@@ -31,6 +31,7 @@ from cmd2.rl_utils import RlType, readline, rl_type
 from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
 from monarch_pdb.client.pager import Pager
 from monarch_pdb.client.reporter import Reporter, Transcript
@@ -425,7 +426,7 @@ class DebugShell(cmd2.Cmd):
 
     def show_output(self, actor: str, rank: int, text: str) -> None:
         """Runs on the connection's thread: a followed rank's output, each line marked."""
-        lines = [f"[{actor} {rank}] {line}" for line in text.rstrip("\n").split("\n")]
+        lines = [f"[{actor} {rank}] {line}" for line in visible(text).rstrip("\n").split("\n")]
         self.report.background("output", lines)
         self.alert(lines)
 
@@ -565,7 +566,7 @@ class DebugShell(cmd2.Cmd):
             return
         if isinstance(msg, wire.SessionOutput):
             self.collected.append(msg.text)
-            self.report.stream(msg.text)
+            self.report.stream(visible(msg.text))
             if msg.paused:
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
@@ -573,7 +574,7 @@ class DebugShell(cmd2.Cmd):
             if msg.reason == wire.Ending.UNKNOWN and self.reattach(att):
                 return
             self.collected.append(msg.text)
-            self.report.stream(msg.text)
+            self.report.stream(visible(msg.text))
             if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
             elif msg.reason == wire.Ending.TAKEN:
@@ -684,7 +685,7 @@ class DebugShell(cmd2.Cmd):
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
-        self.report.result(f"Attached to debug session for {att.label}\n{header}{reply.replay}",
+        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(reply.replay)}",
                            {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "

@@ -161,3 +161,26 @@ def test_output_taller_than_the_terminal_goes_through_the_pager_at_a_terminal_on
     script = run_debug(with_pager, "-c", tall)
     assert script.returncode == 0 and script.stdout == answer
     assert not paged.exists(), "never for --json, a script, or without a terminal"
+
+
+@pytest.mark.timeout(90)
+def test_control_characters_a_rank_prints_are_shown_escaped_as_cat_v_does(example, shell):
+    sh = shell()
+    clear = r'!print("\x1b[2Jcleared\x07\tand\r\x9b2J")'
+    shown = "^[[2Jcleared^G\tand^MM-^[2J\n"
+    assert sh.command(f"cast debugee ranks(0) {clear}") == "debugee ranks[0] (1)\n" + shown
+    sh.command("set cast_output raw")
+    assert sh.command(f"cast debugee ranks(1) {clear}") == "[1] " + shown
+    sh.command("follow debugee ranks(2)")
+    before = len(sh.text)
+    sh.command(r'cast debugee ranks(2) !print("\x1b]0;retitled\x07")')
+    sh.seen = before
+    sh.expect(r"\[debugee 2\] \^\[\]0;retitled\^G")
+    sh.command("follow off")
+    sh.command("attach debugee 3")
+    assert sh.command(r'!print("\x1b[31mred\x1b[0m")') == "^[[31mred^[[0m\n"
+    assert sh.command("detach").startswith("Detaching")
+    assert "Attached to debug session for debugee 3" in (again := sh.command("attach debugee 3"))
+    assert "^[[31mred^[[0m" in again, "the replay of what the rank printed is escaped too"
+    for raw in ("\x1b[2J", "\x07", "\x9b", "\x1b]0;", "\x1b[31m"):
+        assert raw not in sh.raw
