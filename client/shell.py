@@ -33,7 +33,7 @@ from monarch_pdb.client import answers, mesh, stacks
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
-from monarch_pdb.client.pager import Pager
+from monarch_pdb.client.pager import Pager, checked
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
 from monarch_pdb.ranks import Selection, SelectorError, format_ranks, parse_selector, render_selector, split_selector
@@ -358,7 +358,7 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
         self.list_rows = conn.settings.list_rows
         self.pager = Pager(conn.settings.pager, self.stdout)
-        self.add_settable(cmd2.Settable("pager", str, "command that shows results taller than the terminal "
+        self.add_settable(cmd2.Settable("pager", checked, "command that shows results taller than the terminal "
                                         "('' or cat: none)", self.pager, settable_attrib_name="command"))
         self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
                                         "past it a row per group of ranks", self))

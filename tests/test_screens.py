@@ -184,3 +184,23 @@ def test_control_characters_a_rank_prints_are_shown_escaped_as_cat_v_does(exampl
     assert "^[[31mred^[[0m" in again, "the replay of what the rank printed is escaped too"
     for raw in ("\x1b[2J", "\x07", "\x9b", "\x1b]0;", "\x1b[31m"):
         assert raw not in sh.raw
+
+
+@pytest.mark.timeout(120)
+def test_a_pager_that_cannot_run_is_refused_and_one_that_reads_nothing_swallows_nothing(env, example, tmp_path):
+    pager, paged = fake_pager(tmp_path)
+    tall = "cast debugee ranks(:) pp list(range(60))"
+    answer = "debugee ranks[0-15] (16)\n" + pprint.pformat(list(range(60))) + "\n"
+    sh = ShellDriver(dict(env, PAGER=pager))
+    try:
+        sh.wait_prompt()
+        assert sh.command("set pager nosuchpager") == "Error setting pager: 'nosuchpager' is not a command here (cat: no pager)\n"
+        assert sh.command("set pager \"less '\"") == ("Error setting pager: cannot read \"less '\" as a command: "
+                                                   "No closing quotation\n")
+        assert sh.command(tall) == "" and paged.read_text() == answer, "the pager set before is kept"
+        for reads_nothing in ("false", "true", "sleep 0"):
+            assert "now: " in sh.command(f"set pager '{reads_nothing}'")
+            assert sh.command(tall) == (f"monarch-pdb: the pager '{reads_nothing}' ended without reading it "
+                                        f"(exit status {int(reads_nothing == 'false')}); here it is:\n" + answer)
+    finally:
+        sh.kill()
