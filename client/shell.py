@@ -469,6 +469,17 @@ class DebugShell(cmd2.Cmd):
 
     # --- the command loop --------------------------------------------------------------
 
+    def read_input(self, prompt: str, **kwargs) -> str:
+        """Ctrl-C at a prompt drops the line being typed and draws a fresh prompt below it, as
+        pdb does. (cmd2 would write `^C` over the prompt, readline having gone back to its
+        start, and hand on an empty line, which pdb takes for its last command again.)"""
+        while True:
+            try:
+                return super().read_input(prompt, **kwargs)
+            except KeyboardInterrupt:
+                with self.terminal_lock:
+                    self.write_out("\n")
+
     def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
         """One line typed, pasted or read from a script; a paste of several lines runs each, up to
         its last line that is not blank."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import sys
 import pexpect
 import pytest
 from programs import PDB_STOPS_ON_BREAKPOINT
-from shell_driver import ShellDriver
+from shell_driver import ShellDriver, plain
 
 UP = "\x1b[A"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
@@ -92,6 +93,28 @@ def test_ctrl_c_stops_waiting_and_ctrl_d_leaves_each_prompt(example, shell):
     sh.child.expect(pexpect.EOF)
     sh.child.close()
     assert sh.child.exitstatus == 0
+
+
+def interrupted_line(sh: ShellDriver, prompt: str) -> str:
+    """Type part of a line, press Ctrl-C, and return what the shell drew up to its next prompt."""
+    sh.child.send("p ra")
+    sh.expect("p ra")
+    start = len(sh.raw)
+    sh.child.sendintr()
+    sh.expect(re.escape(prompt))
+    return plain(sh.raw[start:])
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_at_an_idle_prompt_drops_the_line_for_a_fresh_prompt_below_it(example, shell):
+    sh = shell()
+    sh.command("attach debugee 3")
+    assert sh.command("p rank").strip() == "3"
+    assert interrupted_line(sh, "(Pdb) ") == "\n(Pdb) ", "nothing drawn over the prompt, and no line sent to pdb"
+    assert sh.command("p rank * 2").strip() == "6"
+    sh.command("detach")
+    assert interrupted_line(sh, "monarch_dbg> ") == "\nmonarch_dbg> "
+    assert sh.command("jobs").startswith("+")
 
 
 @pytest.mark.timeout(90)
