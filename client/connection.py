@@ -87,12 +87,12 @@ class ShellConnection:
         return conn
 
     def wait_for_broker(self, patience: float | None, waiting: Callable[[str], None] | None = None,
-                        keyboard: int | None = None) -> bool:
+                        keyboard: int | None = None, typed: Callable[[bytes], bool] | None = None) -> bool:
         """Wait until a broker welcomes us (True). NoBroker at once when the broker refuses us (a
         wrong secret) or another program holds its port, and once `patience` seconds pass (None:
-        no limit) with no broker. After the connect time-out, `waiting` is told where we wait, and
-        again for each line typed on `keyboard` (a terminal) meanwhile; False when the keyboard
-        gives end of input (Ctrl-D)."""
+        no limit) with no broker. After the connect time-out, `waiting` is told once where we
+        wait. What is typed on `keyboard` (a terminal) meanwhile goes to `typed` as it comes (b""
+        at end of input): False, at once, when `typed` says to stop waiting."""
         settings = self.settings
         where = f"{settings.host}:{settings.port}"
         looked = discovery.connection_file(settings)
@@ -118,11 +118,8 @@ class ShellConnection:
                     told = True
             if keyboard is None:
                 self.link.ready.wait(REJECTION_CHECK)
-            elif readable([keyboard], REJECTION_CHECK):
-                if not os.read(keyboard, 4096):
-                    return False
-                if waiting is not None:
-                    waiting(note)
+            elif readable([keyboard], REJECTION_CHECK) and typed is not None and not typed(os.read(keyboard, 4096)):
+                return False
         return True
 
     def close(self) -> None:

@@ -351,6 +351,8 @@ class DebugShell(cmd2.Cmd):
         self.alerts: list[str] = []
         self.alerts_lock = threading.Lock()
         self.collected: list[str] = []
+        self.typed_ahead: list[str] = []
+        """Lines typed before the first prompt (while waiting for a broker), read as if typed at it."""
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
@@ -470,9 +472,16 @@ class DebugShell(cmd2.Cmd):
     # --- the command loop --------------------------------------------------------------
 
     def read_input(self, prompt: str, **kwargs) -> str:
-        """Ctrl-C at a prompt drops the line being typed and draws a fresh prompt below it, as
-        pdb does. (cmd2 would write `^C` over the prompt, readline having gone back to its
-        start, and hand on an empty line, which pdb takes for its last command again.)"""
+        """A line typed ahead, shown after its prompt, or one read now. Ctrl-C at a prompt drops
+        the line being typed and draws a fresh prompt below it, as pdb does. (cmd2 would write
+        `^C` over the prompt, readline having gone back to its start, and hand on an empty line,
+        which pdb takes for its last command again.)"""
+        if self.typed_ahead:
+            line = self.typed_ahead.pop(0)
+            self.write_out(f"{prompt}{line}\n")
+            if self.readline_terminal:
+                readline.add_history(line)
+            return line
         while True:
             try:
                 return super().read_input(prompt, **kwargs)
