@@ -7,7 +7,6 @@ import argparse
 import json
 import signal
 import sys
-from dataclasses import dataclass, field
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection
@@ -16,7 +15,6 @@ from monarch_pdb.client.reporter import Transcript
 WAIT_BROKER = 60.0
 """Seconds a script waits for a broker by default, as `wait` waits for ranks."""
 QUIT_KEYS = "Ctrl-C, Ctrl-D or quit leaves; other lines typed meanwhile run once it answers."
-QUIT_WORDS = (["quit"], ["q"])
 INTERRUPTED = 130
 """The exit status of a program a SIGINT (Ctrl-C) ended."""
 
@@ -58,38 +56,13 @@ def script_lines(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     return [(where, n, text) for where, n, text in lines if text.strip() and not text.lstrip().startswith("#")]
 
 
-@dataclass
-class TypedAhead:
-    """Lines typed at the terminal while the shell waits for a broker: they run once it answers,
-    but quit and Ctrl-D leave at once."""
-
-    lines: list[str] = field(default_factory=list)
-    partial: bytes = b""
-    leaving: str | None = None
-    """The line that leaves: `quit` as typed, or "" for Ctrl-D."""
-
-    def take(self, chunk: bytes) -> bool:
-        """What the terminal gave (b"": end of input); False once it says to leave."""
-        if not chunk:
-            self.leaving = ""
-            return False
-        *done, self.partial = (self.partial + chunk).split(b"\n")
-        for line in (raw.decode(errors="replace") for raw in done):
-            if line.split()[:1] in QUIT_WORDS:
-                self.leaving = line
-                return False
-            if line.strip():
-                self.lines.append(line)
-        return True
-
-
 def shorten(text: str, width: int = 200) -> str:
     """A script's line as an error message quotes it: a long one by its start."""
     return text if len(text) <= width else f"{text[:width]}... ({len(text):,} characters)"
 
 
 def run(args: argparse.Namespace) -> int:
-    from monarch_pdb.client.shell import EOF, DebugShell
+    from monarch_pdb.client.shell import DebugShell, TypedAhead
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
     lines = script_lines(args)
@@ -126,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         shell = DebugShell(conn, history_file=settings.history_file if interactive else "", as_json=args.json,
                            transcript=transcript)
         if ahead.leaving is not None:
-            shell.onecmd_plus_hooks(ahead.leaving or EOF)
+            shell.onecmd_plus_hooks(ahead.leaving)
             return 0
         if interactive:
             shell.typed_ahead = ahead.lines

@@ -59,13 +59,10 @@ class Pager:
     terminal: TextIO
 
     def runnable(self) -> bool:
-        if self.command.strip() in OFF:
-            return False
         try:
-            checked(self.command)
+            return checked(self.command).strip() not in OFF
         except ValueError:
             return False
-        return True
 
     def page(self, text: str) -> bool:
         """Show `text` through the pager if it would not fit on the screen with the prompt

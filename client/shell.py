@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import NoReturn, TypeVar
 
 import cmd2
@@ -45,6 +45,7 @@ BANNER = (
     "Enter 'list' to show all active breakpoints.\n"
 )
 ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"}
+QUIT_COMMANDS = {"quit"} | {alias for alias, command in ALIASES.items() if command == "quit"}
 HIDDEN = ["alias", "edit", "macro", "run_pyscript", "shell", "shortcuts"]
 CATEGORY = "Debugger"
 RUNNING_HINT_AFTER = 1.0
@@ -319,6 +320,31 @@ class PdbHistory:
 
 def readline_history() -> list[str]:
     return [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
+
+
+@dataclass
+class TypedAhead:
+    """Lines typed at the terminal while the shell waits for a broker: they run once it answers,
+    but quit and Ctrl-D leave at once."""
+
+    lines: list[str] = field(default_factory=list)
+    partial: bytes = b""
+    leaving: str | None = None
+    """The line that leaves: `quit` as typed, or EOF for Ctrl-D."""
+
+    def take(self, chunk: bytes) -> bool:
+        """What the terminal gave (b"": end of input); False once it says to leave."""
+        if not chunk:
+            self.leaving = EOF
+            return False
+        *done, self.partial = (self.partial + chunk).split(b"\n")
+        for line in (raw.decode(errors="replace") for raw in done):
+            if line.strip() in QUIT_COMMANDS:
+                self.leaving = line
+                return False
+            if line.strip():
+                self.lines.append(line)
+        return True
 
 
 class DebugShell(cmd2.Cmd):
