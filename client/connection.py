@@ -116,9 +116,9 @@ class ShellConnection:
                 if not told:
                     waiting(note)
                     told = True
-            if keyboard is None:
+            if keyboard is None or typed is None:
                 self.link.ready.wait(REJECTION_CHECK)
-            elif readable([keyboard], REJECTION_CHECK) and typed is not None and not typed(os.read(keyboard, 4096)):
+            elif readable([keyboard], REJECTION_CHECK) and not typed(os.read(keyboard, 4096)):
                 return False
         return True
 
