@@ -25,6 +25,7 @@ from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.inflight import InFlight, Request, row_parts
+from monarch_pdb.broker.inspections import Inspections
 from monarch_pdb.broker.list_groups import group_parts, group_rows
 from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
 from monarch_pdb.broker.stacks import StacksInFlight
@@ -73,6 +74,7 @@ class Broker:
                                  sessions_per_connection=self.settings.max_sessions_per_connection)
         self.casts = Casts(part_size=self.settings.max_message // 2)
         self.stacks: InFlight[StacksInFlight] = InFlight(part_size=self.settings.max_message // 2)
+        self.inspections = Inspections()
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -111,6 +113,8 @@ class Broker:
             wire.Stacks: self.on_stacks,
             wire.StackReport: self.on_stack_report,
             wire.Interrupt: self.on_interrupt,
+            wire.Inspect: self.on_inspect,
+            wire.Inspection: self.on_inspection,
             # from the broker above
             wire.CastDown: self.on_cast_down,
             wire.TakeStacks: self.on_take_stacks,
@@ -775,11 +779,22 @@ class Broker:
         self.settle(self.casts, cast)
 
     def on_continue(self, identity: bytes, msg: wire.Continue) -> None:
-        """Release every paused rank (of one job, if named) after clearing its breakpoints;
-        each broker below releases its own, told once."""
+        """Release every paused rank (of one job, one actor and its selector, as far as named)
+        after clearing its breakpoints; each broker below releases its own, told once."""
         released: dict[tuple[str, str], list[int]] = {}
         branches = set()
-        for sess in self.registry.paused(msg.job):
+        chosen = self.registry.paused(msg.job)
+        if msg.actor:
+            chosen = [sess for sess in chosen if sess.actor == msg.actor]
+        if msg.selector:
+            try:
+                selection = ranks.parse_selector(msg.selector)
+            except ranks.SelectorError as error:
+                self.send(identity, wire.Error(text=str(error)))
+                return
+            picked = set(ranks.select(selection, ((sess.rank, sess.coords) for sess in chosen)))
+            chosen = [sess for sess in chosen if sess.rank in picked]
+        for sess in chosen:
             released.setdefault((sess.job, sess.actor), []).append(sess.rank)
             if self.registry.is_branch(sess.peer):
                 branches.add(sess.peer)
@@ -787,7 +802,7 @@ class Broker:
             else:
                 self.forward(sess, "continue", release=True)
         for branch in branches:
-            self.send(branch, wire.Continue(job=msg.job))
+            self.send(branch, wire.Continue(job=msg.job, actor=msg.actor, selector=msg.selector))
         by_actor: dict[str, list[int]] = {}
         for (job, actor), ranks_released in released.items():
             self.record(identity, job, actor, ranks_released, "continue (top level)")
@@ -844,6 +859,27 @@ class Broker:
         for peer, peer_ranks in by_peer.items():
             self.send(peer, wire.InterruptRanks(actor=actor, ranks=peer_ranks, job=job))
         return asked
+
+
+    # --- an editor's questions about a paused session ----------------------------------
+
+    def on_inspect(self, identity: bytes, msg: wire.Inspect) -> None:
+        """Pass a question to the paused thread of the rank; refused for a rank below another
+        broker, which does not pass them on yet."""
+        try:
+            sess = self.registry.find(msg.job, msg.actor, msg.rank)
+        except Refused as refusal:
+            self.send(identity, wire.Inspection(ref=msg.ref, items=[], error=str(refusal)))
+            return
+        if self.registry.is_branch(sess.peer):
+            self.send(identity, wire.Inspection(ref=msg.ref, items=[],
+                                                error="this rank is below another broker: connect to that broker"))
+            return
+        self.send(sess.peer, self.inspections.ask(identity, msg, sess.sid))
+
+    def on_inspection(self, identity: bytes, msg: wire.Inspection) -> None:
+        if (answer := self.inspections.answered(msg)) is not None:
+            self.send(*answer)
 
 
 def below_timeout(timeout: float) -> float:

@@ -209,9 +209,14 @@ class ShellConnection:
              progress: Callable[[wire.CastProgress], None] | None = None) -> wire.CastResult:
         """Send one pdb command to the selected ranks; return all their answers, every part
         of a large result joined. Raises RequestFailed with the broker's one-line reason."""
+        ref = self.start_cast(actor, selector, line, timeout, job)
+        return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress)
+
+    def start_cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "") -> int:
+        """Send a cast without waiting for it; its answers come as replies with the number returned."""
         ref = next(self._refs)
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
-        return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress)
+        return ref
 
     def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "") -> wire.StacksResult:
         """The selected live ranks' stacks, every part of a large result joined. Raises

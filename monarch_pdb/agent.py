@@ -78,7 +78,7 @@ class Agent:
         processes makes one per emulated rank, sharing one ZeroMQ context."""
         self.settings = settings
         self.pid = os.getpid()
-        self._inboxes: dict[int, queue.SimpleQueue[Line]] = {}
+        self._inboxes: dict[int, queue.SimpleQueue[Line | wire.Inspect]] = {}
         self._sources: dict[int, OutputSource] = {}
         self._waiting: dict[int, wire.Prompt] = {}
         self._unsent: list[int] = []
@@ -122,7 +122,7 @@ class Agent:
     # --- called from paused threads ----------------------------------------------------
 
     def open_session(self, output: OutputSource, identity: Identity,
-                     own_name: bool) -> tuple[int, queue.SimpleQueue[Line], Identity]:
+                     own_name: bool) -> tuple[int, queue.SimpleQueue[Line | wire.Inspect], Identity]:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
@@ -130,7 +130,7 @@ class Agent:
         for the others: a thread stopping under a name another session of the process holds, or
         under the pid (the main thread's name), is listed with its own thread id as rank and its
         thread's name as instance."""
-        inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
+        inbox: queue.SimpleQueue[Line | wire.Inspect] = queue.SimpleQueue()
         with self._lock:
             sid = next(self._sids)
             name = (identity.job, identity.actor, identity.rank)
@@ -222,6 +222,13 @@ class Agent:
                 self._waiting.pop(msg.sid, None)
             if inbox is not None:
                 inbox.put(Line(msg.cmd, msg.line, msg.release))
+        elif isinstance(msg, wire.Inspect):
+            with self._lock:
+                inbox = self._inboxes.get(msg.sid) if msg.sid in self._waiting else None
+            if inbox is None:
+                self.link.post(wire.Inspection(ref=msg.ref, items=[], error="the rank is running: pause it first"))
+            else:
+                inbox.put(msg)
         elif isinstance(msg, wire.TakeStacks):
             self.link.post(self.stack_report(msg))
         elif isinstance(msg, wire.InterruptRanks):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
+from monarch_pdb.inspection import Inspector
 from monarch_pdb.sources import own_code, source_file
 
 _loose = threading.local()
@@ -218,6 +219,7 @@ class Session:
                                                                       self.named or self.call is not None)
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
+        self.inspector = Inspector(self.debugger)
 
     def ask(self, printed: tuple[str, str]) -> str:
         """Send what pdb printed and where it stands; wait for the line that answers it."""
@@ -232,6 +234,10 @@ class Session:
             reason=self.reason, exc=self.exc, instance=ident.instance,
         ))
         line = self.inbox.get()
+        while isinstance(line, wire.Inspect):
+            self.agent.link.post(self.inspector.answer(line))
+            line = self.inbox.get()
+        self.inspector = Inspector(self.debugger)
         self.cmd = line.cmd
         self.reason, self.exc = wire.Stop.BREAKPOINT, ""
         if line.release:

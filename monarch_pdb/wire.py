@@ -671,7 +671,12 @@ class CastResult(Message):
 
 @message("continue")
 class Continue(Message):
+    """The top-level continue: every paused rank (of one job, of one actor and its `ranks(...)`
+    selector, as far as they are given)."""
+
     job: str = ""
+    actor: str = ""
+    selector: str = ""
 
 
 @message("continued")
@@ -877,6 +882,66 @@ class Interrupting(Message):
     job: str
     actor: str
     ranks: list[int]
+
+
+# --- structured questions about a paused session (an editor's) ----------------------------
+
+
+class Query(Word):
+    """What an `Inspect` asks of a paused session's frames."""
+
+    STACK = "stack"
+    """Its frames, innermost first: `name` the function, `file` and `line` where it stands."""
+    SCOPES = "scopes"
+    """A frame's Locals and Globals, each with a `handle` to ask for its variables."""
+    VARIABLES = "variables"
+    """The children of a `handle`: `count` of them from `start` (0: all)."""
+    EVALUATE = "evaluate"
+    """An expression's value in a frame, with a handle when it has children."""
+
+
+@record
+class Item(Record):
+    """A frame, scope, variable or value, as an `Inspection` answers: `handle` names its
+    children (0: none) for as long as the session stays paused."""
+
+    name: str
+    value: str = ""
+    type: str = ""
+    handle: int = 0
+    file: str = ""
+    line: int = 0
+
+
+@message("inspect")
+class Inspect(Message):
+    """Shell to broker: a question about the paused session of one rank, answered by the
+    paused thread itself with `Inspection`; the broker passes it to the rank's process with
+    the session's `sid` and a `ref` of its own."""
+
+    ref: int
+    job: str
+    actor: str
+    rank: int
+    query: Query
+    frame: int = 0
+    """A frame's index in the stack, 0 the innermost."""
+    handle: int = 0
+    start: int = 0
+    count: int = 0
+    expression: str = ""
+    sid: int = 0
+
+
+@message("inspection")
+class Inspection(Message):
+    """The answer to an `Inspect`: its items, how many there are in all (a page of a large
+    container's children is `count` of `total`), or `error`, one line for the user."""
+
+    ref: int
+    items: list[Item]
+    total: int = 0
+    error: str = ""
 
 
 # --- between brokers: a broker with an upstream, and its parent ----------------------------

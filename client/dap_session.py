@@ -1,0 +1,418 @@
+"""One editor's debug session: every paused rank of the selected ones is a DAP thread.
+
+A client of the broker like the shell, on the same connection (`ShellConnection`). Frames,
+scopes, variables and watch values are `Inspect` questions answered by the paused thread
+itself; a step is a cast of pdb's own command to one rank, answered when the rank waits
+again; continue is the broker's top-level continue over the selected ranks. The broker's events
+say which ranks stopped, ended or were lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from monarch_pdb import ranks, wire
+from monarch_pdb.client.connection import NoBroker, RequestFailed, ShellConnection, Timeout
+from monarch_pdb.settings import Settings
+
+STEP_TIMEOUT = 24 * 3600.0
+"""How long a step may run before the broker stops waiting for it: a step into a long
+computation is still a step."""
+REPL_TIMEOUT = 30.0
+STOP_REASONS = {
+    wire.EventKind.BREAKPOINT: "breakpoint",
+    wire.EventKind.POST_MORTEM: "exception",
+    wire.EventKind.INTERRUPTED: "pause",
+}
+STEPS = {"next": "next", "stepIn": "step", "stepOut": "return"}
+"""pdb's command for each of DAP's steps."""
+
+Send = Callable[[str, dict], None]
+"""How the session sends an event: its name and body."""
+
+
+class RequestError(Exception):
+    """A request that cannot be served; the text is the one line the editor shows."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which ranks the editor debugs: an actor and a `ranks(...)` selector (both optional), in
+    the shell's words (`trainer ranks(0:8)`), and a job."""
+
+    job: str = ""
+    actor: str = ""
+    selector: str = ""
+
+    @classmethod
+    def parse(cls, text: str, job: str = "") -> Target:
+        text = text.strip()
+        actor, _, rest = text.partition(" ") if not text.startswith("ranks") else ("", "", text)
+        rest = rest.strip()
+        if not rest:
+            return cls(job, actor, "")
+        try:
+            return cls(job, actor, ranks.render_selector(ranks.parse_selector(rest)))
+        except ranks.SelectorError as error:
+            raise RequestError(f"ranks: {error}") from None
+
+    def chooses(self, job: str, actor: str, picked: set[int] | None, rank: int) -> bool:
+        return ((not self.job or job == self.job) and (not self.actor or actor == self.actor)
+                and (picked is None or rank in picked))
+
+
+@dataclass
+class Thread:
+    """A paused rank, shown as one thread."""
+
+    id: int
+    job: str
+    actor: str
+    rank: int
+    name: str
+    running: bool = False
+
+
+def thread_name(row: wire.SessionRow) -> str:
+    coords = ", ".join(f"{dim}={value}" for dim, value in row.coords.items())
+    return f"{row.actor} {row.rank} · {row.host} · {coords}" if coords else f"{row.actor} {row.rank} · {row.host}"
+
+
+@dataclass
+class Handles:
+    """DAP's numbers for frames and values, each standing for (thread, the rank's own number):
+    a thread's are forgotten when it runs."""
+
+    table: dict[int, tuple[int, int]] = field(default_factory=dict)
+    numbers: Any = field(default_factory=lambda: itertools.count(1))
+
+    def make(self, thread: int, own: int) -> int:
+        number = next(self.numbers)
+        self.table[number] = (thread, own)
+        return number
+
+    def get(self, number: int, what: str) -> tuple[int, int]:
+        if number not in self.table:
+            raise RequestError(f"no {what} {number}: the rank ran since it was shown")
+        return self.table[number]
+
+    def forget(self, thread: int) -> None:
+        self.table = {n: held for n, held in self.table.items() if held[0] != thread}
+
+
+class DebugSession:
+    """The requests of one attached editor, and the events it is sent."""
+
+    def __init__(self, send_event: Send, hand_over: Callable[[list[wire.Event]], None], settings: Settings) -> None:
+        """`hand_over` takes the broker's events on the connection's thread to the adapter's,
+        which gives them to `events`."""
+        self.send_event = send_event
+        self.hand_over = hand_over
+        self.settings = settings
+        self.conn: ShellConnection | None = None
+        self.target = Target()
+        self.threads: dict[tuple[str, str, int], Thread] = {}
+        self.thread_ids = itertools.count(1)
+        self.frames = Handles()
+        self.values = Handles()
+        self.refs = itertools.count(1)
+        self.steps: dict[int, Thread] = {}
+        """Casts of a step, by their number: the rank stops again when its answer comes."""
+        self.configured = False
+        self.focus_sent = False
+        self.pending_events: list[list[wire.Event]] = []
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    # --- requests ----------------------------------------------------------------------
+
+    def handle(self, command: str, args: dict) -> dict | None:
+        """The body of the response to `command`; RequestError with the reason otherwise."""
+        handler = getattr(self, f"on_{command}", None)
+        if handler is None:
+            raise RequestError(f"monarch-pdb does not support the request {command!r}")
+        if command not in ("initialize", "attach", "disconnect", "terminate") and self.conn is None:
+            raise RequestError(f"{command}: attach to a broker first")
+        return handler(args)
+
+    def on_initialize(self, args: dict) -> dict:
+        return {
+            "supportsConfigurationDoneRequest": True,
+            "supportsEvaluateForHovers": True,
+            "supportsDelayedStackTraceLoading": True,
+            "supportsSingleThreadExecutionRequests": True,
+            "supportsTerminateRequest": False,
+            "supportsSetVariable": False,
+            "supportsConditionalBreakpoints": False,
+            "supportsExceptionInfoRequest": False,
+            "supportsRestartRequest": False,
+        }
+
+    def on_attach(self, args: dict) -> None:
+        port = args.get("port")
+        if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+            raise RequestError(f"attach: port must be a port number, not {port!r}")
+        for name in ("host", "ranks", "job"):
+            if not isinstance(args.get(name, ""), str):
+                raise RequestError(f"attach: {name} must be a string, not {args[name]!r}")
+        self.target = Target.parse(args.get("ranks", ""), args.get("job", ""))
+        settings = self.settings.with_overrides(host=args.get("host") or None, port=port)
+        self.close()
+        try:
+            self.conn = ShellConnection.open(settings, self.hand_over)
+        except NoBroker as error:
+            raise RequestError(f"attach: {error}") from None
+        self.send_event("initialized", {})
+
+    def on_configurationDone(self, args: dict) -> None:
+        """From now on the editor is told of stops; first of the ranks paused already."""
+        self.configured = True
+        for thread in self.refresh():
+            self.stopped(thread, "entry")
+        for events in self.pending_events:
+            self.events(events)
+        self.pending_events.clear()
+
+    def on_threads(self, args: dict) -> dict:
+        self.refresh()
+        return {"threads": [{"id": t.id, "name": t.name} for t in sorted(self.threads.values(), key=lambda t: t.id)]}
+
+    def on_stackTrace(self, args: dict) -> dict:
+        thread = self.thread(args)
+        answer = self.inspect(thread, wire.Query.STACK)
+        start = max(0, int(args.get("startFrame") or 0))
+        levels = int(args.get("levels") or 0)
+        chosen = answer.items[start:start + levels] if levels > 0 else answer.items[start:]
+        frames = []
+        for index, item in enumerate(chosen, start):
+            frame = {"id": self.frames.make(thread.id, index), "name": item.name, "line": item.line, "column": 1}
+            frame["source"] = source(item.file)
+            frames.append(frame)
+        return {"stackFrames": frames, "totalFrames": answer.total}
+
+    def on_scopes(self, args: dict) -> dict:
+        thread, index = self.frame(args)
+        answer = self.inspect(thread, wire.Query.SCOPES, frame=index)
+        return {"scopes": [{"name": item.name, "variablesReference": self.values.make(thread.id, item.handle),
+                            "expensive": item.name == "Globals"} for item in answer.items]}
+
+    def on_variables(self, args: dict) -> dict:
+        thread_id, handle = self.values.get(int(args.get("variablesReference", 0)), "variables")
+        thread = self.thread_by_id(thread_id)
+        answer = self.inspect(thread, wire.Query.VARIABLES, handle=handle, start=max(0, int(args.get("start") or 0)),
+                              count=max(0, int(args.get("count") or 0)))
+        return {"variables": [self.variable(thread, item) for item in answer.items]}
+
+    def on_evaluate(self, args: dict) -> dict:
+        expression = args.get("expression")
+        if not isinstance(expression, str):
+            raise RequestError("evaluate: the expression must be a string")
+        if "frameId" not in args:
+            raise RequestError("evaluate: select a paused rank's frame first")
+        thread, index = self.frame(args)
+        if args.get("context") == "repl":
+            return {"result": self.pdb_line(thread, expression), "variablesReference": 0}
+        answer = self.inspect(thread, wire.Query.EVALUATE, frame=index, expression=expression)
+        item = answer.items[0]
+        return {"result": item.value, "type": item.type,
+                "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
+
+    def on_next(self, args: dict) -> None:
+        self.step(self.thread(args), STEPS["next"])
+
+    def on_stepIn(self, args: dict) -> None:
+        self.step(self.thread(args), STEPS["stepIn"])
+
+    def on_stepOut(self, args: dict) -> None:
+        self.step(self.thread(args), STEPS["stepOut"])
+
+    def on_continue(self, args: dict) -> dict:
+        """Every selected paused rank goes on, as the shell's `continue` (its `b` breakpoints
+        cleared); with `singleThread`, the one rank only."""
+        if args.get("singleThread"):
+            self.step(self.thread(args), "continue")
+            return {"allThreadsContinued": False}
+        reply = self.ask(wire.Continue(job=self.target.job, actor=self.target.actor, selector=self.target.selector),
+                         wire.Continued)
+        for released in reply.released:
+            for rank in released.ranks:
+                for thread in self.threads.values():
+                    if thread.actor == released.actor and thread.rank == rank:
+                        self.running(thread)
+        return {"allThreadsContinued": True}
+
+    def on_pause(self, args: dict) -> None:
+        thread = self.thread(args)
+        self.ask(wire.Interrupt(actor=thread.actor, selector=f"ranks({thread.rank})", job=thread.job), wire.Interrupting)
+
+    def on_disconnect(self, args: dict) -> None:
+        """The ranks stay as they are, for the shell or another editor."""
+        self.close()
+
+    def on_terminate(self, args: dict) -> None:
+        raise RequestError("monarch-pdb never ends a job: disconnect, and the ranks stay as they are")
+
+    # --- the broker --------------------------------------------------------------------
+
+    def ask(self, msg: wire.Message, *answers: type[wire.Message]) -> Any:
+        assert self.conn is not None
+        try:
+            reply = self.conn.request(msg, *answers)
+        except Timeout as error:
+            raise RequestError(str(error)) from None
+        if isinstance(reply, wire.Error):
+            raise RequestError(reply.text)
+        return reply
+
+    def inspect(self, thread: Thread, query: wire.Query, **fields: Any) -> wire.Inspection:
+        assert self.conn is not None
+        ref = next(self.refs)
+        self.conn.post(wire.Inspect(ref=ref, job=thread.job, actor=thread.actor, rank=thread.rank, query=query,
+                                    **fields))
+        answer = self.conn.collect(lambda m: isinstance(m, wire.Inspection) and m.ref == ref,
+                                   self.conn.settings.connect_timeout + 10.0)
+        if answer is None:
+            raise RequestError(f"{thread.actor} {thread.rank} did not answer in time")
+        assert isinstance(answer, wire.Inspection)
+        if answer.error:
+            raise RequestError(answer.error)
+        return answer
+
+    def pdb_line(self, thread: Thread, line: str) -> str:
+        """A line of the Debug Console, run by the rank's pdb; what it printed."""
+        assert self.conn is not None
+        try:
+            result = self.conn.cast(thread.actor, f"ranks({thread.rank})", line, REPL_TIMEOUT, thread.job)
+        except RequestFailed as error:
+            raise RequestError(str(error)) from None
+        self.frames.forget(thread.id)
+        self.values.forget(thread.id)
+        for group in result.groups:
+            if group.outcome:
+                self.gone(thread)
+            return group.output.rstrip("\n")
+        for missing in result.missing:
+            raise RequestError(f"{thread.actor} {thread.rank} did not answer: {missing.reason}")
+        return ""
+
+    def step(self, thread: Thread, line: str) -> None:
+        """Send pdb's command to one rank; it stops again when the cast's answer comes
+        (`answered`), while the editor goes on asking."""
+        assert self.conn is not None
+        if thread.running:
+            raise RequestError(f"{thread.actor} {thread.rank} is running: pause it first")
+        self.steps[self.conn.start_cast(thread.actor, f"ranks({thread.rank})", line, STEP_TIMEOUT, thread.job)] = thread
+        self.running(thread)
+
+    def answered(self, msg: wire.Message) -> None:
+        """A reply nobody waited for: the end of a step."""
+        if not isinstance(msg, wire.CastResult) or msg.ref not in self.steps:
+            return
+        thread = self.steps.pop(msg.ref)
+        if any(group.outcome for group in msg.groups) or msg.missing:
+            self.gone(thread)
+        elif msg.groups:
+            self.stopped(thread, "step")
+
+    def events(self, events: list[wire.Event]) -> None:
+        """The broker's events, folded, on the adapter's thread: the editor learns which
+        selected ranks stopped, and which are gone."""
+        if not self.configured:
+            self.pending_events.append(events)
+            return
+        stops = [e for e in events if e.kind in STOP_REASONS]
+        if stops:
+            self.refresh()
+        for event in events:
+            for rank in event.rank_list():
+                thread = self.threads.get((event.job, event.actor, rank))
+                if thread is None:
+                    continue
+                if event.kind in STOP_REASONS:
+                    self.stopped(thread, STOP_REASONS[event.kind])
+                elif event.kind in (wire.EventKind.ENDED, wire.EventKind.LOST):
+                    self.gone(thread)
+
+    # --- threads -----------------------------------------------------------------------
+
+    def refresh(self) -> list[Thread]:
+        """The paused sessions of the selected ranks, each a thread (new ones announced)."""
+        rows = self.ask(wire.ListSessions(), wire.SessionList).rows
+        picked = self.picked(rows)
+        shown = []
+        for row in rows:
+            if not self.target.chooses(row.job, row.actor, picked, row.rank):
+                continue
+            key = (row.job, row.actor, row.rank)
+            thread = self.threads.get(key)
+            if thread is None:
+                thread = self.threads[key] = Thread(next(self.thread_ids), row.job, row.actor, row.rank, thread_name(row))
+                if self.configured:
+                    self.send_event("thread", {"reason": "started", "threadId": thread.id})
+            shown.append(thread)
+        return shown
+
+    def picked(self, rows: list[wire.SessionRow]) -> set[int] | None:
+        if not self.target.selector:
+            return None
+        selection = ranks.parse_selector(self.target.selector)
+        mine = [row for row in rows if self.target.chooses(row.job, row.actor, None, row.rank)]
+        return set(ranks.select(selection, ((row.rank, row.coords) for row in mine)))
+
+    def stopped(self, thread: Thread, reason: str) -> None:
+        thread.running = False
+        self.frames.forget(thread.id)
+        self.values.forget(thread.id)
+        body = {"reason": reason, "threadId": thread.id, "allThreadsStopped": False}
+        if self.focus_sent:
+            body["preserveFocusHint"] = True
+        self.focus_sent = True
+        self.send_event("stopped", body)
+
+    def running(self, thread: Thread) -> None:
+        thread.running = True
+        self.frames.forget(thread.id)
+        self.values.forget(thread.id)
+
+    def gone(self, thread: Thread) -> None:
+        if self.threads.pop((thread.job, thread.actor, thread.rank), None) is not None:
+            self.frames.forget(thread.id)
+            self.values.forget(thread.id)
+            self.send_event("thread", {"reason": "exited", "threadId": thread.id})
+
+    def thread(self, args: dict) -> Thread:
+        thread_id = args.get("threadId")
+        if not isinstance(thread_id, int):
+            raise RequestError("threadId must be a thread's number")
+        return self.thread_by_id(thread_id)
+
+    def thread_by_id(self, thread_id: int) -> Thread:
+        for thread in self.threads.values():
+            if thread.id == thread_id:
+                return thread
+        raise RequestError(f"no thread {thread_id}: its rank is no longer paused")
+
+    def frame(self, args: dict) -> tuple[Thread, int]:
+        frame_id = args.get("frameId")
+        if not isinstance(frame_id, int):
+            raise RequestError("frameId must be a frame's number")
+        thread_id, index = self.frames.get(frame_id, "frame")
+        return self.thread_by_id(thread_id), index
+
+    def variable(self, thread: Thread, item: wire.Item) -> dict:
+        return {"name": item.name, "value": item.value, "type": item.type,
+                "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
+
+
+def source(path: str) -> dict:
+    """A frame's source: a file by its path; code with no file (`<string>`) by its name only."""
+    if path.startswith("<") or not os.path.isabs(path):
+        return {"name": path, "presentationHint": "deemphasize"}
+    return {"name": os.path.basename(path), "path": path}

@@ -1,0 +1,140 @@
+"""Structured answers about a paused session's frames, for an editor: its stack, a frame's
+scopes, a value's children, an expression's value.
+
+The paused thread answers them itself, between two pdb lines, so the frames it reads stand
+still. A value with children gets a handle that lives until the session next runs: children
+are made only when asked for, a page at a time, and a tensor or array is described by its
+shape, dtype and device, never converted or printed whole.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from typing import Any
+
+from monarch_pdb import wire
+from monarch_pdb.sources import source_file
+
+VALUE_LIMIT = 200
+"""The most characters of a value's text an answer carries."""
+
+_repr = reprlib.Repr()
+_repr.maxstring = VALUE_LIMIT
+_repr.maxother = VALUE_LIMIT
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 10
+
+
+def array_summary(value: Any) -> str | None:
+    """`Tensor shape=(4, 8) dtype=torch.float32 device=cpu` for anything with a shape and a
+    dtype (torch, numpy, jax), read from its attributes only; None for anything else."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None or isinstance(value, type):
+        return None
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        return None
+    device = getattr(value, "device", None)
+    where = f" device={device}" if device is not None and not callable(device) else ""
+    return f"{type(value).__name__} shape={dims} dtype={dtype}{where}"
+
+
+def describe(value: Any) -> str:
+    summary = array_summary(value)
+    if summary is not None:
+        return summary
+    try:
+        return _repr.repr(value)
+    except Exception as error:  # a user's __repr__ may raise anything
+        return f"<repr failed: {type(error).__name__}: {error}>"
+
+
+class Scope:
+    """A frame's locals or globals: its children are named as the variables are, where a
+    dict's keys are shown as their repr."""
+
+    def __init__(self, names: Any) -> None:
+        self.names = names
+
+
+def has_children(value: Any) -> bool:
+    """Whether `children` would show any, found without making them."""
+    if array_summary(value) is not None or isinstance(value, (str, bytes, int, float, complex, bool, type(None))):
+        return False
+    if isinstance(value, Scope):
+        return len(value.names) > 0
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        return len(value) > 0
+    return isinstance(getattr(value, "__dict__", None), dict) and bool(value.__dict__)
+
+
+def children(value: Any) -> list[tuple[str, Any]]:
+    """A value's children as (name, value): a container's items, else an object's attributes."""
+    if not has_children(value):
+        return []
+    if isinstance(value, Scope):
+        return [(str(name), v) for name, v in value.names.items()]
+    if isinstance(value, dict):
+        return [(_repr.repr(k), v) for k, v in value.items()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [(str(i), v) for i, v in enumerate(value)]
+    return list(value.__dict__.items())
+
+
+class Inspector:
+    """One paused stop's handles: made as values are shown, forgotten when the session runs."""
+
+    def __init__(self, debugger) -> None:
+        self.debugger = debugger
+        self.handles: dict[int, Any] = {}
+
+    def answer(self, ask: wire.Inspect) -> wire.Inspection:
+        try:
+            items, total = self._answer(ask)
+        except Exception as error:  # the user's expression, or a frame index from an old stop
+            return wire.Inspection(ref=ask.ref, items=[], error=f"{type(error).__name__}: {error}")
+        return wire.Inspection(ref=ask.ref, items=items, total=total)
+
+    def _answer(self, ask: wire.Inspect) -> tuple[list[wire.Item], int]:
+        if ask.query == wire.Query.STACK:
+            frames = self.frames()
+            return [wire.Item(name=frame.f_code.co_name, file=source_file(frame), line=lineno)
+                    for frame, lineno in frames], len(frames)
+        if ask.query == wire.Query.SCOPES:
+            frame = self.frame(ask.frame)
+            return [wire.Item(name="Locals", handle=self.keep(Scope(self.locals_of(frame)))),
+                    wire.Item(name="Globals", handle=self.keep(Scope(frame.f_globals)))], 2
+        if ask.query == wire.Query.VARIABLES:
+            if ask.handle not in self.handles:
+                raise LookupError("that value is gone: the rank ran since it was shown")
+            kids = children(self.handles[ask.handle])
+            page = kids[ask.start:ask.start + ask.count] if ask.count else kids[ask.start:]
+            return [self.item(name, value) for name, value in page], len(kids)
+        frame = self.frame(ask.frame)
+        value = eval(ask.expression, frame.f_globals, self.locals_of(frame))
+        return [self.item(ask.expression, value)], 1
+
+    def frames(self) -> list[tuple[Any, int]]:
+        """pdb's stack of the program's frames (ours left out), innermost first."""
+        return list(reversed(self.debugger.stack))
+
+    def frame(self, index: int):
+        frames = self.frames()
+        if not 0 <= index < len(frames):
+            raise IndexError(f"no frame {index}: the stack has {len(frames)}")
+        return frames[index][0]
+
+    def locals_of(self, frame) -> Any:
+        """pdb's own locals for its current frame (what `p` reads and `!x = 1` changes)."""
+        if frame is self.debugger.curframe and hasattr(self.debugger, "curframe_locals"):
+            return self.debugger.curframe_locals
+        return frame.f_locals
+
+    def keep(self, value: Any) -> int:
+        handle = len(self.handles) + 1
+        self.handles[handle] = value
+        return handle
+
+    def item(self, name: str, value: Any) -> wire.Item:
+        return wire.Item(name=name, value=describe(value), type=type(value).__name__,
+                         handle=self.keep(value) if has_children(value) else 0)

@@ -1,0 +1,133 @@
+"""`monarch-pdb dap` as an editor sees it: the guide's program with 16 ranks, a real broker,
+and the adapter a subprocess speaking DAP on its stdin and stdout."""
+
+from __future__ import annotations
+
+import pytest
+from dap_client import DapClient
+from programs import EXAMPLES, stop_line, wait_for_sessions
+
+EXAMPLE = str(EXAMPLES / "debugging.py")
+BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
+
+
+@pytest.fixture
+def editor(env):
+    client = DapClient(env)
+    yield client
+    client.close()
+
+
+def threads_by_rank(editor: DapClient) -> dict[int, int]:
+    """Each thread's rank, read from its name (`debugee 3 · host · host=0, gpu=3`)."""
+    return {int(t["name"].split(" · ")[0].split()[1]): t["id"] for t in editor.request("threads")["threads"]}
+
+
+def top_frame(editor: DapClient, thread: int) -> dict:
+    return editor.request("stackTrace", threadId=thread, startFrame=0, levels=1)["stackFrames"][0]
+
+
+@pytest.mark.timeout(120)
+def test_every_paused_rank_is_a_thread_named_by_actor_rank_host_and_coords(example, editor):
+    capabilities = editor.attach()
+    assert capabilities["supportsConfigurationDoneRequest"] and not capabilities["supportsTerminateRequest"]
+    stops = editor.take_events("stopped", 16, reason="entry")
+    assert all(e["body"]["allThreadsStopped"] is False for e in stops)
+    assert "preserveFocusHint" not in stops[0]["body"] and all(e["body"]["preserveFocusHint"] for e in stops[1:])
+    threads = editor.request("threads")["threads"]
+    assert len(threads) == 16
+    names = sorted(t["name"] for t in threads)
+    assert names[0].startswith("debugee 0 · ") and names[0].endswith(" · host=0, gpu=0")
+    assert {e["body"]["threadId"] for e in stops} == {t["id"] for t in threads}
+
+
+@pytest.mark.timeout(120)
+def test_stack_scopes_variables_and_evaluate_on_one_rank(example, editor):
+    editor.attach()
+    thread = threads_by_rank(editor)[5]
+    trace = editor.request("stackTrace", threadId=thread)
+    frames = trace["stackFrames"]
+    assert trace["totalFrames"] == len(frames)
+    assert frames[0]["name"] == "_debugee_actor_internal" and frames[0]["line"] == stop_line(BREAK_LINES[1])
+    assert frames[0]["source"]["path"] == EXAMPLE
+    assert not any("monarch_pdb" in f["source"].get("path", "") and "/actor/" not in f["source"].get("path", "")
+                   for f in frames), "the adapter's and the agent's own frames are never shown"
+    assert not any(f["source"].get("path", "").endswith(("pdb.py", "bdb.py")) for f in frames)
+    paged = editor.request("stackTrace", threadId=thread, startFrame=1, levels=1)
+    assert [f["name"] for f in paged["stackFrames"]] == [frames[1]["name"]]
+
+    scopes = editor.request("scopes", frameId=frames[0]["id"])["scopes"]
+    assert [s["name"] for s in scopes] == ["Locals", "Globals"]
+    local = {v["name"]: v for v in editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]}
+    assert local["rank"]["value"] == "5" and local["rank"]["type"] == "int"
+
+    caller = editor.request("scopes", frameId=frames[1]["id"])["scopes"][0]
+    mine = {v["name"]: v for v in editor.request("variables", variablesReference=caller["variablesReference"])["variables"]}
+    assert mine["self"]["type"] == "DebugeeActor" and mine["rank"]["value"] == "5"
+    thing = editor.request("evaluate", expression="__import__('types').SimpleNamespace(x=1, y='two')",
+                           frameId=frames[0]["id"], context="watch")
+    attributes = editor.request("variables", variablesReference=thing["variablesReference"])["variables"]
+    assert [(v["name"], v["value"]) for v in attributes] == [("x", "1"), ("y", "'two'")]
+
+    watch = editor.request("evaluate", expression="rank * 10", frameId=frames[0]["id"], context="watch")
+    assert watch["result"] == "50"
+    hover = editor.request("evaluate", expression="{'a': [1, 2, 3]}", frameId=frames[0]["id"], context="hover")
+    children = editor.request("variables", variablesReference=hover["variablesReference"])["variables"]
+    assert [(c["name"], c["value"]) for c in children] == [("'a'", "[1, 2, 3]")]
+    page = editor.request("variables", variablesReference=children[0]["variablesReference"], start=1, count=1)
+    assert [(v["name"], v["value"]) for v in page["variables"]] == [("1", "2")]
+    assert "NameError" in editor.failure("evaluate", expression="nosuch", frameId=frames[0]["id"], context="watch")
+    assert editor.request("evaluate", expression="p rank + 1", frameId=frames[0]["id"], context="repl")["result"] == "6"
+
+
+@pytest.mark.timeout(120)
+def test_next_moves_only_that_rank(example, editor):
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    before = {rank: top_frame(editor, thread)["line"] for rank, thread in by_rank.items()}
+    editor.request("next", threadId=by_rank[4])
+    stop = editor.take_events("stopped", reason="step")[0]["body"]
+    assert stop["threadId"] == by_rank[4] and stop["preserveFocusHint"] is True
+    after = {rank: top_frame(editor, thread)["line"] for rank, thread in by_rank.items()}
+    assert after[4] == before[4] + 1
+    assert {r: line for r, line in after.items() if r != 4} == {r: line for r, line in before.items() if r != 4}
+
+
+@pytest.mark.timeout(120)
+def test_continue_resumes_every_rank_and_the_raising_ones_stop_in_post_mortem(example, editor):
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    assert editor.request("continue", threadId=by_rank[0])["allThreadsContinued"] is True
+    raising = [rank for rank in by_rank if rank % 4 == 2]
+    stops = editor.take_events("stopped", len(raising), reason="exception")
+    assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank[r] for r in raising)
+    exited = editor.take_events("thread", 16 - len(raising), reason="exited")
+    assert sorted(e["body"]["threadId"] for e in exited) == sorted(t for r, t in by_rank.items() if r % 4 != 2)
+    assert sorted(threads_by_rank(editor)) == raising
+
+
+@pytest.mark.timeout(120)
+def test_disconnect_leaves_the_ranks_paused_for_the_shell(env, example, editor):
+    editor.attach()
+    editor.request("disconnect")
+    assert editor.proc.wait(timeout=30) == 0, editor.stderr()
+    assert len(wait_for_sessions(env, 16)) == 16
+
+
+@pytest.mark.timeout(60)
+def test_bad_requests_and_malformed_input_get_an_error_and_the_adapter_goes_on(example, editor):
+    editor.attach()
+    assert editor.failure("launch", program="x.py") == "monarch-pdb does not support the request 'launch'"
+    assert "never ends a job" in editor.failure("terminate")
+    assert "no thread 999" in editor.failure("stackTrace", threadId=999)
+    assert "threadId" in editor.failure("next", threadId="one")
+    assert "no frame 12345" in editor.failure("scopes", frameId=12345)
+    editor.write(b"Content-Length: 5\r\n\r\nnot j")
+    editor.write(b"Content-Length: 2\r\n\r\n[]")
+    editor.write(b"Nonsense\r\n\r\n")
+    for text in ("a body that is not JSON", "a body that is not a JSON object", "a header line without ':'"):
+        output = editor.take_events("output", category="stderr")[0]["body"]["output"]
+        assert text in output and output.count("\n") == 1
+    assert len(editor.request("threads")["threads"]) == 16
