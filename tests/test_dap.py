@@ -3,12 +3,28 @@ and the adapter a subprocess speaking DAP on its stdin and stdout."""
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 from dap_client import DapClient
-from programs import EXAMPLES, stop_line, wait_for_sessions
+from programs import EXAMPLES, Program, stop_line, wait_for_sessions
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
 BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
+RUNS_ON = textwrap.dedent("""
+    import time
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+    class Worker(Actor):
+        @endpoint
+        def work(self):
+            breakpoint()
+            while current_rank().rank == 1:
+                time.sleep(0.02)
+
+    if __name__ == "__main__":
+        this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker).work.call().get()
+""")
 
 
 @pytest.fixture
@@ -114,6 +130,25 @@ def test_disconnect_leaves_the_ranks_paused_for_the_shell(env, example, editor):
     editor.request("disconnect")
     assert editor.proc.wait(timeout=30) == 0, editor.stderr()
     assert len(wait_for_sessions(env, 16)) == 16
+
+
+@pytest.mark.timeout(120)
+def test_pause_stops_a_running_rank(env, tmp_path, editor):
+    script = tmp_path / "runs_on.py"
+    script.write_text(RUNS_ON)
+    program = Program(env, script)
+    try:
+        wait_for_sessions(env, 2)
+        editor.attach()
+        by_rank = threads_by_rank(editor)
+        editor.request("continue", threadId=by_rank[0])
+        editor.take_events("thread", reason="exited", threadId=by_rank[0])
+        editor.request("pause", threadId=by_rank[1])
+        stop = editor.take_events("stopped", reason="pause")[0]["body"]
+        assert stop["threadId"] == by_rank[1]
+        assert top_frame(editor, by_rank[1])["name"] == "work"
+    finally:
+        program.stop()
 
 
 @pytest.mark.timeout(60)
