@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
+from dataclasses import replace
 
 from monarch_pdb import wire
 
@@ -24,8 +25,7 @@ class Inspections:
         self._asked[ref] = (asker, msg.ref)
         if len(self._asked) > KEPT:
             self._asked.popitem(last=False)
-        return wire.Inspect(ref=ref, job=msg.job, actor=msg.actor, rank=msg.rank, query=msg.query, frame=msg.frame,
-                            handle=msg.handle, start=msg.start, count=msg.count, expression=msg.expression, sid=sid)
+        return replace(msg, ref=ref, sid=sid)
 
     def answered(self, msg: wire.Inspection) -> tuple[bytes, wire.Inspection] | None:
         """Who asked, and the answer under their number; None for an answer nobody waits for."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,8 @@ class DebugSession:
         self.configured = False
         self.focus_sent = False
         self.pending_events: list[list[wire.Event]] = []
+        self.breakpoints: dict[str, list[wire.Spot]] = {}
+        """The editor's breakpoints by file, for every rank that stops from now on."""
 
     def close(self) -> None:
         if self.conn is not None:
@@ -150,8 +153,11 @@ class DebugSession:
             "supportsSingleThreadExecutionRequests": True,
             "supportsTerminateRequest": False,
             "supportsSetVariable": False,
-            "supportsConditionalBreakpoints": False,
-            "supportsExceptionInfoRequest": False,
+            "supportsConditionalBreakpoints": True,
+            "supportsHitConditionalBreakpoints": True,
+            "supportsLogPoints": False,
+            "supportsExceptionInfoRequest": True,
+            "exceptionBreakpointFilters": [],
             "supportsRestartRequest": False,
         }
 
@@ -224,6 +230,56 @@ class DebugSession:
         return {"result": item.value, "type": item.type,
                 "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
 
+    def on_setBreakpoints(self, args: dict) -> dict:
+        """The file's breakpoints in every selected paused rank (and in each that stops later);
+        verified when every rank set it, else with the reason of the first that did not."""
+        path = (args.get("source") or {}).get("path")
+        if not isinstance(path, str) or not path:
+            raise RequestError("setBreakpoints: the source needs a path")
+        wanted = args.get("breakpoints") or []
+        spots, refused = [], {}
+        for index, spec in enumerate(wanted):
+            hits = str(spec.get("hitCondition") or "0").strip()
+            if spec.get("logMessage"):
+                refused[index] = "log points are not supported yet"
+            elif not hits.isdigit():
+                refused[index] = f"a hit count is a whole number, not {hits!r}"
+            else:
+                spots.append(wire.Spot(line=int(spec["line"]), condition=str(spec.get("condition") or ""),
+                                       hits=int(hits)))
+        self.breakpoints[path] = spots
+        paused = [t for t in self.refresh() if not t.running]
+        answers = self.apply_breakpoints(paused, path, spots)
+        reasons: dict[int, str] = {}
+        for thread, answer in zip(paused, answers):
+            for number, item in enumerate(answer.items if not answer.error else []):
+                if item.value:
+                    reasons.setdefault(number, f"{thread.actor} {thread.rank}: {item.value}")
+            if answer.error:
+                for number in range(len(spots)):
+                    reasons.setdefault(number, f"{thread.actor} {thread.rank}: {answer.error}")
+        shown, spot_number = [], 0
+        for index, spec in enumerate(wanted):
+            if index in refused:
+                shown.append({"verified": False, "line": spec.get("line"), "message": refused[index]})
+                continue
+            reason = reasons.get(spot_number)
+            entry = {"verified": reason is None and bool(paused), "line": spots[spot_number].line}
+            if reason or not paused:
+                entry["message"] = reason or "no selected rank is paused: set when one stops"
+            shown.append(entry)
+            spot_number += 1
+        return {"breakpoints": shown}
+
+    def on_setExceptionBreakpoints(self, args: dict) -> dict:
+        """Ranks stop in post-mortem as the job's settings say; the editor offers no filters yet."""
+        return {"breakpoints": []}
+
+    def on_exceptionInfo(self, args: dict) -> dict:
+        item = self.inspect(self.thread(args), wire.Query.EXCEPTION).items[0]
+        return {"exceptionId": item.name, "description": item.value, "breakMode": "unhandled",
+                "details": {"typeName": item.name, "message": item.value, "stackTrace": item.type}}
+
     def on_next(self, args: dict) -> None:
         self.step(self.thread(args), STEPS["next"])
 
@@ -272,18 +328,35 @@ class DebugSession:
         return reply
 
     def inspect(self, thread: Thread, query: wire.Query, **fields: Any) -> wire.Inspection:
-        assert self.conn is not None
-        ref = next(self.refs)
-        self.conn.post(wire.Inspect(ref=ref, job=thread.job, actor=thread.actor, rank=thread.rank, query=query,
-                                    **fields))
-        answer = self.conn.collect(lambda m: isinstance(m, wire.Inspection) and m.ref == ref,
-                                   self.conn.settings.connect_timeout + 10.0)
-        if answer is None:
-            raise RequestError(f"{thread.actor} {thread.rank} did not answer in time")
-        assert isinstance(answer, wire.Inspection)
+        answer = self.inspect_all([thread], query, **fields)[0]
         if answer.error:
             raise RequestError(answer.error)
         return answer
+
+    def inspect_all(self, threads: list[Thread], query: wire.Query, **fields: Any) -> list[wire.Inspection]:
+        """One question to each thread's rank, all sent before any answer is waited for; the
+        answers in the threads' order (an error one for a rank that gave none in time)."""
+        assert self.conn is not None
+        asked = {}
+        for thread in threads:
+            ref = next(self.refs)
+            asked[ref] = None
+            self.conn.post(wire.Inspect(ref=ref, job=thread.job, actor=thread.actor, rank=thread.rank, query=query,
+                                        **fields))
+        waiting = set(asked)
+        deadline = time.monotonic() + self.conn.settings.connect_timeout + 10.0
+        while waiting:
+            answer = self.conn.collect(lambda m: isinstance(m, wire.Inspection) and m.ref in waiting,
+                                       max(0.0, deadline - time.monotonic()))
+            if answer is None:
+                break
+            asked[answer.ref] = answer
+            waiting.discard(answer.ref)
+        return [answer or wire.Inspection(ref=ref, items=[], error=f"{thread.actor} {thread.rank} did not answer in time")
+                for (ref, answer), thread in zip(asked.items(), threads)]
+
+    def apply_breakpoints(self, threads: list[Thread], path: str, spots: list[wire.Spot]) -> list[wire.Inspection]:
+        return self.inspect_all(threads, wire.Query.BREAKPOINTS, expression=path, spots=spots)
 
     def pdb_line(self, thread: Thread, line: str) -> str:
         """A line of the Debug Console, run by the rank's pdb; what it printed."""
@@ -356,6 +429,8 @@ class DebugSession:
                 thread = self.threads[key] = Thread(next(self.thread_ids), row.job, row.actor, row.rank, thread_name(row))
                 if self.configured:
                     self.send_event("thread", {"reason": "started", "threadId": thread.id})
+                for path, spots in self.breakpoints.items():
+                    self.apply_breakpoints([thread], path, spots)
             shown.append(thread)
         return shown
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
-from monarch_pdb.inspection import Inspector
+from monarch_pdb.inspection import EditorBreakpoints, Inspector
 from monarch_pdb.sources import own_code, source_file
 
 _loose = threading.local()
@@ -219,7 +219,10 @@ class Session:
                                                                       self.named or self.call is not None)
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
-        self.inspector = Inspector(self.debugger)
+        self.breakpoints = EditorBreakpoints()
+        self.exception: BaseException | None = None
+        """What a post-mortem stop caught, while it waits."""
+        self.inspector = Inspector(self)
 
     def ask(self, printed: tuple[str, str]) -> str:
         """Send what pdb printed and where it stands; wait for the line that answers it."""
@@ -237,11 +240,12 @@ class Session:
         while isinstance(line, wire.Inspect):
             self.agent.link.post(self.inspector.answer(line))
             line = self.inbox.get()
-        self.inspector = Inspector(self.debugger)
+        self.inspector = Inspector(self)
         self.cmd = line.cmd
-        self.reason, self.exc = wire.Stop.BREAKPOINT, ""
+        self.reason, self.exc, self.exception = wire.Stop.BREAKPOINT, "", None
         if line.release:
             self.debugger.clear_all_breaks()
+            self.breakpoints.restore(self.debugger)
         return line.text + "\n"
 
     def end(self, reason: str) -> None:
@@ -303,7 +307,7 @@ def post_mortem(exc: BaseException, traceback=None) -> None:
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
-    session.reason, session.exc = wire.Stop.POST_MORTEM, f"{type(exc).__name__}: {exc}"
+    session.reason, session.exc, session.exception = wire.Stop.POST_MORTEM, f"{type(exc).__name__}: {exc}", exc
     debugger = session.debugger
     debugger.reset()
     try:

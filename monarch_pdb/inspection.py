@@ -10,6 +10,7 @@ shape, dtype and device, never converted or printed whole.
 from __future__ import annotations
 
 import reprlib
+import traceback
 from typing import Any
 
 from monarch_pdb import wire
@@ -81,11 +82,52 @@ def children(value: Any) -> list[tuple[str, Any]]:
     return list(value.__dict__.items())
 
 
-class Inspector:
-    """One paused stop's handles: made as values are shown, forgotten when the session runs."""
+class EditorBreakpoints:
+    """The breakpoints an editor set in one session, by file: pdb's own, set again after the
+    top-level continue clears those typed with `b`, and gone with the session."""
 
-    def __init__(self, debugger) -> None:
-        self.debugger = debugger
+    def __init__(self) -> None:
+        self.files: dict[str, list[wire.Spot]] = {}
+
+    def change(self, debugger, path: str, spots: list[wire.Spot]) -> list[wire.Item]:
+        """Make `spots` the file's breakpoints; an item per spot, `value` why it is not set."""
+        for spot in self.files.pop(path, []):
+            debugger.clear_break(path, spot.line)
+        self.files[path] = spots
+        return [wire.Item(name=str(spot.line), value=self.set(debugger, path, spot) or "", line=spot.line)
+                for spot in spots]
+
+    def restore(self, debugger) -> None:
+        for path, spots in self.files.items():
+            for spot in spots:
+                self.set(debugger, path, spot)
+
+    @staticmethod
+    def set(debugger, path: str, spot: wire.Spot) -> str | None:
+        """pdb's reason when it cannot break there (no such file, no code on that line)."""
+        if spot.condition:
+            try:
+                compile(spot.condition, "<condition>", "eval")
+            except SyntaxError as error:
+                return f"the condition is not a Python expression: {error.msg}"
+        if not debugger.checkline(path, spot.line):
+            return f"line {spot.line} of {path} holds no code to stop at"
+        failed = debugger.set_break(path, spot.line, cond=spot.condition or None)
+        if failed:
+            return failed
+        if spot.hits > 1:
+            debugger.get_breaks(path, spot.line)[-1].ignore = spot.hits - 1
+        return None
+
+
+class Inspector:
+    """One paused stop's handles: made as values are shown, forgotten when the session runs.
+    `session` is the paused one (debugger.Session): its pdb, the exception a post-mortem stop
+    caught, the editor's breakpoints."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.debugger = session.debugger
         self.handles: dict[int, Any] = {}
 
     def answer(self, ask: wire.Inspect) -> wire.Inspection:
@@ -110,6 +152,15 @@ class Inspector:
             kids = children(self.handles[ask.handle])
             page = kids[ask.start:ask.start + ask.count] if ask.count else kids[ask.start:]
             return [self.item(name, value) for name, value in page], len(kids)
+        if ask.query == wire.Query.BREAKPOINTS:
+            items = self.session.breakpoints.change(self.debugger, ask.expression, ask.spots)
+            return items, len(items)
+        if ask.query == wire.Query.EXCEPTION:
+            caught = self.session.exception
+            if caught is None:
+                raise LookupError("this rank did not stop for an exception")
+            return [wire.Item(name=type(caught).__name__, value=str(caught),
+                              type="".join(traceback.format_exception(type(caught), caught, caught.__traceback__)))], 1
         frame = self.frame(ask.frame)
         value = eval(ask.expression, frame.f_globals, self.locals_of(frame))
         return [self.item(ask.expression, value)], 1

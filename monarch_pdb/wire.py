@@ -898,6 +898,12 @@ class Query(Word):
     """The children of a `handle`: `count` of them from `start` (0: all)."""
     EVALUATE = "evaluate"
     """An expression's value in a frame, with a handle when it has children."""
+    BREAKPOINTS = "breakpoints"
+    """Make `spots` the editor's breakpoints in the file `expression`: an item for each, its
+    `value` empty when set, else why not."""
+    EXCEPTION = "exception"
+    """What a post-mortem stop caught: `name` its type, `value` its message, `type` the
+    traceback as Python prints it."""
 
 
 @record
@@ -911,6 +917,16 @@ class Item(Record):
     handle: int = 0
     file: str = ""
     line: int = 0
+
+
+@record
+class Spot(Record):
+    """An editor's breakpoint on a line: it stops when `condition` (a Python expression, ""
+    for always) holds, from the `hits`-th time on (0: the first)."""
+
+    line: int
+    condition: str = ""
+    hits: int = 0
 
 
 @message("inspect")
@@ -931,6 +947,7 @@ class Inspect(Message):
     count: int = 0
     expression: str = ""
     sid: int = 0
+    spots: list[Spot] = field(default_factory=list)
 
 
 @message("inspection")

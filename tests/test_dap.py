@@ -122,6 +122,31 @@ def test_continue_resumes_every_rank_and_the_raising_ones_stop_in_post_mortem(ex
     exited = editor.take_events("thread", 16 - len(raising), reason="exited")
     assert sorted(e["body"]["threadId"] for e in exited) == sorted(t for r, t in by_rank.items() if r % 4 != 2)
     assert sorted(threads_by_rank(editor)) == raising
+    info = editor.request("exceptionInfo", threadId=by_rank[raising[0]])
+    assert (info["exceptionId"], info["description"]) == ("ValueError", "bad rank")
+    assert "in _bad_rank" in info["details"]["stackTrace"] and info["details"]["stackTrace"].endswith("ValueError: bad rank\n")
+
+
+@pytest.mark.timeout(120)
+def test_breakpoints_set_in_the_editor_stop_every_rank_that_reaches_them(example, editor):
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    lines = [{"line": 12}, {"line": 16, "condition": "rank > 10"}, {"line": 20}, {"line": 24}, {"line": 3},
+             {"line": 24, "condition": "rank >"}, {"line": 24, "logMessage": "at {rank}"}]
+    shown = editor.request("setBreakpoints", source={"path": EXAMPLE}, breakpoints=lines)["breakpoints"]
+    assert [b["verified"] for b in shown] == [True, True, True, True, False, False, False]
+    assert "holds no code" in shown[4]["message"] and "not a Python expression" in shown[5]["message"]
+    assert "not supported" in shown[6]["message"]
+    editor.request("continue", threadId=by_rank[0])
+    stopping = [rank for rank in range(16) if rank % 4 != 1 or rank > 8]
+    stops = editor.take_events("stopped", len(stopping), reason="breakpoint")
+    assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank[r] for r in stopping)
+    editor.take_events("thread", 2, reason="exited")
+    for rank in stopping:
+        assert top_frame(editor, by_rank[rank])["line"] == {0: 12, 1: 16, 2: 20, 3: 24}[rank % 4]
+    editor.request("continue", threadId=by_rank[0])
+    editor.take_events("stopped", 4, reason="exception")
 
 
 @pytest.mark.timeout(120)
