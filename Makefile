@@ -2,6 +2,7 @@
 # `make test-engines` runs the tests with real torchrun, Ray and Monarch in a venv of its own.
 # `make test-pythons` runs the guide, pdb, keyboard and script tests on each Python from 3.10 to
 # 3.13 that is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own.
+# `make test-dap` drives `monarch-pdb dap` with Microsoft's DAP test client (Node.js, npm ci).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,7 +18,7 @@ PYTHONS_TESTS := tests/test_guide.py tests/test_pdb.py tests/test_keyboard.py te
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines test-pythons bench bench-tree-large bench-monarch clean
+.PHONY: demo test test-engines test-pythons test-dap bench bench-tree-large bench-monarch clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,14 @@ demo: $(INSTALLED)
 
 test: $(INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+DAP_TESTS := tests/dap
+
+$(DAP_TESTS)/node_modules/.package-lock.json: $(DAP_TESTS)/package.json $(DAP_TESTS)/package-lock.json
+	cd $(DAP_TESTS) && npm ci --no-audit --no-fund
+
+test-dap: $(INSTALLED) $(DAP_TESTS)/node_modules/.package-lock.json
+	cd $(DAP_TESTS) && MONARCH_PDB_BIN=$(CURDIR)/$(BIN) node --test
 
 $(ENGINES_BIN)/python:
 	$(PYTHON) -m venv $(ENGINES_VENV)

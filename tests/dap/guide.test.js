@@ -1,0 +1,125 @@
+// `monarch-pdb dap` driven by Microsoft's own DAP test client (the one VS Code's adapters are
+// tested with), on the guide's program with 16 ranks: what a user does in the editor.
+'use strict';
+
+const assert = require('node:assert/strict');
+const { test } = require('node:test');
+const { DebugClient } = require('@vscode/debugadapter-testsupport');
+const { Events, Job, MONARCH_PDB, ROOT } = require('./job');
+
+const EXAMPLE = `${ROOT}/examples/debugging.py`;
+const RUNS_ON = `
+import time
+from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+class Worker(Actor):
+    @endpoint
+    def work(self):
+        breakpoint()
+        while current_rank().rank == 1:
+            time.sleep(0.02)
+
+if __name__ == "__main__":
+    this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker).work.call().get()
+`;
+
+async function attached(job) {
+  const dc = new DebugClient(MONARCH_PDB, 'dap', 'monarch-pdb', { env: job.env });
+  dc.defaultTimeout = 60000;
+  const events = new Events(dc, ['initialized', 'stopped', 'thread', 'output']);
+  await dc.start();
+  await dc.initializeRequest({ adapterID: 'monarch-pdb', linesStartAt1: true, columnsStartAt1: true });
+  await dc.attachRequest({});
+  await events.take('initialized');
+  await dc.configurationDoneRequest();
+  return { dc, events };
+}
+
+async function threadsByRank(dc) {
+  const { body } = await dc.threadsRequest();
+  return new Map(body.threads.map((t) => [Number(t.name.split(' · ')[0].split(' ')[1]), t.id]));
+}
+
+async function topLine(dc, threadId) {
+  const { body } = await dc.stackTraceRequest({ threadId, startFrame: 0, levels: 1 });
+  return body.stackFrames[0].line;
+}
+
+test('16 ranks are 16 threads: step one, break them all, continue all, post-mortem, disconnect', { timeout: 300000 }, async () => {
+  const job = new Job();
+  try {
+    job.run(EXAMPLE);
+    job.waitFor('debugee', 16);
+    const { dc, events } = await attached(job);
+
+    const entries = await events.take('stopped', 16, (e) => e.body.reason === 'entry');
+    assert.ok(entries.every((e) => e.body.allThreadsStopped === false));
+    const byRank = await threadsByRank(dc);
+    assert.deepEqual([...byRank.keys()].sort((a, b) => a - b), [...Array(16).keys()]);
+
+    const thread = byRank.get(5);
+    const trace = (await dc.stackTraceRequest({ threadId: thread })).body;
+    assert.equal(trace.stackFrames[0].name, '_debugee_actor_internal');
+    assert.equal(trace.stackFrames[0].source.path, EXAMPLE);
+    const scopes = (await dc.scopesRequest({ frameId: trace.stackFrames[0].id })).body.scopes;
+    assert.deepEqual(scopes.map((s) => s.name), ['Locals', 'Globals']);
+    const locals = (await dc.variablesRequest({ variablesReference: scopes[0].variablesReference })).body.variables;
+    assert.equal(locals.find((v) => v.name === 'rank').value, '5');
+    const watch = await dc.evaluateRequest({ expression: 'rank * 3', frameId: trace.stackFrames[0].id, context: 'watch' });
+    assert.equal(watch.body.result, '15');
+
+    const before = new Map();
+    for (const [rank, id] of byRank) before.set(rank, await topLine(dc, id));
+    await dc.nextRequest({ threadId: byRank.get(4) });
+    const step = await events.take('stopped', 1, (e) => e.body.reason === 'step');
+    assert.equal(step[0].body.threadId, byRank.get(4));
+    for (const [rank, id] of byRank) {
+      assert.equal(await topLine(dc, id), before.get(rank) + (rank === 4 ? 1 : 0), `rank ${rank}`);
+    }
+
+    const set = await dc.setBreakpointsRequest({ source: { path: EXAMPLE },
+      breakpoints: [{ line: 12 }, { line: 16 }, { line: 20 }, { line: 24 }] });
+    assert.ok(set.body.breakpoints.every((b) => b.verified));
+    const go = await dc.continueRequest({ threadId: byRank.get(0) });
+    assert.equal(go.body.allThreadsContinued, true);
+    // Rank 4 stood on line 12 already: it returns; every other rank stops at the line it reaches.
+    const hits = await events.take('stopped', 15, (e) => e.body.reason === 'breakpoint');
+    assert.deepEqual(new Set(hits.map((e) => e.body.threadId)),
+      new Set([...byRank].filter(([rank]) => rank !== 4).map(([, id]) => id)));
+    await events.take('thread', 1, (e) => e.body.reason === 'exited' && e.body.threadId === byRank.get(4));
+
+    await dc.continueRequest({ threadId: byRank.get(0) });
+    const raised = await events.take('stopped', 4, (e) => e.body.reason === 'exception');
+    assert.deepEqual(new Set(raised.map((e) => e.body.threadId)), new Set([2, 6, 10, 14].map((r) => byRank.get(r))));
+    const info = await dc.exceptionInfoRequest({ threadId: byRank.get(6) });
+    assert.equal(info.body.exceptionId, 'ValueError');
+    assert.equal(info.body.description, 'bad rank');
+
+    await dc.disconnectRequest({});
+    dc.stopAdapter();
+    job.waitFor('debugee', 4);
+    assert.equal(job.list().length, 4, 'the post-mortem ranks stay paused for the shell');
+  } finally {
+    job.end();
+  }
+});
+
+test('pause stops a running rank', { timeout: 180000 }, async () => {
+  const job = new Job();
+  try {
+    job.write('runs_on.py', RUNS_ON);
+    job.run(`${job.dir}/runs_on.py`);
+    job.waitFor('worker', 2);
+    const { dc, events } = await attached(job);
+    const byRank = await threadsByRank(dc);
+    await dc.continueRequest({ threadId: byRank.get(0) });
+    await events.take('thread', 1, (e) => e.body.reason === 'exited' && e.body.threadId === byRank.get(0));
+    await dc.pauseRequest({ threadId: byRank.get(1) });
+    const paused = await events.take('stopped', 1, (e) => e.body.reason === 'pause');
+    assert.equal(paused[0].body.threadId, byRank.get(1));
+    await dc.disconnectRequest({});
+    dc.stopAdapter();
+  } finally {
+    job.end();
+  }
+});
