@@ -16,9 +16,16 @@ DAP = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "dap"]
 
 
 class DapClient:
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.proc = subprocess.Popen([*DAP, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+    """The adapter on pipes; or, given `streams` (a socket's files), one it serves over TCP."""
+
+    def __init__(self, env: dict[str, str], *args: str, streams: tuple | None = None) -> None:
+        if streams is None:
+            self.proc = subprocess.Popen([*DAP, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
+            self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        else:
+            self.proc = None
+            self.stdout, self.stdin = streams
         self.seq = 0
         self.responses: dict[int, dict] = {}
         self.events: list[dict] = []
@@ -28,11 +35,14 @@ class DapClient:
         self.reader.start()
 
     def _read(self) -> None:
-        stream = self.proc.stdout
+        stream = self.stdout
         while True:
             length = None
             while True:
-                line = stream.readline()
+                try:
+                    line = stream.readline()
+                except (OSError, ValueError):  # closed by `close`
+                    line = b""
                 if not line:
                     with self.arrived:
                         self.ended = True
@@ -52,8 +62,8 @@ class DapClient:
                 self.arrived.notify_all()
 
     def write(self, data: bytes) -> None:
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+        self.stdin.write(data)
+        self.stdin.flush()
 
     def send(self, command: str, **arguments) -> int:
         self.seq += 1
@@ -104,11 +114,15 @@ class DapClient:
         return capabilities
 
     def stderr(self) -> str:
-        if self.proc.poll() is None:
+        if self.proc is None or self.proc.poll() is None:
             return ""
         return self.proc.stderr.read().decode(errors="replace")
 
     def close(self) -> None:
+        if self.proc is None:
+            self.stdin.close()
+            self.stdout.close()
+            return
         if self.proc.poll() is None:
             self.proc.stdin.close()
             try:

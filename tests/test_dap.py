@@ -3,10 +3,12 @@ and the adapter a subprocess speaking DAP on its stdin and stdout."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import textwrap
 
 import pytest
-from dap_client import DapClient
+from dap_client import DAP, DapClient
 from programs import EXAMPLES, Program, stop_line, wait_for_sessions
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
@@ -191,3 +193,31 @@ def test_bad_requests_and_malformed_input_get_an_error_and_the_adapter_goes_on(e
         output = editor.take_events("output", category="stderr")[0]["body"]["output"]
         assert text in output and output.count("\n") == 1
     assert len(editor.request("threads")["threads"]) == 16
+
+
+@pytest.mark.timeout(120)
+def test_listen_serves_an_editor_over_tcp_one_after_another(env, example):
+    server = subprocess.Popen([*DAP, "--listen", "127.0.0.1:0"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()
+        assert line.startswith("monarch-pdb dap: listening on 127.0.0.1:"), line
+        port = int(line.rsplit(":", 1)[1])
+        for _ in range(2):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                editor = DapClient(env, streams=(sock.makefile("rb"), sock.makefile("wb")))
+                editor.attach()
+                assert len(editor.request("threads")["threads"]) == 16
+                editor.request("disconnect")
+                editor.close()
+    finally:
+        server.kill()
+        server.wait()
+        server.stderr.close()
+
+
+@pytest.mark.timeout(30)
+def test_listen_beyond_loopback_needs_a_secret(env):
+    done = subprocess.run([*DAP, "--listen", "0.0.0.0:0"], env=env, capture_output=True, text=True, timeout=20)
+    assert done.returncode != 0
+    assert done.stderr.strip() == ("monarch-pdb dap: listening on 0.0.0.0, which is not loopback, needs a secret "
+                                   "(MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)")
