@@ -76,6 +76,8 @@ class Thread:
     rank: int
     name: str
     running: bool = False
+    pausing: bool = False
+    """Asked to pause since it last ran."""
 
 
 def thread_name(row: wire.SessionRow) -> str:
@@ -121,8 +123,9 @@ class DebugSession:
         self.frames = Handles()
         self.values = Handles()
         self.refs = itertools.count(1)
-        self.steps: dict[int, Thread] = {}
-        """Casts of a step, by their number: the rank stops again when its answer comes."""
+        self.steps: dict[int, tuple[Thread, str]] = {}
+        """Casts of a step, by their number, and why the rank will have stopped when its answer
+        comes (`step`, or `breakpoint` after a continue; `pause` once paused meanwhile)."""
         self.configured = False
         self.focus_sent = False
         self.pending_events: list[list[wire.Event]] = []
@@ -306,6 +309,7 @@ class DebugSession:
 
     def on_pause(self, args: dict) -> None:
         thread = self.thread(args)
+        thread.pausing = True
         self.ask(wire.Interrupt(actor=thread.actor, selector=f"ranks({thread.rank})", job=thread.job), wire.Interrupting)
 
     def on_disconnect(self, args: dict) -> None:
@@ -381,18 +385,19 @@ class DebugSession:
         assert self.conn is not None
         if thread.running:
             raise RequestError(f"{thread.actor} {thread.rank} is running: pause it first")
-        self.steps[self.conn.start_cast(thread.actor, f"ranks({thread.rank})", line, STEP_TIMEOUT, thread.job)] = thread
+        ref = self.conn.start_cast(thread.actor, f"ranks({thread.rank})", line, STEP_TIMEOUT, thread.job)
+        self.steps[ref] = (thread, "breakpoint" if line == "continue" else "step")
         self.running(thread)
 
     def answered(self, msg: wire.Message) -> None:
         """A reply nobody waited for: the end of a step."""
         if not isinstance(msg, wire.CastResult) or msg.ref not in self.steps:
             return
-        thread = self.steps.pop(msg.ref)
+        thread, reason = self.steps.pop(msg.ref)
         if any(group.outcome for group in msg.groups) or msg.missing:
             self.gone(thread)
         elif msg.groups:
-            self.stopped(thread, "step")
+            self.stopped(thread, "pause" if thread.pausing else reason)
 
     def events(self, events: list[wire.Event]) -> None:
         """The broker's events, folded, on the adapter's thread: the editor learns which
@@ -442,7 +447,7 @@ class DebugSession:
         return set(ranks.select(selection, ((row.rank, row.coords) for row in mine)))
 
     def stopped(self, thread: Thread, reason: str) -> None:
-        thread.running = False
+        thread.running = thread.pausing = False
         self.frames.forget(thread.id)
         self.values.forget(thread.id)
         body = {"reason": reason, "threadId": thread.id, "allThreadsStopped": False}

@@ -9,6 +9,7 @@ shape, dtype and device, never converted or printed whole.
 
 from __future__ import annotations
 
+import itertools
 import reprlib
 import traceback
 from typing import Any
@@ -18,6 +19,8 @@ from monarch_pdb.sources import source_file
 
 VALUE_LIMIT = 200
 """The most characters of a value's text an answer carries."""
+PAGE = 1000
+"""The most children one answer carries when the editor asks for all of them."""
 
 _repr = reprlib.Repr()
 _repr.maxstring = VALUE_LIMIT
@@ -69,17 +72,23 @@ def has_children(value: Any) -> bool:
     return isinstance(getattr(value, "__dict__", None), dict) and bool(value.__dict__)
 
 
-def children(value: Any) -> list[tuple[str, Any]]:
-    """A value's children as (name, value): a container's items, else an object's attributes."""
+def children(value: Any, start: int, count: int) -> tuple[list[tuple[str, Any]], int]:
+    """`count` of a value's children from `start`, as (name, value), and how many it has: a
+    container's items, else an object's attributes. Only the page is made."""
     if not has_children(value):
-        return []
+        return [], 0
     if isinstance(value, Scope):
-        return [(str(name), v) for name, v in value.names.items()]
-    if isinstance(value, dict):
-        return [(_repr.repr(k), v) for k, v in value.items()]
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [(str(i), v) for i, v in enumerate(value)]
-    return list(value.__dict__.items())
+        pairs, total = ((str(name), v) for name, v in value.names.items()), len(value.names)
+    elif isinstance(value, dict):
+        pairs, total = ((_repr.repr(k), v) for k, v in value.items()), len(value)
+    elif isinstance(value, (list, tuple)):
+        indexes = range(start, min(len(value), start + count))
+        return [(str(i), value[i]) for i in indexes], len(value)
+    elif isinstance(value, (set, frozenset)):
+        pairs, total = ((str(i), v) for i, v in enumerate(value)), len(value)
+    else:
+        pairs, total = iter(value.__dict__.items()), len(value.__dict__)
+    return list(itertools.islice(pairs, start, start + count)), total
 
 
 class EditorBreakpoints:
@@ -149,9 +158,8 @@ class Inspector:
         if ask.query == wire.Query.VARIABLES:
             if ask.handle not in self.handles:
                 raise LookupError("that value is gone: the rank ran since it was shown")
-            kids = children(self.handles[ask.handle])
-            page = kids[ask.start:ask.start + ask.count] if ask.count else kids[ask.start:]
-            return [self.item(name, value) for name, value in page], len(kids)
+            page, total = children(self.handles[ask.handle], ask.start, ask.count or PAGE)
+            return [self.item(name, value) for name, value in page], total
         if ask.query == wire.Query.BREAKPOINTS:
             items = self.session.breakpoints.change(self.debugger, ask.expression, ask.spots)
             return items, len(items)

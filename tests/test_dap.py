@@ -94,6 +94,11 @@ def test_stack_scopes_variables_and_evaluate_on_one_rank(example, editor):
     assert [(c["name"], c["value"]) for c in children] == [("'a'", "[1, 2, 3]")]
     page = editor.request("variables", variablesReference=children[0]["variablesReference"], start=1, count=1)
     assert [(v["name"], v["value"]) for v in page["variables"]] == [("1", "2")]
+    many = editor.request("evaluate", expression="list(range(100_000))", frameId=frames[0]["id"], context="watch")
+    first = editor.request("variables", variablesReference=many["variablesReference"])["variables"]
+    assert len(first) == 1000 and first[-1] == {"name": "999", "value": "999", "type": "int", "variablesReference": 0}
+    later = editor.request("variables", variablesReference=many["variablesReference"], start=99_998, count=5)
+    assert [v["value"] for v in later["variables"]] == ["99998", "99999"]
     assert "NameError" in editor.failure("evaluate", expression="nosuch", frameId=frames[0]["id"], context="watch")
     assert editor.request("evaluate", expression="p rank + 1", frameId=frames[0]["id"], context="repl")["result"] == "6"
 
@@ -221,3 +226,13 @@ def test_listen_beyond_loopback_needs_a_secret(env):
     assert done.returncode != 0
     assert done.stderr.strip() == ("monarch-pdb dap: listening on 0.0.0.0, which is not loopback, needs a secret "
                                    "(MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)")
+
+
+@pytest.mark.timeout(60)
+def test_a_bad_attach_says_why_and_the_adapter_takes_another(env, editor):
+    editor.request("initialize", adapterID="monarch-pdb")
+    assert editor.failure("threads") == "threads: attach to a broker first"
+    assert editor.failure("attach", port="27000") == "attach: port must be a port number, not '27000'"
+    assert editor.failure("attach", ranks="debugee ranks(1:").startswith("ranks: ")
+    assert editor.failure("attach").startswith("attach: no debug broker answers at 127.0.0.1:")
+    assert editor.failure("evaluate", expression="1", context="watch") == "evaluate: attach to a broker first"
