@@ -131,6 +131,7 @@ class DebugSession:
         self.pending_events: list[list[wire.Event]] = []
         self.breakpoints: dict[str, list[wire.Spot]] = {}
         """The editor's breakpoints by file, for every rank that stops from now on."""
+        self.hidden_told = 0
 
     def close(self) -> None:
         if self.conn is not None:
@@ -424,11 +425,14 @@ class DebugSession:
         """The paused sessions of the selected ranks, each a thread (new ones announced)."""
         rows = self.ask(wire.ListSessions(), wire.SessionList).rows
         picked = self.picked(rows)
+        chosen = [row for row in rows if self.target.chooses(row.job, row.actor, picked, row.rank)]
+        limit = self.conn.settings.editor_threads
+        self.tell_hidden(chosen, limit)
         shown = []
-        for row in rows:
-            if not self.target.chooses(row.job, row.actor, picked, row.rank):
-                continue
+        for row in chosen:
             key = (row.job, row.actor, row.rank)
+            if key not in self.threads and len(self.threads) >= limit:
+                continue
             thread = self.threads.get(key)
             if thread is None:
                 thread = self.threads[key] = Thread(next(self.thread_ids), row.job, row.actor, row.rank, thread_name(row))
@@ -438,6 +442,19 @@ class DebugSession:
                     self.apply_breakpoints([thread], path, spots)
             shown.append(thread)
         return shown
+
+    def tell_hidden(self, chosen: list[wire.SessionRow], limit: int) -> None:
+        """Say in the Debug Console, once for each count, how many paused ranks are not shown
+        as threads, and how to see them."""
+        hidden = len(chosen) - limit
+        if hidden <= 0 or hidden == self.hidden_told:
+            return
+        self.hidden_told = hidden
+        first = chosen[limit]
+        self.send_event("output", {"category": "console", "output": (
+            f"monarch-pdb: {len(chosen)} ranks are paused; the editor shows {limit} of them as threads "
+            f"(MONARCH_PDB_DAP_THREADS). To see others, attach with \"ranks\" such as "
+            f"\"{first.actor} ranks({first.rank}:{first.rank + limit})\", or use the shell.\n")})
 
     def picked(self, rows: list[wire.SessionRow]) -> set[int] | None:
         if not self.target.selector:

@@ -74,6 +74,8 @@ class Settings:
     """The shell's pager command for long output; "" or "cat" for none."""
     upstream: str = ""
     """HOST:PORT of the broker above this one (a broker's own setting; empty for none)."""
+    editor_threads: int = 1024
+    """The most paused ranks an editor is shown as threads (`monarch-pdb dap`)."""
 
     def with_overrides(self, **changes: object) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
@@ -123,6 +125,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         list_rows=_env_count(env, "MONARCH_PDB_LIST_ROWS", 40),
         pager=env["MONARCH_PDB_PAGER"] if "MONARCH_PDB_PAGER" in env else env.get("PAGER", DEFAULT_PAGER),
         upstream=upstream_address(env.get("MONARCH_PDB_UPSTREAM", ""), "MONARCH_PDB_UPSTREAM"),
+        editor_threads=_env_count(env, "MONARCH_PDB_DAP_THREADS", 1024),
     )
 
 

@@ -236,3 +236,18 @@ def test_a_bad_attach_says_why_and_the_adapter_takes_another(env, editor):
     assert editor.failure("attach", ranks="debugee ranks(1:").startswith("ranks: ")
     assert editor.failure("attach").startswith("attach: no debug broker answers at 127.0.0.1:")
     assert editor.failure("evaluate", expression="1", context="watch") == "evaluate: attach to a broker first"
+
+
+@pytest.mark.timeout(120)
+def test_past_the_thread_limit_the_console_says_how_many_more_and_how_to_see_them(env, example):
+    editor = DapClient(dict(env, MONARCH_PDB_DAP_THREADS="4"))
+    try:
+        editor.attach()
+        assert sorted(threads_by_rank(editor)) == [0, 1, 2, 3]
+        told = editor.take_events("output", category="console")[0]["body"]["output"]
+        assert told == ("monarch-pdb: 16 ranks are paused; the editor shows 4 of them as threads "
+                        "(MONARCH_PDB_DAP_THREADS). To see others, attach with \"ranks\" such as "
+                        "\"debugee ranks(4:8)\", or use the shell.\n")
+        assert not [e for e in editor.events if e["event"] == "output"], "told once"
+    finally:
+        editor.close()
