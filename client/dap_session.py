@@ -66,6 +66,34 @@ class Target:
                 and (picked is None or rank in picked))
 
 
+@dataclass(frozen=True)
+class PathMap:
+    """debugpy's `pathMappings`: where the editor keeps the files the ranks run from elsewhere."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+    """(local root, remote root), the first that matches wins."""
+
+    @classmethod
+    def parse(cls, mappings: Any) -> PathMap:
+        if not isinstance(mappings, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("localRoot"), str) and isinstance(m.get("remoteRoot"), str)
+                for m in mappings):
+            raise RequestError("attach: pathMappings is a list of {\"localRoot\": ..., \"remoteRoot\": ...}")
+        return cls(tuple((m["localRoot"].rstrip("/") + "/", m["remoteRoot"].rstrip("/") + "/") for m in mappings))
+
+    def local(self, path: str) -> str:
+        return self._swap(path, 1, 0)
+
+    def remote(self, path: str) -> str:
+        return self._swap(path, 0, 1)
+
+    def _swap(self, path: str, source: int, target: int) -> str:
+        for pair in self.pairs:
+            if path.startswith(pair[source]):
+                return pair[target] + path[len(pair[source]):]
+        return path
+
+
 @dataclass
 class Thread:
     """A paused rank, shown as one thread."""
@@ -118,6 +146,7 @@ class DebugSession:
         self.settings = settings
         self.conn: ShellConnection | None = None
         self.target = Target()
+        self.paths = PathMap()
         self.threads: dict[tuple[str, str, int], Thread] = {}
         self.thread_ids = itertools.count(1)
         self.frames = Handles()
@@ -173,6 +202,7 @@ class DebugSession:
             if not isinstance(args.get(name, ""), str):
                 raise RequestError(f"attach: {name} must be a string, not {args[name]!r}")
         self.target = Target.parse(args.get("ranks", ""), args.get("job", ""))
+        self.paths = PathMap.parse(args.get("pathMappings", []))
         settings = self.settings.with_overrides(host=args.get("host") or None, port=port)
         self.close()
         try:
@@ -203,7 +233,7 @@ class DebugSession:
         frames = []
         for index, item in enumerate(chosen, start):
             frame = {"id": self.frames.make(thread.id, index), "name": item.name, "line": item.line, "column": 1}
-            frame["source"] = source(item.file)
+            frame["source"] = source(self.paths.local(item.file))
             frames.append(frame)
         return {"stackFrames": frames, "totalFrames": answer.total}
 
@@ -251,6 +281,7 @@ class DebugSession:
             else:
                 spots.append(wire.Spot(line=int(spec["line"]), condition=str(spec.get("condition") or ""),
                                        hits=int(hits)))
+        path = self.paths.remote(path)
         self.breakpoints[path] = spots
         paused = [t for t in self.refresh() if not t.running]
         answers = self.apply_breakpoints(paused, path, spots)

@@ -251,3 +251,18 @@ def test_past_the_thread_limit_the_console_says_how_many_more_and_how_to_see_the
         assert not [e for e in editor.events if e["event"] == "output"], "told once"
     finally:
         editor.close()
+
+
+@pytest.mark.timeout(120)
+def test_path_mappings_show_the_editors_copy_and_set_breakpoints_in_the_ranks_own(example, editor, tmp_path):
+    mine = tmp_path / "checkout"
+    editor.attach(pathMappings=[{"localRoot": str(mine), "remoteRoot": str(EXAMPLES)}])
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    assert top_frame(editor, by_rank[3])["source"]["path"] == str(mine / "debugging.py")
+    shown = editor.request("setBreakpoints", source={"path": str(mine / "debugging.py")}, breakpoints=[{"line": 24}])
+    assert shown["breakpoints"][0]["verified"]
+    editor.request("continue", threadId=by_rank[3])
+    stops = editor.take_events("stopped", 4, reason="breakpoint")
+    assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank[r] for r in (3, 7, 11, 15))
+    assert "pathMappings" in editor.failure("attach", pathMappings=[{"localRoot": 1}])
