@@ -147,6 +147,7 @@ class DebugSession:
         self.conn: ShellConnection | None = None
         self.target = Target()
         self.paths = PathMap()
+        self.just_my_code = True
         self.threads: dict[tuple[str, str, int], Thread] = {}
         self.thread_ids = itertools.count(1)
         self.frames = Handles()
@@ -203,6 +204,9 @@ class DebugSession:
                 raise RequestError(f"attach: {name} must be a string, not {args[name]!r}")
         self.target = Target.parse(args.get("ranks", ""), args.get("job", ""))
         self.paths = PathMap.parse(args.get("pathMappings", []))
+        self.just_my_code = args.get("justMyCode", True)
+        if not isinstance(self.just_my_code, bool):
+            raise RequestError("attach: justMyCode is true or false")
         settings = self.settings.with_overrides(host=args.get("host") or None, port=port)
         self.close()
         try:
@@ -226,13 +230,13 @@ class DebugSession:
 
     def on_stackTrace(self, args: dict) -> dict:
         thread = self.thread(args)
-        answer = self.inspect(thread, wire.Query.STACK)
+        answer = self.inspect(thread, wire.Query.STACK, mine=self.just_my_code)
         start = max(0, int(args.get("startFrame") or 0))
         levels = int(args.get("levels") or 0)
         chosen = answer.items[start:start + levels] if levels > 0 else answer.items[start:]
         frames = []
-        for index, item in enumerate(chosen, start):
-            frame = {"id": self.frames.make(thread.id, index), "name": item.name, "line": item.line, "column": 1}
+        for item in chosen:
+            frame = {"id": self.frames.make(thread.id, item.handle), "name": item.name, "line": item.line, "column": 1}
             frame["source"] = source(self.paths.local(item.file))
             frames.append(frame)
         return {"stackFrames": frames, "totalFrames": answer.total}

@@ -15,7 +15,7 @@ import traceback
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.sources import source_file
+from monarch_pdb.sources import program_code, source_file
 
 VALUE_LIMIT = 200
 """The most characters of a value's text an answer carries."""
@@ -148,9 +148,11 @@ class Inspector:
 
     def _answer(self, ask: wire.Inspect) -> tuple[list[wire.Item], int]:
         if ask.query == wire.Query.STACK:
-            frames = self.frames()
-            return [wire.Item(name=frame.f_code.co_name, file=source_file(frame), line=lineno)
-                    for frame, lineno in frames], len(frames)
+            frames = [wire.Item(name=frame.f_code.co_name, file=source_file(frame), line=lineno, handle=index)
+                      for index, (frame, lineno) in enumerate(self.frames())]
+            if ask.mine:
+                frames = [item for item in frames if program_code(item.file)] or frames[:1]
+            return frames, len(frames)
         if ask.query == wire.Query.SCOPES:
             frame = self.frame(ask.frame)
             return [wire.Item(name="Locals", handle=self.keep(Scope(self.locals_of(frame)))),

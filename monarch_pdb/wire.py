@@ -891,7 +891,9 @@ class Query(Word):
     """What an `Inspect` asks of a paused session's frames."""
 
     STACK = "stack"
-    """Its frames, innermost first: `name` the function, `file` and `line` where it stands."""
+    """Its frames, innermost first: `name` the function, `file` and `line` where it stands,
+    `handle` the frame's index (only the program's own frames, without the library's and
+    installed packages', when `mine`)."""
     SCOPES = "scopes"
     """A frame's Locals and Globals, each with a `handle` to ask for its variables."""
     VARIABLES = "variables"
@@ -948,6 +950,7 @@ class Inspect(Message):
     expression: str = ""
     sid: int = 0
     spots: list[Spot] = field(default_factory=list)
+    mine: bool = False
 
 
 @message("inspection")

@@ -71,6 +71,7 @@ def test_stack_scopes_variables_and_evaluate_on_one_rank(example, editor):
     assert not any("monarch_pdb" in f["source"].get("path", "") and "/actor/" not in f["source"].get("path", "")
                    for f in frames), "the adapter's and the agent's own frames are never shown"
     assert not any(f["source"].get("path", "").endswith(("pdb.py", "bdb.py")) for f in frames)
+    assert {f["source"]["path"] for f in frames} == {EXAMPLE}, "justMyCode: only the program's own frames"
     paged = editor.request("stackTrace", threadId=thread, startFrame=1, levels=1)
     assert [f["name"] for f in paged["stackFrames"]] == [frames[1]["name"]]
 
@@ -266,3 +267,15 @@ def test_path_mappings_show_the_editors_copy_and_set_breakpoints_in_the_ranks_ow
     stops = editor.take_events("stopped", 4, reason="breakpoint")
     assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank[r] for r in (3, 7, 11, 15))
     assert "pathMappings" in editor.failure("attach", pathMappings=[{"localRoot": 1}])
+
+
+@pytest.mark.timeout(120)
+def test_without_just_my_code_the_stack_holds_the_runtime_frames_but_never_the_debuggers(example, editor):
+    editor.attach(justMyCode=False)
+    frames = editor.request("stackTrace", threadId=threads_by_rank(editor)[2])["stackFrames"]
+    paths = [f["source"].get("path", f["source"]["name"]) for f in frames]
+    assert paths[0] == EXAMPLE and len(paths) > 3 and any("asyncio" in p or "/actor/" in p for p in paths)
+    assert not any(p.endswith(("pdb.py", "bdb.py", "debugger.py", "inspection.py")) for p in paths)
+    scopes = editor.request("scopes", frameId=frames[-1]["id"])["scopes"]
+    assert editor.request("variables", variablesReference=scopes[1]["variablesReference"])["variables"]
+    assert "justMyCode" in editor.failure("attach", justMyCode="yes")
