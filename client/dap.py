@@ -171,8 +171,8 @@ class Adapter:
         except RequestError as error:
             self.respond(seq, command, False, message=str(error))
             return
-        except (TypeError, ValueError) as error:
-            self.respond(seq, command, False, message=f"{command}: bad arguments ({error})")
+        except Exception as error:  # arguments of the wrong shape (a string for an object, a missing line)
+            self.respond(seq, command, False, message=f"{command}: bad arguments ({type(error).__name__}: {error})")
             return
         self.respond(seq, command, True, body)
         if command == "disconnect":

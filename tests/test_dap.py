@@ -192,6 +192,10 @@ def test_bad_requests_and_malformed_input_get_an_error_and_the_adapter_goes_on(e
     assert "no thread 999" in editor.failure("stackTrace", threadId=999)
     assert "threadId" in editor.failure("next", threadId="one")
     assert "no frame 12345" in editor.failure("scopes", frameId=12345)
+    assert editor.failure("stackTrace", threadId=1, startFrame="x").startswith("stackTrace: bad arguments (ValueError")
+    assert editor.failure("setBreakpoints", source="x.py").startswith("setBreakpoints: bad arguments (")
+    assert editor.failure("setBreakpoints", source={"path": EXAMPLE}, breakpoints=[{"column": 1}]) \
+        == "setBreakpoints: bad arguments (KeyError: 'line')"
     editor.write(b"Content-Length: 5\r\n\r\nnot j")
     editor.write(b"Content-Length: 2\r\n\r\n[]")
     editor.write(b"Nonsense\r\n\r\n")
