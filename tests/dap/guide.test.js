@@ -23,6 +23,27 @@ if __name__ == "__main__":
     this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker).work.call().get()
 `;
 
+const PAUSED = `
+import sys
+import threading
+
+import monarch_pdb
+
+
+def rank_main(rank):
+    with monarch_pdb.endpoint_call("emu", rank, {"thread": rank}):
+        breakpoint()
+
+
+monarch_pdb.install()
+threading.stack_size(256 * 1024)
+threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(int(sys.argv[1]))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+`;
+
 async function attached(job) {
   const dc = new DebugClient(MONARCH_PDB, 'dap', 'monarch-pdb', { env: job.env });
   dc.defaultTimeout = 60000;
@@ -117,6 +138,31 @@ test('pause stops a running rank', { timeout: 180000 }, async () => {
     await dc.pauseRequest({ threadId: byRank.get(1) });
     const paused = await events.take('stopped', 1, (e) => e.body.reason === 'pause');
     assert.equal(paused[0].body.threadId, byRank.get(1));
+    await dc.disconnectRequest({});
+    dc.stopAdapter();
+  } finally {
+    job.end();
+  }
+});
+
+test('1,024 paused ranks answer threads in under 100 ms', { timeout: 300000 }, async () => {
+  const job = new Job();
+  try {
+    job.write('paused.py', PAUSED);
+    job.run(`${job.dir}/paused.py`, '1024');
+    job.waitFor('emu', 1024);
+    const { dc, events } = await attached(job);
+    await events.take('stopped', 1024, (e) => e.body.reason === 'entry');
+    const times = [];
+    for (let i = 0; i < 5; i++) {
+      const start = process.hrtime.bigint();
+      const { body } = await dc.threadsRequest();
+      times.push(Number(process.hrtime.bigint() - start) / 1e6);
+      assert.equal(body.threads.length, 1024);
+    }
+    // The fastest of five: what the adapter costs, whatever else the machine runs meanwhile.
+    assert.ok(Math.min(...times) < 100, `threads took ${times.map((t) => t.toFixed(1)).join(', ')} ms`);
+    console.log(`threads of 1,024 paused ranks: ${times.map((t) => t.toFixed(1)).join(', ')} ms`);
     await dc.disconnectRequest({});
     dc.stopAdapter();
   } finally {

@@ -34,8 +34,8 @@ class Job {
     fs.writeFileSync(path.join(this.dir, name), text);
   }
 
-  run(script) {
-    this.program = cp.spawn(PYTHON, [script], { env: this.env, cwd: ROOT, detached: true, stdio: 'ignore' });
+  run(script, ...args) {
+    this.program = cp.spawn(PYTHON, [script, ...args], { env: this.env, cwd: ROOT, detached: true, stdio: 'ignore' });
   }
 
   shell(commands, flags = []) {
