@@ -186,7 +186,7 @@ class DebugSession:
             "supportsDelayedStackTraceLoading": True,
             "supportsSingleThreadExecutionRequests": True,
             "supportsTerminateRequest": False,
-            "supportsSetVariable": False,
+            "supportsSetVariable": True,
             "supportsConditionalBreakpoints": True,
             "supportsHitConditionalBreakpoints": True,
             "supportsLogPoints": False,
@@ -253,6 +253,16 @@ class DebugSession:
         answer = self.inspect(thread, wire.Query.VARIABLES, handle=handle, start=max(0, int(args.get("start") or 0)),
                               count=max(0, int(args.get("count") or 0)))
         return {"variables": [self.variable(thread, item) for item in answer.items]}
+
+    def on_setVariable(self, args: dict) -> dict:
+        thread_id, handle = self.values.get(int(args.get("variablesReference", 0)), "variables")
+        name, value = args.get("name"), args.get("value")
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise RequestError("setVariable: name and value are strings")
+        thread = self.thread_by_id(thread_id)
+        item = self.inspect(thread, wire.Query.SET, handle=handle, name=name, expression=value).items[0]
+        return {"value": item.value, "type": item.type,
+                "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
 
     def on_evaluate(self, args: dict) -> dict:
         expression = args.get("expression")

@@ -9,6 +9,7 @@ shape, dtype and device, never converted or printed whole.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import reprlib
 import traceback
@@ -57,8 +58,9 @@ class Scope:
     """A frame's locals or globals: its children are named as the variables are, where a
     dict's keys are shown as their repr."""
 
-    def __init__(self, names: Any) -> None:
+    def __init__(self, names: Any, frame) -> None:
         self.names = names
+        self.frame = frame
 
 
 def has_children(value: Any) -> bool:
@@ -155,8 +157,8 @@ class Inspector:
             return frames, len(frames)
         if ask.query == wire.Query.SCOPES:
             frame = self.frame(ask.frame)
-            return [wire.Item(name="Locals", handle=self.keep(Scope(self.locals_of(frame)))),
-                    wire.Item(name="Globals", handle=self.keep(Scope(frame.f_globals)))], 2
+            return [wire.Item(name="Locals", handle=self.keep(Scope(self.locals_of(frame), frame))),
+                    wire.Item(name="Globals", handle=self.keep(Scope(frame.f_globals, frame)))], 2
         if ask.query == wire.Query.VARIABLES:
             if ask.handle not in self.handles:
                 raise LookupError("that value is gone: the rank ran since it was shown")
@@ -171,9 +173,30 @@ class Inspector:
                 raise LookupError("this rank did not stop for an exception")
             return [wire.Item(name=type(caught).__name__, value=str(caught),
                               type="".join(traceback.format_exception(type(caught), caught, caught.__traceback__)))], 1
+        if ask.query == wire.Query.SET:
+            return [self.set(ask.handle, ask.name, ask.expression)], 1
         frame = self.frame(ask.frame)
         value = eval(ask.expression, frame.f_globals, self.locals_of(frame))
         return [self.item(ask.expression, value)], 1
+
+    def set(self, handle: int, name: str, expression: str) -> wire.Item:
+        """Change a variable, an item or an attribute, named as `children` names it."""
+        if handle not in self.handles:
+            raise LookupError("that value is gone: the rank ran since it was shown")
+        parent = self.handles[handle]
+        frame = parent.frame if isinstance(parent, Scope) else self.debugger.curframe
+        value = eval(expression, frame.f_globals, self.locals_of(frame))
+        if isinstance(parent, Scope):
+            parent.names[name] = value
+        elif isinstance(parent, dict):
+            parent[ast.literal_eval(name)] = value
+        elif isinstance(parent, list):
+            parent[int(name)] = value
+        elif isinstance(parent, (tuple, set, frozenset)):
+            raise TypeError(f"a {type(parent).__name__} cannot be changed")
+        else:
+            setattr(parent, name, value)
+        return self.item(name, value)
 
     def frames(self) -> list[tuple[Any, int]]:
         """pdb's stack of the program's frames (ours left out), innermost first."""

@@ -906,6 +906,9 @@ class Query(Word):
     EXCEPTION = "exception"
     """What a post-mortem stop caught: `name` its type, `value` its message, `type` the
     traceback as Python prints it."""
+    SET = "set"
+    """Give the child `name` of `handle` (as `VARIABLES` names it) the value of `expression`,
+    evaluated in that scope's frame (else the current one); the child as it is now."""
 
 
 @record
@@ -951,6 +954,7 @@ class Inspect(Message):
     sid: int = 0
     spots: list[Spot] = field(default_factory=list)
     mine: bool = False
+    name: str = ""
 
 
 @message("inspection")

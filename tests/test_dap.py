@@ -101,7 +101,15 @@ def test_stack_scopes_variables_and_evaluate_on_one_rank(example, editor):
     later = editor.request("variables", variablesReference=many["variablesReference"], start=99_998, count=5)
     assert [v["value"] for v in later["variables"]] == ["99998", "99999"]
     assert "NameError" in editor.failure("evaluate", expression="nosuch", frameId=frames[0]["id"], context="watch")
-    assert editor.request("evaluate", expression="p rank + 1", frameId=frames[0]["id"], context="repl")["result"] == "6"
+    changed = editor.request("setVariable", variablesReference=scopes[0]["variablesReference"], name="rank",
+                             value="rank * 100")
+    assert (changed["value"], changed["type"]) == ("500", "int")
+    pair = editor.request("evaluate", expression="(1, 2)", frameId=frames[0]["id"], context="watch")
+    assert editor.failure("setVariable", variablesReference=pair["variablesReference"], name="0", value="3") \
+        == "TypeError: a tuple cannot be changed"
+    item = editor.request("setVariable", variablesReference=hover["variablesReference"], name="'a'", value="'x'")
+    assert item["value"] == "'x'"
+    assert editor.request("evaluate", expression="p rank + 1", frameId=frames[0]["id"], context="repl")["result"] == "501"
 
 
 @pytest.mark.timeout(120)
