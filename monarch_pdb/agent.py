@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import zmq
 
@@ -174,11 +174,12 @@ class Agent:
             self._printing.add(sid)
         self.link.post()
 
-    def wait_for_input(self, prompt: wire.Prompt) -> None:
-        """Announce that a session waits; kept so a new broker learns of it after a restart."""
+    def wait_for_input(self, prompt: wire.Prompt, frame: Any = None) -> None:
+        """Announce that a session waits (its pdb at `frame`); kept so a new broker learns of
+        it after a restart."""
         with self._lock:
             self._waiting[prompt.sid] = prompt
-            self.threads.paused(prompt.sid, prompt.actor, prompt.rank)
+            self.threads.paused(prompt.sid, prompt.actor, prompt.rank, frame)
             self._unsent.append(prompt.sid)
             if prompt.sid not in self._by_thread:
                 self.presence.paused_as(wire.PresentRank(prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance))
@@ -277,7 +278,8 @@ class Agent:
             self.link.post(wire.StackReport(ref=msg.ref, groups=groups))
             return
         limit = min(peek.LOCALS_LIMIT, msg.timeout / 2) if msg.timeout > 0 else peek.LOCALS_LIMIT
-        frames = {rank: peek.choose_frame(peek.rank_frames(running[rank])) for rank in msg.ranks}
+        frames = {rank: peek.choose_frame(peek.rank_frames(running[rank]), paused=running[rank].frame is not None)
+                  for rank in msg.ranks}
         self.evaluations.start(
             [(rank, lambda frame=frame: peek.shown_locals(frame)) for rank, frame in frames.items()], limit,
             lambda answers, late: wire.StackReport(ref=msg.ref, groups=peek.with_locals(groups, answers, late, limit)),

@@ -44,18 +44,20 @@ SHORT.maxlist = SHORT.maxtuple = SHORT.maxdict = SHORT.maxset = 6
 
 
 def rank_frames(running: Running) -> list:
-    """The frames of a rank's own code, innermost first: those of the coroutines it awaits
-    while it waits in an `await`, else its thread's (without the debugger's, for a paused
-    rank: it is where its program stopped)."""
+    """The frames of a rank's own code, innermost first: a paused rank's from where its pdb
+    stands (in post-mortem, the frame that raised), those of the coroutines it awaits while
+    it waits in an `await`, else its thread's."""
+    if running.frame is not None:
+        return program_frames(running.frame)
     if waits_in_await(running.coroutine):
         return list(awaited_frames(running.coroutine))[::-1]
     return program_frames(sys._current_frames().get(running.thread))
 
 
-def choose_frame(frames: list, function: str = "", up: int = 0) -> Any:
+def choose_frame(frames: list, function: str = "", up: int = 0, paused: bool = False) -> Any:
     """The frame `peek` reads: the innermost of the program's own code (as `stacks` names a
-    rank's place), or of `function`, then `up` frames further out; else the one line that
-    says why there is none."""
+    rank's place; for a `paused` rank, the innermost, where its pdb stands), or of `function`,
+    then `up` frames further out; else the one line that says why there is none."""
     if not frames:
         return "*** the rank's thread runs no Python code"
     if function:
@@ -63,7 +65,7 @@ def choose_frame(frames: list, function: str = "", up: int = 0) -> Any:
         if at is None:
             return f"*** no frame of {function} on the rank's stack"
     else:
-        at = next((i for i, f in enumerate(frames) if program_code(source_file(f))), 0)
+        at = 0 if paused else next((i for i, f in enumerate(frames) if program_code(source_file(f))), 0)
     if at + up >= len(frames):
         return f"*** --up {up}: only {len(frames) - 1 - at} frames above {frames[at].f_code.co_name}"
     return frames[at + up]
@@ -85,7 +87,7 @@ def evaluate(expression: str, frame) -> str:
 
 
 def peek(running: Running, expression: str, function: str, up: int) -> str:
-    frame = choose_frame(rank_frames(running), function, up)
+    frame = choose_frame(rank_frames(running), function, up, running.frame is not None)
     return frame if isinstance(frame, str) else evaluate(expression, frame)
 
 
