@@ -58,6 +58,8 @@ def choose_frame(frames: list, function: str = "", up: int = 0, paused: bool = F
     """The frame `peek` reads: the innermost of the program's own code (as `stacks` names a
     rank's place; for a `paused` rank, the innermost, where its pdb stands), or of `function`,
     then `up` frames further out; else the one line that says why there is none."""
+    if up < 0:
+        return f"*** --up {up}: a number of frames, not below 0"
     if not frames:
         return "*** the rank's thread runs no Python code"
     if function:

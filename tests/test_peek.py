@@ -185,3 +185,24 @@ def test_a_rank_holding_the_gil_is_named_and_nothing_waits_for_it(env, tmp_path)
         assert code == 0 and "DONE" in output, output
     finally:
         program.stop()
+
+
+def test_the_frame_read_and_the_expression_run_in_it_change_nothing_in_process():
+    import sys
+
+    from monarch_pdb.peek import choose_frame, evaluate
+
+    def inner(step):
+        loss = 0.5
+        return sys._getframe(), [sys._getframe(1)]
+
+    frame, outer = inner(3)
+    frames = [frame, *outer]
+    assert choose_frame(frames) is frame and choose_frame(frames, up=1) is outer[0]
+    assert choose_frame(frames, "inner") is frame and choose_frame(frames, "nosuch") == "*** no frame of nosuch on the rank's stack"
+    assert choose_frame(frames, up=-1) == "*** --up -1: a number of frames, not below 0", "never a frame from the other end"
+    assert choose_frame(frames, up=2) == "*** --up 2: only 1 frames above inner"
+    assert evaluate("[loss * s for s in range(step)]", frame) == "[0.0, 0.5, 1.0]", "a comprehension sees the frame's locals"
+    assert evaluate("(loss := 7)", frame) == "7" and frame.f_locals["loss"] == 0.5
+    assert evaluate("undefined", frame) == "*** NameError: name 'undefined' is not defined"
+    assert evaluate("x = 1", frame).startswith("*** SyntaxError: invalid syntax"), "a statement sent anyway is refused there too"
