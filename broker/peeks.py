@@ -96,7 +96,8 @@ class Peeks:
     def start(self, shell: bytes, ref: int, chosen: list[LiveRank], absent: list[wire.Missing],
               ask: wire.PeekRanks, window: float) -> None:
         """Ask each process (or broker below) for its chosen ranks' answers, within `window`
-        seconds; the expression runs in the ranks, so it goes into the audit log."""
+        seconds: `ask` as each is asked, but for its own ranks, our request's id and the time
+        left below. The expression runs in the ranks, so it goes into the audit log."""
         broker = self.broker
         request = self.table.open(PeekInFlight(shell=shell, ref=ref, actor=ask.actor,
                                                deadline=time.monotonic() + window, missing=absent))

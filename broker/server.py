@@ -163,7 +163,8 @@ class Broker:
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
-            ready = dict(poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000))
+            in_flight = self.casts or self.stacks or self.peeks.table  # each due at its deadline, not a tick late
+            ready = dict(poller.poll((PROGRESS_EVERY / 2 if in_flight else tick) * 1000))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
             if woken in ready:
