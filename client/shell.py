@@ -177,15 +177,13 @@ def peek_arguments(text: str) -> tuple[PeekArgs, str]:
     args = PeekArgs()
     rest = text.strip()
     while rest.startswith("--"):
-        option, _, rest = rest.partition(" ")
-        rest = rest.lstrip()
+        option, rest = (rest.split(None, 1) + [""])[:2]
         if option == "--json":
             args.as_json = True
             continue
         if option not in PEEK_OPTIONS:
             raise CommandError(f"peek has no option {option}; usage: {PEEK_USAGE}")
-        value, _, rest = rest.partition(" ")
-        rest = rest.lstrip()
+        value, rest = (rest.split(None, 1) + [""])[:2]
         if not value:
             raise CommandError(f"{option} needs a value; usage: {PEEK_USAGE}")
         if option == "--frame":
@@ -290,7 +288,6 @@ stacks_parser.add_argument("--full", action="store_true",
 stacks_parser.add_argument("--locals", action="store_true",
                            help="the locals of each group's program frame (the one peek reads), values folded over ranks")
 stacks_parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
-
 
 INTERRUPT_USAGE = "interrupt <actor> ranks(<ranks>) [--timeout S]"
 interrupt_parser = Parser(INTERRUPT_USAGE)
@@ -906,7 +903,7 @@ class DebugShell(cmd2.Cmd):
         def document() -> dict:
             doc = answers.document(result)
             for group in doc["groups"]:
-                del group["outcome"]  # a peek's ranks run on: each answer's outcome is theirs
+                del group["outcome"]  # the ranks of a peek run on: no session's outcome to tell
             return doc
 
         render = answers.raw if self.cast_output == "raw" else answers.grouped
