@@ -1,6 +1,6 @@
-"""Requests in flight, casts and stack requests alike: each waits for its ranks' answers until
-it has them all or its deadline passes, and then its result goes to the shell that asked, once,
-in parts that fit a message."""
+"""Requests in flight, casts, stack requests and peeks alike: each waits for its ranks' answers
+until it has them all or its deadline passes, and then its result goes to the shell that asked,
+once, in parts that fit a message."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ from operator import attrgetter
 from typing import ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from monarch_pdb import wire
+
+
+BELOW_MARGIN = 0.1
+"""A broker below gets this much less of a request's time (at most half a second), so that
+its answer, late ranks named, arrives before ours is due."""
+
+
+def below_timeout(timeout: float) -> float:
+    return timeout - min(0.5, timeout * BELOW_MARGIN)
 
 
 @dataclass(kw_only=True)
@@ -25,7 +34,7 @@ class Request:
     """Each rank that will give no answer, and why."""
     id: int = 0
     RESULT: ClassVar[type]
-    """The message type that carries the result (wire.CastResult, wire.StacksResult)."""
+    """The message type that carries the result: wire.CastResult, StacksResult, PeekResult."""
 
     @property
     def done(self) -> bool:

@@ -24,8 +24,9 @@ import zmq
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
-from monarch_pdb.broker.inflight import InFlight, Request, row_parts
+from monarch_pdb.broker.inflight import InFlight, Request, below_timeout, row_parts
 from monarch_pdb.broker.list_groups import group_parts, group_rows
+from monarch_pdb.broker.peeks import Peeks
 from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
@@ -35,9 +36,6 @@ PROGRESS_EVERY = 0.25
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
-BELOW_MARGIN = 0.1
-"""A broker below gets this much less of a request's time (at most half a second), so that
-its answer, late ranks named, arrives before ours is due."""
 
 
 def log(text: str) -> None:
@@ -73,6 +71,7 @@ class Broker:
                                  sessions_per_connection=self.settings.max_sessions_per_connection)
         self.casts = Casts(part_size=self.settings.max_message // 2)
         self.stacks: InFlight[StacksInFlight] = InFlight(part_size=self.settings.max_message // 2)
+        self.peeks = Peeks(self)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -128,6 +127,8 @@ class Broker:
             wire.Error: self.on_branch_error,
             wire.SessionOutput: self.on_branch_session_output,
             wire.SessionEnded: self.on_branch_session_ended,
+            # peek, from each peer that takes part
+            **self.peeks.handlers(),
         }
 
     # --- life cycle --------------------------------------------------------------------
@@ -162,7 +163,8 @@ class Broker:
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
-            ready = dict(poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000))
+            in_flight = self.casts or self.stacks or self.peeks.table  # each due at its deadline, not a tick late
+            ready = dict(poller.poll((PROGRESS_EVERY / 2 if in_flight else tick) * 1000))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
             if woken in ready:
@@ -331,9 +333,10 @@ class Broker:
         for sess in gone.ended:
             self.end_session(sess, "", reason)
         if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
-            for request in self.stacks:
-                request.lost(identity)
-                self.settle(self.stacks, request)
+            for table in (self.stacks, self.peeks.table):
+                for request in table:
+                    request.lost(identity)
+                    self.settle(table, request)
         if gone.job_left:
             log(f"job {gone.peer.name} left ({reason})")
         if gone.peer.role == wire.Role.AGENT:
@@ -349,7 +352,7 @@ class Broker:
                 self.send(sess.holder, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.LOST))
             if self.upstream is not None:
                 self.upstream.ended(sess, "", wire.Ending.LOST)
-        for table in (self.casts, self.stacks):
+        for table in (self.casts, self.stacks, self.peeks.table):
             for request in table:
                 request.lost(peer.identity, why)
                 self.settle(table, request)
@@ -371,7 +374,7 @@ class Broker:
             self.upstream.cast_answered(self.registry, request.pending)
 
     def expire(self, now: float) -> None:
-        for table in (self.casts, self.stacks):
+        for table in (self.casts, self.stacks, self.peeks.table):
             for request in table.overdue(now):
                 self.settle(table, request, expired=True)
         for cast in self.casts.progress_due(now, PROGRESS_EVERY):
@@ -675,7 +678,8 @@ class Broker:
     def on_take_stacks(self, identity: bytes, msg: wire.TakeStacks) -> None:
         if identity == UPSTREAM:
             chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
-            self.start_stacks(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.timeout, msg.threads)
+            self.start_stacks(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.timeout, msg.threads,
+                              msg.locals)
 
     def on_interrupt_ranks(self, identity: bytes, msg: wire.InterruptRanks) -> None:
         if identity == UPSTREAM:
@@ -806,18 +810,20 @@ class Broker:
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if chosen:
-            self.start_stacks(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.timeout, msg.threads)
+            self.start_stacks(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.timeout, msg.threads,
+                              msg.locals)
 
     def start_stacks(self, shell: bytes, ref: int, job: str, actor: str, chosen: list[LiveRank],
-                     absent: list[wire.Missing], timeout: float, threads: wire.Threads) -> None:
-        """Ask each process (or broker below) for its chosen ranks' stacks, merged as they come."""
+                     absent: list[wire.Missing], timeout: float, threads: wire.Threads, with_locals: bool) -> None:
+        """Ask each process (or broker below) for its chosen ranks' stacks (and their locals),
+        merged as they come."""
         request = self.stacks.open(StacksInFlight(shell=shell, ref=ref, actor=actor,
                                                   deadline=time.monotonic() + timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
         for peer, asked in request.waiting.items():
             self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
-                                            timeout=below_timeout(timeout)))
+                                            timeout=below_timeout(timeout), locals=with_locals))
         self.settle(self.stacks, request)
 
     def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:
@@ -844,10 +850,6 @@ class Broker:
         for peer, peer_ranks in by_peer.items():
             self.send(peer, wire.InterruptRanks(actor=actor, ranks=peer_ranks, job=job))
         return asked
-
-
-def below_timeout(timeout: float) -> float:
-    return timeout - min(0.5, timeout * BELOW_MARGIN)
 
 
 def raise_open_file_limit() -> str:

@@ -14,6 +14,8 @@ class StacksInFlight(Request):
     waiting: dict[bytes, list[int]] = field(default_factory=dict)
     """The ranks asked of each process that has not answered yet."""
     merged: dict[tuple, wire.StackGroup] = field(default_factory=dict)
+    locals: dict[tuple, dict[tuple[str, str], list[int]]] = field(default_factory=dict)
+    """For each merged stack, each (name, value) of its locals and the ranks that hold it."""
     RESULT = wire.StacksResult
 
     @property
@@ -33,6 +35,8 @@ class StacksInFlight(Request):
                 self.merged[key].ranks.extend(mine)
             elif mine:
                 self.merged[key] = wire.StackGroup(group.threads, mine)
+            if mine and group.locals:
+                self.fold_locals(key, group.locals, set(mine))
         for gone in missing:
             if gone.rank in asked:
                 asked.discard(gone.rank)
@@ -42,13 +46,26 @@ class StacksInFlight(Request):
         else:
             self.missing += [wire.Missing(rank, "its process sent no stack for it") for rank in sorted(asked)]
 
+    def fold_locals(self, key: tuple, values: list[wire.LocalValue], mine: set[int]) -> None:
+        """A group's locals (`stacks --locals`) joined to those of the same stack from other
+        processes: a value that several hold is one entry with all their ranks."""
+        folded = self.locals.setdefault(key, {})
+        for value in values:
+            ranks = [r for r in value.ranks if r in mine]
+            if ranks:
+                folded.setdefault((value.name, value.value), []).extend(ranks)
+
     def lost(self, peer: bytes, reason: str = wire.Ending.LOST) -> None:
         self.missing += [wire.Missing(rank, reason) for rank in self.waiting.pop(peer, ())]
 
     def groups(self) -> list[tuple[wire.StackGroup, int]]:
-        return [(wire.StackGroup(group.threads, sorted(group.ranks)),
-                 8 * len(group.ranks) + sum(len(f.file) + len(f.function) + 12 for t in group.threads for f in t.frames))
-                for group in self.merged.values()]
+        out = []
+        for key, group in self.merged.items():
+            values = [wire.LocalValue(name, value, sorted(ranks)) for (name, value), ranks in self.locals.get(key, {}).items()]
+            weight = (8 * len(group.ranks) + sum(len(f.file) + len(f.function) + 12 for t in group.threads for f in t.frames)
+                      + sum(len(v.name) + len(v.value) + 8 * len(v.ranks) for v in values))
+            out.append((wire.StackGroup(group.threads, sorted(group.ranks), values), weight))
+        return out
 
     def unanswered(self) -> list[wire.Missing]:
         return [wire.Missing(rank, "no answer in time") for ranks in self.waiting.values() for rank in ranks]

@@ -213,14 +213,26 @@ class ShellConnection:
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
         return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress)
 
-    def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "") -> wire.StacksResult:
-        """The selected live ranks' stacks, every part of a large result joined. Raises
-        RequestFailed with the broker's one-line reason."""
+    def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "",
+               with_locals: bool = False) -> wire.StacksResult:
+        """The selected live ranks' stacks (and their locals), every part of a large result
+        joined. Raises RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)
-        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job))
+        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job,
+                              locals=with_locals))
         return self._parts(ref, wire.StacksResult, timeout, "gather the stacks")
 
-    def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult], timeout: float, doing: str,
+    def peek(self, actor: str, selector: str, expression: str, limit: float, function: str = "", up: int = 0,
+             job: str = "") -> wire.PeekResult:
+        """An expression's value in each selected live rank, read without stopping it, every
+        part of a large result joined. Raises RequestFailed with the broker's one-line reason."""
+        ref = next(self._refs)
+        self.post(wire.Peek(ref=ref, actor=actor, selector=selector, expression=expression, limit=limit,
+                            function=function, up=up, job=job))
+        return self._parts(ref, wire.PeekResult, limit + wire.PEEK_MARGIN, "finish the peek")
+
+    def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult] | type[wire.PeekResult],
+               timeout: float, doing: str,
                progress: Callable[[wire.CastProgress], None] | None = None):
         """The answer to request `ref`, its `groups` and `missing` joined over every part (a
         large answer comes in several, the last with `more` false)."""

@@ -230,7 +230,7 @@ class Session:
             function=describe_function(frame) if frame else "", filename=source_file(frame) if frame else "",
             lineno=frame.f_lineno if frame else 0, output=self.agent.clip(output), prompt=prompt,
             reason=self.reason, exc=self.exc, instance=ident.instance,
-        ))
+        ), frame)
         line = self.inbox.get()
         self.cmd = line.cmd
         self.reason, self.exc = wire.Stop.BREAKPOINT, ""

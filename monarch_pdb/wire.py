@@ -348,11 +348,23 @@ class ThreadStack(Record):
 
 
 @record
+class LocalValue(Record):
+    """A local variable of the frame `peek` reads, one short line, and the ranks where it has
+    that value."""
+
+    name: str
+    value: str
+    ranks: list[int]
+
+
+@record
 class StackGroup(Record):
-    """Ranks whose threads have the same frames (threads differing only in name are the same)."""
+    """Ranks whose threads have the same frames (threads differing only in name are the same),
+    and, when asked for (`stacks --locals`), the locals of their program's frame."""
 
     threads: list[ThreadStack]
     ranks: list[int]
+    locals: list[LocalValue] = field(default_factory=list)
 
 
 @record
@@ -814,6 +826,7 @@ class Stacks(Message):
     timeout: float
     threads: Threads = Threads.MAIN
     job: str = ""
+    locals: bool = False
 
 
 @message("take_stacks")
@@ -827,6 +840,8 @@ class TakeStacks(Message):
     threads: Threads
     job: str = ""
     timeout: float = 0.0
+    locals: bool = False
+    """Each group's locals too: read on a thread of the agent's own, as a `peek` is."""
 
 
 @message("stack_report")
@@ -879,12 +894,72 @@ class Interrupting(Message):
     ranks: list[int]
 
 
+PEEK_MARGIN = 2.0
+"""Seconds a peek's answers may take beyond its evaluation limit to reach the shell: a rank
+still evaluating at the limit says so, and only a process that cannot answer at all (one that
+holds the GIL) is named by the broker."""
+
+
+@message("peek")
+class Peek(Message):
+    """Shell to broker: evaluate an expression in a frame of each selected live rank without
+    stopping it, for at most `limit` seconds; answered with `PeekResult`. The frame is the
+    innermost of the program's own code, or of `function`, then `up` frames further out."""
+
+    ref: int
+    actor: str
+    selector: str
+    expression: str
+    limit: float
+    function: str = ""
+    up: int = 0
+    job: str = ""
+
+
+@message("peek_ranks")
+class PeekRanks(Message):
+    """Broker to agent, or to a broker below: a `Peek` for these ranks of one actor. An agent
+    answers `PeekReport`, within `limit`; a broker, `PeekResult` by `timeout`."""
+
+    ref: int
+    actor: str
+    ranks: list[int]
+    expression: str
+    limit: float
+    function: str = ""
+    up: int = 0
+    job: str = ""
+    timeout: float = 0.0
+
+
+@message("peek_report")
+class PeekReport(Message):
+    """Agent to broker: each rank's answer (what pdb's `p` would print), ranks with the same
+    answer sharing one group."""
+
+    ref: int
+    groups: list[CastGroup]
+
+
+@message("peek_result")
+class PeekResult(Message):
+    """Broker to shell (or to the broker above): a peek's answers grouped over every process,
+    most common first, and the ranks without one. Large results come in parts."""
+
+    ref: int
+    actor: str
+    groups: list[CastGroup]
+    missing: list[Missing]
+    more: bool = False
+
+
 # --- between brokers: a broker with an upstream, and its parent ----------------------------
 #
 # A broker below speaks to its parent as a shell would be answered: it says hello as `broker`,
 # and the parent sends it what a shell sends (Attach, Send, Detach, Continue) and what an agent
-# is sent (TakeStacks, InterruptRanks), plus `CastDown`; it answers as to a shell (Attached,
-# SessionOutput, CastResult, StacksResult) and tells what lies below it in the messages here.
+# is sent (TakeStacks, PeekRanks, InterruptRanks), plus `CastDown`; it answers as to a shell
+# (Attached, SessionOutput, CastResult, StacksResult, PeekResult) and tells what lies below it
+# in the messages here.
 
 
 @message("branch_sessions")

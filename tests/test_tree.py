@@ -206,6 +206,40 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
 
 
 @pytest.mark.timeout(120)
+def test_peek_and_stacks_locals_at_the_root_read_ranks_below_every_host_broker(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    tree.host_broker("host1")
+    programs = tree.ranks("host0", 0, [0, 1], 4) + tree.ranks("host1", 1, [2, 3], 4)
+    wait_for_sessions(env, 4)
+    sh = shell()
+    squares = "".join(f"rank ranks[{r}] (1)\n{r * r}\n" for r in range(4))
+    numbers = "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n"
+    assert sh.command("peek rank ranks(:) value") == squares + numbers, "paused ranks answer where they stopped"
+    assert sh.command("peek rank ranks(:) rank % 2").startswith("rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), \
+        "identical answers from both hosts are one group"
+    local = sh.command("stacks rank --locals")
+    assert f"locals of rank.py:{stop_line(18)} <module>  ranks[0-3] (4)\n" in local
+    assert "  value " + numbers in local, "each host's locals folded at the root into one numbers line"
+
+    assert "Continued 4 ranks: rank ranks[0-3]" in sh.command("continue").splitlines()
+    announced: set[str] = set()
+    while announced != {"1", "3"}:  # read before the next command, whose answer they would follow
+        told = sh.expect(r"\brank (?:(\d)|ranks\[([\d,]+)\] \(\d\)) entered post-mortem at rank\.py:20")
+        announced.update((told.group(1) or told.group(2)).split(","))
+    for program in (programs[0], programs[2]):
+        wait_for_lines(program, "SPINNING", 1)
+    wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running", "post-mortem"] * 2)
+    assert sh.command("peek rank ranks(:) value") == "".join(
+        f"rank ranks[{r}] (1)\n{r * r + 1}\n" for r in range(4)) + (
+        "numbers: count 4, min 1 (rank 0), max 10 (rank 3), mean 4.5, NaN/Inf 0, beyond 3 sd 0\n"), \
+        "running ranks answer from their program's frame, ranks in post-mortem from the frame that raised"
+    assert sh.command("peek --frame spin --up 1 rank ranks(0,2) rank").startswith(
+        "rank ranks[0] (1)\n0\nrank ranks[2] (1)\n2\n")
+    assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 4)] == ["running", "post-mortem"] * 2
+
+
+@pytest.mark.timeout(120)
 def test_a_tree_three_deep_serves_the_root_as_two_deep_does(tree, env, shell):
     tree.start_root()
     rack = tree.host_broker("rack")
