@@ -252,11 +252,9 @@ class Broker:
 
     def hear_parent(self) -> None:
         """What the broker above sent, handled as from the peer UPSTREAM; after each welcome
-        as a stranger it learns everything below us anew. One that we took for gone while it
-        only stalled welcomes us as known: it is our parent again, with all we told it."""
+        as a stranger it learns everything below us anew. One that only stalled welcomes us as
+        known: it is our parent still, with all we told it and the sessions it holds here."""
         assert self.upstream is not None
-        if self.upstream.ready and self.upstream.joined and self.registry.peer(UPSTREAM) is None:
-            self.registry.join(self.parent_peer())
         msgs = []
         for item in self.upstream.take():
             if item is JOINED:
@@ -266,9 +264,8 @@ class Broker:
             else:
                 msgs.append(item)
         self.dispatch(UPSTREAM, msgs)
-        parent = self.registry.peer(UPSTREAM)
-        if parent is not None and self.upstream.ready:
-            parent.last_seen = time.monotonic()
+        if self.upstream.ready:
+            self.heard(UPSTREAM, time.monotonic())
 
     def parent_joined(self) -> None:
         assert self.upstream is not None
@@ -288,12 +285,21 @@ class Broker:
     def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
         now = time.monotonic()
         for msg in msgs:
-            if self.registry.heard(identity, now) is None and not isinstance(msg, wire.Hello):
+            if self.heard(identity, now) is None and not isinstance(msg, wire.Hello):
                 self.send(identity, wire.Unknown())
                 continue
             handler = self.handlers.get(type(msg))
             if handler is not None:
                 handler(identity, msg)
+
+    def heard(self, identity: bytes, now: float) -> Peer | None:
+        """A peer spoke (None for a stranger); a broker that was silent answers again."""
+        peer = self.registry.heard(identity, now)
+        if peer is not None and peer.silent:
+            peer.silent = False
+            if peer.role == PARENT:
+                log(f"the broker above at {peer.host} answers again")
+        return peer
 
     def note_refusal(self, reason: str) -> None:
         """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
@@ -311,10 +317,17 @@ class Broker:
     def reap(self, now: float) -> None:
         """Declare lost every peer that has been silent for a few heartbeats while we listened.
         A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
-        peers' messages wait unread, so their silence counts from when it listens again."""
+        peers' messages wait unread, so their silence counts from when it listens again.
+        The parent is never lost for its silence: our link looks for it for as long as we
+        run, and what it holds here stays its own until it answers, or welcomes us as a
+        stranger (it restarted)."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity in self.registry.silent(now, limit, self.listening_since):
-            self.drop(identity, wire.Ending.LOST)
+            if identity == UPSTREAM:
+                self.registry.peer(identity).silent = True
+                log(f"the broker above at {self.upstream.address} does not answer; what it asked waits for it")
+            else:
+                self.drop(identity, wire.Ending.LOST)
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
         branch = self.registry.is_branch(identity)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -161,6 +162,44 @@ def stop_broker(proc: subprocess.Popen) -> str:
     """Stop it as SIGTERM would in production; returns what else it logged."""
     proc.terminate()
     return proc.communicate(timeout=10)[1]
+
+
+class BrokerLog:
+    """What a broker from `start_broker` logs after its first line, read as it comes, so that
+    a test can wait for a line of it."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.seen = 0
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+        """The next line that holds `text`, once the broker has logged it."""
+        def found() -> int | None:
+            return next((n for n in range(self.seen, len(self.lines)) if text in self.lines[n]), None)
+
+        with self.changed:
+            self.changed.wait_for(lambda: found() is not None, timeout)
+            at = found()
+            assert at is not None, f"the broker never logged {text!r}; it logged:\n{''.join(self.lines)}"
+            self.seen = at + 1
+            return self.lines[at]
+
+    def stop(self) -> str:
+        """Stop the broker as `stop_broker` does; returns all it logged after its first line."""
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.reader.join(timeout=10)
+        return "".join(self.lines)
 
 
 LAUNCHED_RANK = textwrap.dedent('''

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from programs import (Program, free_port, settings_for, start_broker, stop_broker, wait_for_all_rows,
+from programs import (BrokerLog, Program, free_port, settings_for, start_broker, stop_broker, wait_for_all_rows,
                       wait_for_sessions)
 
 from monarch_pdb import wire
@@ -62,9 +62,10 @@ class Tree:
         self.host_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "host"), **shared)
         self.tmp_path = tmp_path
         self.root, first = start_broker(self.root_env)
-        port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
+        port = self.root_port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
         self.host, _ = start_broker(dict(self.host_env, MONARCH_PDB_CONNECT_TIMEOUT=SILENCE),
                                     "--upstream", f"127.0.0.1:{port}")
+        self.host_log = BrokerLog(self.host)
         self.events: list[wire.Event] = []
         self.programs: list[Program] = []
         self.host_gone = threading.Event()
@@ -86,7 +87,7 @@ class Tree:
     def end_host(self) -> tuple[list[int], str]:
         """Stop the host broker; the ranks the root announced stopped, once the root has said
         the host is gone (after every event before it), and what the host logged."""
-        log = stop_broker(self.host)
+        log = self.host_log.stop()
         assert self.host_gone.wait(10), self.events
         return sorted(r for e in self.events if e.kind == wire.EventKind.BREAKPOINT for r in e.rank_list()), log
 
@@ -94,9 +95,10 @@ class Tree:
         for program in self.programs:
             program.stop()
         self.conn.close()
-        for broker in (self.host, self.root):
-            if broker.poll() is None:
-                stop_broker(broker)
+        if self.host.poll() is None:
+            self.host_log.stop()
+        if self.root.poll() is None:
+            stop_broker(self.root)
 
 
 @contextmanager
@@ -134,6 +136,28 @@ def test_a_parent_that_stalls_past_the_silence_limit_keeps_its_branch_and_hears_
         stops, log = t.end_host()
         assert stops == [0, 1, 2, 3], stops
         assert log.count("registered with the broker above") == 1, log
+
+
+@pytest.mark.timeout(60)
+def test_a_shell_attached_through_a_parent_that_stalls_past_the_silence_limit_stays_attached(env, tmp_path, shell):
+    with tree(env, tmp_path) as t:
+        t.ranks(2, apart=0.0)
+        wait_for_sessions(t.root_env, 2)
+        env.update(t.root_env)
+        sh = shell()
+        assert "Attached to debug session for storm 0" in sh.command("attach storm 0")
+        os.kill(t.root.pid, signal.SIGSTOP)
+        try:
+            sh.child.sendline("p rank")
+            t.host_log.wait_for(f"the broker above at 127.0.0.1:{t.root_port} does not answer")
+        finally:
+            os.kill(t.root.pid, signal.SIGCONT)
+        answer = sh.expect(r"^0$|took over|Detach")
+        assert answer.group() == "0", f"the line typed during the stall is answered:\n{sh.text}"
+        assert sh.wait_prompt() == "(Pdb)"
+        t.host_log.wait_for(f"the broker above at 127.0.0.1:{t.root_port} answers again")
+        assert sh.command("p rank + 1").strip() == "1"
+        assert "Detached from debug session for storm 0" in sh.command("detach")
 
 
 @pytest.mark.timeout(60)
