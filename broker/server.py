@@ -293,12 +293,16 @@ class Broker:
                 handler(identity, msg)
 
     def heard(self, identity: bytes, now: float) -> Peer | None:
-        """A peer spoke (None for a stranger); a broker that was silent answers again."""
+        """A peer spoke (None for a stranger); a broker that was silent answers again, its
+        sessions and ranks as they were."""
         peer = self.registry.heard(identity, now)
         if peer is not None and peer.silent:
             peer.silent = False
             if peer.role == PARENT:
                 log(f"the broker above at {peer.host} answers again")
+            else:
+                self.events.add_broker(wire.EventKind.BROKER_BACK, peer.host, ranks_below(peer))
+                log(f"the broker below on {peer.host} (pid {peer.pid}) answers again")
         return peer
 
     def note_refusal(self, reason: str) -> None:
@@ -320,14 +324,50 @@ class Broker:
         peers' messages wait unread, so their silence counts from when it listens again.
         The parent is never lost for its silence: our link looks for it for as long as we
         run, and what it holds here stays its own until it answers, or welcomes us as a
-        stranger (it restarted)."""
+        stranger (it restarted). A broker below is lost once its connection is gone (its
+        process ended); while it stands, the broker is only stopped or starved, and its ranks
+        are unreachable, not lost."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity in self.registry.silent(now, limit, self.listening_since):
+            peer = self.registry.peer(identity)
             if identity == UPSTREAM:
-                self.registry.peer(identity).silent = True
+                peer.silent = True
                 log(f"the broker above at {self.upstream.address} does not answer; what it asked waits for it")
+            elif peer.role == wire.Role.BROKER and self.connected(identity):
+                self.unreachable(peer)
             else:
                 self.drop(identity, wire.Ending.LOST)
+        for branch in self.registry.branches():
+            if branch.silent and not self.connected(branch.identity):
+                self.drop(branch.identity, wire.Ending.LOST)
+
+    def connected(self, identity: bytes) -> bool:
+        """Whether a peer's connection stands: ZeroMQ forgets a peer's name once its
+        connection closes, and a ROUTER made to refuse what it cannot route says so. (A
+        heartbeat goes to one that stands, which it takes as nothing.)"""
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            self.router.send_multipart([identity, *self.codec.encode(wire.Heartbeat())])
+            return True
+        except zmq.ZMQError as error:
+            if error.errno != zmq.EHOSTUNREACH:
+                raise
+            return False
+        finally:
+            self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
+    def unreachable(self, peer: Peer) -> None:
+        """A broker below does not answer: one event that names its host, and nothing waits
+        for it; its sessions stay, held as they were, and lines sent to them wait for it."""
+        peer.silent = True
+        why = unreachable_because(peer.host)
+        for table in (self.casts, self.stacks):
+            for request in table:
+                request.lost(peer.identity, why)
+                self.settle(table, request)
+        count = ranks_below(peer)
+        self.events.add_broker(wire.EventKind.BROKER_SILENT, peer.host, count)
+        log(f"the broker below on {peer.host} (pid {peer.pid}) does not answer; its {count} ranks are unreachable")
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
         branch = self.registry.is_branch(identity)
@@ -367,7 +407,7 @@ class Broker:
                 request.lost(peer.identity, why)
                 self.settle(table, request)
         self.attaching.pop(peer.identity, None)
-        ranks_lost = len(ended) + sum(row.state in LIVE for row in peer.below)
+        ranks_lost = ranks_below(peer, ended)
         stopped = "stopped answering" if reason == wire.Ending.LOST else "shut down"
         self.events.add_broker(wire.EventKind.BROKER_LOST, host, ranks_lost, stopped)
         log(f"the broker below on {host} (pid {peer.pid}) {stopped}; {ranks_lost} ranks lost with it")
@@ -729,6 +769,8 @@ class Broker:
     def on_attach(self, identity: bytes, msg: wire.Attach) -> None:
         try:
             sess = self.registry.find(msg.job, msg.actor, msg.rank)
+            if (below := self.registry.peer(sess.peer)).silent:
+                raise Refused(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
             taken_from = self.registry.hold(identity, sess, force=msg.force)
         except Refused as refusal:
             self.send(identity, wire.Error(text=str(refusal)))
@@ -782,7 +824,11 @@ class Broker:
         for sess in self.casts.start(cast, line, own):
             self.forward(sess, line)
         for branch, branch_ranks in below.items():
-            cast.owe(branch, self.registry.peer(branch).host, branch_ranks)
+            peer = self.registry.peer(branch)
+            if peer.silent:
+                cast.missing += [wire.Missing(rank, unreachable_because(peer.host)) for rank in branch_ranks]
+                continue
+            cast.owe(branch, peer.host, branch_ranks)
             self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=branch_ranks, line=line,
                                             timeout=below_timeout(timeout)))
         self.settle(self.casts, cast)
@@ -828,6 +874,9 @@ class Broker:
                                                   deadline=time.monotonic() + timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
+        for branch in self.registry.branches():
+            if branch.silent:
+                request.lost(branch.identity, unreachable_because(branch.host))
         for peer, asked in request.waiting.items():
             self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
                                             timeout=below_timeout(timeout)))
@@ -857,6 +906,16 @@ class Broker:
         for peer, peer_ranks in by_peer.items():
             self.send(peer, wire.InterruptRanks(actor=actor, ranks=peer_ranks, job=job))
         return asked
+
+
+def ranks_below(branch: Peer, sessions: list[Session] | None = None) -> int:
+    """The live ranks of a broker below: those of its sessions (or of `sessions`, once it is
+    gone), and those it runs without one."""
+    return len(branch.owned if sessions is None else sessions) + sum(row.state in LIVE for row in branch.below)
+
+
+def unreachable_because(host: str) -> str:
+    return f"unreachable (the broker on {host} does not answer)"
 
 
 def below_timeout(timeout: float) -> float:
