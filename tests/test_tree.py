@@ -19,8 +19,8 @@ import pytest
 import zmq
 from conftest import wait_for_exit
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
-from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, settings_for, start_broker, stop_broker, stop_line,
-                      wait_for_all_rows, wait_for_lines, wait_for_sessions)
+from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, free_port, settings_for, start_broker, stop_broker,
+                      stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 
 from monarch_pdb import discovery, wire
 
@@ -357,7 +357,7 @@ def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_ar
 
 @pytest.mark.timeout(120)
 def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
-    tree.start_root()
+    tree.start_root("--port", str(free_port()))  # its port stays ours while it restarts
     tree.host_broker("host0")
     tree.host_broker("host1")
     tree.ranks("host0", 0, [0, 1], 4)

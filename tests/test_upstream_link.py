@@ -11,6 +11,7 @@ import re
 import secrets
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -198,6 +199,19 @@ def test_a_rank_with_an_upstream_starts_its_hosts_broker_which_registers_with_th
     finally:
         program.stop()
         stop_broker(root)
+
+
+@pytest.mark.timeout(60)
+def test_a_port_named_for_a_broker_stays_its_own_while_it_restarts(env):
+    port = free_port()
+    named = dict(env, MONARCH_DEBUG_SERVER_PORT=str(port))
+    for _ in range(2):
+        claim = subprocess.run([sys.executable, "-c", f"import socket; socket.socket().bind(('127.0.0.1', {port}))"],
+                               capture_output=True, text=True, timeout=30)
+        assert "Address already in use" in claim.stderr, "no other program may take it meanwhile"
+        broker, first = start_broker(named)
+        assert f"listening on tcp://127.0.0.1:{port} " in first, first
+        stop_broker(broker)
 
 
 @pytest.mark.timeout(60)
