@@ -314,6 +314,7 @@ def test_a_host_broker_that_stalls_leaves_its_ranks_unreachable_then_as_they_wer
         assert cast.startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n") and cast.endswith(
             f"no answer from rank ranks[2,3] (2): {unreachable}\n"), cast
         assert other.command("attach rank 2").strip() == f"Error processing command: rank 2 is {unreachable}"
+        assert other.command("stacks rank").endswith(f"\nno answer from rank ranks[2,3] (2): {unreachable}\n")
         assert [state for _, _, state in listed(other.command("list --all"))] == ["breakpoint"] * 4
     finally:
         os.kill(stalled.pid, signal.SIGCONT)
