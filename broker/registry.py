@@ -44,6 +44,9 @@ class Peer:
     """A broker below's ranks that have no session there (its sessions are `owned`)."""
     jobs: list[wire.JobRow] = field(default_factory=list)
     """A broker below's jobs, as it counts them."""
+    silent: bool = False
+    """A broker (below, or the parent) not heard from for a while, and kept: a stopped or
+    starved process keeps its connection, and goes on where it was when it answers again."""
 
     def describe(self) -> str:
         if self.role == PARENT:
@@ -316,8 +319,10 @@ class Registry:
 
     def silent(self, now: float, limit: float, since: float) -> list[bytes]:
         """The peers not heard from for `limit` seconds, counted from `since` at the earliest
-        (when the broker last came back from a pause: their messages waited unread)."""
-        return [identity for identity, peer in self.peers.items() if now - max(peer.last_seen, since) > limit]
+        (when the broker last came back from a pause: their messages waited unread), but those
+        already known to be silent."""
+        return [identity for identity, peer in self.peers.items()
+                if not peer.silent and now - max(peer.last_seen, since) > limit]
 
     def _adopt(self, old: bytes, new: bytes) -> None:
         """A process that reconnected on a new socket before its old one was declared lost:

@@ -254,11 +254,9 @@ class Broker:
 
     def hear_parent(self) -> None:
         """What the broker above sent, handled as from the peer UPSTREAM; after each welcome
-        as a stranger it learns everything below us anew. One that we took for gone while it
-        only stalled welcomes us as known: it is our parent again, with all we told it."""
+        as a stranger it learns everything below us anew. One that only stalled welcomes us as
+        known: it is our parent still, with all we told it and the sessions it holds here."""
         assert self.upstream is not None
-        if self.upstream.ready and self.upstream.joined and self.registry.peer(UPSTREAM) is None:
-            self.registry.join(self.parent_peer())
         msgs = []
         for item in self.upstream.take():
             if item is JOINED:
@@ -268,9 +266,8 @@ class Broker:
             else:
                 msgs.append(item)
         self.dispatch(UPSTREAM, msgs)
-        parent = self.registry.peer(UPSTREAM)
-        if parent is not None and self.upstream.ready:
-            parent.last_seen = time.monotonic()
+        if self.upstream.ready:
+            self.heard(UPSTREAM, time.monotonic())
 
     def parent_joined(self) -> None:
         assert self.upstream is not None
@@ -290,12 +287,25 @@ class Broker:
     def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
         now = time.monotonic()
         for msg in msgs:
-            if self.registry.heard(identity, now) is None and not isinstance(msg, wire.Hello):
+            if self.heard(identity, now) is None and not isinstance(msg, wire.Hello):
                 self.send(identity, wire.Unknown())
                 continue
             handler = self.handlers.get(type(msg))
             if handler is not None:
                 handler(identity, msg)
+
+    def heard(self, identity: bytes, now: float) -> Peer | None:
+        """A peer spoke (None for a stranger); a broker that was silent answers again, its
+        sessions and ranks as they were."""
+        peer = self.registry.heard(identity, now)
+        if peer is not None and peer.silent:
+            peer.silent = False
+            if peer.role == PARENT:
+                log(f"the broker above at {peer.host} answers again")
+            else:
+                self.events.add_broker(wire.EventKind.BROKER_BACK, peer.host, ranks_below(peer))
+                log(f"the broker below on {peer.host} (pid {peer.pid}) answers again")
+        return peer
 
     def note_refusal(self, reason: str) -> None:
         """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
@@ -313,10 +323,53 @@ class Broker:
     def reap(self, now: float) -> None:
         """Declare lost every peer that has been silent for a few heartbeats while we listened.
         A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
-        peers' messages wait unread, so their silence counts from when it listens again."""
+        peers' messages wait unread, so their silence counts from when it listens again.
+        The parent is never lost for its silence: our link looks for it for as long as we
+        run, and what it holds here stays its own until it answers, or welcomes us as a
+        stranger (it restarted). A broker below is lost once its connection is gone (its
+        process ended); while it stands, the broker is only stopped or starved, and its ranks
+        are unreachable, not lost."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity in self.registry.silent(now, limit, self.listening_since):
-            self.drop(identity, wire.Ending.LOST)
+            peer = self.registry.peer(identity)
+            if identity == UPSTREAM:
+                peer.silent = True
+                log(f"the broker above at {self.upstream.address} does not answer; what it asked waits for it")
+            elif peer.role == wire.Role.BROKER and self.connected(identity):
+                self.unreachable(peer)
+            else:
+                self.drop(identity, wire.Ending.LOST)
+        for branch in self.registry.branches():
+            if branch.silent and not self.connected(branch.identity):
+                self.drop(branch.identity, wire.Ending.LOST)
+
+    def connected(self, identity: bytes) -> bool:
+        """Whether a peer's connection stands: ZeroMQ forgets a peer's name once its
+        connection closes, and a ROUTER made to refuse what it cannot route says so. (A
+        heartbeat goes to one that stands, which it takes as nothing.)"""
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            self.router.send_multipart([identity, *self.codec.encode(wire.Heartbeat())])
+            return True
+        except zmq.ZMQError as error:
+            if error.errno != zmq.EHOSTUNREACH:
+                raise
+            return False
+        finally:
+            self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
+    def unreachable(self, peer: Peer) -> None:
+        """A broker below does not answer: one event that names its host, and nothing waits
+        for it; its sessions stay, held as they were, and lines sent to them wait for it."""
+        peer.silent = True
+        why = unreachable_because(peer.host)
+        for table in (self.casts, self.stacks):
+            for request in table:
+                request.lost(peer.identity, why)
+                self.settle(table, request)
+        count = ranks_below(peer)
+        self.events.add_broker(wire.EventKind.BROKER_SILENT, peer.host, count)
+        log(f"the broker below on {peer.host} (pid {peer.pid}) does not answer; its {count} ranks are unreachable")
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
         branch = self.registry.is_branch(identity)
@@ -357,7 +410,7 @@ class Broker:
                 request.lost(peer.identity, why)
                 self.settle(table, request)
         self.attaching.pop(peer.identity, None)
-        ranks_lost = len(ended) + sum(row.state in LIVE for row in peer.below)
+        ranks_lost = ranks_below(peer, ended)
         stopped = "stopped answering" if reason == wire.Ending.LOST else "shut down"
         self.events.add_broker(wire.EventKind.BROKER_LOST, host, ranks_lost, stopped)
         log(f"the broker below on {host} (pid {peer.pid}) {stopped}; {ranks_lost} ranks lost with it")
@@ -720,6 +773,8 @@ class Broker:
     def on_attach(self, identity: bytes, msg: wire.Attach) -> None:
         try:
             sess = self.registry.find(msg.job, msg.actor, msg.rank)
+            if (below := self.registry.peer(sess.peer)).silent:
+                raise Refused(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
             taken_from = self.registry.hold(identity, sess, force=msg.force)
         except Refused as refusal:
             self.send(identity, wire.Error(text=str(refusal)))
@@ -773,7 +828,11 @@ class Broker:
         for sess in self.casts.start(cast, line, own):
             self.forward(sess, line)
         for branch, branch_ranks in below.items():
-            cast.owe(branch, self.registry.peer(branch).host, branch_ranks)
+            peer = self.registry.peer(branch)
+            if peer.silent:
+                cast.missing += [wire.Missing(rank, unreachable_because(peer.host)) for rank in branch_ranks]
+                continue
+            cast.owe(branch, peer.host, branch_ranks)
             self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=branch_ranks, line=line,
                                             timeout=below_timeout(timeout)))
         self.settle(self.casts, cast)
@@ -821,6 +880,9 @@ class Broker:
                                                   deadline=time.monotonic() + timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
+        for branch in self.registry.branches():
+            if branch.silent:
+                request.lost(branch.identity, unreachable_because(branch.host))
         for peer, asked in request.waiting.items():
             self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
                                             timeout=below_timeout(timeout), locals=with_locals))
@@ -850,6 +912,16 @@ class Broker:
         for peer, peer_ranks in by_peer.items():
             self.send(peer, wire.InterruptRanks(actor=actor, ranks=peer_ranks, job=job))
         return asked
+
+
+def ranks_below(branch: Peer, sessions: list[Session] | None = None) -> int:
+    """The live ranks of a broker below: those of its sessions (or of `sessions`, once it is
+    gone), and those it runs without one."""
+    return len(branch.owned if sessions is None else sessions) + sum(row.state in LIVE for row in branch.below)
+
+
+def unreachable_because(host: str) -> str:
+    return f"unreachable (the broker on {host} does not answer)"
 
 
 def raise_open_file_limit() -> str:

@@ -69,8 +69,6 @@ class Upstream:
         self.ranks_due = True
         self.ranks_sent_at = float("-inf")
         self.wants_output = False
-        self.joined = False
-        """Whether the parent has welcomed us as a stranger once: it knows of us since."""
         self.link = Link(settings, wire.Role.BROKER, f"broker@{socket.gethostname()}", self, lambda: parent,
                          context=context)
 
@@ -122,7 +120,6 @@ class Upstream:
     def rejoined(self, registry: Registry) -> None:
         """A parent that welcomed us knows nothing of us: tell it everything, each paused
         session as news (a restarted broker hears every waiting rank again, so shells there do)."""
-        self.joined = True
         self.told.clear()
         self.running.clear()
         self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.sessions.values()}

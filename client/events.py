@@ -23,11 +23,16 @@ def broker_line(event: wire.Event) -> str:
     broker lost after its ranks moved to a new one (it was replaced) loses none."""
     if event.kind == wire.EventKind.BROKER_JOINED:
         return f"the broker on {event.where} joined: its ranks are here"
+    if event.kind == wire.EventKind.BROKER_SILENT:
+        return f"the broker on {event.where} does not answer: its {event.count} ranks are unreachable until it does"
+    if event.kind == wire.EventKind.BROKER_BACK:
+        return f"the broker on {event.where} answers again: its ranks are as they were"
     lost = f": its {event.count} ranks are lost" if event.count else " (its ranks had moved to a new broker)"
     return f"the broker on {event.where} {event.detail}{lost}"
 
 
-BROKER_EVENTS = (wire.EventKind.BROKER_LOST, wire.EventKind.BROKER_JOINED)
+BROKER_EVENTS = (wire.EventKind.BROKER_LOST, wire.EventKind.BROKER_JOINED, wire.EventKind.BROKER_SILENT,
+                 wire.EventKind.BROKER_BACK)
 STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 
 

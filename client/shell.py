@@ -856,8 +856,12 @@ class DebugShell(cmd2.Cmd):
                 sys.stderr.flush()
                 shown = True
 
+        def waiting(why: str) -> None:
+            if self.terminal_input:
+                self.note(f"\r({why})")
+
         try:
-            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress)
+            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress, waiting)
         except KeyboardInterrupt:
             raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
         finally:

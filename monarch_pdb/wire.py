@@ -236,6 +236,11 @@ class EventKind(Word):
     """A broker below went away with its ranks: `where` is its host, `count` how many ranks."""
     BROKER_JOINED = "broker-joined"
     """A broker below joined (again): `where` is its host."""
+    BROKER_SILENT = "broker-silent"
+    """A broker below does not answer, its connection standing: its ranks are unreachable
+    until it does; `where` is its host, `count` how many ranks."""
+    BROKER_BACK = "broker-back"
+    """A broker below that did not answer answers again: its ranks are as they were."""
 
 
 class Ending(Word):

@@ -325,3 +325,11 @@ def test_a_broker_below_that_is_gone_leaves_every_rank_of_it_lost():
 def test_a_selector_never_refuses_a_parent_that_asks_for_ranks_it_knew():
     registry = Registry()
     assert registry.pick("job", "nobody", [0]) == ([], [wire.Missing(0, "no such rank is known")])
+
+
+def test_a_broker_known_to_be_silent_is_not_found_silent_again_at_every_tick():
+    registry = Registry()
+    below = branch(registry)
+    assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"below"]
+    below.silent = True
+    assert registry.silent(now=14.0, limit=3.0, since=0.0) == [], "told once"

@@ -12,6 +12,8 @@ import pytest
 from conftest import MARKER, processes_with_marker
 from programs import Program, wait_for_sessions
 
+from monarch_pdb.client.connection import ANSWER_GRACE
+
 FOUR = textwrap.dedent('''
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
 
@@ -70,5 +72,34 @@ def test_an_attached_shell_recovers_from_a_broker_that_stalls_past_every_livenes
         assert "Continued 4 ranks: debugee ranks[0-3]" in sh.command("continue")
         code, output = program.finish()
         assert code == 0 and "RESULT [0, 10, 20, 30]" in output, output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_cast_through_a_broker_that_stalls_past_its_time_shows_what_arrived_and_names_the_rest(env, tmp_path, shell):
+    env.update(FAST_LIVENESS)
+    script = tmp_path / "four.py"
+    script.write_text(FOUR)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 4)
+        sh = shell()
+        sh.command("set cast_timeout 1")
+        [broker] = [pid for pid, cmd in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in cmd]
+        sh.child.sendline("cast debugee ranks(:) p rank if rank != 3 else __import__('time').sleep(30)")
+        sh.expect(r"answered 3/4")
+        os.kill(broker, signal.SIGSTOP)
+        try:
+            sh.expect(r"\(the broker does not answer; waiting for it; Ctrl-C stops waiting\)", timeout=STALL)
+            # Past the shell's own time for the cast, which does not run out while the broker is stopped.
+            sh.expect_absent(r"did not finish|no answer from", seconds=1 + ANSWER_GRACE)
+        finally:
+            os.kill(broker, signal.SIGCONT)
+        answer = sh.expect(r"(?s)debugee ranks\[0\] \(1\)\n0\n.*?\nno answer from [^\n]*\n|did not finish[^\n]*")
+        answered = r"^debugee ranks\[1\] \(1\)\n1\ndebugee ranks\[2\] \(1\)\n2\n"
+        assert re.search(answered, answer.group(), re.M), answer.group()
+        assert answer.group().endswith("\nno answer from debugee ranks[3] (1): still running\n"), answer.group()
+        assert sh.wait_prompt() == "monarch_dbg>"
     finally:
         program.stop()

@@ -19,8 +19,8 @@ import pytest
 import zmq
 from conftest import wait_for_exit
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
-from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, settings_for, start_broker, stop_broker, stop_line,
-                      wait_for_all_rows, wait_for_lines, wait_for_sessions)
+from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, free_port, settings_for, start_broker, stop_broker,
+                      stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 
 from monarch_pdb import discovery, wire
 
@@ -328,6 +328,41 @@ def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_ne
 
 
 @pytest.mark.timeout(120)
+def test_a_host_broker_that_stalls_leaves_its_ranks_unreachable_then_as_they_were(tree, env, shell):
+    env["MONARCH_PDB_HEARTBEAT"] = "0.5"  # silent for 1.5 s, a broker does not answer
+    tree.start_root()
+    tree.host_broker("host0")
+    stalled = tree.host_broker("host1")
+    tree.ranks("host0", 0, [0, 1], 4)
+    tree.ranks("host1", 1, [2, 3], 4)
+    wait_for_sessions(env, 4)
+    host = re.escape(socket.gethostname())
+    unreachable = f"unreachable (the broker on {socket.gethostname()} does not answer)"
+    attached, other = shell(), shell()
+    assert attached.command("attach rank 3").startswith("Attached to debug session for rank 3 (")
+    os.kill(stalled.pid, signal.SIGSTOP)
+    try:
+        attached.child.sendline("p value")
+        other.expect(rf"the broker on {host} does not answer: its 2 ranks are unreachable until it does\n")
+        cast = other.command("cast rank ranks(:) p rank")
+        assert cast.startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n") and cast.endswith(
+            f"no answer from rank ranks[2,3] (2): {unreachable}\n"), cast
+        assert other.command("attach rank 2").strip() == f"Error processing command: rank 2 is {unreachable}"
+        assert other.command("stacks rank").endswith(f"\nno answer from rank ranks[2,3] (2): {unreachable}\n")
+        assert [state for _, _, state in listed(other.command("list --all"))] == ["breakpoint"] * 4
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    answer = attached.expect(r"^9$|was lost|took over|Detach")
+    assert answer.group() == "9", f"the line typed during the stall is answered:\n{attached.text}"
+    assert attached.wait_prompt() == "(Pdb)"
+    other.expect(rf"the broker on {host} answers again: its ranks are as they were\n")
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in other.command("cast rank ranks(:) p rank % 2")
+    assert "Detached from debug session for rank 3" in attached.command("detach")
+    assert "Continued 4 ranks: rank ranks[0-3]" in other.command("continue").splitlines()
+    assert not re.search(r"lost|finished", attached.text + other.text), "no rank was announced gone"
+
+
+@pytest.mark.timeout(120)
 def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_are_listed_once(tree, env, shell):
     # The root takes 12 s to declare a broker lost; the ranks find theirs gone in about 5 and
     # start a new one, which the root hears first.
@@ -357,7 +392,7 @@ def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_ar
 
 @pytest.mark.timeout(120)
 def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
-    tree.start_root()
+    tree.start_root("--port", str(free_port()))  # its port stays ours while it restarts
     tree.host_broker("host0")
     tree.host_broker("host1")
     tree.ranks("host0", 0, [0, 1], 4)
