@@ -103,6 +103,7 @@ class Peeks:
                                                deadline=time.monotonic() + window, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
+        broker.skip_unreachable(request)
         broker.record(shell, ask.job, ask.actor, [live.rank for live in chosen], f"peek {ask.expression}")
         for peer, asked in request.waiting.items():
             broker.send(peer, wire.PeekRanks(ref=request.id, actor=ask.actor, ranks=asked, expression=ask.expression,

@@ -363,13 +363,19 @@ class Broker:
         for it; its sessions stay, held as they were, and lines sent to them wait for it."""
         peer.silent = True
         why = unreachable_because(peer.host)
-        for table in (self.casts, self.stacks):
+        for table in (self.casts, self.stacks, self.peeks.table):
             for request in table:
                 request.lost(peer.identity, why)
                 self.settle(table, request)
         count = ranks_below(peer)
         self.events.add_broker(wire.EventKind.BROKER_SILENT, peer.host, count)
         log(f"the broker below on {peer.host} (pid {peer.pid}) does not answer; its {count} ranks are unreachable")
+
+    def skip_unreachable(self, request: Request) -> None:
+        """Ask nothing of a broker below that does not answer: its ranks are named at once."""
+        for branch in self.registry.branches():
+            if branch.silent:
+                request.lost(branch.identity, unreachable_because(branch.host))
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
         branch = self.registry.is_branch(identity)
@@ -880,9 +886,7 @@ class Broker:
                                                   deadline=time.monotonic() + timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
-        for branch in self.registry.branches():
-            if branch.silent:
-                request.lost(branch.identity, unreachable_because(branch.host))
+        self.skip_unreachable(request)
         for peer, asked in request.waiting.items():
             self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
                                             timeout=below_timeout(timeout), locals=with_locals))
