@@ -328,65 +328,82 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    def refuse(text: str) -> None:
-        print(f"monarch-pdb: {text}", file=sys.stderr, flush=True)
-
-    deadline = time.monotonic() + args.timeout
+def chosen_pids(args: argparse.Namespace) -> list[int]:
+    """The processes named, then those below --children-of; Refused when there are none."""
     pids = list(dict.fromkeys(args.pids))
     if args.children_of is not None:
         if not os.path.exists(f"/proc/{args.children_of}"):
-            refuse(f"{args.children_of}: no such process")
-            return 1
+            raise Refused(f"{args.children_of}: no such process")
         below = children_of(args.children_of)
         if not below:
-            refuse(f"{args.children_of} runs no Python process below it")
-            return 1
+            raise Refused(f"{args.children_of} runs no Python process below it")
         pids += [pid for pid in below if pid not in pids]
     if not pids:
-        refuse("join needs a PID, or --children-of PID")
-        return 2
+        raise Refused("join needs a PID, or --children-of PID")
+    return pids
+
+
+def not_joined(t: Target, answer: dict | None, timeout: float) -> str:
+    """Why a process asked to join is not loaded, or "" when it is."""
+    if answer is None:
+        return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid)}"
+    if "missing" in answer:
+        return (f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer['missing']}: install it there "
+                f"with `{answer['executable']} -m pip install monarch-pdb`")
+    if "failed" in answer:
+        return f"{t.who} could not load monarch-pdb: {answer['failed']}"
+    return ""
+
+
+def rows_of(loaded: list[Target], said: dict[int, dict], deadline: float,
+            timeout: float) -> tuple[dict[int, list[wire.SessionRow]], list[str]]:
+    """Each loaded process's rows in the broker its environment names, and a line for each that
+    broker does not list by `deadline`."""
+    rows: dict[int, list[wire.SessionRow]] = {}
+    unlisted: list[str] = []
+    for settings in dict.fromkeys(t.settings for t in loaded):
+        these = [t for t in loaded if t.settings == settings]
+        try:
+            found = listed(settings, {t.pid for t in these}, deadline)
+            why = (f"the broker at {settings.host}:{settings.port} has not listed it within {timeout:g} s "
+                   f"(its log: {discovery.log_file(settings)})")
+        except (NoBroker, Timeout) as error:
+            found, why = {}, str(error)
+        for t in these:
+            if t.pid in found:
+                rows[t.pid] = found[t.pid]
+            else:
+                unlisted.append(f"{t.who} joined as {said[t.pid]['actor']} {said[t.pid]['rank']}, but {why}")
+    return rows, unlisted
+
+
+def _say(problem: str) -> None:
+    print(f"monarch-pdb: {problem}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    deadline = time.monotonic() + args.timeout
+    try:
+        pids = chosen_pids(args)
+    except Refused as refusal:
+        _say(str(refusal))
+        return 2 if not args.pids and args.children_of is None else 1
     asked: list[Target] = []
-    failed = False
+    refused = 0
     for pid in pids:
         try:
             chosen = target(pid)
             ask(chosen)
             asked.append(chosen)
         except Refused as refusal:
-            refuse(str(refusal))
-            failed = True
+            _say(str(refusal))
+            refused += 1
     said = answers(asked, deadline)
-    loaded: list[Target] = []
-    for t in asked:
-        answer = said.get(t.pid)
-        if answer is None:
-            refuse(f"{t.who} has not joined within {args.timeout:g} s: {waiting_because(t.pid)}")
-        elif "missing" in answer:
-            refuse(f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer['missing']}: install it "
-                   f"there with `{answer['executable']} -m pip install monarch-pdb`")
-        elif "failed" in answer:
-            refuse(f"{t.who} could not load monarch-pdb: {answer['failed']}")
-        else:
-            loaded.append(t)
-            continue
-        failed = True
-    rows: dict[int, list[wire.SessionRow]] = {}
-    for settings in dict.fromkeys(t.settings for t in loaded):
-        these = [t for t in loaded if t.settings == settings]
-        where = f"{settings.host}:{settings.port}"
-        try:
-            found = listed(settings, {t.pid for t in these}, deadline)
-        except (NoBroker, Timeout) as error:
-            found, why = {}, str(error)
-        else:
-            why = f"the broker at {where} has not listed it within {args.timeout:g} s (its log: {discovery.log_file(settings)})"
-        for t in these:
-            if t.pid in found:
-                rows[t.pid] = found[t.pid]
-            else:
-                refuse(f"{t.who} loaded monarch-pdb, but {why}")
-                failed = True
+    verdicts = {t.pid: not_joined(t, said.get(t.pid), args.timeout) for t in asked}
+    rows, unlisted = rows_of([t for t in asked if not verdicts[t.pid]], said, deadline, args.timeout)
+    problems = [why for why in verdicts.values() if why] + unlisted
+    for problem in problems:
+        _say(problem)
     if rows:
         print(joined_line(rows, sum(bool(said[pid].get("before")) for pid in rows)), flush=True)
-    return 1 if failed else 0
+    return 1 if refused or problems else 0

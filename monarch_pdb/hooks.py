@@ -298,4 +298,4 @@ def join() -> dict[str, object]:
     before = bool(getattr(sys.excepthook, _INSTALLED, False))
     install()
     me = identity.current()
-    return {"pid": me.pid, "job": me.job, "actor": me.actor, "rank": me.rank, "before": before}
+    return {"actor": me.actor, "rank": me.rank, "before": before}
