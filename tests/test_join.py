@@ -99,7 +99,8 @@ def test_joined_ranks_are_listed_stacked_interrupted_cast_to_and_continued(env, 
         started = wait_for_lines(program, "WAITING", 3)
         pids = [int(pid) for _, pid in sorted(re.findall(r"^WAITING (\d) (\d+)$", started, re.M))]
         chosen = [str(pid) for pid in pids] if how == "pids" else ["--children-of", str(program.proc.pid)]
-        done = join(env, *chosen, "--timeout", PATIENCE)
+        elsewhere = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "join's own"))
+        done = join(elsewhere, *chosen, "--timeout", PATIENCE)  # the ranks' environment names their broker
         assert (done.returncode, done.stdout, done.stderr) == (0, "joined 3 processes: train ranks[0-2]\n", "")
 
         rows = wait_for_all_rows(env, lambda rows: len(rows) == 3)
@@ -115,7 +116,7 @@ def test_joined_ranks_are_listed_stacked_interrupted_cast_to_and_continued(env, 
         assert "train ranks[0] (1)\n'sleep'\ntrain ranks[1] (1)\n'event'\ntrain ranks[2] (1)\n'socket'\n" in rest, rest
         assert "Continued 3 ranks: train ranks[0-2]" in rest, rest
 
-        again = join(env, *chosen, "--timeout", PATIENCE)
+        again = join(elsewhere, *chosen, "--timeout", PATIENCE)
         assert (again.returncode, again.stdout, again.stderr) == (
             0, "joined 3 processes: train ranks[0-2] (3 had joined before)\n", "")
         assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 3)] == ["running"] * 3
