@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 import pytest
-from programs import DEBUG_SHELL, Program, debug, wait_for_all_rows, wait_for_lines
+from programs import DEBUG_SHELL, Program, debug, free_port, wait_for_all_rows, wait_for_lines
 
 JOIN = [DEBUG_SHELL[0], "join"]
 JOINS = sys.version_info >= (3, 14)
@@ -158,6 +158,25 @@ def test_a_process_blocked_in_a_c_call_is_named_and_joins_once_the_call_returns(
                 assert (rows[0].actor, rows[0].rank, rows[0].state) == ("blocked", pid, "running")
         finally:
             program.stop()
+
+
+@needs_remote_exec
+@pytest.mark.timeout(180)
+def test_a_process_joined_whose_broker_never_answers_is_named_with_the_rank_it_joined_as(env, tmp_path):
+    (tmp_path / "idle.py").write_text(IDLE)
+    port = free_port()
+    remote = dict(env, MONARCH_PDB_SECRET="s" * 64, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1")
+    program = Program(remote, tmp_path / "idle.py", cwd=tmp_path)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        pid = program.proc.pid
+        done = join(remote, str(pid), "--timeout", "30")
+        assert (done.returncode, done.stdout) == (1, "")
+        assert re.fullmatch(rf"monarch-pdb: {pid} \(python\) joined as idle {pid}, but no debug broker answers at "
+                            rf"127\.0\.0\.1:{port} .*\n", done.stderr), done.stderr
+        assert program.proc.poll() is None
+    finally:
+        program.stop()
 
 
 def _other_python() -> str | None:
