@@ -21,7 +21,7 @@ import re
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from monarch_pdb import discovery, wire
 from monarch_pdb import settings as settings_module
@@ -90,6 +90,27 @@ class Target:
     @property
     def answer(self) -> str:
         return os.path.join(self.settings.runtime_dir, f"join-{self.pid}.json")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the script said from inside the process: whom it joined as, or why it could not."""
+
+    actor: str = ""
+    rank: int = 0
+    before: bool = False
+    """Whether monarch-pdb was installed there already (joined before, or install() called)."""
+    missing: str = ""
+    """The sys.prefix of a Python that cannot import monarch_pdb."""
+    executable: str = ""
+    failed: str = ""
+    """What went wrong while monarch-pdb loaded."""
+
+    @classmethod
+    def read(cls, path: str) -> Answer:
+        with open(path, encoding="utf-8") as f:
+            said = json.load(f)
+        return cls(**{field.name: said[field.name] for field in fields(cls) if field.name in said})
 
 
 def _read(pid: int, name: str) -> bytes:
@@ -233,14 +254,13 @@ def ask(target: Target) -> None:
         raise Refused(_refusal(target, error)) from None
 
 
-def answers(asked: list[Target], deadline: float) -> dict[int, dict]:
+def answers(asked: list[Target], deadline: float) -> dict[int, Answer]:
     """What each process's script said, for those that ran it before `deadline`."""
-    said: dict[int, dict] = {}
+    said: dict[int, Answer] = {}
     while True:
         for t in asked:
             if t.pid not in said and os.path.exists(t.answer):
-                with open(t.answer, encoding="utf-8") as f:
-                    said[t.pid] = json.load(f)
+                said[t.pid] = Answer.read(t.answer)
                 for done in (t.answer, t.script):
                     os.unlink(done)
         if len(said) == len(asked) or time.monotonic() >= deadline:
@@ -343,19 +363,19 @@ def chosen_pids(args: argparse.Namespace) -> list[int]:
     return pids
 
 
-def not_joined(t: Target, answer: dict | None, timeout: float) -> str:
+def not_joined(t: Target, answer: Answer | None, timeout: float) -> str:
     """Why a process asked to join is not loaded, or "" when it is."""
     if answer is None:
         return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid)}"
-    if "missing" in answer:
-        return (f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer['missing']}: install it there "
-                f"with `{answer['executable']} -m pip install monarch-pdb`")
-    if "failed" in answer:
-        return f"{t.who} could not load monarch-pdb: {answer['failed']}"
+    if answer.missing:
+        return (f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer.missing}: install it there "
+                f"with `{answer.executable} -m pip install monarch-pdb`")
+    if answer.failed:
+        return f"{t.who} could not load monarch-pdb: {answer.failed}"
     return ""
 
 
-def rows_of(loaded: list[Target], said: dict[int, dict], deadline: float,
+def rows_of(loaded: list[Target], said: dict[int, Answer], deadline: float,
             timeout: float) -> tuple[dict[int, list[wire.SessionRow]], list[str]]:
     """Each loaded process's rows in the broker its environment names, and a line for each that
     broker does not list by `deadline`."""
@@ -373,7 +393,7 @@ def rows_of(loaded: list[Target], said: dict[int, dict], deadline: float,
             if t.pid in found:
                 rows[t.pid] = found[t.pid]
             else:
-                unlisted.append(f"{t.who} joined as {said[t.pid]['actor']} {said[t.pid]['rank']}, but {why}")
+                unlisted.append(f"{t.who} joined as {said[t.pid].actor} {said[t.pid].rank}, but {why}")
     return rows, unlisted
 
 
@@ -405,5 +425,5 @@ def run(args: argparse.Namespace) -> int:
     for problem in problems:
         _say(problem)
     if rows:
-        print(joined_line(rows, sum(bool(said[pid].get("before")) for pid in rows)), flush=True)
+        print(joined_line(rows, sum(said[pid].before for pid in rows)), flush=True)
     return 1 if refused or problems else 0
