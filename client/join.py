@@ -14,6 +14,7 @@ environment finds to list the process, so that `stacks` and `interrupt` reach it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pwd
@@ -262,7 +263,8 @@ def answers(asked: list[Target], deadline: float) -> dict[int, Answer]:
             if t.pid not in said and os.path.exists(t.answer):
                 said[t.pid] = Answer.read(t.answer)
                 for done in (t.answer, t.script):
-                    os.unlink(done)
+                    with contextlib.suppress(FileNotFoundError):  # a join of the same process beside us
+                        os.unlink(done)
         if len(said) == len(asked) or time.monotonic() >= deadline:
             return said
         time.sleep(ANSWER_POLL)
