@@ -289,3 +289,13 @@ def _set_trace_in_monarch_call(*args: Any, **kwargs: Any) -> None:
 
     _monarch_call()
     debugger.set_trace(sys._getframe(1))
+
+
+def join() -> dict[str, object]:
+    """What `monarch-pdb join` runs in a process it loads us into (on its main thread, between
+    two bytecodes): `install`, as if the program had called it now; says who the process is
+    and whether it had installed us before, so joining twice changes nothing."""
+    before = bool(getattr(sys.excepthook, _INSTALLED, False))
+    install()
+    me = identity.current()
+    return {"actor": me.actor, "rank": me.rank, "before": before}
