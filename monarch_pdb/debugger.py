@@ -44,6 +44,10 @@ class SessionIO:
         """Called when text is written and the agent has not been told since it last found none."""
 
     def write(self, text: str) -> int:
+        """Take text, as a text file does: anything else is the writer's error, raised in the
+        writer's thread, not the link's when it sends the output."""
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._lock:
             self._chunks.append(text)
             self._last_chunk = text

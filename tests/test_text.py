@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import os
 import textwrap
+from fractions import Fraction
 
 import pytest
-from programs import Program, wait_for_sessions
+from programs import Program, settings_for, wait_for_sessions
 
+from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 PROGRAM = textwrap.dedent('''
     import os
+    import sys
 
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
 
@@ -59,6 +63,8 @@ def test_a_lone_surrogate_a_rank_prints_arrives_escaped_and_the_ranks_go_on(big,
     assert sh.command('cast big ranks(0:2) !print("\\udcff x")') == "big ranks[0,1] (2)\n\\udcff x\n"
     assert sh.command("cast big ranks(0:2) !raise ValueError(os.fsdecode(b'bad \\xff'))") == (
         "big ranks[0,1] (2)\n*** ValueError: bad \\udcff\n")
+    assert sh.command("cast big ranks(0) !sys.stdout.write(b'x')") == (
+        "big ranks[0] (1)\n*** TypeError: write() argument must be str, not bytes\n")
     assert sh.command("cast big ranks(1) p rank") == "big ranks[1] (1)\n1\n"
     assert "Continued 2 ranks: big ranks[0,1]" in sh.command("continue")
     code, output = program.finish()
@@ -79,3 +85,16 @@ def test_a_path_with_an_undecodable_byte_is_listed_and_shown_escaped(big, shell)
     assert "Continued 2 ranks" in sh.command("continue")
     code, output = program.finish()
     assert code == 0 and "RESULT [0, 1]" in output, output
+
+
+@pytest.mark.timeout(60)
+def test_a_message_that_cannot_be_encoded_is_one_line_on_stderr_and_the_link_goes_on(env, broker, capfd):
+    conn = ShellConnection.open(settings_for(env))
+    try:
+        conn.post(wire.Input(sid=1, cmd=1, line=Fraction(1, 3)))
+        assert conn.request(wire.ListAll(), wire.SessionList).rows == []
+    finally:
+        conn.close()
+    assert capfd.readouterr().err.splitlines() == [
+        "monarch-pdb: a message (input) could not be sent to the debug broker and is left out: "
+        "TypeError: cannot send Fraction"]
