@@ -110,6 +110,16 @@ class SessionIO:
         return text
 
 
+def describe(exc: BaseException) -> str:
+    """`Type: message`, as a traceback ends, and as it falls back when the exception's own
+    `__str__` raises."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<exception str() failed>"
+    return f"{type(exc).__name__}: {text}"
+
+
 def describe_function(frame) -> str:
     """`module.function`, naming a script by its file rather than `__main__`."""
     module = frame.f_globals.get("__name__") or ""
@@ -301,7 +311,7 @@ def post_mortem(exc: BaseException, traceback=None) -> None:
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
-    session.reason, session.exc = wire.Stop.POST_MORTEM, f"{type(exc).__name__}: {exc}"
+    session.reason, session.exc = wire.Stop.POST_MORTEM, describe(exc)
     debugger = session.debugger
     debugger.reset()
     try:

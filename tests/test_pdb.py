@@ -116,3 +116,36 @@ def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
     assert answers[8] == "101\nContinued 2 ranks: calc ranks[0,1]\n", "the rank is still where it stopped"
     code, output = calc.finish()
     assert code == 0 and "RESULT [100, 101]" in output
+
+
+BROKEN_STR = textwrap.dedent('''
+    import monarch_pdb
+
+
+    class Broken(Exception):
+        def __str__(self):
+            raise RuntimeError("no words for it")
+
+
+    monarch_pdb.install()
+    value = 3
+    raise Broken()
+''')
+
+
+@pytest.mark.timeout(90)
+def test_an_exception_whose_str_raises_still_opens_post_mortem(env, tmp_path, broker, shell):
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN_STR)
+    sh = shell()
+    program = Program(dict(env, MONARCH_PDB_POST_MORTEM="always"), script, cwd=tmp_path)
+    try:
+        sh.expect(r"\bbroken \d+ entered post-mortem at broken\.py:12: Broken: <exception str\(\) failed>$")
+        assert sh.command("cast broken ranks(:) p value").endswith("\n3\n")
+        sh.command("continue")
+        code, output = program.finish()
+        assert code == 1 and output.endswith("\nBroken: <exception str() failed>\n"), output
+        assert "Error in sys.excepthook" not in output
+    finally:
+        program.stop()
+
