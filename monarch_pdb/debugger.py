@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
-from monarch_pdb.sources import own_code, source_file
+from monarch_pdb.sources import PACKAGE_DIR, own_code, source_file
+
+PDB_TAKES_EXCEPTIONS = sys.version_info >= (3, 13)
+"""pdb's interaction takes an exception, and its chain, rather than a traceback from 3.13 on."""
+PDB_SETS_ONLY_TRACED_EXCEPTION = sys.version_info[:2] == (3, 12)
+"""pdb 3.12 has `$_exception`, but sets it only where tracing stops at an exception."""
 
 _loose = threading.local()
 """The calling thread's `session` opened outside any endpoint call: it ends when tracing
@@ -120,6 +125,16 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+def program_traceback(tb):
+    """`tb` without its leading frames of this package (an endpoint's scope, the mesh runtime
+    that called it), so `bt` in post-mortem shows the program only; all of it when nothing
+    else is left."""
+    start = tb
+    while start is not None and start.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        start = start.tb_next
+    return start or tb
+
+
 def describe_function(frame) -> str:
     """`module.function`, naming a script by its file rather than `__main__`."""
     module = frame.f_globals.get("__name__") or ""
@@ -134,6 +149,24 @@ class ConfinedPdb(pdb.Pdb):
 
     def __init__(self, stdin: SessionIO, stdout: SessionIO) -> None:
         super().__init__(stdin=stdin, stdout=stdout, nosigint=True)
+        self._post_mortem_of: BaseException | None = None
+
+    def post_mortem(self, exc: BaseException) -> None:
+        """pdb's post-mortem of `exc`, the exception itself where pdb takes one (3.13+), so
+        `exceptions` walks its chain; `$_exception` is it from 3.12 on."""
+        self._post_mortem_of = exc
+        try:
+            self.interaction(None, exc if PDB_TAKES_EXCEPTIONS else exc.__traceback__)
+        finally:
+            self._post_mortem_of = None
+
+    def setup(self, f, tb):
+        """pdb's, with a post-mortem traceback (every one of a chain) shown from the program's
+        first frame."""
+        stop = super().setup(f, program_traceback(tb) if f is None else tb)
+        if PDB_SETS_ONLY_TRACED_EXCEPTION and self._post_mortem_of is not None:
+            self.set_convenience_variable(self.curframe, "_exception", self._post_mortem_of)
+        return stop
 
     def get_stack(self, f, t) -> tuple[list, int]:
         """pdb's stack, without this package's frames between the program's (the wrapper of
@@ -305,8 +338,11 @@ def set_trace(frame, header: str | None = None, agent: Agent | None = None) -> N
     session.debugger.set_trace(frame)
 
 
-def post_mortem(exc: BaseException, traceback=None) -> None:
-    """Stop at the innermost frame of `exc`'s traceback until the user lets it go on."""
+def post_mortem(exc: BaseException) -> None:
+    """Stop at the innermost frame of `exc`'s traceback until the user lets it go on; pdb's
+    own error for an exception that has none."""
+    if exc.__traceback__ is None:
+        raise ValueError("A valid traceback must be passed if no exception is being handled")
     agent = process_agent()
     if not agent.wait_ready(_who()):
         return
@@ -315,7 +351,7 @@ def post_mortem(exc: BaseException, traceback=None) -> None:
     debugger = session.debugger
     debugger.reset()
     try:
-        debugger.interaction(None, traceback or exc.__traceback__)
+        debugger.post_mortem(exc)
     except bdb.BdbQuit:
         pass
     finally:

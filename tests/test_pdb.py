@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 
 import pytest
 from programs import Program, run_debug, wait_for_sessions
 from shell_driver import ShellDriver
+
+from monarch_pdb.debugger import PDB_TAKES_EXCEPTIONS
 
 PROGRAM = textwrap.dedent('''
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
@@ -118,6 +121,63 @@ def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
     assert code == 0 and "RESULT [100, 101]" in output
 
 
+CHAINED = textwrap.dedent('''
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    def load(table):
+        return table["missing"]
+
+
+    class Loader(Actor):
+        @endpoint
+        def step(self):
+            table = {"present": 1}
+            breakpoint()
+            try:
+                load(table)
+            except KeyError as error:
+                raise ValueError("step failed") from error
+
+
+    if __name__ == "__main__":
+        try:
+            this_host().spawn_procs(per_host={"gpu": 1}).spawn("loader", Loader).step.call().get()
+        except Exception as error:
+            print("FAILED", error)
+''')
+
+
+@pytest.mark.timeout(120)
+def test_post_mortem_is_handed_the_exception_with_its_chain(env, tmp_path):
+    script = tmp_path / "chained.py"
+    script.write_text(CHAINED)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 1)
+        assert run_debug(env, "-c", "continue").returncode == 0
+        wait_for_sessions(env, 1, state="post-mortem")
+        lines = ["bt", "p $_exception", "exceptions", "exceptions 0", "bt"]
+        done = run_debug(env, *[arg for line in lines for arg in ("-c", f"cast loader ranks(0) {line}")], "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        *answers, last = done.stdout.split("loader ranks[0] (1)\n")[1:]
+        last, continued = last.split("Continued ")
+        answers.append(last)
+        assert continued == "1 rank: loader ranks[0]\n"
+        raised = f"> {script}(17)step()\n-> raise ValueError(\"step failed\") from error\n"
+        assert answers[0] == raised, "the stack starts at the program's frame"
+        if sys.version_info >= (3, 12):
+            assert answers[1] == "ValueError('step failed')\n"
+        if PDB_TAKES_EXCEPTIONS:
+            assert answers[2] == "    0 KeyError('missing')\n>   1 ValueError('step failed')\n"
+            assert answers[3] == f"> {script}(6)load()\n-> return table[\"missing\"]\n"
+            assert answers[4] == f"  {script}(15)step()\n-> load(table)\n{answers[3]}"
+        code, output = program.finish()
+        assert code == 0 and "FAILED 1 of 1 rank" in output, output
+    finally:
+        program.stop()
+
+
 BROKEN_STR = textwrap.dedent('''
     import monarch_pdb
 
@@ -149,3 +209,11 @@ def test_an_exception_whose_str_raises_still_opens_post_mortem(env, tmp_path, br
     finally:
         program.stop()
 
+
+@pytest.mark.timeout(60)
+def test_post_mortem_of_an_exception_without_a_traceback_is_pdbs_own_error(env, tmp_path):
+    script = tmp_path / "unraised.py"
+    script.write_text("from monarch_pdb import debugger\n\ntry:\n    debugger.post_mortem(ValueError('never raised'))\n"
+                      "except ValueError as error:\n    print('REFUSED', error)\n")
+    code, output = Program(env, script, cwd=tmp_path).finish()
+    assert (code, output) == (0, "REFUSED A valid traceback must be passed if no exception is being handled\n")
