@@ -275,7 +275,7 @@ class Session:
             sid=self.sid, cmd=self.cmd, job=ident.job, actor=ident.actor, rank=ident.rank,
             coords=ident.coords, host=ident.hostname, pid=ident.pid,
             function=describe_function(frame) if frame else "", filename=source_file(frame) if frame else "",
-            lineno=frame.f_lineno if frame else 0, output=self.agent.clip(output), prompt=prompt,
+            lineno=(frame.f_lineno or 0) if frame else 0, output=self.agent.clip(output), prompt=prompt,
             reason=self.reason, exc=self.exc, instance=ident.instance,
         ))
         line = self.inbox.get()

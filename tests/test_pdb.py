@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import textwrap
 
@@ -217,3 +219,49 @@ def test_post_mortem_of_an_exception_without_a_traceback_is_pdbs_own_error(env, 
                       "except ValueError as error:\n    print('REFUSED', error)\n")
     code, output = Program(env, script, cwd=tmp_path).finish()
     assert (code, output) == (0, "REFUSED A valid traceback must be passed if no exception is being handled\n")
+
+
+
+EXCEPT_STAR = textwrap.dedent('''
+    import sys
+
+    import monarch_pdb
+
+
+    def work():
+        try:
+            raise ExceptionGroup("eg", [ValueError("v")])
+        except* ValueError:
+            value = 7
+            breakpoint()
+
+
+    if sys.argv[1:] != ["stock"]:
+        monarch_pdb.install()
+    work()
+    print("DONE")
+''')
+"""On 3.12 the breakpoint's frame goes on to its return with no line number (None)."""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="except* is new in Python 3.11")
+def test_a_breakpoint_in_an_except_star_block_stops_where_stock_pdb_does(env, tmp_path):
+    script = tmp_path / "grouped.py"
+    script.write_text(EXCEPT_STAR)
+    stock = subprocess.run([sys.executable, str(script), "stock"], input="c\n", capture_output=True, text=True,
+                           timeout=30, env=dict(env, PYTHONBREAKPOINT="pdb.set_trace"), cwd=tmp_path).stdout
+    stop = re.search(r"^> .*\n-> .*\n", stock, re.M).group(0)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        [row] = wait_for_sessions(env, 1)
+        done = run_debug(env, "-c", "stacks grouped", "-c", "cast grouped ranks(:) where", "-c", "cast grouped ranks(:) p value",
+                         "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        stacks, where, value = done.stdout.split(f"grouped ranks[{row.rank}] (1)\n")
+        assert where.endswith(stop) and value.startswith("7\n"), (stock, done.stdout)
+        assert f"grouped.py:{row.lineno} work  ranks[{row.rank}] (1)" in stacks, stacks
+        code, output = program.finish()
+        assert code == 0 and output.endswith("DONE\n"), output
+    finally:
+        program.stop()
