@@ -212,15 +212,26 @@ class ConfinedPdb(pdb.Pdb):
 
     do_debug.__doc__ = pdb.Pdb.do_debug.__doc__
 
+    def _prompt_for_confirmation(self, prompt: str, default: str) -> str:
+        """pdb's question (where pdb 3.14 asks each of its own), asked through the session:
+        pdb asks with input(), which reads the rank's own stdin."""
+        self.stdout.write(prompt)
+        reply = self.stdin.readline()
+        return reply.strip().lower() if reply else default
+
     def do_clear(self, arg: str) -> None:
-        """Like pdb's clear, but clearing everything does not stop to ask for a confirmation."""
+        # pdb's clear, whose question before clearing every breakpoint is asked through the
+        # session: before 3.14 pdb asks it with input().
         if arg:
             super().do_clear(arg)
             return
-        for bp in [bp for bp in bdb.Breakpoint.bpbynumber if bp]:
-            self.message(f"Deleted {bp}")
-        self.clear_all_breaks()
+        if self._prompt_for_confirmation("Clear all breaks? ", default="no") in ("y", "yes"):
+            deleted = [bp for bp in bdb.Breakpoint.bpbynumber if bp]
+            self.clear_all_breaks()
+            for bp in deleted:
+                self.message(f"Deleted {bp}")
 
+    do_clear.__doc__ = pdb.Pdb.do_clear.__doc__
     do_cl = do_clear
 
 
@@ -231,6 +242,15 @@ class RemotePdb(ConfinedPdb):
     def __init__(self, session: Session) -> None:
         super().__init__(session.io, session.io)
         self.session = session
+
+    def _prompt_for_confirmation(self, prompt: str, default: str) -> str:
+        """The question's answer; the shell's top-level `continue`, sent instead of one, takes
+        the default and goes on as the continue it is."""
+        reply = super()._prompt_for_confirmation(prompt, default)
+        if not self.session.released:
+            return reply
+        self.cmdqueue.append("continue")
+        return default
 
     def set_continue(self) -> None:
         super().set_continue()
@@ -258,6 +278,8 @@ class Session:
     reason: wire.Stop = wire.Stop.BREAKPOINT
     exc: str = ""
     ended: bool = False
+    released: bool = False
+    """Whether the last line came with the shell's top-level continue (`Line.release`)."""
 
     def __post_init__(self) -> None:
         self.io = SessionIO(self.ask)
@@ -279,7 +301,7 @@ class Session:
             reason=self.reason, exc=self.exc, instance=ident.instance,
         ))
         line = self.inbox.get()
-        self.cmd = line.cmd
+        self.cmd, self.released = line.cmd, line.release
         self.reason, self.exc = wire.Stop.BREAKPOINT, ""
         if line.release:
             self.debugger.clear_all_breaks()

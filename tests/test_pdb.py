@@ -90,11 +90,14 @@ def test_stack_navigation_and_expressions(attached):
 
 
 @pytest.mark.timeout(90)
-def test_breakpoints_clear_without_a_question_and_interact_says_no(attached):
+def test_clear_asks_before_it_clears_every_breakpoint_and_interact_says_no(attached):
     shell, program = attached
     assert shell.command("b 9").startswith("Breakpoint 1 at ")
-    out = shell.command("clear")
-    assert out.startswith("Deleted breakpoint 1 at ") and "Clear all breaks?" not in out
+    assert shell.command("clear").strip() == "" and shell.prompt == "Clear all breaks?"
+    assert shell.command("n").strip() == "" and shell.prompt == "(Pdb)"
+    assert "at " in shell.command("b").splitlines()[-1], "the breakpoint is kept"
+    shell.command("clear")
+    assert shell.command("yes").startswith("Deleted breakpoint 1 at ")
     assert shell.prompt == "(Pdb)"
     assert "interact is not supported" in shell.command("interact")
     assert shell.prompt == "(Pdb)"
@@ -265,3 +268,12 @@ def test_a_breakpoint_in_an_except_star_block_stops_where_stock_pdb_does(env, tm
         assert code == 0 and output.endswith("DONE\n"), output
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_continue_that_finds_ranks_asked_whether_to_clear_lets_them_go_on(env, calc):
+    done = run_debug(env, "-c", "cast calc ranks(:) b 9", "-c", "cast calc ranks(:) clear", "-c", "continue")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("Continued 2 ranks: calc ranks[0,1]\n"), done.stdout
+    code, output = calc.finish()
+    assert code == 0 and "RESULT [100, 101]" in output
