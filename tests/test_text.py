@@ -9,7 +9,7 @@ import textwrap
 from fractions import Fraction
 
 import pytest
-from programs import Program, settings_for, wait_for_sessions
+from programs import Program, run_debug, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
@@ -98,3 +98,14 @@ def test_a_message_that_cannot_be_encoded_is_one_line_on_stderr_and_the_link_goe
     assert capfd.readouterr().err.splitlines() == [
         "monarch-pdb: a message (input) could not be sent to the debug broker and is left out: "
         "TypeError: cannot send Fraction"]
+
+
+@pytest.mark.timeout(60)
+def test_a_script_line_with_an_undecodable_byte_runs_as_it_would_from_the_command_line(env, broker, tmp_path):
+    script, transcript = tmp_path / "bad.monarch", tmp_path / "bad.transcript"
+    script.write_bytes(b"cast caf\xff ranks(0) p 1\n")
+    done = run_debug(env, "--script", str(script), "--record", str(transcript))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (f"monarch-pdb: {script}:1: cast caf\\udcff ranks(0) p 1: "
+                                            "No debug sessions for actor caf\\udcff")
+    assert b"\ncast caf\xff ranks(0) p 1\n" in transcript.read_bytes(), "the line as it was typed"
