@@ -209,7 +209,7 @@ def test_an_exception_whose_str_raises_still_opens_post_mortem(env, tmp_path, br
         assert sh.command("cast broken ranks(:) p value").endswith("\n3\n")
         sh.command("continue")
         code, output = program.finish()
-        assert code == 1 and output.endswith("\nBroken: <exception str() failed>\n"), output
+        assert code == 1 and output.endswith("Broken: <exception str() failed>\n"), output
         assert "Error in sys.excepthook" not in output
     finally:
         program.stop()
