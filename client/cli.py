@@ -48,7 +48,7 @@ def script_lines(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     lines = []
     for path in args.script:
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:  # an undecodable byte as -c has it
                 lines += [(path, n, text.rstrip("\n")) for n, text in enumerate(f, 1)]
         except OSError as error:
             raise SystemExit(f"monarch-pdb: cannot read script {path}: {error.strerror}") from None

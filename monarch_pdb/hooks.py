@@ -248,7 +248,7 @@ def _take_monarch_calls() -> None:
         post_mortem_debug(self, exc_tb)
         exc = sys.exc_info()[1]
         if exc is not None:
-            stop_after_raise(_monarch_call(), exc, exc_tb)
+            stop_after_raise(_monarch_call(), exc)
             _end_monarch_call(outcome_of(exc))
 
     setattr(maybe_exit_debugger, _INSTALLED, True)

@@ -1170,7 +1170,9 @@ def _flatten(value: Any) -> list:
 
 
 def _pack(body: dict) -> bytes:
-    return msgpack.packb(body, use_bin_type=True, default=_flatten)
+    """msgpack's bytes for `body`; text that UTF-8 cannot carry (a lone surrogate: a path or a
+    message decoded from undecodable bytes) travels escaped, as `\\udcff`."""
+    return msgpack.packb(body, use_bin_type=True, default=_flatten, unicode_errors="backslashreplace")
 
 
 def clip(text: str, limit: int = MAX_OUTPUT) -> str:
