@@ -641,8 +641,14 @@ class DebugShell(cmd2.Cmd):
                         self.note(self.waiting_for())
                 elif got is not None:
                     self.session_message(got)
-                if (self.attached is not None and not self.attached.paused and self.terminal_input
-                        and time.monotonic() - started >= RUNNING_HINT_AFTER and said != self.waiting_for()):
+                if self.attached is None or self.attached.paused:
+                    break
+                waited = time.monotonic() - started
+                if not self.terminal_input and waited >= self.cast_timeout:
+                    self.fail(f"{self.attached.label} did not come back to its prompt within {self.cast_timeout:g} s "
+                              "(cast_timeout); the script leaves it as it is")
+                    self.detach()
+                elif self.terminal_input and waited >= RUNNING_HINT_AFTER and said != self.waiting_for():
                     said = self.waiting_for()
                     self.note(f"({said})")
         except KeyboardInterrupt:
