@@ -100,10 +100,10 @@ class Agent:
         self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
-        """The broker: one elsewhere, or this host's, started if need be. A rank with an upstream
-        (MONARCH_PDB_UPSTREAM) has its host's broker, which takes the secret it carries to
-        register with the broker above."""
-        here = bool(self.settings.upstream) and discovery.is_local(self.settings.host)
+        """The broker: one elsewhere, or this host's, started if need be (with the secret of
+        the environment, if any). A rank with an upstream (MONARCH_PDB_UPSTREAM) has its host's
+        broker, which takes the secret it carries to register with the broker above."""
+        here = discovery.is_local(self.settings.host)
         conn = discovery.locate(self.settings, here)
         if conn is None and self.settings.upstream and discovery.secret_of(self.settings) is None:
             raise discovery.NotFound(f"MONARCH_PDB_UPSTREAM names {self.settings.upstream}, but this host's broker "
