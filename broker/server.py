@@ -54,6 +54,10 @@ class Broker:
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
+    unnamed: OrderedDict = field(default_factory=OrderedDict)
+    """Those of them whose address is not yet known, and since when (see `drain`)."""
+    refused_addresses: set = field(default_factory=set)
+    """Addresses named in the log as sending what our secret did not sign: each is named once."""
     pub_endpoint: str = ""
     refused_logged: int = 0
     refusals_logged_at: float = float("-inf")
@@ -179,7 +183,10 @@ class Broker:
             if ticked:
                 next_tick = now + tick
                 self.reap(now)
+                self.forget_unnamed(now)
                 self.summarize_refusals(now)
+                if self.upstream is not None and (trouble := self.upstream.trouble(now)):
+                    log(trouble)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.events.seq))])
             self.flush(now, ticked)
             if self.registry.connected():
@@ -231,10 +238,29 @@ class Broker:
         the bounds even while a flood comes in."""
         for _ in range(DRAIN_AT_ONCE):
             try:
-                frames = self.router.recv_multipart(zmq.NOBLOCK)
+                if self.unnamed:
+                    parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
+                    frames = [part.bytes for part in parts]
+                    self.name_refused(frames[0], parts[-1])
+                else:
+                    frames = self.router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self.handle(frames)
+
+    def name_refused(self, identity: bytes, frame: zmq.Frame) -> None:
+        """Name, once, the address of a peer whose signature failed, from its next message:
+        a message carries its connection's address only as a frame, which costs more than bytes
+        to receive, so frames are taken only while some refused peer is still unnamed."""
+        if self.unnamed.pop(identity, None) is None:
+            return
+        try:
+            address = frame.get("Peer-Address")
+        except zmq.ZMQError:
+            return
+        if address not in self.refused_addresses and len(self.refused_addresses) < TOLD_UNSIGNED:
+            self.refused_addresses.add(address)
+            log(f"refused a peer at {address}: what it sends is not signed with our secret (is the secret the same?)")
 
     def handle(self, frames: list[bytes]) -> None:
         identity = frames[0]
@@ -244,8 +270,10 @@ class Broker:
             self.note_refusal(str(refusal))
             if str(refusal) == "bad signature" and identity not in self.told_unsigned:
                 self.told_unsigned[identity] = None
-                if len(self.told_unsigned) > TOLD_UNSIGNED:
-                    self.told_unsigned.popitem(last=False)
+                self.unnamed[identity] = time.monotonic()
+                for table in (self.told_unsigned, self.unnamed):
+                    if len(table) > TOLD_UNSIGNED:
+                        table.popitem(last=False)
                 self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
         self.dispatch(identity, msgs)
@@ -299,6 +327,11 @@ class Broker:
         """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
         self.latest_refusal = reason
         self.summarize_refusals(time.monotonic())
+
+    def forget_unnamed(self, now: float) -> None:
+        """Refused peers that said nothing more within a summary's time stay unnamed."""
+        while self.unnamed and now - next(iter(self.unnamed.values())) > REFUSALS_LOGGED_EVERY:
+            self.unnamed.popitem(last=False)
 
     def summarize_refusals(self, now: float, final: bool = False) -> None:
         total = sum(self.codec.refused.values())

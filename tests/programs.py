@@ -157,6 +157,35 @@ def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = N
     return proc, first
 
 
+def wait_for_log(proc: subprocess.Popen, pattern: str, timeout: float = 30.0) -> re.Match:
+    """Read what a broker from `start_broker` logs until `pattern` matches it (the match)."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while (match := re.search(pattern, text, re.M)) is None:
+        chunk = _read_log(proc, deadline)
+        assert chunk is not None, f"never saw {pattern!r}; the broker logged:\n{text}"
+        assert chunk, f"the broker ended; it logged:\n{text}"
+        text += chunk
+    return match
+
+
+def log_for(proc: subprocess.Popen, seconds: float) -> str:
+    """What a broker from `start_broker` logs in the next `seconds`: a deadline on what it must
+    not say meanwhile."""
+    deadline = time.monotonic() + seconds
+    text = ""
+    while chunk := _read_log(proc, deadline):
+        text += chunk
+    return text
+
+
+def _read_log(proc: subprocess.Popen, deadline: float) -> str | None:
+    """What the broker logs next, "" once it ended, None if nothing came by the deadline."""
+    fd = proc.stderr.fileno()
+    ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+    return os.read(fd, 65536).decode() if ready else None
+
+
 def stop_broker(proc: subprocess.Popen) -> str:
     """Stop it as SIGTERM would in production; returns what else it logged."""
     proc.terminate()

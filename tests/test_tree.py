@@ -19,8 +19,8 @@ import pytest
 import zmq
 from conftest import wait_for_exit
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
-from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, settings_for, start_broker, stop_broker, stop_line,
-                      wait_for_all_rows, wait_for_lines, wait_for_sessions)
+from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, free_port, settings_for, start_broker, stop_broker,
+                      log_for, stop_line, wait_for_all_rows, wait_for_lines, wait_for_log, wait_for_sessions)
 
 from monarch_pdb import discovery, wire
 
@@ -424,6 +424,36 @@ def test_a_broker_with_an_upstream_and_no_secret_says_so_in_one_line(tree, given
     assert done.stderr == (f"monarch-pdb broker: cannot register with the broker above ({tree.upstream}) without the "
                            "secret it was given: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE\n")
     assert not (tree.tmp / "host0" / "broker-0.json").exists()
+
+
+@pytest.mark.timeout(90)
+def test_a_host_broker_the_root_refuses_says_why_at_a_slow_pace_and_the_root_names_it_once(tree):
+    tree.start_root()
+    env = dict(tree.host_env("host0"), MONARCH_PDB_SECRET="not-the-root-s", MONARCH_PDB_HEARTBEAT="0.2")
+    below, _ = start_broker(env, "--upstream", tree.upstream)
+    tree.brokers.append(below)
+    said = wait_for_log(below, r"^monarch-pdb broker: the broker above .*$", timeout=10).group()
+    assert said == (f"monarch-pdb broker: the broker above ({tree.upstream}) refused our signature: is the secret "
+                    "the same? (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)")
+    named = wait_for_log(tree.root, r"^monarch-pdb broker: refused a peer .*$").group()
+    assert named == ("monarch-pdb broker: refused a peer at 127.0.0.1: what it sends is not signed with our secret "
+                     "(is the secret the same?)")
+    quiet = log_for(below, 3.0)  # fifteen heartbeats, each a hello the root refuses
+    assert "the broker above" not in quiet, quiet
+    assert "refused a peer" not in stop_broker(tree.root)
+
+
+@pytest.mark.timeout(90)
+def test_a_host_broker_whose_upstream_does_not_answer_says_so_and_tries_on(tree):
+    upstream = f"127.0.0.1:{free_port()}"
+    env = dict(tree.host_env("host0"), MONARCH_PDB_SECRET=tree.env["MONARCH_PDB_SECRET"], MONARCH_PDB_CONNECT_TIMEOUT="2")
+    below, _ = start_broker(env, "--upstream", upstream)
+    tree.brokers.append(below)
+    said = wait_for_log(below, r"^monarch-pdb broker: the broker above .*$", timeout=20).group()
+    assert said == f"monarch-pdb broker: the broker above ({upstream}) does not answer; trying again every 1 s"
+    tree.env["MONARCH_DEBUG_SERVER_PORT"] = upstream.rpartition(":")[2]
+    tree.root, _ = start_broker(tree.env)
+    wait_for_log(below, rf"^monarch-pdb broker: registered with the broker above at {re.escape(upstream)}$")
 
 
 @pytest.mark.timeout(60)
