@@ -124,6 +124,7 @@ class Broker:
             wire.BranchSessions: self.on_branch_sessions,
             wire.BranchRanks: self.on_branch_ranks,
             wire.BranchEnded: self.on_branch_ended,
+            wire.BranchLost: self.on_branch_lost,
             wire.BranchOutput: self.on_branch_output,
             wire.CastResult: self.on_cast_result,
             wire.CastProgress: self.on_cast_progress,
@@ -346,7 +347,8 @@ class Broker:
         A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
         peers' messages wait unread, so their silence counts from when it listens again."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        for identity in self.registry.silent(now, limit, self.listening_since):
+        silent = self.registry.silent(now, limit, self.listening_since)
+        for identity in silent + self.registry.gone_with(silent):
             self.drop(identity, wire.Ending.LOST)
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
@@ -363,6 +365,8 @@ class Broker:
             return
         for sess in gone.ended:
             self.end_session(sess, "", reason)
+        if gone.peer.role == wire.Role.AGENT and reason == wire.Ending.LOST:
+            self.running_lost(gone.peer, gone.ended)
         if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
             for request in self.stacks:
                 request.lost(identity)
@@ -371,6 +375,23 @@ class Broker:
             log(f"job {gone.peer.name} left ({reason})")
         if gone.peer.role == wire.Role.AGENT:
             self.below_changed()
+
+    def running_lost(self, peer: Peer, ended: list[Session]) -> None:
+        """The ranks a lost process ran without a session are lost too (killed, or torn down
+        with their job), and told as those with one are; the broker above learns them."""
+        with_session = {(sess.job, sess.actor, sess.rank) for sess in ended}
+        lost: dict[tuple[str, str], list[int]] = {}
+        for job, actor, rank, *_ in peer.present:
+            if (job, actor, rank) not in with_session:
+                lost.setdefault((job, actor), []).append(rank)
+        for (job, actor), ranks_lost in lost.items():
+            self.announce_lost(job, actor, ranks_lost)
+
+    def announce_lost(self, job: str, actor: str, ranks_lost: list[int]) -> None:
+        for rank in ranks_lost:
+            self.events.add(wire.EventKind.LOST, job, actor, rank, "", wire.Ending.LOST)
+        if self.upstream is not None:
+            self.send(UPSTREAM, wire.BranchLost(job=job, actor=actor, ranks=ranks_lost))
 
     def lose_branch(self, peer: Peer, reason: wire.Ending, ended: list[Session]) -> None:
         """A broker below is gone: its ranks are lost, in one event that names its host, and
@@ -631,6 +652,10 @@ class Broker:
         sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None
         if sess is not None:
             self.end_session(sess, msg.output, msg.reason)
+
+    def on_branch_lost(self, identity: bytes, msg: wire.BranchLost) -> None:
+        if self.registry.is_branch(identity):
+            self.announce_lost(msg.job, msg.actor, msg.ranks)
 
     def on_branch_output(self, identity: bytes, msg: wire.BranchOutput) -> None:
         sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None

@@ -916,6 +916,16 @@ class BranchEnded(Message):
     reason: str
 
 
+@message("branch_lost")
+class BranchLost(Message):
+    """Child to parent: ranks below that ran without a session and are lost with their process
+    (those with one end by `BranchEnded`): each broker up the tree announces them."""
+
+    job: str
+    actor: str
+    ranks: list[int]
+
+
 @message("branch_output")
 class BranchOutput(Message):
     """Child to parent, while the parent wants output (`OutputWanted`): what a session printed."""

@@ -192,6 +192,19 @@ def stop_broker(proc: subprocess.Popen) -> str:
     return proc.communicate(timeout=10)[1]
 
 
+RUNS = textwrap.dedent('''
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    print("RUNNING", flush=True)
+    time.sleep(3600)
+''')
+"""A rank that runs and never stops, known to the broker from `install()` (its launcher's
+RANK names it): saved as train.py, it is rank RANK of actor train."""
+
+
 LAUNCHED_RANK = textwrap.dedent('''
     import os
     import sys

@@ -13,8 +13,8 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import (EXAMPLES, Program, free_port, run_debug, settings_for, start_broker, stop_broker,
-                      wait_for_sessions)
+from programs import (EXAMPLES, RUNS, Program, free_port, run_debug, settings_for, start_broker, stop_broker,
+                      wait_for_all_rows, wait_for_lines, wait_for_sessions)
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
@@ -382,6 +382,25 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         assert sh.command("list").strip() == "No active breakpoints."
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_running_ranks_whose_processes_die_are_announced_lost_in_one_line(env, tmp_path, shell):
+    programs = [run_script(env, tmp_path, "train.py", RUNS, RANK=str(rank), WORLD_SIZE="4", MONARCH_PDB_JOB="train")
+                for rank in range(4)]
+    try:
+        for program in programs:
+            wait_for_lines(program, "RUNNING", 1)
+        wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(r, "running") for r in range(4)])
+        sh = shell()
+        for program in programs:
+            os.kill(program.proc.pid, signal.SIGKILL)
+        sh.expect(r"train ranks\[0-3\] \(4\) were lost \(their processes stopped answering\)\n", timeout=20)
+        assert "was lost" not in sh.text
+        assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 4)] == ["lost"] * 4
+    finally:
+        for program in programs:
+            program.stop()
 
 
 @pytest.mark.timeout(60)

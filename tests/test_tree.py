@@ -19,8 +19,8 @@ import pytest
 import zmq
 from conftest import wait_for_exit
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
-from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, free_port, settings_for, start_broker, stop_broker,
-                      log_for, stop_line, wait_for_all_rows, wait_for_lines, wait_for_log, wait_for_sessions)
+from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, Program, free_port, log_for, settings_for, start_broker,
+                      stop_broker, stop_line, wait_for_all_rows, wait_for_lines, wait_for_log, wait_for_sessions)
 
 from monarch_pdb import discovery, wire
 
@@ -281,7 +281,7 @@ def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_ne
                                                 ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
                                                 ("2", "{'host': 1, 'gpu': 0}", "lost"),
                                                 ("3", "{'host': 1, 'gpu': 1}", "lost")]
-    assert sh.text.count("ranks are lost") == 1 and "was lost" not in sh.text, \
+    assert sh.text.count("ranks are lost") == 1 and not re.search("w(as|ere) lost", sh.text), \
         f"one line for the broker, none per rank:\n{sh.text[lost.start():]}"
 
     for program in held:
@@ -318,7 +318,26 @@ def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_ar
                                                      ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
                                                      ("2", "{'host': 1, 'gpu': 0}", "breakpoint"),
                                                      ("3", "{'host': 1, 'gpu': 1}", "breakpoint")]
-    assert "ranks are lost" not in watcher.text and "was lost" not in watcher.text
+    assert "ranks are lost" not in watcher.text and not re.search("w(as|ere) lost", watcher.text)
+
+
+@pytest.mark.timeout(120)
+def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_the_root(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    script = tree.tmp / "train.py"
+    script.write_text(RUNS)
+    programs = [Program(dict(tree.host_env("host0"), MONARCH_PDB_JOB=JOB, RANK=str(rank)), script, cwd=tree.tmp)
+                for rank in range(2)]
+    tree.programs += programs
+    for program in programs:
+        wait_for_lines(program, "RUNNING", 1)
+    wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "running"), (1, "running")])
+    sh = shell()
+    for program in programs:
+        os.kill(program.proc.pid, signal.SIGKILL)
+    sh.expect(r"train ranks\[0,1\] \(2\) were lost \(their processes stopped answering\)\n", timeout=20)
+    assert [r.state for r in wait_for_all_rows(env, lambda rows: {r.state for r in rows} == {"lost"})] == ["lost"] * 2
 
 
 @pytest.mark.timeout(120)
