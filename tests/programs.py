@@ -152,9 +152,11 @@ def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = N
     returns it and its first line, once it says it listens."""
     proc = subprocess.Popen([*(launcher or []), sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
                             stderr=subprocess.PIPE, text=True)
-    first = proc.stderr.readline()
-    assert "listening on" in first, first
-    return proc, first
+    first = b""
+    while not first.endswith(b"\n") and (byte := os.read(proc.stderr.fileno(), 1)):
+        first += byte  # a byte at a time: what it logs next stays in the pipe, for whoever reads it
+    assert b"listening on" in first, first.decode()
+    return proc, first.decode()
 
 
 def wait_for_log(proc: subprocess.Popen, pattern: str, timeout: float = 30.0) -> re.Match:
