@@ -269,6 +269,13 @@ class Registry:
     (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
     departed: OrderedDict = field(default_factory=OrderedDict)
     """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, lost or finished, instance)."""
+    shadowed: dict[tuple[str, str, int], Session] = field(default_factory=dict)
+    """A session whose rank another process's session took (the rank started twice, the first
+    still running): listed still, and standing for its rank again if the other ends first."""
+    twins: list[tuple[Session, Session]] = field(default_factory=list)
+    """(the session that stood for a rank, the other process's that took it), to be named."""
+    twins_named: set = field(default_factory=set)
+    """(job, actor, rank) of the ranks named as run twice: each is named once."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
@@ -400,7 +407,7 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
+            self._stand(sess)
             owner.owned[msg.sid] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
@@ -425,7 +432,7 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
+            self._stand(sess)
             self.peers[branch].owned[item.id] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         elif stopped:
@@ -439,6 +446,29 @@ class Registry:
         if item.news:
             sess.detail = item.detail
         return sess
+
+    def _stand(self, sess: Session) -> None:
+        """A new session stands for its rank. Another process's that stood for it (the rank
+        started again, elsewhere, while the first runs on) stays listed, and is named once."""
+        ranks_of = self.by_rank.setdefault((sess.job, sess.actor), {})
+        other = ranks_of.get(sess.rank)
+        ranks_of[sess.rank] = sess
+        if other is None or (other.host, other.pid) == (sess.host, sess.pid) or self.gone(other):
+            return
+        key = (sess.job, sess.actor, sess.rank)
+        self.shadowed[key] = other
+        if key not in self.twins_named:
+            self.twins_named.add(key)
+            self.twins.append((other, sess))
+
+    def gone(self, sess: Session) -> bool:
+        """Whether a session's process is gone from this host (restarted, not yet found silent)."""
+        return sess.host == self.host and process_gone(sess.pid)
+
+    def take_twins(self) -> list[tuple[Session, Session]]:
+        """The ranks found run by two processes since last asked, each (first, second)."""
+        twins, self.twins = self.twins, []
+        return twins
 
     def output_log(self, sess: Session) -> OutputLog:
         """A session's log to add to: one below has none until it first prints up here."""
@@ -494,7 +524,13 @@ class Registry:
             self.quit.add(key)
         self.sessions.pop(sess.id, None)
         ranks_of = self.by_rank.get((sess.job, sess.actor), {})
-        if ranks_of.get(sess.rank) is sess:
+        shadow = self.shadowed.pop(key, None)
+        if shadow is not None and shadow is not sess and shadow.id in self.sessions:
+            if ranks_of.get(sess.rank) is sess:
+                ranks_of[sess.rank] = shadow
+            else:
+                self.shadowed[key] = shadow
+        elif ranks_of.get(sess.rank) is sess:
             del ranks_of[sess.rank]
             if not ranks_of:
                 del self.by_rank[(sess.job, sess.actor)]

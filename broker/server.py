@@ -591,6 +591,7 @@ class Broker:
             return
         if sess is None:
             return
+        self.name_twins()
         if self.upstream is not None:
             self.upstream.touched(sess, news)
             if news:
@@ -629,13 +630,23 @@ class Broker:
                 self.upstream.touched(sess, item.news)
                 if not known:
                     self.below_changed()
+        self.name_twins()
+
+    def name_twins(self) -> None:
+        """Ranks that two processes run (one started again while the first runs on): both stay
+        listed, and every shell is told once."""
+        for first, second in self.registry.take_twins():
+            detail = f"pid {first.pid} on {first.host} and pid {second.pid} on {second.host}"
+            self.publish(wire.EventKind.TWICE, second, detail)
+            log(f"{second.actor} {second.rank} of job {second.job} is run by two processes ({detail}); both are listed")
 
     def forget_moved(self, row: wire.SessionRow) -> None:
-        """A broker below tells of a rank that another session below still stands for: the
-        rank moved (its host broker was replaced before the old one was declared lost). The old
-        session is forgotten without an event, and a shell attached to it attaches again."""
+        """A broker below tells of a rank that another session below still stands for in the
+        same process: the rank moved (its host broker was replaced before the old one was
+        declared lost). The old session is forgotten without an event, and a shell attached to
+        it attaches again. Another process's is the rank started twice (`Registry._stand`)."""
         old = self.registry.session_for(row.job, row.actor, row.rank)
-        if old is None or not self.registry.is_branch(old.peer):
+        if old is None or not self.registry.is_branch(old.peer) or (old.host, old.pid) != (row.host, row.pid):
             return
         if old.holder is not None:
             self.send(old.holder, wire.SessionEnded(session=old.id, text="", reason=wire.Ending.UNKNOWN))

@@ -15,6 +15,7 @@ PHRASES = {
     wire.EventKind.LOST: "was lost (its process stopped answering)",
     wire.EventKind.RELEASED: "is free again (the shell attached to it went away)",
     wire.EventKind.TAKEN: "was taken over by the shell of {detail} (attach --force)",
+    wire.EventKind.TWICE: "is run by two processes ({detail}); both are listed, attach and cast reach the second",
 }
 """Every kind of event about ranks, as the shell says it."""
 SEVERAL = {wire.EventKind.LOST: "were lost (their processes stopped answering)"}

@@ -232,6 +232,8 @@ class EventKind(Word):
     """Free again: the shell that held it went away."""
     TAKEN = "taken"
     """Another shell took it over (attach --force)."""
+    TWICE = "twice"
+    """A second process runs the rank: `detail` names both."""
     BROKER_LOST = "broker-lost"
     """A broker below went away with its ranks: `where` is its host, `count` how many ranks."""
     BROKER_JOINED = "broker-joined"

@@ -341,6 +341,28 @@ def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_
 
 
 @pytest.mark.timeout(120)
+def test_a_rank_started_again_under_another_host_broker_is_listed_twice_and_named_once(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    tree.host_broker("host1")
+    [first] = tree.ranks("host0", 0, [5], 8)
+    wait_for_sessions(env, 1)
+    sh = shell()
+    [second] = tree.ranks("host1", 1, [5], 8)
+    twice = sh.expect(r"\brank 5 is run by two processes \(pid (\d+) on \S+ and pid (\d+) on \S+\); both are listed, "
+                      r"attach and cast reach the second\n")
+    assert twice.groups() == (str(first.proc.pid), str(second.proc.pid))
+    stop = str(stop_line(18))
+    assert listed(sh.command("list")) == [("5", "{'host': 0, 'gpu': 0}", stop), ("5", "{'host': 1, 'gpu': 0}", stop)]
+    wait_for_all_rows(env, lambda rows: [(r.processes, r.sessions, r.paused) for r in rows] == [(2, 2, 2)],
+                      ask=wire.ListJobs(), answer=wire.JobList)
+    assert "Continued 2 ranks: rank ranks[5]" in sh.command("continue").splitlines()
+    sh.expect(r"\brank 5 entered post-mortem at rank.py:20: ValueError: rank 5 fails\n")
+    wait_for_sessions(env, 2, state="post-mortem")
+    assert sh.text.count("is run by two processes") == 1
+
+
+@pytest.mark.timeout(120)
 def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
     tree.start_root()
     tree.host_broker("host0")
