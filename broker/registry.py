@@ -204,6 +204,7 @@ class LiveRank:
     actor: str
     rank: int
     coords: dict
+    instance: str = ""
 
 
 @dataclass
@@ -592,7 +593,8 @@ class Registry:
     def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
         not), in rank order, and a `Missing` for each rank it names that is not among them;
-        refused when it picks none."""
+        refused when it picks none. A slice or filter picks other threads' sessions only when
+        it asks for threads (ranks.py)."""
         try:
             selection = ranks.parse_selector(selector)
         except ranks.SelectorError as error:
@@ -601,7 +603,9 @@ class Registry:
         by_rank = {r.rank: r for r in found}
         # Coordinates are made only for a selector that filters on them, not for ranks(0:8).
         by_coords = bool(ranks.dimensions(selection))
-        candidates = ((r.rank, r.coords if by_coords else {}) for r in found)
+        picked = found if selection.threads or ranks.named(selection) else [
+            r for r in found if not wire.is_thread(r.instance)]
+        candidates = ((r.rank, r.coords if by_coords else {}) for r in picked)
         chosen = [by_rank[rank] for rank in ranks.select(selection, candidates)]
         if not chosen:
             raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
@@ -695,7 +699,8 @@ class Registry:
                     found[(row.job, row.rank)] = LiveRank(peer.identity, row.job, actor, row.rank, row.coords)
         for sess in self.sessions.values():
             if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
-                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords)
+                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords,
+                                                        sess.instance)
         if not found:
             raise Refused(f"No running rank of actor {actor} is known to the broker")
         in_one_job(actor, {j for j, _ in found})

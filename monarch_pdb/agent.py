@@ -126,20 +126,19 @@ class Agent:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
-        stops) keeps its name. Any other is named after the process, which one thread cannot own
-        for the others: a thread stopping under a name another session of the process holds, or
-        under the pid (the main thread's name), is listed with its own thread id as rank and its
-        thread's name as instance."""
+        stops) keeps its name. Any other is named after the process, whose rank belongs to the
+        thread that runs the rank's code (`RankThreads.runs`: the main thread under a launcher),
+        whichever thread stops first: a session of another thread, or under a name another
+        session of the process holds, is listed with its own thread id as rank and its thread's
+        name as instance."""
         inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
+        runs_rank = own_name or self.threads.runs(identity.actor, identity.rank)
         with self._lock:
             sid = next(self._sids)
             name = (identity.job, identity.actor, identity.rank)
-            thread = threading.current_thread()
-            if not own_name and (name in self._holders
-                                 or (identity.rank == self.pid and thread is not threading.main_thread())):
-                named = f"thread {thread.name}"
+            if not own_name and (name in self._holders or not runs_rank):
                 identity = replace(identity, rank=threading.get_native_id(),
-                                   instance=f"{identity.instance}, {named}" if identity.instance else named)
+                                   instance=wire.thread_instance(identity.instance, threading.current_thread().name))
                 name = (identity.job, identity.actor, identity.rank)
                 self._by_thread.add(sid)
             self._names[sid] = name

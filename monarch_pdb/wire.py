@@ -391,6 +391,22 @@ class PresentRank(Record):
     instance: str = ""
 
 
+THREAD = "thread"
+"""How a session of a thread other than its rank's is listed: its instance says `thread NAME`."""
+
+
+def thread_instance(instance: str, thread: str) -> str:
+    """The instance of a session listed under its thread's id rather than a rank: `thread NAME`,
+    after the engine's own id when there is one."""
+    named = f"{THREAD} {thread}"
+    return f"{instance}, {named}" if instance else named
+
+
+def is_thread(instance: str) -> bool:
+    """Whether an instance is that of a session listed under its thread (`thread_instance`)."""
+    return instance.startswith(f"{THREAD} ") or f", {THREAD} " in instance
+
+
 @record
 class EventRow(Record):
     """An `Event` as the broker keeps it and sends it again to a shell that missed it."""

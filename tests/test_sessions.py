@@ -107,6 +107,27 @@ INSTALLED_THREADS = textwrap.dedent('''
     print("ALL DONE")
 ''')
 
+LOADER = textwrap.dedent('''
+    import sys
+    import threading
+
+
+    def load():
+        batch = "the loader's"
+        breakpoint()
+
+
+    loader = threading.Thread(target=load, name="loader")
+    loader.start()
+    with open(sys.argv[1]) as go:  # the test lets the main thread go on once the loader has stopped
+        go.read()
+    loss = 0.5
+    breakpoint()
+    loader.join()
+    print("ALL DONE")
+''')
+"""A rank (RANK=5) whose loader thread stops at a breakpoint before its main thread does."""
+
 QUITS = textwrap.dedent('''
     import sys
 
@@ -301,8 +322,9 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
         listing = run_debug(env, "-c", "list")
         assert [line.split("|")[7].strip() for line in listing.stdout.splitlines() if "| threads " in line] == [
             "", "thread worker-1", "thread worker-2"], listing.stdout
-        done = run_debug(env, "--json", "-c", "cast threads ranks(:) p value", "-c", f"attach threads {ranks[2]}",
-                         "-c", "p value", "-c", "c", "-c", f"cast threads ranks({ranks[1]}) c", "-c", "continue")
+        done = run_debug(env, "--json", "-c", "cast threads ranks(:, threads) p value",
+                         "-c", f"attach threads {ranks[2]}", "-c", "p value", "-c", "c",
+                         "-c", f"cast threads ranks({ranks[1]}) c", "-c", "continue")
         assert done.returncode == 0, done.stderr
         cast, attached, answer, *_, released, continued = [json.loads(line) for line in done.stdout.splitlines()]
         assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [
@@ -310,6 +332,33 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
         assert attached["attached"]["rank"] == ranks[2] and answer["output"] == "'worker 2'\n"
         assert [(g["ranks"], g["outcome"]) for g in released["groups"]] == [([ranks[1]], "continued")]
         assert continued["continued"] == [{"actor": "threads", "ranks": [pid]}]
+        code, output = program.finish()
+        assert code == 0 and "ALL DONE" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_the_rank_is_its_main_thread_whichever_thread_stops_first_and_a_slice_picks_ranks_only(env, tmp_path):
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    program = run_script(env, tmp_path, "train.py", LOADER, str(fifo), PYTHONBREAKPOINT="monarch_pdb.set_trace",
+                         RANK="5")
+    try:
+        [loader] = wait_for_sessions(env, 1)
+        assert loader.instance == "thread loader" and loader.rank != 5
+        with open(fifo, "w") as go:
+            go.write("go")
+        rows = wait_for_sessions(env, 2)
+        assert sorted((r.rank, r.instance) for r in rows) == [(5, ""), (loader.rank, "thread loader")]
+        done = run_debug(env, "-c", "cast train ranks(:) p loss", "-c", "cast train ranks(4:8) p loss",
+                         "-c", "cast train ranks(:, threads) p threading.current_thread().name",
+                         "-c", f"cast train ranks({loader.rank}) p batch", "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("Continued")[0] == (
+            "train ranks[5] (1)\n0.5\n" * 2
+            + f"train ranks[5] (1)\n'MainThread'\ntrain ranks[{loader.rank}] (1)\n'loader'\n"
+            + f"train ranks[{loader.rank}] (1)\n\"the loader's\"\n")
         code, output = program.finish()
         assert code == 0 and "ALL DONE" in output
     finally:
