@@ -21,7 +21,7 @@ from typing import Protocol
 import zmq
 
 from monarch_pdb import discovery, interrupt, stacks, wire
-from monarch_pdb.identity import Identity, job_name
+from monarch_pdb.identity import Identity, job_name, rank_is_set
 from monarch_pdb.interrupt import Interrupts
 from monarch_pdb.link import Link
 from monarch_pdb.presence import Presence
@@ -126,13 +126,14 @@ class Agent:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
-        stops) keeps its name. Any other is named after the process, whose rank belongs to the
-        thread that runs the rank's code (`RankThreads.runs`: the main thread under a launcher),
-        whichever thread stops first: a session of another thread, or under a name another
-        session of the process holds, is listed with its own thread id as rank and its thread's
-        name as instance."""
+        stops) keeps its name. Any other is named after the process, whose rank a launcher's
+        variables (or the pid) give to the thread that runs the rank's code (`RankThreads.runs`:
+        the main thread under torchrun), whichever thread stops first; a rank the program named
+        goes to the first thread to stop as it. A session of another thread, or under a name
+        another session of the process holds, is listed with its own thread id as rank and its
+        thread's name as instance."""
         inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
-        runs_rank = own_name or self.threads.runs(identity.actor, identity.rank)
+        runs_rank = own_name or rank_is_set() or self.threads.runs(identity.actor, identity.rank)
         with self._lock:
             sid = next(self._sids)
             name = (identity.job, identity.actor, identity.rank)
