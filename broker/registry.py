@@ -275,6 +275,9 @@ class Registry:
     still running): listed still, and standing for its rank again if the other ends first."""
     twins: list[tuple[Session, Session]] = field(default_factory=list)
     """(the session that stood for a rank, the other process's that took it), to be named."""
+    thread_sessions: int = 0
+    """How many sessions are of threads other than their ranks' (`wire.is_thread`): a selector
+    looks for them among thousands of sessions only when there are some."""
     twins_named: set = field(default_factory=set)
     """(job, actor, rank) of the ranks named as run twice: each is named once."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
@@ -449,8 +452,10 @@ class Registry:
         return sess
 
     def _stand(self, sess: Session) -> None:
-        """A new session stands for its rank. Another process's that stood for it (the rank
-        started again, elsewhere, while the first runs on) stays listed, and is named once."""
+        """A new session stands for its rank (and is counted, if a thread's). Another process's
+        that stood for it (the rank started again, elsewhere, while the first runs on) stays
+        listed, and is named once."""
+        self.thread_sessions += wire.is_thread(sess.instance)
         ranks_of = self.by_rank.setdefault((sess.job, sess.actor), {})
         other = ranks_of.get(sess.rank)
         ranks_of[sess.rank] = sess
@@ -523,7 +528,8 @@ class Registry:
         owner = self.peers.get(sess.peer)
         if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
             self.quit.add(key)
-        self.sessions.pop(sess.id, None)
+        if self.sessions.pop(sess.id, None) is not None:
+            self.thread_sessions -= wire.is_thread(sess.instance)
         ranks_of = self.by_rank.get((sess.job, sess.actor), {})
         shadow = self.shadowed.pop(key, None)
         if shadow is not None and shadow is not sess and shadow.id in self.sessions:
@@ -603,7 +609,7 @@ class Registry:
         by_rank = {r.rank: r for r in found}
         # Coordinates are made only for a selector that filters on them, not for ranks(0:8).
         by_coords = bool(ranks.dimensions(selection))
-        picked = found if selection.threads or ranks.named(selection) else [
+        picked = found if selection.threads or ranks.named(selection) or not self.thread_sessions else [
             r for r in found if not wire.is_thread(r.instance)]
         candidates = ((r.rank, r.coords if by_coords else {}) for r in picked)
         chosen = [by_rank[rank] for rank in ranks.select(selection, candidates)]

@@ -134,6 +134,18 @@ def test_a_rank_whose_process_is_gone_here_is_replaced_by_its_restart_without_a_
     assert registry.take_twins() == [] and registry.find("", "train", 5) is restarted
 
 
+def test_a_slice_picks_ranks_and_other_threads_sessions_only_when_asked_or_named():
+    registry = Registry()
+    agent(registry, b"agent")
+    stop(registry, rank=5)
+    loader, _ = stop(registry, sid=2, rank=4242, instance="thread loader")
+    assert [s.rank for s in registry.select("", "train", "ranks(:)")[0]] == [5]
+    assert [s.rank for s in registry.select("", "train", "ranks(:, threads)")[0]] == [5, 4242]
+    assert [s.rank for s in registry.select("", "train", "ranks(4242)")[0]] == [4242]
+    registry.end(loader)
+    assert registry.thread_sessions == 0
+
+
 def test_a_replay_is_what_was_printed_since_the_last_input():
     log = OutputLog(limit=100)
     log.add("> stop\n")
