@@ -52,6 +52,10 @@ class Broker:
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
+    unnamed: OrderedDict = field(default_factory=OrderedDict)
+    """Those of them whose address is not yet known, and since when (see `drain`)."""
+    refused_addresses: set = field(default_factory=set)
+    """Addresses named in the log as sending what our secret did not sign: each is named once."""
     pub_endpoint: str = ""
     refused_logged: int = 0
     refusals_logged_at: float = float("-inf")
@@ -119,6 +123,7 @@ class Broker:
             wire.BranchSessions: self.on_branch_sessions,
             wire.BranchRanks: self.on_branch_ranks,
             wire.BranchEnded: self.on_branch_ended,
+            wire.BranchLost: self.on_branch_lost,
             wire.BranchOutput: self.on_branch_output,
             wire.CastResult: self.on_cast_result,
             wire.CastProgress: self.on_cast_progress,
@@ -181,7 +186,10 @@ class Broker:
             if ticked:
                 next_tick = now + tick
                 self.reap(now)
+                self.forget_unnamed(now)
                 self.summarize_refusals(now)
+                if self.upstream is not None and (trouble := self.upstream.trouble(now)):
+                    log(trouble)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.events.seq))])
             self.flush(now, ticked)
             if self.registry.connected():
@@ -233,10 +241,29 @@ class Broker:
         the bounds even while a flood comes in."""
         for _ in range(DRAIN_AT_ONCE):
             try:
-                frames = self.router.recv_multipart(zmq.NOBLOCK)
+                if self.unnamed:
+                    parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
+                    frames = [part.bytes for part in parts]
+                    self.name_refused(frames[0], parts[-1])
+                else:
+                    frames = self.router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self.handle(frames)
+
+    def name_refused(self, identity: bytes, frame: zmq.Frame) -> None:
+        """Name, once, the address of a peer whose signature failed, from its next message:
+        a message carries its connection's address only as a frame, which costs more than bytes
+        to receive, so frames are taken only while some refused peer is still unnamed."""
+        if self.unnamed.pop(identity, None) is None:
+            return
+        try:
+            address = frame.get("Peer-Address")
+        except zmq.ZMQError:
+            return
+        if address not in self.refused_addresses and len(self.refused_addresses) < TOLD_UNSIGNED:
+            self.refused_addresses.add(address)
+            log(f"refused a peer at {address}: what it sends is not signed with our secret (is the secret the same?)")
 
     def handle(self, frames: list[bytes]) -> None:
         identity = frames[0]
@@ -246,8 +273,10 @@ class Broker:
             self.note_refusal(str(refusal))
             if str(refusal) == "bad signature" and identity not in self.told_unsigned:
                 self.told_unsigned[identity] = None
-                if len(self.told_unsigned) > TOLD_UNSIGNED:
-                    self.told_unsigned.popitem(last=False)
+                self.unnamed[identity] = time.monotonic()
+                for table in (self.told_unsigned, self.unnamed):
+                    if len(table) > TOLD_UNSIGNED:
+                        table.popitem(last=False)
                 self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
         self.dispatch(identity, msgs)
@@ -312,6 +341,11 @@ class Broker:
         self.latest_refusal = reason
         self.summarize_refusals(time.monotonic())
 
+    def forget_unnamed(self, now: float) -> None:
+        """Refused peers that said nothing more within a summary's time stay unnamed."""
+        while self.unnamed and now - next(iter(self.unnamed.values())) > REFUSALS_LOGGED_EVERY:
+            self.unnamed.popitem(last=False)
+
     def summarize_refusals(self, now: float, final: bool = False) -> None:
         total = sum(self.codec.refused.values())
         if total == self.refused_logged or (now - self.refusals_logged_at < REFUSALS_LOGGED_EVERY and not final):
@@ -330,7 +364,8 @@ class Broker:
         process ended); while it stands, the broker is only stopped or starved, and its ranks
         are unreachable, not lost."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        for identity in self.registry.silent(now, limit, self.listening_since):
+        silent = self.registry.silent(now, limit, self.listening_since)
+        for identity in silent + self.registry.gone_with(silent):
             peer = self.registry.peer(identity)
             if identity == UPSTREAM:
                 peer.silent = True
@@ -391,6 +426,8 @@ class Broker:
             return
         for sess in gone.ended:
             self.end_session(sess, "", reason)
+        if gone.peer.role == wire.Role.AGENT and reason == wire.Ending.LOST:
+            self.running_lost(gone.peer, gone.ended)
         if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
             for table in (self.stacks, self.peeks.table):
                 for request in table:
@@ -400,6 +437,23 @@ class Broker:
             log(f"job {gone.peer.name} left ({reason})")
         if gone.peer.role == wire.Role.AGENT:
             self.below_changed()
+
+    def running_lost(self, peer: Peer, ended: list[Session]) -> None:
+        """The ranks a lost process ran without a session are lost too (killed, or torn down
+        with their job), and told as those with one are; the broker above learns them."""
+        with_session = {(sess.job, sess.actor, sess.rank) for sess in ended}
+        lost: dict[tuple[str, str], list[int]] = {}
+        for job, actor, rank, *_ in peer.present:
+            if (job, actor, rank) not in with_session:
+                lost.setdefault((job, actor), []).append(rank)
+        for (job, actor), ranks_lost in lost.items():
+            self.announce_lost(job, actor, ranks_lost)
+
+    def announce_lost(self, job: str, actor: str, ranks_lost: list[int]) -> None:
+        for rank in ranks_lost:
+            self.events.add(wire.EventKind.LOST, job, actor, rank, "", wire.Ending.LOST)
+        if self.upstream is not None:
+            self.send(UPSTREAM, wire.BranchLost(job=job, actor=actor, ranks=ranks_lost))
 
     def lose_branch(self, peer: Peer, reason: wire.Ending, ended: list[Session]) -> None:
         """A broker below is gone: its ranks are lost, in one event that names its host, and
@@ -599,6 +653,7 @@ class Broker:
             return
         if sess is None:
             return
+        self.name_twins()
         if self.upstream is not None:
             self.upstream.touched(sess, news)
             if news:
@@ -637,13 +692,23 @@ class Broker:
                 self.upstream.touched(sess, item.news)
                 if not known:
                     self.below_changed()
+        self.name_twins()
+
+    def name_twins(self) -> None:
+        """Ranks that two processes run (one started again while the first runs on): both stay
+        listed, and every shell is told once."""
+        for first, second in self.registry.take_twins():
+            detail = f"pid {first.pid} on {first.host} and pid {second.pid} on {second.host}"
+            self.publish(wire.EventKind.TWICE, second, detail)
+            log(f"{second.actor} {second.rank} of job {second.job} is run by two processes ({detail}); both are listed")
 
     def forget_moved(self, row: wire.SessionRow) -> None:
-        """A broker below tells of a rank that another session below still stands for: the
-        rank moved (its host broker was replaced before the old one was declared lost). The old
-        session is forgotten without an event, and a shell attached to it attaches again."""
+        """A broker below tells of a rank that another session below still stands for in the
+        same process: the rank moved (its host broker was replaced before the old one was
+        declared lost). The old session is forgotten without an event, and a shell attached to
+        it attaches again. Another process's is the rank started twice (`Registry._stand`)."""
         old = self.registry.session_for(row.job, row.actor, row.rank)
-        if old is None or not self.registry.is_branch(old.peer):
+        if old is None or not self.registry.is_branch(old.peer) or (old.host, old.pid) != (row.host, row.pid):
             return
         if old.holder is not None:
             self.send(old.holder, wire.SessionEnded(session=old.id, text="", reason=wire.Ending.UNKNOWN))
@@ -660,6 +725,10 @@ class Broker:
         sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None
         if sess is not None:
             self.end_session(sess, msg.output, msg.reason)
+
+    def on_branch_lost(self, identity: bytes, msg: wire.BranchLost) -> None:
+        if self.registry.is_branch(identity):
+            self.announce_lost(msg.job, msg.actor, msg.ranks)
 
     def on_branch_output(self, identity: bytes, msg: wire.BranchOutput) -> None:
         sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import zmq
 
 from monarch_pdb import discovery, interrupt, peek, stacks, wire
-from monarch_pdb.identity import Identity, job_name
+from monarch_pdb.identity import Identity, job_name, rank_is_set
 from monarch_pdb.interrupt import Interrupts
 from monarch_pdb.link import Link
 from monarch_pdb.peek import Evaluations
@@ -102,10 +102,10 @@ class Agent:
         self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
-        """The broker: one elsewhere, or this host's, started if need be. A rank with an upstream
-        (MONARCH_PDB_UPSTREAM) has its host's broker, which takes the secret it carries to
-        register with the broker above."""
-        here = bool(self.settings.upstream) and discovery.is_local(self.settings.host)
+        """The broker: one elsewhere, or this host's, started if need be (with the secret of
+        the environment, if any). A rank with an upstream (MONARCH_PDB_UPSTREAM) has its host's
+        broker, which takes the secret it carries to register with the broker above."""
+        here = discovery.is_local(self.settings.host)
         conn = discovery.locate(self.settings, here)
         if conn is None and self.settings.upstream and discovery.secret_of(self.settings) is None:
             raise discovery.NotFound(f"MONARCH_PDB_UPSTREAM names {self.settings.upstream}, but this host's broker "
@@ -128,20 +128,20 @@ class Agent:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
-        stops) keeps its name. Any other is named after the process, which one thread cannot own
-        for the others: a thread stopping under a name another session of the process holds, or
-        under the pid (the main thread's name), is listed with its own thread id as rank and its
+        stops) keeps its name. Any other is named after the process, whose rank a launcher's
+        variables (or the pid) give to the thread that runs the rank's code (`RankThreads.runs`:
+        the main thread under torchrun), whichever thread stops first; a rank the program named
+        goes to the first thread to stop as it. A session of another thread, or under a name
+        another session of the process holds, is listed with its own thread id as rank and its
         thread's name as instance."""
         inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
+        runs_rank = own_name or rank_is_set() or self.threads.runs(identity.actor, identity.rank)
         with self._lock:
             sid = next(self._sids)
             name = (identity.job, identity.actor, identity.rank)
-            thread = threading.current_thread()
-            if not own_name and (name in self._holders
-                                 or (identity.rank == self.pid and thread is not threading.main_thread())):
-                named = f"thread {thread.name}"
+            if not own_name and (name in self._holders or not runs_rank):
                 identity = replace(identity, rank=threading.get_native_id(),
-                                   instance=f"{identity.instance}, {named}" if identity.instance else named)
+                                   instance=wire.thread_instance(identity.instance, threading.current_thread().name))
                 name = (identity.job, identity.actor, identity.rank)
                 self._by_thread.add(sid)
             self._names[sid] = name

@@ -318,6 +318,7 @@ class Link:
                     self._broker_pid, self._seq, self._catching_up = msg.broker_pid, msg.seq, False
                 replies.extend(self._catch_up_to(msg.seq))
                 self.problem = ""
+                self.rejected.clear()
                 if not self.ready.is_set():  # else it answers a hello we said again: no news
                     self.ready.set()
                     if not msg.known:  # a broker that knew us has all we told it

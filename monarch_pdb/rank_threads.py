@@ -90,6 +90,16 @@ class RankThreads:
         with self._lock:
             self._paused.pop(sid, None)
 
+    def runs(self, actor: str, rank: int) -> bool:
+        """Whether the calling thread runs the code of (actor, rank): the thread of its newest
+        call while one runs, else the process's main thread."""
+        here = threading.get_ident()
+        with self._lock:
+            for call in reversed(self._calls):
+                if (call.identity.actor, call.identity.rank) == (actor, rank):
+                    return call.running.thread == here
+        return here == threading.main_thread().ident
+
     def newest_call(self) -> Identity | None:
         """Whose code the process runs now, for a process that is a rank of its own (a Ray
         worker runs one task after another, each its own rank)."""

@@ -232,6 +232,8 @@ class EventKind(Word):
     """Free again: the shell that held it went away."""
     TAKEN = "taken"
     """Another shell took it over (attach --force)."""
+    TWICE = "twice"
+    """A second process runs the rank: `detail` names both."""
     BROKER_LOST = "broker-lost"
     """A broker below went away with its ranks: `where` is its host, `count` how many ranks."""
     BROKER_JOINED = "broker-joined"
@@ -404,6 +406,22 @@ class PresentRank(Record):
     rank: int
     coords: dict[str, int]
     instance: str = ""
+
+
+THREAD = "thread"
+"""How a session of a thread other than its rank's is listed: its instance says `thread NAME`."""
+
+
+def thread_instance(instance: str, thread: str) -> str:
+    """The instance of a session listed under its thread's id rather than a rank: `thread NAME`,
+    after the engine's own id when there is one."""
+    named = f"{THREAD} {thread}"
+    return f"{instance}, {named}" if instance else named
+
+
+def is_thread(instance: str) -> bool:
+    """Whether an instance is that of a session listed under its thread (`thread_instance`)."""
+    return instance.startswith(f"{THREAD} ") or f", {THREAD} " in instance
 
 
 @record
@@ -994,6 +1012,16 @@ class BranchEnded(Message):
     id: int
     output: str
     reason: str
+
+
+@message("branch_lost")
+class BranchLost(Message):
+    """Child to parent: ranks below that ran without a session and are lost with their process
+    (those with one end by `BranchEnded`): each broker up the tree announces them."""
+
+    job: str
+    actor: str
+    ranks: list[int]
 
 
 @message("branch_output")

@@ -214,12 +214,33 @@ class BrokerLog:
             self.seen = at + 1
             return self.lines[at]
 
+    def during(self, seconds: float) -> str:
+        """What the broker logs in the next `seconds` after the lines waited for: a deadline
+        on what it must not say meanwhile."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.proc.poll() is not None, seconds)
+            text, self.seen = "".join(self.lines[self.seen:]), len(self.lines)
+            return text
+
     def stop(self) -> str:
         """Stop the broker as `stop_broker` does; returns all it logged after its first line."""
         self.proc.terminate()
         self.proc.wait(timeout=10)
         self.reader.join(timeout=10)
         return "".join(self.lines)
+
+
+RUNS = textwrap.dedent('''
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    print("RUNNING", flush=True)
+    time.sleep(3600)
+''')
+"""A rank that runs and never stops, known to the broker from `install()` (its launcher's
+RANK names it): saved as train.py, it is rank RANK of actor train."""
 
 
 LAUNCHED_RANK = textwrap.dedent('''

@@ -19,8 +19,8 @@ import pytest
 import zmq
 from conftest import wait_for_exit
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
-from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, free_port, settings_for, start_broker, stop_broker,
-                      stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
+from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, BrokerLog, Program, free_port, settings_for,
+                      start_broker, stop_broker, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 
 from monarch_pdb import discovery, wire
 
@@ -315,7 +315,7 @@ def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_ne
                                                 ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
                                                 ("2", "{'host': 1, 'gpu': 0}", "lost"),
                                                 ("3", "{'host': 1, 'gpu': 1}", "lost")]
-    assert sh.text.count("ranks are lost") == 1 and "was lost" not in sh.text, \
+    assert sh.text.count("ranks are lost") == 1 and not re.search("w(as|ere) lost", sh.text), \
         f"one line for the broker, none per rank:\n{sh.text[lost.start():]}"
 
     for program in held:
@@ -387,7 +387,48 @@ def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_ar
                                                      ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
                                                      ("2", "{'host': 1, 'gpu': 0}", "breakpoint"),
                                                      ("3", "{'host': 1, 'gpu': 1}", "breakpoint")]
-    assert "ranks are lost" not in watcher.text and "was lost" not in watcher.text
+    assert "ranks are lost" not in watcher.text and not re.search("w(as|ere) lost", watcher.text)
+
+
+@pytest.mark.timeout(120)
+def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_the_root(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    script = tree.tmp / "train.py"
+    script.write_text(RUNS)
+    programs = [Program(dict(tree.host_env("host0"), MONARCH_PDB_JOB=JOB, RANK=str(rank)), script, cwd=tree.tmp)
+                for rank in range(2)]
+    tree.programs += programs
+    for program in programs:
+        wait_for_lines(program, "RUNNING", 1)
+    wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "running"), (1, "running")])
+    sh = shell()
+    for program in programs:
+        os.kill(program.proc.pid, signal.SIGKILL)
+    sh.expect(r"train ranks\[0,1\] \(2\) were lost \(their processes stopped answering\)\n", timeout=20)
+    assert [r.state for r in wait_for_all_rows(env, lambda rows: {r.state for r in rows} == {"lost"})] == ["lost"] * 2
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_started_again_under_another_host_broker_is_listed_twice_and_named_once(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    tree.host_broker("host1")
+    [first] = tree.ranks("host0", 0, [5], 8)
+    wait_for_sessions(env, 1)
+    sh = shell()
+    [second] = tree.ranks("host1", 1, [5], 8)
+    twice = sh.expect(r"\brank 5 is run by two processes \(pid (\d+) on \S+ and pid (\d+) on \S+\); both are listed, "
+                      r"attach and cast reach the second\n")
+    assert twice.groups() == (str(first.proc.pid), str(second.proc.pid))
+    stop = str(stop_line(18))
+    assert listed(sh.command("list")) == [("5", "{'host': 0, 'gpu': 0}", stop), ("5", "{'host': 1, 'gpu': 0}", stop)]
+    wait_for_all_rows(env, lambda rows: [(r.processes, r.sessions, r.paused) for r in rows] == [(2, 2, 2)],
+                      ask=wire.ListJobs(), answer=wire.JobList)
+    assert "Continued 2 ranks: rank ranks[5]" in sh.command("continue").splitlines()
+    sh.expect(r"\brank 5 entered post-mortem at rank.py:20: ValueError: rank 5 fails\n")
+    wait_for_sessions(env, 2, state="post-mortem")
+    assert sh.text.count("is run by two processes") == 1
 
 
 @pytest.mark.timeout(120)
@@ -493,6 +534,43 @@ def test_a_broker_with_an_upstream_and_no_secret_says_so_in_one_line(tree, given
     assert done.stderr == (f"monarch-pdb broker: cannot register with the broker above ({tree.upstream}) without the "
                            "secret it was given: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE\n")
     assert not (tree.tmp / "host0" / "broker-0.json").exists()
+
+
+@pytest.mark.timeout(90)
+def test_a_host_broker_the_root_refuses_says_why_at_a_slow_pace_and_the_root_names_it_once(tree):
+    tree.start_root()
+    root_log = BrokerLog(tree.root)
+    env = dict(tree.host_env("host0"), MONARCH_PDB_SECRET="not-the-root-s", MONARCH_PDB_HEARTBEAT="0.2")
+    below, _ = start_broker(env, "--upstream", tree.upstream)
+    tree.brokers.append(below)
+    below_log = BrokerLog(below)
+    said = below_log.wait_for("monarch-pdb broker: the broker above ", timeout=10)
+    assert said == (f"monarch-pdb broker: the broker above ({tree.upstream}) refused our signature: is the secret "
+                    "the same? (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)\n")
+    named = root_log.wait_for("monarch-pdb broker: refused a peer ")
+    assert named == ("monarch-pdb broker: refused a peer at 127.0.0.1: what it sends is not signed with our secret "
+                     "(is the secret the same?)\n")
+    quiet = below_log.during(3.0)  # fifteen heartbeats, each a hello the root refuses
+    assert "the broker above" not in quiet, quiet
+    below_log.stop()
+    root_log.stop()
+    assert "refused a peer" not in "".join(root_log.lines[root_log.seen:])
+
+
+@pytest.mark.timeout(90)
+def test_a_host_broker_whose_upstream_does_not_answer_says_so_and_tries_on(tree):
+    upstream = f"127.0.0.1:{free_port()}"
+    env = dict(tree.host_env("host0"), MONARCH_PDB_SECRET=tree.env["MONARCH_PDB_SECRET"], MONARCH_PDB_CONNECT_TIMEOUT="2")
+    below, _ = start_broker(env, "--upstream", upstream)
+    tree.brokers.append(below)
+    below_log = BrokerLog(below)
+    said = below_log.wait_for("monarch-pdb broker: the broker above ", timeout=20)
+    assert said == f"monarch-pdb broker: the broker above ({upstream}) does not answer; trying again every 1 s\n"
+    tree.env["MONARCH_DEBUG_SERVER_PORT"] = upstream.rpartition(":")[2]
+    tree.root, _ = start_broker(tree.env)
+    assert below_log.wait_for("monarch-pdb broker: registered with the broker above at ") == \
+        f"monarch-pdb broker: registered with the broker above at {upstream}\n"
+    below_log.stop()
 
 
 @pytest.mark.timeout(60)
