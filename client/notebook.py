@@ -18,10 +18,10 @@ import rich.console
 from IPython.display import display
 
 from monarch_pdb.client import cli, mesh
+from monarch_pdb.client.shell import ALIASES
 
 COMMANDS = ("list", "cast", "continue", "stacks", "peek", "mesh", "jobs", "wait", "interrupt")
-ALIASES = {"l": "list", "c": "continue"}
-TERMINAL_ONLY = ("attach", "a", "follow")
+TERMINAL_ONLY = ("attach", "follow")
 WHERE = "%monarch_debug"
 LETTERS = {letter: word for letter, word, _ in mesh.STATES.values()}
 
@@ -46,19 +46,19 @@ def monarch_debug(line: str, cell: str | None = None) -> None:
         if command not in COMMANDS:
             print(f"{WHERE}: line {number}: {refusal(command)}", file=sys.stderr)
             return
-        if run(command, [(where, number, text)]):
+        if run(command, (where, number, text)):
             return
 
 
-def run(command: str, lines: list[tuple[str, int, str]]) -> int:
-    """Run the lines as the shell's script; `list` and `mesh` shown as text and HTML at once."""
+def run(command: str, line: tuple[str, int, str]) -> int:
+    """Run one line as the shell runs a script's; `list` and `mesh` shown as text and HTML at once."""
     args = cli.build_parser().parse_args([])
     with plain_consoles():
         if command not in ("list", "mesh"):
-            return cli.run(args, lines)
+            return cli.run(args, [line])
         shown = io.StringIO()
         with contextlib.redirect_stdout(shown):
-            failed = cli.run(args, lines)
+            failed = cli.run(args, [line])
     if shown.getvalue():
         display({"text/plain": shown.getvalue().rstrip("\n"), "text/html": as_html(command, shown.getvalue())},
                 raw=True)
