@@ -69,7 +69,10 @@ def run(command: str, line: tuple[str, int, str]) -> int:
 def plain_consoles():
     """The shell's rich consoles (cmd2's, formatting its commands' help) write text, as at a
     terminal: in a kernel, rich would show each console's buffer as an empty HTML output."""
-    detect = rich.console._is_jupyter
+    detect = getattr(rich.console, "_is_jupyter", None)
+    if detect is None:  # another rich: at worst an empty output more
+        yield
+        return
     rich.console._is_jupyter = lambda: False
     try:
         yield

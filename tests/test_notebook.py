@@ -5,15 +5,12 @@ ranks are debugged from the notebook's own magics and from a terminal's shell.""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import textwrap
 import time
 
+import jupyter_client
 import pytest
 from programs import EXAMPLES, Program, stop_line, wait_for_sessions
-
-jupyter_client = pytest.importorskip("jupyter_client")
 
 GUIDE = (EXAMPLES / "debugging.py").read_text()
 ACTOR_CELL = GUIDE[: GUIDE.index('if __name__ == "__main__":')]
@@ -27,7 +24,7 @@ class Kernel:
 
     def __init__(self, env: dict[str, str], cwd) -> None:
         self.manager = jupyter_client.KernelManager(kernel_name="python3")
-        self.manager.start_kernel(env=env, cwd=str(cwd), extra_arguments=["--IPKernelApp.trio_loop=False"])
+        self.manager.start_kernel(env=env, cwd=str(cwd))
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
