@@ -345,7 +345,8 @@ def test_classes_of_the_main_program_work_and_keep_their_source(tmp_path, env, r
 @pytest.mark.timeout(60)
 def test_without_a_script_classes_of_main_travel_by_value(tmp_path, env):
     """`python -c`: an actor of __main__, the function of __main__ it calls and the exception
-    class it raises reach the workers by value; an imported actor still travels by name."""
+    class it raises reach the workers by value, with the program's lines for tracebacks; an
+    imported actor still travels by name."""
     (tmp_path / "greeters.py").write_text(textwrap.dedent("""
         from monarch_pdb.actor import Actor, current_rank, endpoint
 
@@ -379,10 +380,11 @@ def test_without_a_script_classes_of_main_travel_by_value(tmp_path, env):
         except ActorError as exc:
             error = exc.errors[0]
             print("RESULT " + json.dumps({"greetings": greetings, "rank": error.rank, "summary": error.summary,
-                                          "same_class": type(error.exception) is Odd}))
+                                          "same_class": type(error.exception) is Odd, "traceback": error.traceback}))
     """)
     out = result(subprocess.run([sys.executable, "-c", program], env=env, cwd=tmp_path,
                                 capture_output=True, text=True, timeout=45))
+    assert 'File "<string>", line 11, in twice\n    raise Odd(f"rank {n} is odd")\n' in out.pop("traceback")
     assert out == {"greetings": ["hello you from 0", "hello you from 1"], "rank": 1, "summary": "Odd: rank 1 is odd",
                    "same_class": True}
 
