@@ -136,10 +136,14 @@ def program_traceback(tb):
 
 
 def describe_function(frame) -> str:
-    """`module.function`, naming a script by its file rather than `__main__`."""
+    """`module.function`, naming a script by its file rather than `__main__`; a program with
+    no file (a notebook cell, `python -`) stays `__main__`, or is named by its notebook."""
     module = frame.f_globals.get("__name__") or ""
     if module in ("__main__", "__mp_main__") or not module:
-        module = os.path.splitext(os.path.basename(source_file(frame)))[0]
+        path = source_file(frame)
+        if path.startswith("<"):
+            path = os.environ.get("JPY_SESSION_NAME") or "__main__"
+        module = os.path.splitext(os.path.basename(path))[0]
     return f"{module}.{frame.f_code.co_name}"
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import IO
 from pathlib import Path
+from typing import IO
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
@@ -45,10 +46,11 @@ class Program:
     """A program run in its own process group, so everything it started can be ended at once."""
 
     def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None,
-                 launcher: list[str] | None = None) -> None:
-        """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given."""
+                 launcher: list[str] | None = None, stdin: IO[str] | int = subprocess.DEVNULL) -> None:
+        """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given;
+        `python - ` reads its program from `stdin`."""
         self.proc = subprocess.Popen(
-            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=stdin,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
 
