@@ -61,6 +61,45 @@ class Request:
                 for groups, more in in_parts(ordered, part_size)]
 
 
+@dataclass(kw_only=True)
+class AskedOfEach(Request):
+    """A request asked of each process (or broker below) that runs some of its ranks, each
+    answering for its own, perhaps in parts: stacks and peeks alike."""
+
+    waiting: dict[bytes, list[int]] = field(default_factory=dict)
+    """The ranks asked of each process or broker below that has not answered yet."""
+    LEFT_OUT: ClassVar[str]
+    """Why a rank asked of a peer that answered without it has no answer."""
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting
+
+    def report(self, peer: bytes, groups: list, missing: list[wire.Missing] = (), more: bool = False) -> None:
+        """A peer's groups (a broker below's already merged, with the ranks it has none for,
+        perhaps in parts: `more`); only the ranks asked of it count."""
+        asked = set(self.waiting.pop(peer, ()))
+        for group in groups:
+            mine = [r for r in group.ranks if r in asked]
+            asked.difference_update(mine)
+            self.take(group, mine)
+        for gone in missing:
+            if gone.rank in asked:
+                asked.discard(gone.rank)
+                self.missing.append(gone)
+        if more:
+            self.waiting[peer] = sorted(asked)
+        else:
+            self.missing += [wire.Missing(rank, self.LEFT_OUT) for rank in sorted(asked)]
+
+    def take(self, group, mine: list[int]) -> None:
+        """Fold in one group a peer sent, for `mine`, those of its ranks it was asked for."""
+        raise NotImplementedError
+
+    def lost(self, peer: bytes, reason: str = wire.Ending.LOST) -> None:
+        self.missing += [wire.Missing(rank, reason) for rank in self.waiting.pop(peer, ())]
+
+
 T = TypeVar("T")
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
-from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
+from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
 from monarch_pdb.broker.upstream import UPSTREAM
 
 if TYPE_CHECKING:
@@ -27,38 +27,15 @@ stopped."""
 
 
 @dataclass(kw_only=True)
-class PeekInFlight(Request):
-    waiting: dict[bytes, list[int]] = field(default_factory=dict)
-    """The ranks asked of each process or broker below that has not answered yet."""
+class PeekInFlight(AskedOfEach):
     answers: dict[str, list[int]] = field(default_factory=dict)
     """Each distinct answer and the ranks that gave it."""
     RESULT = wire.PeekResult
+    LEFT_OUT = "its process sent no answer for it"
 
-    @property
-    def done(self) -> bool:
-        return not self.waiting
-
-    def report(self, peer: bytes, groups: list[wire.CastGroup], missing: list[wire.Missing] = (),
-               more: bool = False) -> None:
-        """A process's answers (or a broker below's, grouped there, with the ranks it has none
-        for, perhaps in parts: `more`); only the ranks asked of it count."""
-        asked = set(self.waiting.pop(peer, ()))
-        for group in groups:
-            mine = asked.intersection(group.ranks)
-            asked -= mine
-            if mine:
-                self.answers.setdefault(group.output, []).extend(mine)
-        for gone in missing:
-            if gone.rank in asked:
-                asked.discard(gone.rank)
-                self.missing.append(gone)
-        if more:
-            self.waiting[peer] = sorted(asked)
-        else:
-            self.missing += [wire.Missing(rank, "its process sent no answer for it") for rank in sorted(asked)]
-
-    def lost(self, peer: bytes, reason: str = wire.Ending.LOST) -> None:
-        self.missing += [wire.Missing(rank, reason) for rank in self.waiting.pop(peer, ())]
+    def take(self, group: wire.CastGroup, mine: list[int]) -> None:
+        if mine:
+            self.answers.setdefault(group.output, []).extend(mine)
 
     def groups(self) -> list[tuple[wire.CastGroup, int]]:
         return [(wire.CastGroup(output, "", sorted(ranks)), len(output) + 8 * len(ranks))
