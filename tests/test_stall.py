@@ -37,14 +37,24 @@ STALL = 4.0
 """Longer than both limits, with heartbeats and hellos queued up behind the stopped broker."""
 
 
-@pytest.mark.timeout(90)
-def test_an_attached_shell_recovers_from_a_broker_that_stalls_past_every_liveness_limit(env, tmp_path, shell):
+def four_ranks(env: dict[str, str], tmp_path) -> Program:
+    """Four ranks paused at their breakpoints, under a broker whose liveness limits are short."""
     env.update(FAST_LIVENESS)
     script = tmp_path / "four.py"
     script.write_text(FOUR)
     program = Program(env, script, cwd=tmp_path)
     try:
         wait_for_sessions(env, 4)
+    except BaseException:
+        program.stop()
+        raise
+    return program
+
+
+@pytest.mark.timeout(90)
+def test_an_attached_shell_recovers_from_a_broker_that_stalls_past_every_liveness_limit(env, tmp_path, shell):
+    program = four_ranks(env, tmp_path)
+    try:
         sh = shell()
         assert "Attached to debug session for debugee 0" in sh.command("attach debugee 0")
         [broker] = [pid for pid, cmd in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in cmd]
@@ -78,12 +88,8 @@ def test_an_attached_shell_recovers_from_a_broker_that_stalls_past_every_livenes
 
 @pytest.mark.timeout(90)
 def test_a_cast_through_a_broker_that_stalls_past_its_time_shows_what_arrived_and_names_the_rest(env, tmp_path, shell):
-    env.update(FAST_LIVENESS)
-    script = tmp_path / "four.py"
-    script.write_text(FOUR)
-    program = Program(env, script, cwd=tmp_path)
+    program = four_ranks(env, tmp_path)
     try:
-        wait_for_sessions(env, 4)
         sh = shell()
         sh.command("set cast_timeout 1")
         [broker] = [pid for pid, cmd in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in cmd]

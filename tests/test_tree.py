@@ -105,6 +105,16 @@ class Tree:
         self.programs += started
         return started
 
+    def two_hosts(self) -> list[Program]:
+        """A root, a host broker on host0 and host1, and ranks 0-1 and 2-3 of four below them,
+        each listed at the root."""
+        self.start_root()
+        self.host_broker("host0")
+        self.host_broker("host1")
+        programs = self.ranks("host0", 0, [0, 1], 4) + self.ranks("host1", 1, [2, 3], 4)
+        wait_for_sessions(self.env, 4)
+        return programs
+
     def embedded(self) -> dict[str, str]:
         """What ranks need to start a host broker of their own that registers with the root:
         its address, and the secret in a file only we may read."""
@@ -146,11 +156,7 @@ def listed(table: str) -> list[tuple[str, str, str]]:
 
 @pytest.mark.timeout(120)
 def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shell):
-    tree.start_root()
-    tree.host_broker("host0")
-    tree.host_broker("host1")
-    programs = tree.ranks("host0", 0, [0, 1], 4) + tree.ranks("host1", 1, [2, 3], 4)
-    wait_for_sessions(env, 4)
+    programs = tree.two_hosts()
     sh = shell()
     stop = str(stop_line(18))
     assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", stop) for r in range(4)]
@@ -207,11 +213,7 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
 
 @pytest.mark.timeout(120)
 def test_peek_and_stacks_locals_at_the_root_read_ranks_below_every_host_broker(tree, env, shell):
-    tree.start_root()
-    tree.host_broker("host0")
-    tree.host_broker("host1")
-    programs = tree.ranks("host0", 0, [0, 1], 4) + tree.ranks("host1", 1, [2, 3], 4)
-    wait_for_sessions(env, 4)
+    programs = tree.two_hosts()
     sh = shell()
     squares = "".join(f"rank ranks[{r}] (1)\n{r * r}\n" for r in range(4))
     numbers = "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n"
