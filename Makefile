@@ -13,7 +13,7 @@ ENGINES_INSTALLED := $(ENGINES_VENV)/.installed-engines
 ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/test_engines_monarch.py \
 	tests/test_engines_mpi.py tests/test_engines_slurm.py tests/test_two_hosts.py
 PYTHONS := 3.10 3.11 3.12 3.13
-PYTHONS_TESTS := tests/test_guide.py tests/test_pdb.py tests/test_keyboard.py tests/test_script.py
+PYTHONS_TESTS := tests/test_guide.py tests/test_pdb.py tests/test_keyboard.py tests/test_script.py tests/test_join.py
 # torch's CPU build, exactly: an unpinned torch (or one Ray pulls in) is a multi-GB CUDA download.
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu

@@ -48,7 +48,7 @@ def script_lines(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     lines = []
     for path in args.script:
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:  # an undecodable byte as -c has it
                 lines += [(path, n, text.rstrip("\n")) for n, text in enumerate(f, 1)]
         except OSError as error:
             raise SystemExit(f"monarch-pdb: cannot read script {path}: {error.strerror}") from None
@@ -61,12 +61,13 @@ def shorten(text: str, width: int = 200) -> str:
     return text if len(text) <= width else f"{text[:width]}... ({len(text):,} characters)"
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = None) -> int:
+    """The shell, or the lines of args' scripts and -c; or the `given` lines (a notebook's magic)."""
     from monarch_pdb.client.shell import DebugShell, TypedAhead
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
-    lines = script_lines(args)
-    interactive = not (args.script or args.commands)
+    interactive = given is None and not (args.script or args.commands)
+    lines = script_lines(args) if given is None else given
     if not (interactive or lines):
         return 0  # only blank lines and comments: nothing to do, and no broker to wait for
     keyboard = sys.stdin.fileno() if interactive and sys.stdin.isatty() else None

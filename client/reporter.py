@@ -25,7 +25,7 @@ class Transcript:
 
     @classmethod
     def open(cls, path: str) -> Transcript:
-        transcript = cls(open(path, "w", encoding="utf-8"))
+        transcript = cls(open(path, "w", encoding="utf-8", errors="surrogateescape"))  # bytes typed, kept as typed
         transcript.file.write(f"# monarch-pdb transcript, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
         return transcript
 

@@ -52,6 +52,9 @@ RUNNING_HINT_AFTER = 1.0
 CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
 INTERRUPT_TIMEOUT = 5.0
+PEEK_TIMEOUT = 5.0
+PEEK_USAGE = "peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>) <expression>"
+PEEK_OPTIONS = ("--frame", "--up", "--timeout")
 EOF = "eof"
 """What cmd2 hands over for Ctrl-D at either prompt."""
 ERROR_COLOUR, PLAIN = "\x1b[91m", "\x1b[0m"
@@ -162,6 +165,52 @@ def threads(text: str) -> wire.Threads:
     return wire.Threads(text)
 
 
+@dataclass
+class PeekArgs:
+    function: str = ""
+    up: int = 0
+    limit: float = PEEK_TIMEOUT
+    as_json: bool = False
+
+
+def peek_arguments(text: str) -> tuple[PeekArgs, str]:
+    """`peek`'s options, which come first, and the rest of the line as typed: the expression
+    keeps its spaces and quotes, as a cast's pdb command does."""
+    args = PeekArgs()
+    rest = text.strip()
+    while rest.startswith("--"):
+        option, rest = (rest.split(None, 1) + [""])[:2]
+        if option == "--json":
+            args.as_json = True
+            continue
+        if option not in PEEK_OPTIONS:
+            raise CommandError(f"peek has no option {option}; usage: {PEEK_USAGE}")
+        value, rest = (rest.split(None, 1) + [""])[:2]
+        if not value:
+            raise CommandError(f"{option} needs a value; usage: {PEEK_USAGE}")
+        if option == "--frame":
+            args.function = value
+        elif option == "--up":
+            args.up = whole_number(value, "--up")
+        else:
+            args.limit = timeout(value)
+    return args, rest
+
+
+def expression_only(text: str) -> str:
+    """The expression, or the one line that says why it is not one: `peek` changes nothing in
+    a rank, so a statement is refused before it is sent."""
+    try:
+        compile(text, "<peek>", "eval")
+        return text
+    except SyntaxError as error:
+        try:
+            compile(text, "<peek>", "exec")
+        except SyntaxError:
+            raise CommandError(f"peek needs a Python expression: {error.msg} in {text!r}") from None
+    raise CommandError(f"peek evaluates an expression, not a statement ({text!r}): it changes nothing in the ranks")
+
+
 def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str, Selection | None, str]:
     """parse_target of an actor and the words of its selector, which cmd2 splits at spaces."""
     return parse_target(" ".join([actor, *selector]), usage)
@@ -230,7 +279,7 @@ cast_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="ranks(<ra
 
 continue_parser = Parser("continue", refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
 
-STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--json]"
+STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--json]"
 stacks_parser = Parser(STACKS_USAGE)
 stacks_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)")
 stacks_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
@@ -238,6 +287,8 @@ stacks_parser.add_argument("--thread", type=threads, default=wire.Threads.MAIN, 
                            help="the main thread of each rank (default), or all its threads")
 stacks_parser.add_argument("--full", action="store_true",
                            help="every frame, the trunk all ranks share too (folded into one line by default)")
+stacks_parser.add_argument("--locals", action="store_true",
+                           help="the locals of each group's program frame (the one peek reads), values folded over ranks")
 stacks_parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
 
 INTERRUPT_USAGE = "interrupt <actor> ranks(<ranks>) [--timeout S]"
@@ -249,6 +300,13 @@ interrupt_parser.add_argument("--timeout", type=timeout, default=INTERRUPT_TIMEO
 
 mesh_parser = Parser("mesh [actor]")
 mesh_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every actor)")
+
+
+def in_call_line(actor: str, in_call: list[int], place: str) -> str:
+    """What to do about ranks that an interrupt cannot stop before their call returns."""
+    one = len(in_call) == 1
+    return (f"{actor} ranks[{format_ranks(in_call)}] {'is' if one else 'are'} in a C call ({place}); "
+            f"{'it stops' if one else 'they stop'} when it returns; `peek` reads {'it' if one else 'them'} now")
 
 
 def one_line_errors(command: Callable[..., bool | None]) -> Callable[..., bool | None]:
@@ -583,8 +641,14 @@ class DebugShell(cmd2.Cmd):
                         self.note(self.waiting_for())
                 elif got is not None:
                     self.session_message(got)
-                if (self.attached is not None and not self.attached.paused and self.terminal_input
-                        and time.monotonic() - started >= RUNNING_HINT_AFTER and said != self.waiting_for()):
+                if self.attached is None or self.attached.paused:
+                    break
+                waited = time.monotonic() - started
+                if not self.terminal_input and waited >= self.cast_timeout:
+                    self.fail(f"{self.attached.label} did not come back to its prompt within {self.cast_timeout:g} s "
+                              "(cast_timeout); the script leaves it as it is")
+                    self.detach()
+                elif self.terminal_input and waited >= RUNNING_HINT_AFTER and said != self.waiting_for():
                     said = self.waiting_for()
                     self.note(f"({said})")
         except KeyboardInterrupt:
@@ -798,8 +862,12 @@ class DebugShell(cmd2.Cmd):
                 sys.stderr.flush()
                 shown = True
 
+        def waiting(why: str) -> None:
+            if self.terminal_input:
+                self.note(f"\r({why})")
+
         try:
-            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress)
+            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress, waiting)
         except KeyboardInterrupt:
             raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
         finally:
@@ -860,7 +928,7 @@ class DebugShell(cmd2.Cmd):
         selector = render_selector(selection or parse_selector("ranks(:)"))
         texts, docs = [], []
         for job, actor in targets:
-            result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job)
+            result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job, args.locals)
             texts.append(stacks.text(result, args.thread == wire.Threads.ALL, args.full))
             docs.append(stacks.document(result, args.thread == wire.Threads.ALL, args.full))
             if result.missing:
@@ -869,6 +937,39 @@ class DebugShell(cmd2.Cmd):
         self.report.result(json.dumps(doc, sort_keys=True) if args.json else "".join(texts), doc)
 
     complete_stacks = complete_actor
+
+    @cmd2.with_category(CATEGORY)
+    @one_line_errors
+    def do_peek(self, statement: cmd2.Statement) -> None:
+        """peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>) <expression>
+
+        Evaluate a Python expression in running ranks without stopping them, and show the
+        answers grouped as a cast's. It is read in the frame of the program's own code where
+        `stacks` shows each rank (a paused rank: where it stopped); --frame FUNC the innermost
+        frame of FUNC, --up N that many frames further out. An expression only: nothing of the
+        rank changes. One still running after --timeout seconds (default 5) is answered as
+        such and finishes on its own; a rank whose C code holds the GIL is named."""
+        args, rest = peek_arguments(typed_arguments(statement))
+        job, actor, selection, expression = parse_target(rest, f"usage: {PEEK_USAGE}")
+        if selection is None or not expression.strip():
+            raise CommandError(f"usage: {PEEK_USAGE}")
+        expression = expression_only(expression.strip())
+        result = self.conn.peek(actor, render_selector(selection), expression, args.limit, args.function, args.up, job)
+        self.actors.add(actor)
+
+        def document() -> dict:
+            doc = answers.document(result)
+            for group in doc["groups"]:
+                del group["outcome"]  # the ranks of a peek run on: no session's outcome to tell
+            return doc
+
+        render = answers.raw if self.cast_output == "raw" else answers.grouped
+        text = (lambda: json.dumps(document(), sort_keys=True)) if args.as_json else functools.partial(render, result)
+        self.report.result(text, document)
+        if result.missing:
+            self.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
+
+    complete_peek = complete_actor
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors
@@ -898,6 +999,7 @@ class DebugShell(cmd2.Cmd):
                 where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN, self.cast_timeout, reply.job)
                 lines.append(stacks.text(where, False).rstrip("\n"))
                 doc["stacks"] = stacks.document(where)
+                lines += [in_call_line(actor, in_call, place) for in_call, place in stacks.in_calls(where)]
             except RequestFailed as failure:
                 lines.append(f"(no stacks: {failure})")
             self.report.failed(f"{len(stuck)} ranks did not stop")

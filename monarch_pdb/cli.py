@@ -12,9 +12,10 @@ import sys
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="pdb for programs that run as many processes at once")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{debug,broker,dap}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{debug,broker,join,dap}")
     commands.add_parser("debug", help="open the debugger shell", add_help=True)
     commands.add_parser("broker", help="run a debug broker in the foreground", add_help=True)
+    commands.add_parser("join", help="load the debugger into running Python 3.14+ processes", add_help=True)
     commands.add_parser("dap", help="serve an editor through the Debug Adapter Protocol", add_help=True)
     return parser
 
@@ -22,11 +23,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = _parser(prog)
-    if not argv or argv[0] not in ("debug", "broker", "dap"):
+    if not argv or argv[0] not in ("debug", "broker", "join", "dap"):
         parser.parse_args(argv)
         return 2
     if argv[0] == "debug":
         from monarch_pdb.client import cli as chosen
+    elif argv[0] == "join":
+        from monarch_pdb.client import join as chosen
     elif argv[0] == "dap":
         from monarch_pdb.client import dap as chosen
     else:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import textwrap
 
@@ -61,6 +62,9 @@ def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tm
         (["wait debugee 17 --timeout 1"], 1, "waited 1 s: 16 of 17 ranks of debugee stopped"),
         (["set cast_timeout 1", "cast debugee ranks(3) !import threading; threading.Event().wait(60)"], 2,
          "1 of the selected ranks did not answer"),
+        (["set cast_timeout 1", "attach debugee 3", "!import threading; threading.Event().wait(60)"], 3,
+         f"debugee 3 ({socket.gethostname()}) did not come back to its prompt within 1 s (cast_timeout); "
+         "the script leaves it as it is"),
     ],
 )
 def test_the_first_failing_command_ends_the_run_and_is_named_once(env, example, commands, failing, why):
