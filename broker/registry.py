@@ -267,9 +267,10 @@ class Registry:
     agents_per_job: Counter = field(default_factory=Counter)
     dims: dict[tuple, tuple] = field(default_factory=dict)
     """One copy of each tuple of dimension names that sessions and present ranks use."""
-    quit: set = field(default_factory=set)
-    """(job, actor, rank) of running ranks whose last session ended by quitting the debugger
-    (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
+    ended: dict = field(default_factory=dict)
+    """(job, actor, rank) of ranks whose process runs on after their last session ended with
+    their call: `finished` (it returned or raised), or `quit` (it ended with BdbQuit, by pdb's
+    `q`); until the rank stops again or is announced again, as its next call starts."""
     departed: OrderedDict = field(default_factory=OrderedDict)
     """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, lost or finished, instance)."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
@@ -392,7 +393,7 @@ class Registry:
             self.sessions[sess.id] = sess
             self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
             owner.owned[msg.sid] = sess
-            self.quit.discard((sess.job, sess.actor, sess.rank))
+            self.ended.pop((sess.job, sess.actor, sess.rank), None)
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
         sess.prompt, sess.reason = intern(msg.prompt), msg.reason
@@ -417,7 +418,7 @@ class Registry:
             self.sessions[sess.id] = sess
             self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
             self.peers[branch].owned[item.id] = sess
-            self.quit.discard((sess.job, sess.actor, sess.rank))
+            self.ended.pop((sess.job, sess.actor, sess.rank), None)
         elif stopped:
             sess.state = State.STOPPED if item.news else State.PAUSED
         else:
@@ -476,12 +477,13 @@ class Registry:
         return [s for s in self.sessions.values() if s.paused and (not job or s.job == job)]
 
     def end(self, sess: Session, reason: str = "") -> None:
-        """Forget a session (over for `reason`); a rank its process runs on after quitting is
-        listed as quit."""
+        """Forget a session (over for `reason`). A rank whose call ended with it, and whose
+        process runs on, is listed as finished (or quit) until its next call; one continued
+        out of the debugger runs on, and is listed as running."""
         key = (sess.job, sess.actor, sess.rank)
         owner = self.peers.get(sess.peer)
-        if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
-            self.quit.add(key)
+        if reason != wire.Ending.CONTINUED and owner is not None and any(p[:3] == key for p in owner.present):
+            self.ended[key] = wire.RankState.QUIT if reason == wire.Ending.QUIT else wire.RankState.FINISHED
         self.sessions.pop(sess.id, None)
         ranks_of = self.by_rank.get((sess.job, sess.actor), {})
         if ranks_of.get(sess.rank) is sess:
@@ -608,7 +610,7 @@ class Registry:
             job, actor, rank = intern(item.job), intern(item.actor), item.rank
             present.append((job, actor, rank, self.dims_of(item.coords), tuple(item.coords.values()), item.instance))
             self.departed.pop((job, actor, rank), None)
-            self.quit.discard((job, actor, rank))
+            self.ended.pop((job, actor, rank), None)
         if added:
             known = {p[:3] for p in peer.present}
             peer.present.extend(p for p in present if p[:3] not in known)
@@ -631,7 +633,7 @@ class Registry:
         for key, what in gone:
             self.departed[key] = what
             self.departed.move_to_end(key)
-            self.quit.discard(key)
+            self.ended.pop(key, None)
         while len(self.departed) > self.departed_kept:
             self.departed.popitem(last=False)
 
@@ -683,7 +685,7 @@ class Registry:
 
     def running_state(self, key: tuple[str, str, int]) -> str:
         """The state of a rank its process runs, without a session."""
-        return wire.RankState.QUIT if key in self.quit else wire.RankState.RUNNING
+        return self.ended.get(key, wire.RankState.RUNNING)
 
     def rows_without_session(self) -> Iterator[wire.SessionRow]:
         """`list --all` but the sessions: what a broker tells its parent besides them."""

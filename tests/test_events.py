@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -56,6 +57,17 @@ def test_every_stop_is_delivered_once_in_order_and_can_be_asked_for_again(env):
 def event(kind: str, rank: int, where: str = "debugging.py:11", detail: str = "") -> wire.Event:
     return wire.Event(seq=rank, kind=kind, job="j", actor="debugee", ranks=str(rank), count=1, where=where,
                       detail=detail)
+
+
+@pytest.mark.timeout(60)
+def test_ranks_whose_call_finished_are_listed_as_finished_as_the_event_says(env, example, shell):
+    sh = shell()
+    sh.command("continue")
+    sh.expect(r"debugee ranks\[0,1,3-5,7-9,11-13,15\] \(12\) finished$")
+    rows = wait_for_sessions(env, 4, state="post-mortem")
+    assert sorted(r.rank for r in rows) == [2, 6, 10, 14]
+    states = re.findall(r"^\| debugee +\| (\d+) .*\| (\S+) +\|$", sh.command("list --all"), re.M)
+    assert states == [(str(r), "post-mortem" if r % 4 == 2 else "finished") for r in range(16)]
 
 
 @pytest.mark.timeout(10)
