@@ -12,7 +12,7 @@ import os
 import secrets
 import socket
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from sys import intern
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -363,7 +363,7 @@ class Registry:
         for sess in ended:
             self.end(sess, reason)
         if peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
-            self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED)
+            self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED, ended)
         return Departure(peer, ended=ended, job_left=peer.role == wire.Role.AGENT and not self.has_job(peer.name))
 
     # --- sessions ------------------------------------------------------------------------
@@ -622,11 +622,13 @@ class Registry:
         dims = tuple(intern(k) for k in coords)
         return self.dims.setdefault(dims, dims)
 
-    def _depart(self, peer: Peer, state: wire.RankState) -> None:
+    def _depart(self, peer: Peer, state: wire.RankState, sessions: Sequence[Session] = ()) -> None:
         """A process (or a broker below) is gone: its ranks stay listed as `lost` or
-        `finished`, the latest ones within bounds."""
-        gone = [((job, actor, rank), (dict(zip(dims, values)), peer.host, peer.pid, state, instance))
-                for job, actor, rank, dims, values, instance in peer.present]
+        `finished`, the latest ones within bounds: those it said it runs, and those it had a
+        session of (a process that only stopped at a breakpoint never said it runs one)."""
+        gone = [((s.job, s.actor, s.rank), (s.coords, s.host, s.pid, state, s.instance)) for s in sessions]
+        gone += [((job, actor, rank), (dict(zip(dims, values)), peer.host, peer.pid, state, instance))
+                 for job, actor, rank, dims, values, instance in peer.present]
         gone += [((row.job, row.actor, row.rank),
                   (row.coords, row.host, row.pid, row.state if row.state == wire.RankState.FINISHED else state,
                    row.instance)) for row in peer.below]

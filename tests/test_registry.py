@@ -115,6 +115,14 @@ def test_a_rank_whose_call_ended_is_finished_until_its_next_call_and_one_continu
     assert [row.state for row in registry.all_rows()] == ["running", "running"]
 
 
+def test_the_ranks_of_a_process_gone_with_only_its_sessions_stay_listed_as_lost():
+    registry = Registry()
+    agent(registry, b"agent")
+    stop(registry)
+    registry.leave(b"agent", wire.Ending.LOST)
+    assert [(row.rank, row.state) for row in registry.all_rows()] == [(0, "lost")]
+
+
 # --- output ---------------------------------------------------------------------------------
 
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import (EXAMPLES, Program, free_port, run_debug, settings_for, start_broker, stop_broker,
-                      wait_for_sessions)
+from programs import (EXAMPLES, Program, debug, free_port, run_debug, settings_for, start_broker, stop_broker,
+                      wait_for_all_rows, wait_for_sessions)
 from shell_driver import ShellDriver
 
 from monarch_pdb import wire
@@ -363,6 +363,23 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         assert sh.command("list").strip() == "No active breakpoints."
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_crashed_process_that_only_stopped_at_a_breakpoint_stays_listed_as_lost(env, tmp_path):
+    job = dict(env, MONARCH_PDB_JOB="run", MONARCH_PDB_HEARTBEAT="0.3", GROUP_RANK="0", WORLD_SIZE="2")
+    programs = [run_train(job, tmp_path, rank, LOCAL_RANK=str(rank)) for rank in (0, 1)]
+    try:
+        rows = wait_for_sessions(env, 2)
+        os.kill(next(r.pid for r in rows if r.rank == 0), signal.SIGKILL)
+        wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "lost"), (1, "breakpoint")],
+                          timeout=20)
+        done = debug(env, "mesh train")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[2] == "0  L S"
+    finally:
+        for program in programs:
+            program.stop()
 
 
 @pytest.mark.timeout(60)
