@@ -17,6 +17,10 @@ PHRASES = {
     wire.EventKind.TAKEN: "was taken over by the shell of {detail} (attach --force)",
 }
 """Every kind of event about ranks, as the shell says it."""
+RUNS_ON = "is running again (continued)"
+"""A session that ended because pdb's continue left the rank untraced: the rank runs on (a
+sleep it was interrupted in goes on sleeping), nothing finished."""
+
 
 def broker_line(event: wire.Event) -> str:
     """An event about a broker below (`--upstream`): one line, however many ranks it has. A
@@ -51,9 +55,14 @@ def places(wheres: list[str]) -> str:
     return ", ".join(sorted(wheres))
 
 
-def ending(event: wire.Event) -> str:
-    """How a session ended, when that is news: an endpoint that returned is the usual case."""
-    return "" if event.detail in (wire.Ending.RETURNED, wire.Ending.CONTINUED) else f" ({event.detail})"
+def phrase(event: wire.Event) -> tuple[str, str]:
+    """What the shell says of an event, and the detail it says it with: of a session that
+    ended, how, when that is news (an endpoint that returned is the usual case)."""
+    if event.kind != wire.EventKind.ENDED:
+        return PHRASES[event.kind], event.detail
+    if event.detail == wire.Ending.CONTINUED:
+        return RUNS_ON, ""
+    return PHRASES[event.kind], "" if event.detail == wire.Ending.RETURNED else f" ({event.detail})"
 
 
 def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | None = None) -> list[str]:
@@ -68,12 +77,12 @@ def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | N
                 told = [rank for rank in told if rank != attached[2]]
             if not told:
                 continue
-            ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == wire.EventKind.ENDED else e.detail)]
+            ranks, wheres = groups[(e.job, e.actor, *phrase(e))]
             ranks.extend(told)
             wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1
     lines = brokers
-    for (job, actor, kind, detail), (ranks, wheres) in groups.items():
+    for (job, actor, said, detail), (ranks, wheres) in groups.items():
         name = f"{job}:{actor}" if several_jobs else actor
-        lines.append(f"{who(name, sorted(set(ranks)))} {PHRASES[kind].format(where=places(list(wheres)), detail=detail)}")
+        lines.append(f"{who(name, sorted(set(ranks)))} {said.format(where=places(list(wheres)), detail=detail)}")
     return lines

@@ -75,13 +75,15 @@ def test_events_fold_into_one_line_per_actor_and_kind():
     stops = [event("breakpoint", r, f"debugging.py:{11 + 4 * (r % 4)}") for r in range(16)]
     assert describe_events(stops) == ["debugee ranks[0-15] (16) stopped at debugging.py:11,15,19,23"]
     mortem = [event("post-mortem", r, "debugging.py:5", "ValueError: bad rank") for r in (2, 6)]
-    ended = [event("ended", 3, detail="returned"), event("ended", 4, detail="quit"), event("lost", 9)]
+    ended = [event("ended", 3, detail="returned"), event("ended", 4, detail="quit"), event("lost", 9),
+             event("ended", 7, detail="continued"), event("ended", 8, detail="continued")]
     assert describe_events(mortem + ended) == [
         "debugee ranks[2,6] (2) entered post-mortem at debugging.py:5: ValueError: bad rank",
         "debugee 3 finished",
         "debugee 4 finished (quit)",
         "debugee 9 was lost (its process stopped answering)",
-    ]
+        "debugee ranks[7,8] (2) is running again (continued)",
+    ], "a rank continued out of the debugger runs on: it did not finish"
 
 
 @pytest.mark.timeout(10)

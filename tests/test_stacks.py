@@ -225,6 +225,25 @@ PLAIN = textwrap.dedent('''
 ''')
 
 
+NAP = textwrap.dedent('''
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    monarch_pdb.set_identity(actor="train", rank=0)
+
+
+    def nap():
+        print("WAITING", flush=True)
+        time.sleep(3600)
+        print("WOKE", flush=True)
+
+
+    nap()
+''')
+
+
 def run_program(env, tmp_path, name: str, text: str, **extra: str) -> Program:
     script = tmp_path / name
     script.write_text(text)
@@ -393,6 +412,23 @@ def test_a_plain_process_is_known_from_its_start_and_can_be_interrupted(env, tmp
         assert "| train      | 0    | {}     |" in done.stdout and "plain.read_socket" in done.stdout
         assert "train ranks[0] (1)\n3600\n" in done.stdout
         assert re.search(r"\| running \|\n\+-+", done.stdout)
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_interrupted_in_a_sleep_and_continued_is_told_and_listed_as_running_in_its_sleep(env, tmp_path, shell):
+    program = run_program(env, tmp_path, "nap.py", NAP)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
+        sh = shell()
+        assert sh.command("interrupt train ranks(0)").strip() == "Interrupted 1 rank: train ranks[0] (1)"
+        assert sh.command("continue").strip().startswith("Continued 1 rank: train ranks[0]")
+        sh.expect(r"train 0 is running again \(continued\)$")
+        assert "finished" not in sh.text
+        assert re.search(r"\| train +\| 0 +\|.*\| running \|$", sh.command("list --all"), re.M)
+        assert "nap.py:12 nap  ranks[0] (1)" in sh.command("stacks train"), "Python resumes the sleep after the signal"
     finally:
         program.stop()
 
