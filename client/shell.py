@@ -116,12 +116,30 @@ def split_job(name: str) -> tuple[str, str]:
     return job, actor
 
 
+def first_word(text: str) -> tuple[str, str]:
+    """The first word of a line and the rest; a word in quotes, as cmd2 reads them ('has space',
+    "has space"), may hold spaces."""
+    text = text.strip()
+    if text[:1] in ("'", '"'):
+        end = text.find(text[0], 1)
+        if end < 0:
+            raise CommandError(f"no closing {text[0]} after the actor's name")
+        return text[1:end], text[end + 1:]
+    word, _, rest = text.partition(" ")
+    return word, rest
+
+
 def parse_target(args: str, usage: str) -> tuple[str, str, Selection | None, str]:
     """`[job:]actor [ranks(...)] [rest]` into job, actor, the selection (if given) and the rest
     of the line, kept verbatim for pdb."""
-    name, _, rest = args.strip().partition(" ")
+    name, rest = first_word(args)
     if not name:
         raise CommandError(usage)
+    return target(name, rest)
+
+
+def target(name: str, rest: str) -> tuple[str, str, Selection | None, str]:
+    """An actor's name (`job:actor`), and the selector and what follows it in `rest`."""
     job, actor = split_job(name)
     if not rest.strip():
         return job, actor, None, ""
@@ -212,8 +230,11 @@ def expression_only(text: str) -> str:
 
 
 def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str, Selection | None, str]:
-    """parse_target of an actor and the words of its selector, which cmd2 splits at spaces."""
-    return parse_target(" ".join([actor, *selector]), usage)
+    """The target of an actor's name as cmd2 gives it (one word, its quotes taken off) and the
+    words of its selector, which cmd2 splits at spaces."""
+    if not actor:
+        raise CommandError(usage)
+    return target(actor, " ".join(selector))
 
 
 def typed_arguments(statement: cmd2.Statement) -> str:
