@@ -18,6 +18,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import sys
 import threading
 import time
@@ -498,6 +499,14 @@ class DebugShell(cmd2.Cmd):
         self._attached = att
 
     # --- printing ----------------------------------------------------------------------
+
+    def terminal_size(self) -> os.terminal_size:
+        """The size of the terminal the results go to; without one, what COLUMNS and LINES
+        say, else 80 by 24."""
+        try:
+            return os.get_terminal_size(self.stdout.fileno())
+        except (OSError, ValueError):
+            return shutil.get_terminal_size()
 
     def write_out(self, text: str) -> None:
         self.stdout.write(text)
@@ -1039,6 +1048,7 @@ class DebugShell(cmd2.Cmd):
         several_jobs = len({j for j, _ in by_actor}) > 1
         colour = self.stdout.isatty() and not self.report.as_json
         names = {key: f"{key[0]}:{key[1]}" if several_jobs else key[1] for key in by_actor}
-        pictures = [mesh.picture(names[key], by_actor[key], colour) for key in sorted(by_actor)]
+        columns = self.terminal_size().columns
+        pictures = [mesh.picture(names[key], by_actor[key], colour, columns) for key in sorted(by_actor)]
         docs = [mesh.document(names[key], by_actor[key]) for key in sorted(by_actor)]
         self.report.result("\n".join(pictures), docs[0] if len(docs) == 1 else docs)

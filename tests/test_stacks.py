@@ -9,7 +9,7 @@ import re
 import textwrap
 
 import pytest
-from programs import Program, debug, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions
+from programs import NAMED_RANKS, Program, debug, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions
 from shell_driver import ShellDriver
 
 RUNPY = r"(?:<frozen runpy>|runpy\.py):\d+ _run_module_as_main"
@@ -330,6 +330,24 @@ def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
             assert "\x1b[33mS\x1b[0m" in terminal.raw and "3  L L F F" in coloured
         finally:
             terminal.kill()
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_mesh_wider_than_the_terminal_pages_its_columns(env, tmp_path, shell):
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_RANKS)
+    program = Program(env, script, ",".join(["gpus"] * 100), "-1", cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 100, timeout=60)
+        lines = shell().command("mesh gpus").splitlines()
+        assert max(len(line) for line in lines) <= 220, "the terminal is 220 columns wide"
+        first, second = lines.index("gpu=0-71:"), lines.index("gpu=72-99:")
+        assert lines[first + 1] == "   " + " ".join(f"{c:2}" for c in range(72))
+        assert lines[first + 2] == "0  " + " ".join([" S"] * 72)
+        assert lines[second + 2] == "0  " + " ".join([" S"] * 28)
+        assert lines[second + 3].startswith("S stopped (100)")
     finally:
         program.stop()
 
