@@ -275,10 +275,12 @@ list_parser.add_argument("--rows", action="store_true",
 
 jobs_parser = Parser("jobs", refusal="jobs takes no arguments")
 
-attach_parser = Parser("attach <actor> <rank> [--force]")
+attach_parser = Parser("attach <actor> <rank> [--force] [--full]")
 attach_parser.add_argument("actor", help=ACTOR_HELP)
 attach_parser.add_argument("rank", type=rank_number, help="one of its ranks stopped at a breakpoint")
 attach_parser.add_argument("--force", action="store_true", help="take the rank over from another shell")
+attach_parser.add_argument("--full", action="store_true",
+                           help="all it printed since its last input (at a terminal, a screenful by default)")
 
 WAIT_USAGE = "wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"
 wait_parser = Parser(WAIT_USAGE)
@@ -796,7 +798,7 @@ class DebugShell(cmd2.Cmd):
     def do_attach(self, args: argparse.Namespace) -> None:
         """Debug one rank interactively: each line goes to its pdb until you detach."""
         job, actor = split_job(args.actor)
-        self.attach(job, actor, args.rank, args.force)
+        self.attach(job, actor, args.rank, args.force, args.full)
 
     def complete_actor(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         return self.basic_complete(text, line, begidx, endidx, sorted(self.actors))
@@ -814,17 +816,32 @@ class DebugShell(cmd2.Cmd):
         ranks = sorted({r.rank for r in rows if r.actor == actor and (not job or r.job == job)})
         return self.basic_complete(text, line, begidx, endidx, [str(rank) for rank in ranks])
 
-    def attach(self, job: str, actor: str, rank: int, force: bool) -> None:
+    def attach(self, job: str, actor: str, rank: int, force: bool, full: bool) -> None:
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
-        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(reply.replay)}",
+        on_screen = self.interactive and self.terminal_input and self.stdout.isatty() and not self.report.as_json
+        replay = reply.replay if full or not on_screen else self.screenful(reply.replay, job, att)
+        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(replay)}",
                            {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "
         else:
             self.follow_session()
+
+    def screenful(self, replay: str, job: str, att: Attachment) -> str:
+        """The end of what a rank printed since its last input (up to a megabyte, kept by the
+        broker), as much as fits on the screen beside the prompt; a line says what was left out."""
+        lines = replay.splitlines(keepends=True)
+        room = max(1, self.terminal_size().lines - 4)
+        if len(lines) <= room:
+            return replay
+        left = lines[:-room]
+        name = f"{job}:{att.actor}" if job else att.actor
+        name = f'"{name}"' if " " in name else name
+        return (f"({len(left):,} earlier lines, {sum(map(len, left)):,} characters, not shown; "
+                f"'detach', then 'attach {name} {att.rank} --full' shows them)\n" + "".join(lines[-room:]))
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors

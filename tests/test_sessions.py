@@ -366,6 +366,29 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
 
 
 @pytest.mark.timeout(90)
+def test_attaching_again_replays_a_screenful_and_says_how_to_see_the_rest(env, tmp_path):
+    program = run_train(env, tmp_path, 0)
+    sh = ShellDriver(dict(env, MONARCH_PDB_PAGER=""))
+    try:
+        wait_for_sessions(env, 1)
+        sh.wait_prompt()
+        sh.command("attach train 0")
+        assert "step 2999" in sh.command('for n in range(3000): print(f"step {n}")', timeout=60)
+        sh.command("detach")
+        again = sh.command("attach train 0").splitlines()
+        assert len(again) < 50, "the terminal is 50 lines high"
+        assert again[2].startswith("(2,9") and again[2].endswith(
+            " characters, not shown; 'detach', then 'attach train 0 --full' shows them)")
+        assert "step 2999" in again and "step 0" not in again
+        sh.command("detach")
+        whole = sh.command("attach train 0 --full", timeout=60).splitlines()
+        assert [line for line in whole if line.startswith("step ")] == [f"step {n}" for n in range(3000)]
+    finally:
+        sh.kill()
+        program.stop()
+
+
+@pytest.mark.timeout(90)
 def test_a_crashed_process_that_only_stopped_at_a_breakpoint_stays_listed_as_lost(env, tmp_path):
     job = dict(env, MONARCH_PDB_JOB="run", MONARCH_PDB_HEARTBEAT="0.3", GROUP_RANK="0", WORLD_SIZE="2")
     programs = [run_train(job, tmp_path, rank, LOCAL_RANK=str(rank)) for rank in (0, 1)]
