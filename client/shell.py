@@ -804,9 +804,10 @@ class DebugShell(cmd2.Cmd):
         return self.basic_complete(text, line, begidx, endidx, sorted(self.actors))
 
     def complete_attach(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        """The actor, then one of its paused ranks, as the broker knows them now."""
-        words = line[:begidx].split()
-        if len(words) != 2:
+        """The actor (in quotes if its name has a space), then one of its paused ranks, as the
+        broker knows them now."""
+        words, _ = self.tokens_for_completion(line, begidx, endidx)
+        if len(words) != 3:
             return self.complete_actor(text, line, begidx, endidx)
         job, actor = split_job(words[1])
         try:

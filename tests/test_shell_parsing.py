@@ -30,13 +30,20 @@ def test_parse_target_accepts_or_explains_in_one_line(text):
 
 
 @pytest.mark.timeout(90)
-def test_an_actor_whose_name_has_a_space_is_reached_by_quoting_it(env, tmp_path):
+def test_an_actor_whose_name_has_a_space_is_reached_by_quoting_it(env, tmp_path, shell):
     script = tmp_path / "named.py"
     script.write_text(NAMED_RANKS)
     program = Program(env, script, "has space,has space,has space", "2", cwd=tmp_path)
     try:
         wait_for_lines(program, "RUNNING", 1)
         wait_for_sessions(env, 2)
+        sh = shell()
+        sh.child.send("attach has\t")
+        sh.expect('"has space" ')
+        sh.child.send("\t\t")
+        sh.expect(r"^0\s+1\s*$")
+        assert sh.command("1", shown='attach "has space" 1').startswith("Attached to debug session for has space 1 ")
+        sh.command("detach")
         done = debug(env, 'wait "has space" 2', 'attach "has space" 1', "p value", "detach",
                      "cast 'has space' ranks(:) p value", 'follow "has space" ranks(0)', "follow off",
                      'stacks "has space"', 'interrupt "has space" ranks(2)', 'mesh "has space"', "continue")
