@@ -46,7 +46,8 @@ def test_an_actor_whose_name_has_a_space_is_reached_by_quoting_it(env, tmp_path,
         sh.command("detach")
         done = debug(env, 'wait "has space" 2', 'attach "has space" 1', "p value", "detach",
                      "cast 'has space' ranks(:) p value", 'follow "has space" ranks(0)', "follow off",
-                     'stacks "has space"', 'interrupt "has space" ranks(2)', 'mesh "has space"', "continue")
+                     'stacks "has space"', 'peek "has space" ranks(2) rank', 'interrupt "has space" ranks(2)',
+                     'mesh "has space"', "continue")
         assert done.returncode == 0, done.stdout + done.stderr
         out = done.stdout
         assert out.startswith("2 ranks of has space stopped\nAttached to debug session for has space 1 ")
@@ -54,6 +55,7 @@ def test_an_actor_whose_name_has_a_space_is_reached_by_quoting_it(env, tmp_path,
         assert "has space ranks[0] (1)\n0\nhas space ranks[1] (1)\n10\n" in out
         assert "Following has space ranks[0] (1); 'follow off' stops." in out
         assert "has space ranks[0-2] (3): 2 distinct stacks" in out
+        assert "has space ranks[2] (1)\n2\n" in out, "peek"
         assert "Interrupted 1 rank: has space ranks[2] (1)" in out
         assert "has space: gpu\n   0 1 2\n0  S S S\n" in out
     finally:
