@@ -119,6 +119,7 @@ class Link:
         self.rejection = ""
         self.connection: discovery.Connection | None = None
         self.problem = ""
+        self._own_context = context is None
         self.context = context or zmq.Context()
         self._outbox: queue.SimpleQueue[wire.Message] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -129,6 +130,8 @@ class Link:
         self._wake_tx.connect(wake)
         self._wake_pending = False
         self._stopping = False
+        self._closed = False
+        """Set once the thread has ended and let go of its sockets: nothing wakes it again."""
         self.follow_output = False
         """Set by the owner: receive published output too (the link thread subscribes)."""
         self._subscribed = ""
@@ -146,7 +149,7 @@ class Link:
         if msg is not None:
             self._outbox.put(msg)
         with self._lock:
-            if not self._wake_pending:
+            if not self._wake_pending and not self._closed:
                 self._wake_pending = True
                 self._wake_tx.send(b"")
 
@@ -166,6 +169,23 @@ class Link:
     # --- the link's thread -------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Close what the link opened, so that a process that opens many links over its life
+        (an editor's adapter, a notebook, a test run) does not keep a context's descriptors
+        for each."""
+        with self._lock:
+            self._closed = True
+            self._wake_tx.close(linger=0)
+        self._wake_rx.close(linger=0)
+        if self._own_context:
+            self.context.destroy(linger=0)
+
+    def _serve(self) -> None:
         while not self._stopping:
             try:
                 self.connection = self.locate()

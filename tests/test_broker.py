@@ -14,6 +14,7 @@ import zmq
 from programs import Program, settings_for, wait_for_sessions
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.connection import ShellConnection
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 
@@ -73,3 +74,22 @@ def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(en
     finally:
         ctx.destroy(linger=0)
 
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_opens_and_closes_many_connections_keeps_no_descriptor_of_them(env, broker):
+    """An editor's adapter or a notebook opens a connection per session or command, for as
+    long as it runs: each must give back what it took."""
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def open_and_close() -> None:
+        conn = ShellConnection.open(settings_for(env))
+        conn.close()
+        conn.link.join(10)
+
+    open_and_close()
+    before = descriptors()
+    for _ in range(20):
+        open_and_close()
+    assert descriptors() <= before + 2, "twenty connections opened and closed, their descriptors kept"
