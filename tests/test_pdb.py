@@ -8,6 +8,8 @@ import pytest
 from programs import Program, run_debug, wait_for_sessions
 from shell_driver import ShellDriver
 
+pytestmark = pytest.mark.each_python
+
 PROGRAM = textwrap.dedent('''
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
 

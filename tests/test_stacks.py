@@ -355,6 +355,7 @@ def test_a_rank_waiting_in_an_await_stops_in_its_coroutine(env, tmp_path):
         program.stop()
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(90)
 def test_a_thread_paused_in_shipped_code_is_the_ranks_and_named_by_its_script(env, tmp_path):
     program = run_program(env, tmp_path, "checkpoint.py", SHIPPED)
@@ -411,6 +412,7 @@ def test_ranks_waiting_in_an_await_show_the_coroutines_they_await(env, tmp_path)
         program.stop()
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(90)
 def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(example, shell):
     sh = shell()
