@@ -184,6 +184,25 @@ class RemotePdb(ConfinedPdb):
     def __init__(self, session: Session) -> None:
         super().__init__(session.io, session.io)
         self.session = session
+        self._displaced: pdb.Pdb | None = None
+
+    def set_trace(self, frame=None, **kwargs) -> None:
+        """pdb's set_trace; from Python 3.14 on, pdb records the debugger that set it last
+        (`pdb.set_trace()` then reuses it, and `python -m pdb -p` refuses to attach beside it):
+        remember what this one displaced, for `leave_pdb`."""
+        last = getattr(pdb.Pdb, "_last_pdb_instance", None)
+        if last is not self:
+            self._displaced = last
+        super().set_trace(frame, **kwargs)
+
+    def leave_pdb(self) -> None:
+        """The session is over: if pdb still records this debugger as its last, it records
+        what this one displaced again, unless that is a session's debugger that ended too."""
+        if getattr(pdb.Pdb, "_last_pdb_instance", None) is self:
+            displaced = self._displaced
+            ended = isinstance(displaced, RemotePdb) and displaced.session.ended
+            pdb.Pdb._last_pdb_instance = None if ended else displaced
+        self._displaced = None
 
     def set_continue(self) -> None:
         super().set_continue()
@@ -244,6 +263,7 @@ class Session:
             return
         self.ended = True
         self.debugger.clear_all_breaks()
+        self.debugger.leave_pdb()
         output = self.io.take_all()
         self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason))
         if getattr(_loose, "session", None) is self:

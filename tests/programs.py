@@ -44,12 +44,20 @@ class Program:
     """A program run in its own process group, so everything it started can be ended at once."""
 
     def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None,
-                 launcher: list[str] | None = None) -> None:
-        """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given."""
+                 launcher: list[str] | None = None, stdin: str | None = None) -> None:
+        """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given;
+        `stdin` is what it reads on its standard input, which is else empty."""
+        source = subprocess.DEVNULL
+        if stdin is not None:
+            source, writer = os.pipe()
+            os.write(writer, stdin.encode())
+            os.close(writer)
         self.proc = subprocess.Popen(
-            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=source,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
+        if stdin is not None:
+            os.close(source)
 
     def finish(self, timeout: float = 30.0) -> tuple[int, str]:
         out, _ = self.proc.communicate(timeout=timeout)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from programs import Program, run_debug, wait_for_sessions
+from programs import Program, run_debug, wait_for_lines, wait_for_sessions
 from shell_driver import ShellDriver
 
 pytestmark = pytest.mark.each_python
@@ -86,6 +90,15 @@ def test_stack_navigation_and_expressions(attached):
     assert shell.command("display total").strip() == "display total: 101"
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="pdb's convenience variables are new in Python 3.12")
+@pytest.mark.timeout(90)
+def test_convenience_variables_are_stock_pdbs(attached):
+    shell, _ = attached
+    assert shell.command("p $_frame.f_code.co_name").strip() == "'add'"
+    shell.command("$twice = total * 2")
+    assert shell.command("p $twice").strip() == "202"
+
+
 @pytest.mark.timeout(90)
 def test_breakpoints_clear_without_a_question_and_interact_says_no(attached):
     shell, program = attached
@@ -118,3 +131,59 @@ def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
     assert answers[8] == "101\nContinued 2 ranks: calc ranks[0,1]\n", "the rank is still where it stopped"
     code, output = calc.finish()
     assert code == 0 and "RESULT [100, 101]" in output
+
+
+AFTER_A_SESSION = textwrap.dedent('''
+    import pdb
+    import sys
+    import time
+
+    value = 7
+    breakpoint()
+    print("SESSION OVER", flush=True)
+    if sys.argv[1] == "stock":
+        pdb.set_trace()
+    else:
+        done = False
+        while not done:  # until a debugger attached by `python -m pdb -p` ends it
+            time.sleep(0.05)
+    print("LEFT", value, flush=True)
+''')
+
+
+@contextmanager
+def after_a_session(env, tmp_path, then: str, stdin: str | None = None) -> Iterator[tuple[Program, str]]:
+    """AFTER_A_SESSION under PYTHONBREAKPOINT alone, once its `breakpoint()` session has ended,
+    and what it printed so far; `then` is what it does next: `stock` pdb.set_trace(), or wait
+    for a debugger `attached` by pid."""
+    script = tmp_path / "after.py"
+    script.write_text(AFTER_A_SESSION)
+    program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace"), script, then, cwd=tmp_path, stdin=stdin)
+    try:
+        wait_for_sessions(env, 1)
+        done = run_debug(env, "-c", "cast after ranks(:) p value", "-c", "continue")
+        assert done.returncode == 0 and "\n7\n" in done.stdout, done.stdout + done.stderr
+        yield program, wait_for_lines(program, "SESSION OVER", 1)
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_stock_pdb_set_trace_reads_the_terminal_once_a_session_ended(env, tmp_path):
+    with after_a_session(env, tmp_path, "stock", stdin="p value * 6\nc\n") as (program, printed):
+        code, rest = program.finish()
+        output = printed + rest
+        assert code == 0 and "(Pdb) 42\n" in output and "LEFT 7" in output, output
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="python -m pdb -p is new in Python 3.14")
+@pytest.mark.timeout(90)
+def test_python_m_pdb_attaches_to_a_process_whose_session_ended(env, tmp_path):
+    with after_a_session(env, tmp_path, "attached") as (program, _):
+        attached = subprocess.run([sys.executable, "-m", "pdb", "-p", str(program.proc.pid), "-c", "p value * 6",
+                                   "-c", "!done = True", "-c", "c"], stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=60)
+        assert attached.returncode == 0 and "42\n" in attached.stdout, attached.stdout + attached.stderr
+        assert "Another PDB instance" not in attached.stdout
+        code, output = program.finish()
+        assert code == 0 and "LEFT 7" in output, output
