@@ -299,16 +299,33 @@ def process_agent() -> Agent:
     return Agent.get(interrupt)
 
 
-def set_trace(frame, header: str | None = None, agent: Agent | None = None) -> None:
-    """Stop `frame` at its next line in a broker session (the target of breakpoint()), through
-    this process's agent unless another is given."""
+def _stopping(agent: Agent | None, header: str | None, commands: list[str] | None) -> Session | None:
+    """The session about to stop this thread, through this process's agent unless another is
+    given, with pdb's `header` written and its `commands` queued; None if no broker came."""
     agent = agent or process_agent()
     if not agent.wait_ready(_who()):
-        return
+        return None
     session = session_for_this_thread(agent)
     if header:
         session.io.write(header + "\n")
-    session.debugger.set_trace(frame)
+    if commands:
+        session.debugger.rcLines.extend(commands)
+    return session
+
+
+def set_trace(frame, header: str | None = None, agent: Agent | None = None, commands: list[str] | None = None) -> None:
+    """Stop `frame` at its next line in a broker session (the target of breakpoint())."""
+    session = _stopping(agent, header, commands)
+    if session is not None:
+        session.debugger.set_trace(frame)
+
+
+async def set_trace_async(frame, header: str | None = None, commands: list[str] | None = None) -> None:
+    """Stop the coroutine of `frame` in a broker session whose prompt also runs `await`
+    statements in it, as Python 3.14's `await pdb.set_trace_async()` does."""
+    session = _stopping(None, header, commands)
+    if session is not None:
+        await session.debugger.set_trace_async(frame)
 
 
 def post_mortem(exc: BaseException, traceback=None) -> None:

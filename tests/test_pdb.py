@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from programs import Program, run_debug, wait_for_lines, wait_for_sessions
+from programs import Program, run_debug, wait_for_all_rows, wait_for_lines, wait_for_sessions
 from shell_driver import ShellDriver
 
 pytestmark = pytest.mark.each_python
@@ -133,6 +133,49 @@ def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
     assert code == 0 and "RESULT [100, 101]" in output
 
 
+TWO_CALLS = textwrap.dedent('''
+    import pdb
+
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    class Stepper(Actor):
+        @endpoint
+        def first(self):
+            value = 1
+            breakpoint()
+            return value
+
+        @endpoint
+        def second(self):
+            value = 2
+            pdb.set_trace()
+            return value
+
+
+    if __name__ == "__main__":
+        stepper = this_host().spawn_procs(per_host={"gpu": 1}).spawn("stepper", Stepper)
+        print("RESULT", stepper.first.call().get().values(), stepper.second.call().get().values())
+''')
+
+
+@pytest.mark.timeout(120)
+def test_pdb_set_trace_in_an_installed_process_is_a_session_even_after_another_ended(env, tmp_path):
+    script = tmp_path / "two_calls.py"
+    script.write_text(TWO_CALLS)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        for function, value in (("first", "1"), ("second", "2")):
+            wait_for_all_rows(env, lambda rows: any(r.function == f"two_calls.{function}" and r.state == "breakpoint"
+                                                    for r in rows), timeout=60)
+            done = run_debug(env, "-c", "cast stepper ranks(0) p value", "-c", "continue")
+            assert done.returncode == 0 and done.stdout.startswith(f"stepper ranks[0] (1)\n{value}\n"), done.stdout + done.stderr
+        code, output = program.finish()
+        assert code == 0 and "RESULT [1] [2]" in output, output
+    finally:
+        program.stop()
+
+
 AFTER_A_SESSION = textwrap.dedent('''
     import pdb
     import sys
@@ -187,3 +230,50 @@ def test_python_m_pdb_attaches_to_a_process_whose_session_ended(env, tmp_path):
         assert "Another PDB instance" not in attached.stdout
         code, output = program.finish()
         assert code == 0 and "LEFT 7" in output, output
+
+
+AWAITS = textwrap.dedent('''
+    import asyncio
+    import pdb
+
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    async def tenfold(n):
+        await asyncio.sleep(0)
+        return n * 10
+
+
+    class Fetcher(Actor):
+        @endpoint
+        async def fetch(self):
+            value = 4
+            await pdb.set_trace_async(commands=["p value * 2"])
+            return value
+
+
+    if __name__ == "__main__":
+        fetcher = this_host().spawn_procs(per_host={"gpu": 1}).spawn("fetcher", Fetcher)
+        print("RESULT", fetcher.fetch.call().get().values())
+''')
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="pdb.set_trace_async is new in Python 3.14")
+@pytest.mark.timeout(90)
+def test_await_works_at_the_prompt_of_pdb_set_trace_async(env, tmp_path, shell):
+    script = tmp_path / "awaits.py"
+    script.write_text(AWAITS)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 1)
+        sh = shell()
+        attached = sh.command("attach fetcher 0")
+        assert "\n8\n" in attached and "-> await pdb.set_trace_async(" in attached, "its commands ran first"
+        assert sh.command("p $_asynctask").startswith("<Task pending name=")
+        sh.command("!tenfolded = await tenfold(value)")
+        assert sh.command("p tenfolded").strip() == "40"
+        assert "Detached from debug session for fetcher 0" in sh.command("c")
+        code, output = program.finish()
+        assert code == 0 and "RESULT [4]" in output, output
+    finally:
+        program.stop()
