@@ -149,21 +149,27 @@ class ConfinedPdb(pdb.Pdb):
         """restart: not in monarch-pdb, which cannot start a rank's program again."""
         self.error("restart is not supported by monarch-pdb: a rank cannot restart its program; use c or q instead")
 
-    def do_debug(self, arg: str) -> None:
-        # pdb's debug, with a recursive debugger confined too: stock pdb's is a plain Pdb.
-        sys.settrace(None)
-        nested = ConfinedPdb(self.stdin, self.stdout)
-        nested.prompt = f"({self.prompt.strip()}) "
-        self.message("ENTERING RECURSIVE DEBUGGER")
-        try:
-            sys.call_tracing(nested.run, (arg, self.curframe.f_globals, self.curframe_locals))
-        except Exception:
-            self._error_exc()
-        self.message("LEAVING RECURSIVE DEBUGGER")
-        sys.settrace(self.trace_dispatch)
-        self.lastcmd = nested.lastcmd
+    def _create_recursive_debugger(self) -> ConfinedPdb:
+        """The debugger of pdb's `debug` command (a hook from Python 3.14 on), confined too:
+        stock pdb's is a plain Pdb."""
+        return ConfinedPdb(self.stdin, self.stdout)
 
-    do_debug.__doc__ = pdb.Pdb.do_debug.__doc__
+    if sys.version_info < (3, 14):
+        def do_debug(self, arg: str) -> None:
+            # pdb's debug before 3.14, which has no hook for the recursive debugger it makes.
+            sys.settrace(None)
+            nested = self._create_recursive_debugger()
+            nested.prompt = f"({self.prompt.strip()}) "
+            self.message("ENTERING RECURSIVE DEBUGGER")
+            try:
+                sys.call_tracing(nested.run, (arg, self.curframe.f_globals, self.curframe_locals))
+            except Exception:
+                self._error_exc()
+            self.message("LEAVING RECURSIVE DEBUGGER")
+            sys.settrace(self.trace_dispatch)
+            self.lastcmd = nested.lastcmd
+
+        do_debug.__doc__ = pdb.Pdb.do_debug.__doc__
 
     def do_clear(self, arg: str) -> None:
         """Like pdb's clear, but clearing everything does not stop to ask for a confirmation."""

@@ -44,10 +44,11 @@ PROGRAM = textwrap.dedent('''
 
 @pytest.fixture
 def calc(env, tmp_path):
-    """PROGRAM, its two ranks paused."""
+    """PROGRAM, its two ranks paused; in them, using a part of pdb that their Python deprecates
+    is an error."""
     script = tmp_path / "calc.py"
     script.write_text(PROGRAM)
-    program = Program(env, script, cwd=tmp_path)
+    program = Program(dict(env, PYTHONWARNINGS="error::DeprecationWarning:monarch_pdb.debugger"), script, cwd=tmp_path)
     try:
         wait_for_sessions(env, 2)
         yield program
