@@ -313,6 +313,7 @@ def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
         program.stop()
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(90)
 def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(env, tmp_path):
     program = run_program(env, tmp_path, "threads.py", THREADS)
@@ -341,6 +342,7 @@ def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(
         program.stop()
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(90)
 def test_a_rank_waiting_in_an_await_stops_in_its_coroutine(env, tmp_path):
     program = run_program(env, tmp_path, "poller.py", POLLER)
