@@ -332,8 +332,8 @@ def test_a_rank_that_quit_is_listed_as_quit_until_its_next_call(env, tmp_path):
         program.stop()
 
 
-@pytest.mark.each_python
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_any_process_with_pythonbreakpoint_and_launcher_identity(env, tmp_path, shell):
     program = run_train(env, tmp_path, 3, LOCAL_RANK="1", GROUP_RANK="0", WORLD_SIZE="4")
     try:
@@ -367,8 +367,8 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         program.stop()
 
 
-@pytest.mark.each_python
 @pytest.mark.timeout(60)
+@pytest.mark.each_python
 def test_an_event_does_not_break_the_line_being_typed(env, tmp_path, broker, shell):
     sh = shell()
     sh.child.send("li")
@@ -494,8 +494,8 @@ def test_a_new_shell_attaches_at_once_where_a_killed_shell_held_the_rank(env, tm
         program.stop()
 
 
-@pytest.mark.each_python
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
     program = run_train(env, tmp_path, 6)
     try:

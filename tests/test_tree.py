@@ -144,8 +144,8 @@ def listed(table: str) -> list[tuple[str, str, str]]:
             re.findall(r"^\| rank +\| (\d+) +\| (\{.*?\}) +\|.*?\| ([^|]*?) +\|$", table, re.M)]
 
 
-@pytest.mark.each_python
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shell):
     tree.start_root()
     tree.host_broker("host0")
@@ -206,8 +206,8 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
         "rank.py:21 <module>  ranks[0,2] (2)\nrank.py:14 spin  ranks[0,2] (2)\n")
 
 
-@pytest.mark.each_python
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_a_tree_three_deep_serves_the_root_as_two_deep_does(tree, env, shell):
     tree.start_root()
     rack = tree.host_broker("rack")
@@ -323,8 +323,8 @@ def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_ar
     assert "ranks are lost" not in watcher.text and "was lost" not in watcher.text
 
 
-@pytest.mark.each_python
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
     tree.start_root()
     tree.host_broker("host0")
@@ -352,8 +352,8 @@ def round_trip(sock: zmq.Socket, codec: wire.Codec, msg: wire.Message, answer: t
             return
 
 
-@pytest.mark.each_python
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tree, env, shell):
     env["MONARCH_PDB_HEARTBEAT"] = "10"  # the broker below, stopped a moment, is not lost however slow we are
     tree.start_root()
