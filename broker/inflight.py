@@ -1,6 +1,6 @@
-"""Requests in flight, casts and stack requests alike: each waits for its ranks' answers until
-it has them all or its deadline passes, and then its result goes to the shell that asked, once,
-in parts that fit a message."""
+"""Requests in flight, casts, stack requests and peeks alike: each waits for its ranks' answers
+until it has them all or its deadline passes, and then its result goes to the shell that asked,
+once, in parts that fit a message."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ from operator import attrgetter
 from typing import ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from monarch_pdb import wire
+
+
+BELOW_MARGIN = 0.1
+"""A broker below gets this much less of a request's time (at most half a second), so that
+its answer, late ranks named, arrives before ours is due."""
+
+
+def below_timeout(timeout: float) -> float:
+    return timeout - min(0.5, timeout * BELOW_MARGIN)
 
 
 @dataclass(kw_only=True)
@@ -25,7 +34,7 @@ class Request:
     """Each rank that will give no answer, and why."""
     id: int = 0
     RESULT: ClassVar[type]
-    """The message type that carries the result (wire.CastResult, wire.StacksResult)."""
+    """The message type that carries the result: wire.CastResult, StacksResult, PeekResult."""
 
     @property
     def done(self) -> bool:
@@ -50,6 +59,45 @@ class Request:
         missing = sorted(self.missing + self.unanswered(), key=lambda m: (m.rank, m.reason))
         return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=[] if more else missing, more=more)
                 for groups, more in in_parts(ordered, part_size)]
+
+
+@dataclass(kw_only=True)
+class AskedOfEach(Request):
+    """A request asked of each process (or broker below) that runs some of its ranks, each
+    answering for its own, perhaps in parts: stacks and peeks alike."""
+
+    waiting: dict[bytes, list[int]] = field(default_factory=dict)
+    """The ranks asked of each process or broker below that has not answered yet."""
+    LEFT_OUT: ClassVar[str]
+    """Why a rank asked of a peer that answered without it has no answer."""
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting
+
+    def report(self, peer: bytes, groups: list, missing: list[wire.Missing] = (), more: bool = False) -> None:
+        """A peer's groups (a broker below's already merged, with the ranks it has none for,
+        perhaps in parts: `more`); only the ranks asked of it count."""
+        asked = set(self.waiting.pop(peer, ()))
+        for group in groups:
+            mine = [r for r in group.ranks if r in asked]
+            asked.difference_update(mine)
+            self.take(group, mine)
+        for gone in missing:
+            if gone.rank in asked:
+                asked.discard(gone.rank)
+                self.missing.append(gone)
+        if more:
+            self.waiting[peer] = sorted(asked)
+        else:
+            self.missing += [wire.Missing(rank, self.LEFT_OUT) for rank in sorted(asked)]
+
+    def take(self, group, mine: list[int]) -> None:
+        """Fold in one group a peer sent, for `mine`, those of its ranks it was asked for."""
+        raise NotImplementedError
+
+    def lost(self, peer: bytes, reason: str = wire.Ending.LOST) -> None:
+        self.missing += [wire.Missing(rank, reason) for rank in self.waiting.pop(peer, ())]
 
 
 T = TypeVar("T")

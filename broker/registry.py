@@ -44,6 +44,9 @@ class Peer:
     """A broker below's ranks that have no session there (its sessions are `owned`)."""
     jobs: list[wire.JobRow] = field(default_factory=list)
     """A broker below's jobs, as it counts them."""
+    silent: bool = False
+    """A broker (below, or the parent) not heard from for a while, and kept: a stopped or
+    starved process keeps its connection, and goes on where it was when it answers again."""
 
     def describe(self) -> str:
         if self.role == PARENT:
@@ -204,6 +207,7 @@ class LiveRank:
     actor: str
     rank: int
     coords: dict
+    instance: str = ""
 
 
 @dataclass
@@ -269,6 +273,16 @@ class Registry:
     (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
     departed: OrderedDict = field(default_factory=OrderedDict)
     """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, lost or finished, instance)."""
+    shadowed: dict[tuple[str, str, int], Session] = field(default_factory=dict)
+    """A session whose rank another process's session took (the rank started twice, the first
+    still running): listed still, and standing for its rank again if the other ends first."""
+    twins: list[tuple[Session, Session]] = field(default_factory=list)
+    """(the session that stood for a rank, the other process's that took it), to be named."""
+    thread_sessions: int = 0
+    """How many sessions are of threads other than their ranks' (`wire.is_thread`): a selector
+    looks for them among thousands of sessions only when there are some."""
+    twins_named: set = field(default_factory=set)
+    """(job, actor, rank) of the ranks named as run twice: each is named once."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
@@ -316,8 +330,25 @@ class Registry:
 
     def silent(self, now: float, limit: float, since: float) -> list[bytes]:
         """The peers not heard from for `limit` seconds, counted from `since` at the earliest
-        (when the broker last came back from a pause: their messages waited unread)."""
-        return [identity for identity, peer in self.peers.items() if now - max(peer.last_seen, since) > limit]
+        (when the broker last came back from a pause: their messages waited unread), but those
+        already known to be silent."""
+        return [identity for identity, peer in self.peers.items()
+                if not peer.silent and now - max(peer.last_seen, since) > limit]
+
+    def gone_with(self, silent: list[bytes]) -> list[bytes]:
+        """The other processes on this host of the jobs of silent ones found gone, gone too: a
+        job killed or torn down at once is lost in one pass, and told in one line. Looked at only
+        when one of its processes is silent."""
+        def gone(peer: Peer | None) -> bool:
+            return (peer is not None and peer.role == wire.Role.AGENT and peer.host == self.host
+                    and process_gone(peer.pid))
+
+        jobs = {peer.name for peer in map(self.peers.get, silent) if gone(peer)}
+        if not jobs:
+            return []
+        chosen = set(silent)
+        return [identity for identity, peer in self.peers.items()
+                if identity not in chosen and peer.name in jobs and gone(peer)]
 
     def _adopt(self, old: bytes, new: bytes) -> None:
         """A process that reconnected on a new socket before its old one was declared lost:
@@ -385,7 +416,7 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
+            self._stand(sess)
             owner.owned[msg.sid] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
@@ -410,7 +441,7 @@ class Registry:
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
-            self.by_rank.setdefault((sess.job, sess.actor), {})[sess.rank] = sess
+            self._stand(sess)
             self.peers[branch].owned[item.id] = sess
             self.quit.discard((sess.job, sess.actor, sess.rank))
         elif stopped:
@@ -424,6 +455,31 @@ class Registry:
         if item.news:
             sess.detail = item.detail
         return sess
+
+    def _stand(self, sess: Session) -> None:
+        """A new session stands for its rank (and is counted, if a thread's). Another process's
+        that stood for it (the rank started again, elsewhere, while the first runs on) stays
+        listed, and is named once."""
+        self.thread_sessions += wire.is_thread(sess.instance)
+        ranks_of = self.by_rank.setdefault((sess.job, sess.actor), {})
+        other = ranks_of.get(sess.rank)
+        ranks_of[sess.rank] = sess
+        if other is None or (other.host, other.pid) == (sess.host, sess.pid) or self.gone(other):
+            return
+        key = (sess.job, sess.actor, sess.rank)
+        self.shadowed[key] = other
+        if key not in self.twins_named:
+            self.twins_named.add(key)
+            self.twins.append((other, sess))
+
+    def gone(self, sess: Session) -> bool:
+        """Whether a session's process is gone from this host (restarted, not yet found silent)."""
+        return sess.host == self.host and process_gone(sess.pid)
+
+    def take_twins(self) -> list[tuple[Session, Session]]:
+        """The ranks found run by two processes since last asked, each (first, second)."""
+        twins, self.twins = self.twins, []
+        return twins
 
     def output_log(self, sess: Session) -> OutputLog:
         """A session's log to add to: one below has none until it first prints up here."""
@@ -477,9 +533,16 @@ class Registry:
         owner = self.peers.get(sess.peer)
         if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
             self.quit.add(key)
-        self.sessions.pop(sess.id, None)
+        if self.sessions.pop(sess.id, None) is not None:
+            self.thread_sessions -= wire.is_thread(sess.instance)
         ranks_of = self.by_rank.get((sess.job, sess.actor), {})
-        if ranks_of.get(sess.rank) is sess:
+        shadow = self.shadowed.pop(key, None)
+        if shadow is not None and shadow is not sess and shadow.id in self.sessions:
+            if ranks_of.get(sess.rank) is sess:
+                ranks_of[sess.rank] = shadow
+            else:
+                self.shadowed[key] = shadow
+        elif ranks_of.get(sess.rank) is sess:
             del ranks_of[sess.rank]
             if not ranks_of:
                 del self.by_rank[(sess.job, sess.actor)]
@@ -541,7 +604,8 @@ class Registry:
     def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """The sessions a `ranks(...)` selector picks (with `live`, the live ranks, paused or
         not), in rank order, and a `Missing` for each rank it names that is not among them;
-        refused when it picks none."""
+        refused when it picks none. A slice or filter picks other threads' sessions only when
+        it asks for threads (ranks.py)."""
         try:
             selection = ranks.parse_selector(selector)
         except ranks.SelectorError as error:
@@ -550,7 +614,9 @@ class Registry:
         by_rank = {r.rank: r for r in found}
         # Coordinates are made only for a selector that filters on them, not for ranks(0:8).
         by_coords = bool(ranks.dimensions(selection))
-        candidates = ((r.rank, r.coords if by_coords else {}) for r in found)
+        picked = found if selection.threads or ranks.named(selection) or not self.thread_sessions else [
+            r for r in found if not wire.is_thread(r.instance)]
+        candidates = ((r.rank, r.coords if by_coords else {}) for r in picked)
         chosen = [by_rank[rank] for rank in ranks.select(selection, candidates)]
         if not chosen:
             raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
@@ -644,7 +710,8 @@ class Registry:
                     found[(row.job, row.rank)] = LiveRank(peer.identity, row.job, actor, row.rank, row.coords)
         for sess in self.sessions.values():
             if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
-                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords)
+                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords,
+                                                        sess.instance)
         if not found:
             raise Refused(f"No running rank of actor {actor} is known to the broker")
         in_one_job(actor, {j for j, _ in found})

@@ -24,8 +24,9 @@ import zmq
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
-from monarch_pdb.broker.inflight import InFlight, Request, row_parts
+from monarch_pdb.broker.inflight import InFlight, Request, below_timeout, row_parts
 from monarch_pdb.broker.list_groups import group_parts, group_rows
+from monarch_pdb.broker.peeks import Peeks
 from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
@@ -35,9 +36,6 @@ PROGRESS_EVERY = 0.25
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
-BELOW_MARGIN = 0.1
-"""A broker below gets this much less of a request's time (at most half a second), so that
-its answer, late ranks named, arrives before ours is due."""
 
 
 def log(text: str) -> None:
@@ -54,6 +52,10 @@ class Broker:
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
     told_unsigned: OrderedDict = field(default_factory=OrderedDict)
     """Peers already told that their signatures fail: each is told once."""
+    unnamed: OrderedDict = field(default_factory=OrderedDict)
+    """Those of them whose address is not yet known, and since when (see `drain`)."""
+    refused_addresses: set = field(default_factory=set)
+    """Addresses named in the log as sending what our secret did not sign: each is named once."""
     pub_endpoint: str = ""
     refused_logged: int = 0
     refusals_logged_at: float = float("-inf")
@@ -73,6 +75,7 @@ class Broker:
                                  sessions_per_connection=self.settings.max_sessions_per_connection)
         self.casts = Casts(part_size=self.settings.max_message // 2)
         self.stacks: InFlight[StacksInFlight] = InFlight(part_size=self.settings.max_message // 2)
+        self.peeks = Peeks(self)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -120,6 +123,7 @@ class Broker:
             wire.BranchSessions: self.on_branch_sessions,
             wire.BranchRanks: self.on_branch_ranks,
             wire.BranchEnded: self.on_branch_ended,
+            wire.BranchLost: self.on_branch_lost,
             wire.BranchOutput: self.on_branch_output,
             wire.CastResult: self.on_cast_result,
             wire.CastProgress: self.on_cast_progress,
@@ -128,6 +132,8 @@ class Broker:
             wire.Error: self.on_branch_error,
             wire.SessionOutput: self.on_branch_session_output,
             wire.SessionEnded: self.on_branch_session_ended,
+            # peek, from each peer that takes part
+            **self.peeks.handlers(),
         }
 
     # --- life cycle --------------------------------------------------------------------
@@ -162,7 +168,8 @@ class Broker:
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
-            ready = dict(poller.poll((PROGRESS_EVERY / 2 if self.casts else tick) * 1000))
+            in_flight = self.casts or self.stacks or self.peeks.table  # each due at its deadline, not a tick late
+            ready = dict(poller.poll((PROGRESS_EVERY / 2 if in_flight else tick) * 1000))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
             if woken in ready:
@@ -179,7 +186,10 @@ class Broker:
             if ticked:
                 next_tick = now + tick
                 self.reap(now)
+                self.forget_unnamed(now)
                 self.summarize_refusals(now)
+                if self.upstream is not None and (trouble := self.upstream.trouble(now)):
+                    log(trouble)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.events.seq))])
             self.flush(now, ticked)
             if self.registry.connected():
@@ -231,10 +241,29 @@ class Broker:
         the bounds even while a flood comes in."""
         for _ in range(DRAIN_AT_ONCE):
             try:
-                frames = self.router.recv_multipart(zmq.NOBLOCK)
+                if self.unnamed:
+                    parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
+                    frames = [part.bytes for part in parts]
+                    self.name_refused(frames[0], parts[-1])
+                else:
+                    frames = self.router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self.handle(frames)
+
+    def name_refused(self, identity: bytes, frame: zmq.Frame) -> None:
+        """Name, once, the address of a peer whose signature failed, from its next message:
+        a message carries its connection's address only as a frame, which costs more than bytes
+        to receive, so frames are taken only while some refused peer is still unnamed."""
+        if self.unnamed.pop(identity, None) is None:
+            return
+        try:
+            address = frame.get("Peer-Address")
+        except zmq.ZMQError:
+            return
+        if address not in self.refused_addresses and len(self.refused_addresses) < TOLD_UNSIGNED:
+            self.refused_addresses.add(address)
+            log(f"refused a peer at {address}: what it sends is not signed with our secret (is the secret the same?)")
 
     def handle(self, frames: list[bytes]) -> None:
         identity = frames[0]
@@ -244,19 +273,19 @@ class Broker:
             self.note_refusal(str(refusal))
             if str(refusal) == "bad signature" and identity not in self.told_unsigned:
                 self.told_unsigned[identity] = None
-                if len(self.told_unsigned) > TOLD_UNSIGNED:
-                    self.told_unsigned.popitem(last=False)
+                self.unnamed[identity] = time.monotonic()
+                for table in (self.told_unsigned, self.unnamed):
+                    if len(table) > TOLD_UNSIGNED:
+                        table.popitem(last=False)
                 self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
         self.dispatch(identity, msgs)
 
     def hear_parent(self) -> None:
         """What the broker above sent, handled as from the peer UPSTREAM; after each welcome
-        as a stranger it learns everything below us anew. One that we took for gone while it
-        only stalled welcomes us as known: it is our parent again, with all we told it."""
+        as a stranger it learns everything below us anew. One that only stalled welcomes us as
+        known: it is our parent still, with all we told it and the sessions it holds here."""
         assert self.upstream is not None
-        if self.upstream.ready and self.upstream.joined and self.registry.peer(UPSTREAM) is None:
-            self.registry.join(self.parent_peer())
         msgs = []
         for item in self.upstream.take():
             if item is JOINED:
@@ -266,9 +295,8 @@ class Broker:
             else:
                 msgs.append(item)
         self.dispatch(UPSTREAM, msgs)
-        parent = self.registry.peer(UPSTREAM)
-        if parent is not None and self.upstream.ready:
-            parent.last_seen = time.monotonic()
+        if self.upstream.ready:
+            self.heard(UPSTREAM, time.monotonic())
 
     def parent_joined(self) -> None:
         assert self.upstream is not None
@@ -288,17 +316,35 @@ class Broker:
     def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
         now = time.monotonic()
         for msg in msgs:
-            if self.registry.heard(identity, now) is None and not isinstance(msg, wire.Hello):
+            if self.heard(identity, now) is None and not isinstance(msg, wire.Hello):
                 self.send(identity, wire.Unknown())
                 continue
             handler = self.handlers.get(type(msg))
             if handler is not None:
                 handler(identity, msg)
 
+    def heard(self, identity: bytes, now: float) -> Peer | None:
+        """A peer spoke (None for a stranger); a broker that was silent answers again, its
+        sessions and ranks as they were."""
+        peer = self.registry.heard(identity, now)
+        if peer is not None and peer.silent:
+            peer.silent = False
+            if peer.role == PARENT:
+                log(f"the broker above at {peer.host} answers again")
+            else:
+                self.events.add_broker(wire.EventKind.BROKER_BACK, peer.host, ranks_below(peer))
+                log(f"the broker below on {peer.host} (pid {peer.pid}) answers again")
+        return peer
+
     def note_refusal(self, reason: str) -> None:
         """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
         self.latest_refusal = reason
         self.summarize_refusals(time.monotonic())
+
+    def forget_unnamed(self, now: float) -> None:
+        """Refused peers that said nothing more within a summary's time stay unnamed."""
+        while self.unnamed and now - next(iter(self.unnamed.values())) > REFUSALS_LOGGED_EVERY:
+            self.unnamed.popitem(last=False)
 
     def summarize_refusals(self, now: float, final: bool = False) -> None:
         total = sum(self.codec.refused.values())
@@ -311,10 +357,60 @@ class Broker:
     def reap(self, now: float) -> None:
         """Declare lost every peer that has been silent for a few heartbeats while we listened.
         A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
-        peers' messages wait unread, so their silence counts from when it listens again."""
+        peers' messages wait unread, so their silence counts from when it listens again.
+        The parent is never lost for its silence: our link looks for it for as long as we
+        run, and what it holds here stays its own until it answers, or welcomes us as a
+        stranger (it restarted). A broker below is lost once its connection is gone (its
+        process ended); while it stands, the broker is only stopped or starved, and its ranks
+        are unreachable, not lost."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        for identity in self.registry.silent(now, limit, self.listening_since):
-            self.drop(identity, wire.Ending.LOST)
+        silent = self.registry.silent(now, limit, self.listening_since)
+        for identity in silent + self.registry.gone_with(silent):
+            peer = self.registry.peer(identity)
+            if identity == UPSTREAM:
+                peer.silent = True
+                log(f"the broker above at {self.upstream.address} does not answer; what it asked waits for it")
+            elif peer.role == wire.Role.BROKER and self.connected(identity):
+                self.unreachable(peer)
+            else:
+                self.drop(identity, wire.Ending.LOST)
+        for branch in self.registry.branches():
+            if branch.silent and not self.connected(branch.identity):
+                self.drop(branch.identity, wire.Ending.LOST)
+
+    def connected(self, identity: bytes) -> bool:
+        """Whether a peer's connection stands: ZeroMQ forgets a peer's name once its
+        connection closes, and a ROUTER made to refuse what it cannot route says so. (A
+        heartbeat goes to one that stands, which it takes as nothing.)"""
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            self.router.send_multipart([identity, *self.codec.encode(wire.Heartbeat())])
+            return True
+        except zmq.ZMQError as error:
+            if error.errno != zmq.EHOSTUNREACH:
+                raise
+            return False
+        finally:
+            self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
+    def unreachable(self, peer: Peer) -> None:
+        """A broker below does not answer: one event that names its host, and nothing waits
+        for it; its sessions stay, held as they were, and lines sent to them wait for it."""
+        peer.silent = True
+        why = unreachable_because(peer.host)
+        for table in (self.casts, self.stacks, self.peeks.table):
+            for request in table:
+                request.lost(peer.identity, why)
+                self.settle(table, request)
+        count = ranks_below(peer)
+        self.events.add_broker(wire.EventKind.BROKER_SILENT, peer.host, count)
+        log(f"the broker below on {peer.host} (pid {peer.pid}) does not answer; its {count} ranks are unreachable")
+
+    def skip_unreachable(self, request: Request) -> None:
+        """Ask nothing of a broker below that does not answer: its ranks are named at once."""
+        for branch in self.registry.branches():
+            if branch.silent:
+                request.lost(branch.identity, unreachable_because(branch.host))
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
         branch = self.registry.is_branch(identity)
@@ -330,14 +426,34 @@ class Broker:
             return
         for sess in gone.ended:
             self.end_session(sess, "", reason)
+        if gone.peer.role == wire.Role.AGENT and reason == wire.Ending.LOST:
+            self.running_lost(gone.peer, gone.ended)
         if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
-            for request in self.stacks:
-                request.lost(identity)
-                self.settle(self.stacks, request)
+            for table in (self.stacks, self.peeks.table):
+                for request in table:
+                    request.lost(identity)
+                    self.settle(table, request)
         if gone.job_left:
             log(f"job {gone.peer.name} left ({reason})")
         if gone.peer.role == wire.Role.AGENT:
             self.below_changed()
+
+    def running_lost(self, peer: Peer, ended: list[Session]) -> None:
+        """The ranks a lost process ran without a session are lost too (killed, or torn down
+        with their job), and told as those with one are; the broker above learns them."""
+        with_session = {(sess.job, sess.actor, sess.rank) for sess in ended}
+        lost: dict[tuple[str, str], list[int]] = {}
+        for job, actor, rank, *_ in peer.present:
+            if (job, actor, rank) not in with_session:
+                lost.setdefault((job, actor), []).append(rank)
+        for (job, actor), ranks_lost in lost.items():
+            self.announce_lost(job, actor, ranks_lost)
+
+    def announce_lost(self, job: str, actor: str, ranks_lost: list[int]) -> None:
+        for rank in ranks_lost:
+            self.events.add(wire.EventKind.LOST, job, actor, rank, "", wire.Ending.LOST)
+        if self.upstream is not None:
+            self.send(UPSTREAM, wire.BranchLost(job=job, actor=actor, ranks=ranks_lost))
 
     def lose_branch(self, peer: Peer, reason: wire.Ending, ended: list[Session]) -> None:
         """A broker below is gone: its ranks are lost, in one event that names its host, and
@@ -349,12 +465,12 @@ class Broker:
                 self.send(sess.holder, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.LOST))
             if self.upstream is not None:
                 self.upstream.ended(sess, "", wire.Ending.LOST)
-        for table in (self.casts, self.stacks):
+        for table in (self.casts, self.stacks, self.peeks.table):
             for request in table:
                 request.lost(peer.identity, why)
                 self.settle(table, request)
         self.attaching.pop(peer.identity, None)
-        ranks_lost = len(ended) + sum(row.state in LIVE for row in peer.below)
+        ranks_lost = ranks_below(peer, ended)
         stopped = "stopped answering" if reason == wire.Ending.LOST else "shut down"
         self.events.add_broker(wire.EventKind.BROKER_LOST, host, ranks_lost, stopped)
         log(f"the broker below on {host} (pid {peer.pid}) {stopped}; {ranks_lost} ranks lost with it")
@@ -371,7 +487,7 @@ class Broker:
             self.upstream.cast_answered(self.registry, request.pending)
 
     def expire(self, now: float) -> None:
-        for table in (self.casts, self.stacks):
+        for table in (self.casts, self.stacks, self.peeks.table):
             for request in table.overdue(now):
                 self.settle(table, request, expired=True)
         for cast in self.casts.progress_due(now, PROGRESS_EVERY):
@@ -537,6 +653,7 @@ class Broker:
             return
         if sess is None:
             return
+        self.name_twins()
         if self.upstream is not None:
             self.upstream.touched(sess, news)
             if news:
@@ -575,13 +692,23 @@ class Broker:
                 self.upstream.touched(sess, item.news)
                 if not known:
                     self.below_changed()
+        self.name_twins()
+
+    def name_twins(self) -> None:
+        """Ranks that two processes run (one started again while the first runs on): both stay
+        listed, and every shell is told once."""
+        for first, second in self.registry.take_twins():
+            detail = f"pid {first.pid} on {first.host} and pid {second.pid} on {second.host}"
+            self.publish(wire.EventKind.TWICE, second, detail)
+            log(f"{second.actor} {second.rank} of job {second.job} is run by two processes ({detail}); both are listed")
 
     def forget_moved(self, row: wire.SessionRow) -> None:
-        """A broker below tells of a rank that another session below still stands for: the
-        rank moved (its host broker was replaced before the old one was declared lost). The old
-        session is forgotten without an event, and a shell attached to it attaches again."""
+        """A broker below tells of a rank that another session below still stands for in the
+        same process: the rank moved (its host broker was replaced before the old one was
+        declared lost). The old session is forgotten without an event, and a shell attached to
+        it attaches again. Another process's is the rank started twice (`Registry._stand`)."""
         old = self.registry.session_for(row.job, row.actor, row.rank)
-        if old is None or not self.registry.is_branch(old.peer):
+        if old is None or not self.registry.is_branch(old.peer) or (old.host, old.pid) != (row.host, row.pid):
             return
         if old.holder is not None:
             self.send(old.holder, wire.SessionEnded(session=old.id, text="", reason=wire.Ending.UNKNOWN))
@@ -598,6 +725,10 @@ class Broker:
         sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None
         if sess is not None:
             self.end_session(sess, msg.output, msg.reason)
+
+    def on_branch_lost(self, identity: bytes, msg: wire.BranchLost) -> None:
+        if self.registry.is_branch(identity):
+            self.announce_lost(msg.job, msg.actor, msg.ranks)
 
     def on_branch_output(self, identity: bytes, msg: wire.BranchOutput) -> None:
         sess = self.registry.session_of(identity, msg.id) if self.registry.is_branch(identity) else None
@@ -675,7 +806,8 @@ class Broker:
     def on_take_stacks(self, identity: bytes, msg: wire.TakeStacks) -> None:
         if identity == UPSTREAM:
             chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
-            self.start_stacks(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.timeout, msg.threads)
+            self.start_stacks(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.timeout, msg.threads,
+                              msg.locals)
 
     def on_interrupt_ranks(self, identity: bytes, msg: wire.InterruptRanks) -> None:
         if identity == UPSTREAM:
@@ -716,6 +848,8 @@ class Broker:
     def on_attach(self, identity: bytes, msg: wire.Attach) -> None:
         try:
             sess = self.registry.find(msg.job, msg.actor, msg.rank)
+            if (below := self.registry.peer(sess.peer)).silent:
+                raise Refused(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
             taken_from = self.registry.hold(identity, sess, force=msg.force)
         except Refused as refusal:
             self.send(identity, wire.Error(text=str(refusal)))
@@ -769,7 +903,11 @@ class Broker:
         for sess in self.casts.start(cast, line, own):
             self.forward(sess, line)
         for branch, branch_ranks in below.items():
-            cast.owe(branch, self.registry.peer(branch).host, branch_ranks)
+            peer = self.registry.peer(branch)
+            if peer.silent:
+                cast.missing += [wire.Missing(rank, unreachable_because(peer.host)) for rank in branch_ranks]
+                continue
+            cast.owe(branch, peer.host, branch_ranks)
             self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=branch_ranks, line=line,
                                             timeout=below_timeout(timeout)))
         self.settle(self.casts, cast)
@@ -806,18 +944,21 @@ class Broker:
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
         chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
         if chosen:
-            self.start_stacks(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.timeout, msg.threads)
+            self.start_stacks(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.timeout, msg.threads,
+                              msg.locals)
 
     def start_stacks(self, shell: bytes, ref: int, job: str, actor: str, chosen: list[LiveRank],
-                     absent: list[wire.Missing], timeout: float, threads: wire.Threads) -> None:
-        """Ask each process (or broker below) for its chosen ranks' stacks, merged as they come."""
+                     absent: list[wire.Missing], timeout: float, threads: wire.Threads, with_locals: bool) -> None:
+        """Ask each process (or broker below) for its chosen ranks' stacks (and their locals),
+        merged as they come."""
         request = self.stacks.open(StacksInFlight(shell=shell, ref=ref, actor=actor,
                                                   deadline=time.monotonic() + timeout, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
+        self.skip_unreachable(request)
         for peer, asked in request.waiting.items():
             self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
-                                            timeout=below_timeout(timeout)))
+                                            timeout=below_timeout(timeout), locals=with_locals))
         self.settle(self.stacks, request)
 
     def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:
@@ -846,8 +987,14 @@ class Broker:
         return asked
 
 
-def below_timeout(timeout: float) -> float:
-    return timeout - min(0.5, timeout * BELOW_MARGIN)
+def ranks_below(branch: Peer, sessions: list[Session] | None = None) -> int:
+    """The live ranks of a broker below: those of its sessions (or of `sessions`, once it is
+    gone), and those it runs without one."""
+    return len(branch.owned if sessions is None else sessions) + sum(row.state in LIVE for row in branch.below)
+
+
+def unreachable_because(host: str) -> str:
+    return f"unreachable (the broker on {host} does not answer)"
 
 
 def raise_open_file_limit() -> str:

@@ -43,6 +43,8 @@ restarted or forgot us): it knows nothing of us yet."""
 
 RUNNING_AFTER = 0.5
 """A session still running a line after this long is told up as running."""
+TROUBLE_EVERY = 30.0
+"""Seconds between two lines saying the parent still does not take us."""
 
 
 class Upstream:
@@ -69,8 +71,12 @@ class Upstream:
         self.ranks_due = True
         self.ranks_sent_at = float("-inf")
         self.wants_output = False
-        self.joined = False
-        """Whether the parent has welcomed us as a stranger once: it knows of us since."""
+        self.patience = settings.connect_timeout
+        self.beat = settings.heartbeat_interval
+        self.unwelcome_since = float("inf")
+        """Since when the parent has not welcomed us (inf while it has)."""
+        self.complained = ("", float("-inf"))
+        """What we last said of the parent not taking us, and when."""
         self.link = Link(settings, wire.Role.BROKER, f"broker@{socket.gethostname()}", self, lambda: parent,
                          context=context)
 
@@ -105,6 +111,26 @@ class Upstream:
     def ready(self) -> bool:
         return self.link.ready.is_set()
 
+    def trouble(self, now: float) -> str:
+        """A line for the log while the parent does not take us, else "": at once when it
+        refuses our signature, after the connect timeout when it does not answer, and again
+        every TROUBLE_EVERY seconds while it lasts; our ranks are out of its sight meanwhile."""
+        if self.ready:
+            self.unwelcome_since, self.complained = float("inf"), ("", float("-inf"))
+            return ""
+        self.unwelcome_since = min(self.unwelcome_since, now)
+        if self.link.rejected.is_set():
+            why = "refused our signature: is the secret the same? (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)"
+        elif now - self.unwelcome_since >= self.patience:
+            why = f"does not answer; trying again every {self.beat:g} s"
+        else:
+            return ""
+        said, at = self.complained
+        if why == said and now - at < TROUBLE_EVERY:
+            return ""
+        self.complained = (why, now)
+        return f"the broker above ({self.address}) {why}"
+
     def take(self) -> list[object]:
         """What the parent sent since last asked (JOINED for a new welcome)."""
         try:
@@ -122,7 +148,6 @@ class Upstream:
     def rejoined(self, registry: Registry) -> None:
         """A parent that welcomed us knows nothing of us: tell it everything, each paused
         session as news (a restarted broker hears every waiting rank again, so shells there do)."""
-        self.joined = True
         self.told.clear()
         self.running.clear()
         self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.sessions.values()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from monarch_pdb import wire
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.numbers import Summary, summarize
 from monarch_pdb.ranks import format_ranks
 
@@ -27,13 +28,13 @@ def rank_set(actor: str, ranks: list[int]) -> str:
 
 def _body(output: str, outcome: str) -> str:
     note = OUTCOMES.get(outcome, f"(its endpoint {outcome})" if outcome else "")
-    text = output if output.endswith("\n") or not output else output + "\n"
+    text = visible(output if output.endswith("\n") or not output else output + "\n")
     if not text and not note:
         return "(no output)\n"
     return text + (note + "\n" if note else "")
 
 
-def grouped(result: wire.CastResult) -> str:
+def grouped(result: wire.CastResult | wire.PeekResult) -> str:
     summary = summarize(result.groups)
     groups = result.groups if summary is None else shown_groups(result.groups, summary)
     blocks = [rank_set(result.actor, g.ranks) + "\n" + _body(g.output, g.outcome) for g in groups]
@@ -52,13 +53,13 @@ def shown_groups(groups: list[wire.CastGroup], summary: Summary) -> list[wire.Ca
     return [g for index, g in enumerate(groups) if index < NUMBER_LINES or notable.intersection(g.ranks)]
 
 
-def raw(result: wire.CastResult) -> str:
+def raw(result: wire.CastResult | wire.PeekResult) -> str:
     per_rank = sorted((rank, g.output, g.outcome) for g in result.groups for rank in g.ranks)
     lines = [f"[{rank}] {line}" for rank, output, outcome in per_rank for line in _body(output, outcome).splitlines()]
     return "".join(line + "\n" for line in lines) + missing_lines(result)
 
 
-def missing_lines(result: wire.CastResult | wire.StacksResult) -> str:
+def missing_lines(result: wire.CastResult | wire.StacksResult | wire.PeekResult) -> str:
     """One line per reason naming the ranks that did not answer."""
     by_reason: dict[str, list[int]] = {}
     for m in result.missing:
@@ -66,8 +67,9 @@ def missing_lines(result: wire.CastResult | wire.StacksResult) -> str:
     return "".join(f"no answer from {rank_set(result.actor, r)}: {why}\n" for why, r in by_reason.items())
 
 
-def document(result: wire.CastResult) -> dict:
-    """The README's JSON form of a cast: groups most common first, then who did not answer."""
+def document(result: wire.CastResult | wire.PeekResult) -> dict:
+    """The README's JSON form of a cast (or a peek): groups most common first, then who did
+    not answer."""
     doc = {
         "actor": result.actor,
         "groups": [{"ranks": g.ranks, "output": g.output, "outcome": g.outcome or "paused"} for g in result.groups],

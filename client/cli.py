@@ -14,7 +14,7 @@ from monarch_pdb.client.reporter import Transcript
 
 WAIT_BROKER = 60.0
 """Seconds a script waits for a broker by default, as `wait` waits for ranks."""
-QUIT_KEYS = "Ctrl-C or Ctrl-D quits."
+QUIT_KEYS = "Ctrl-C, Ctrl-D or quit leaves; other lines typed meanwhile run once it answers."
 INTERRUPTED = 130
 """The exit status of a program a SIGINT (Ctrl-C) ended."""
 
@@ -48,7 +48,7 @@ def script_lines(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     lines = []
     for path in args.script:
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:  # an undecodable byte as -c has it
                 lines += [(path, n, text.rstrip("\n")) for n, text in enumerate(f, 1)]
         except OSError as error:
             raise SystemExit(f"monarch-pdb: cannot read script {path}: {error.strerror}") from None
@@ -61,12 +61,15 @@ def shorten(text: str, width: int = 200) -> str:
     return text if len(text) <= width else f"{text[:width]}... ({len(text):,} characters)"
 
 
-def run(args: argparse.Namespace) -> int:
-    from monarch_pdb.client.shell import DebugShell
+def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = None) -> int:
+    """The shell, or the lines of args' scripts and -c; or the `given` lines (a notebook's magic)."""
+    from monarch_pdb.client.shell import DebugShell, TypedAhead
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
-    lines = script_lines(args)
-    interactive = not lines
+    interactive = given is None and not (args.script or args.commands)
+    lines = script_lines(args) if given is None else given
+    if not (interactive or lines):
+        return 0  # only blank lines and comments: nothing to do, and no broker to wait for
     keyboard = sys.stdin.fileno() if interactive and sys.stdin.isatty() else None
     if keyboard is not None:
         # Ctrl-C quits while we wait for a broker, as it stops a command at the prompt (cmd2
@@ -75,14 +78,15 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     conn = ShellConnection(settings)
     transcript = None
+    ahead = TypedAhead()
     try:
         try:
             if keyboard is None:
                 conn.wait_for_broker(args.wait_broker, lambda note: print(
                     f"monarch-pdb: {note} Giving up after {args.wait_broker:g} s (--wait-broker).", file=sys.stderr))
-            elif not conn.wait_for_broker(None, lambda note: print(f"{note[0].upper()}{note[1:]} {QUIT_KEYS}",
-                                                                    file=sys.stderr), keyboard):
-                return 0
+            else:
+                conn.wait_for_broker(None, lambda note: print(f"{note[0].upper()}{note[1:]} {QUIT_KEYS}", file=sys.stderr),
+                                     keyboard, ahead.take)
         except NoBroker as error:
             if args.json:
                 print(json.dumps({"error": str(error)}))
@@ -95,12 +99,16 @@ def run(args: argparse.Namespace) -> int:
         transcript = Transcript.open(args.record) if args.record else None
         shell = DebugShell(conn, history_file=settings.history_file if interactive else "", as_json=args.json,
                            transcript=transcript)
+        if ahead.leaving is not None:
+            shell.onecmd_plus_hooks(ahead.leaving)
+            return 0
         if interactive:
+            shell.typed_ahead = ahead.lines
             return shell.cmdloop()
         for where, number, text in lines:
+            shell.report.script_line = f"{where}:{number}: {shorten(text.strip())}"
             stop = shell.onecmd_plus_hooks(text)
             if shell.report.failure:
-                print(f"monarch-pdb: {where}:{number}: {shorten(text.strip())}: {shell.report.failure}", file=sys.stderr)
                 return 1
             if stop:
                 break

@@ -26,6 +26,11 @@ from monarch_pdb.settings import Settings
 EVENT_QUIET = 0.1
 REJECTION_CHECK = 0.05
 EVENT_FOLD_LIMIT = 1.0
+ANSWER_GRACE = 5.0
+"""Seconds past a request's own time limit for its answer to arrive."""
+STALL_CHECK = 0.25
+"""How often a wait for an answer looks whether the broker still answers."""
+NOT_ANSWERING = "the broker does not answer; waiting for it; Ctrl-C stops waiting"
 
 
 class NoBroker(Exception):
@@ -87,12 +92,12 @@ class ShellConnection:
         return conn
 
     def wait_for_broker(self, patience: float | None, waiting: Callable[[str], None] | None = None,
-                        keyboard: int | None = None) -> bool:
+                        keyboard: int | None = None, typed: Callable[[bytes], bool] | None = None) -> bool:
         """Wait until a broker welcomes us (True). NoBroker at once when the broker refuses us (a
         wrong secret) or another program holds its port, and once `patience` seconds pass (None:
-        no limit) with no broker. After the connect time-out, `waiting` is told where we wait, and
-        again for each line typed on `keyboard` (a terminal) meanwhile; False when the keyboard
-        gives end of input (Ctrl-D)."""
+        no limit) with no broker. After the connect time-out, `waiting` is told once where we
+        wait. What is typed on `keyboard` (a terminal) meanwhile goes to `typed` as it comes (b""
+        at end of input): False, at once, when `typed` says to stop waiting."""
         settings = self.settings
         where = f"{settings.host}:{settings.port}"
         looked = discovery.connection_file(settings)
@@ -116,13 +121,10 @@ class ShellConnection:
                 if not told:
                     waiting(note)
                     told = True
-            if keyboard is None:
+            if keyboard is None or typed is None:
                 self.link.ready.wait(REJECTION_CHECK)
-            elif readable([keyboard], REJECTION_CHECK):
-                if not os.read(keyboard, 4096):
-                    return False
-                if waiting is not None:
-                    waiting(note)
+            elif readable([keyboard], REJECTION_CHECK) and not typed(os.read(keyboard, 4096)):
+                return False
         return True
 
     def close(self) -> None:
@@ -209,31 +211,63 @@ class ShellConnection:
             self.changed.wait(left)
 
     def cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
-             progress: Callable[[wire.CastProgress], None] | None = None) -> wire.CastResult:
+             progress: Callable[[wire.CastProgress], None] | None = None,
+             waiting: Callable[[str], None] | None = None) -> wire.CastResult:
         """Send one pdb command to the selected ranks; return all their answers, every part
-        of a large result joined. Raises RequestFailed with the broker's one-line reason."""
+        of a large result joined. Raises RequestFailed with the broker's one-line reason.
+        `waiting` is told, once, when the broker stops answering meanwhile."""
         ref = next(self._refs)
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
-        return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress)
+        return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress, waiting)
 
-    def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "") -> wire.StacksResult:
-        """The selected live ranks' stacks, every part of a large result joined. Raises
-        RequestFailed with the broker's one-line reason."""
+    def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "",
+               with_locals: bool = False) -> wire.StacksResult:
+        """The selected live ranks' stacks (and their locals), every part of a large result
+        joined. Raises RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)
-        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job))
+        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job,
+                              locals=with_locals))
         return self._parts(ref, wire.StacksResult, timeout, "gather the stacks")
 
-    def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult], timeout: float, doing: str,
-               progress: Callable[[wire.CastProgress], None] | None = None):
+    def peek(self, actor: str, selector: str, expression: str, limit: float, function: str = "", up: int = 0,
+             job: str = "") -> wire.PeekResult:
+        """An expression's value in each selected live rank, read without stopping it, every
+        part of a large result joined. Raises RequestFailed with the broker's one-line reason."""
+        ref = next(self._refs)
+        self.post(wire.Peek(ref=ref, actor=actor, selector=selector, expression=expression, limit=limit,
+                            function=function, up=up, job=job))
+        return self._parts(ref, wire.PeekResult, limit + wire.PEEK_MARGIN, "finish the peek")
+
+    def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult] | type[wire.PeekResult],
+               timeout: float, doing: str,
+               progress: Callable[[wire.CastProgress], None] | None = None,
+               waiting: Callable[[str], None] | None = None):
         """The answer to request `ref`, its `groups` and `missing` joined over every part (a
-        large answer comes in several, the last with `more` false)."""
-        deadline = time.monotonic() + timeout + 5.0
+        large answer comes in several, the last with `more` false). Its clock stops while the
+        broker does not answer, for as long as its time again at most: a broker stopped or
+        starved answers when it goes on, with what arrived and who did not answer, and a
+        shell that gave up meanwhile would show nothing of it."""
+        left = patience = timeout + ANSWER_GRACE
+        told = False
         result = None
+        last = time.monotonic()
         while True:
+            answering = self.link.ready.is_set()
             msg = self.collect(lambda m: isinstance(m, wire.Error) or getattr(m, "ref", None) == ref,
-                               max(0.0, deadline - time.monotonic()))
+                               max(0.0, min(left, STALL_CHECK)) if answering else STALL_CHECK)
+            now = time.monotonic()
+            if answering or patience <= 0:
+                left -= now - last
+            else:
+                patience -= now - last
+                if waiting is not None and not told:
+                    waiting(NOT_ANSWERING)
+                    told = True
+            last = now
             if msg is None:
-                raise RequestFailed(f"the broker did not {doing} in time")
+                if left <= 0:
+                    raise RequestFailed(f"the broker did not {doing} in time")
+                continue
             if isinstance(msg, wire.Error):
                 raise RequestFailed(msg.text)
             if isinstance(msg, wire.CastProgress) and progress is not None:

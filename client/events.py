@@ -15,19 +15,27 @@ PHRASES = {
     wire.EventKind.LOST: "was lost (its process stopped answering)",
     wire.EventKind.RELEASED: "is free again (the shell attached to it went away)",
     wire.EventKind.TAKEN: "was taken over by the shell of {detail} (attach --force)",
+    wire.EventKind.TWICE: "is run by two processes ({detail}); both are listed, attach and cast reach the second",
 }
 """Every kind of event about ranks, as the shell says it."""
+SEVERAL = {wire.EventKind.LOST: "were lost (their processes stopped answering)"}
+"""What reads otherwise of several ranks."""
 
 def broker_line(event: wire.Event) -> str:
     """An event about a broker below (`--upstream`): one line, however many ranks it has. A
     broker lost after its ranks moved to a new one (it was replaced) loses none."""
     if event.kind == wire.EventKind.BROKER_JOINED:
         return f"the broker on {event.where} joined: its ranks are here"
+    if event.kind == wire.EventKind.BROKER_SILENT:
+        return f"the broker on {event.where} does not answer: its {event.count} ranks are unreachable until it does"
+    if event.kind == wire.EventKind.BROKER_BACK:
+        return f"the broker on {event.where} answers again: its ranks are as they were"
     lost = f": its {event.count} ranks are lost" if event.count else " (its ranks had moved to a new broker)"
     return f"the broker on {event.where} {event.detail}{lost}"
 
 
-BROKER_EVENTS = (wire.EventKind.BROKER_LOST, wire.EventKind.BROKER_JOINED)
+BROKER_EVENTS = (wire.EventKind.BROKER_LOST, wire.EventKind.BROKER_JOINED, wire.EventKind.BROKER_SILENT,
+                 wire.EventKind.BROKER_BACK)
 STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 
 
@@ -70,5 +78,7 @@ def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | N
     lines = brokers
     for (job, actor, kind, detail), (ranks, wheres) in groups.items():
         name = f"{job}:{actor}" if several_jobs else actor
-        lines.append(f"{who(name, sorted(set(ranks)))} {PHRASES[kind].format(where=places(list(wheres)), detail=detail)}")
+        told = sorted(set(ranks))
+        phrase = SEVERAL.get(kind, PHRASES[kind]) if len(told) > 1 else PHRASES[kind]
+        lines.append(f"{who(name, told)} {phrase.format(where=places(list(wheres)), detail=detail)}")
     return lines

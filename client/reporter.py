@@ -25,7 +25,7 @@ class Transcript:
 
     @classmethod
     def open(cls, path: str) -> Transcript:
-        transcript = cls(open(path, "w", encoding="utf-8"))
+        transcript = cls(open(path, "w", encoding="utf-8", errors="surrogateescape"))  # bytes typed, kept as typed
         transcript.file.write(f"# monarch-pdb transcript, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
         return transcript
 
@@ -61,6 +61,9 @@ class Reporter:
     failure: str = ""
     page: Callable[[str], bool] | None = None
     """Shows a result through a pager when it is too tall, or says it did not (at a terminal only)."""
+    script_line: str = ""
+    """In a script, where the line being run comes from and its text (`-c:2: list`): each failure
+    is then one line on stderr that names it, and nothing else."""
 
     def start(self, line: str) -> None:
         self.failure = ""
@@ -90,12 +93,16 @@ class Reporter:
     def failed(self, text: str) -> None:
         """The result was printed, but the command did not fully work (a rank did not answer)."""
         self.failure = text
+        if self.script_line:
+            self.write_err(f"monarch-pdb: {self.script_line}: {text}\n")
 
     def error(self, text: str, prefix: str = "Error processing command: ") -> None:
         self.failure = text
         if self.as_json:
             self.write_out(json.dumps({"error": text}) + "\n")
-        else:
+        if self.script_line:
+            self.write_err(f"monarch-pdb: {self.script_line}: {text}\n")
+        elif not self.as_json:
             self.write_err(f"{prefix}{text}\n")
         if self.transcript is not None:
             self.transcript.note("error", text)

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import NoReturn, TypeVar
 
 import cmd2
@@ -31,8 +31,9 @@ from cmd2.rl_utils import RlType, readline, rl_type
 from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
-from monarch_pdb.client.pager import Pager
+from monarch_pdb.client.pager import Pager, checked
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
 from monarch_pdb.ranks import Selection, SelectorError, format_ranks, parse_selector, render_selector, split_selector
@@ -44,12 +45,16 @@ BANNER = (
     "Enter 'list' to show all active breakpoints.\n"
 )
 ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"}
+QUIT_COMMANDS = {"quit"} | {alias for alias, command in ALIASES.items() if command == "quit"}
 HIDDEN = ["alias", "edit", "macro", "run_pyscript", "shell", "shortcuts"]
 CATEGORY = "Debugger"
 RUNNING_HINT_AFTER = 1.0
 CAST_OUTPUTS = ("grouped", "raw")
 WAIT_TIMEOUT = 60.0
 INTERRUPT_TIMEOUT = 5.0
+PEEK_TIMEOUT = 5.0
+PEEK_USAGE = "peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>) <expression>"
+PEEK_OPTIONS = ("--frame", "--up", "--timeout")
 EOF = "eof"
 """What cmd2 hands over for Ctrl-D at either prompt."""
 ERROR_COLOUR, PLAIN = "\x1b[91m", "\x1b[0m"
@@ -160,6 +165,52 @@ def threads(text: str) -> wire.Threads:
     return wire.Threads(text)
 
 
+@dataclass
+class PeekArgs:
+    function: str = ""
+    up: int = 0
+    limit: float = PEEK_TIMEOUT
+    as_json: bool = False
+
+
+def peek_arguments(text: str) -> tuple[PeekArgs, str]:
+    """`peek`'s options, which come first, and the rest of the line as typed: the expression
+    keeps its spaces and quotes, as a cast's pdb command does."""
+    args = PeekArgs()
+    rest = text.strip()
+    while rest.startswith("--"):
+        option, rest = (rest.split(None, 1) + [""])[:2]
+        if option == "--json":
+            args.as_json = True
+            continue
+        if option not in PEEK_OPTIONS:
+            raise CommandError(f"peek has no option {option}; usage: {PEEK_USAGE}")
+        value, rest = (rest.split(None, 1) + [""])[:2]
+        if not value:
+            raise CommandError(f"{option} needs a value; usage: {PEEK_USAGE}")
+        if option == "--frame":
+            args.function = value
+        elif option == "--up":
+            args.up = whole_number(value, "--up")
+        else:
+            args.limit = timeout(value)
+    return args, rest
+
+
+def expression_only(text: str) -> str:
+    """The expression, or the one line that says why it is not one: `peek` changes nothing in
+    a rank, so a statement is refused before it is sent."""
+    try:
+        compile(text, "<peek>", "eval")
+        return text
+    except SyntaxError as error:
+        try:
+            compile(text, "<peek>", "exec")
+        except SyntaxError:
+            raise CommandError(f"peek needs a Python expression: {error.msg} in {text!r}") from None
+    raise CommandError(f"peek evaluates an expression, not a statement ({text!r}): it changes nothing in the ranks")
+
+
 def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str, Selection | None, str]:
     """parse_target of an actor and the words of its selector, which cmd2 splits at spaces."""
     return parse_target(" ".join([actor, *selector]), usage)
@@ -228,7 +279,7 @@ cast_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="ranks(<ra
 
 continue_parser = Parser("continue", refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
 
-STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--json]"
+STACKS_USAGE = "stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--json]"
 stacks_parser = Parser(STACKS_USAGE)
 stacks_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)")
 stacks_parser.add_argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)")
@@ -236,6 +287,8 @@ stacks_parser.add_argument("--thread", type=threads, default=wire.Threads.MAIN, 
                            help="the main thread of each rank (default), or all its threads")
 stacks_parser.add_argument("--full", action="store_true",
                            help="every frame, the trunk all ranks share too (folded into one line by default)")
+stacks_parser.add_argument("--locals", action="store_true",
+                           help="the locals of each group's program frame (the one peek reads), values folded over ranks")
 stacks_parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
 
 INTERRUPT_USAGE = "interrupt <actor> ranks(<ranks>) [--timeout S]"
@@ -247,6 +300,13 @@ interrupt_parser.add_argument("--timeout", type=timeout, default=INTERRUPT_TIMEO
 
 mesh_parser = Parser("mesh [actor]")
 mesh_parser.add_argument("actor", nargs="?", help=ACTOR_HELP + " (default: every actor)")
+
+
+def in_call_line(actor: str, in_call: list[int], place: str) -> str:
+    """What to do about ranks that an interrupt cannot stop before their call returns."""
+    one = len(in_call) == 1
+    return (f"{actor} ranks[{format_ranks(in_call)}] {'is' if one else 'are'} in a C call ({place}); "
+            f"{'it stops' if one else 'they stop'} when it returns; `peek` reads {'it' if one else 'them'} now")
 
 
 def one_line_errors(command: Callable[..., bool | None]) -> Callable[..., bool | None]:
@@ -320,6 +380,31 @@ def readline_history() -> list[str]:
     return [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
 
 
+@dataclass
+class TypedAhead:
+    """Lines typed at the terminal while the shell waits for a broker: they run once it answers,
+    but quit and Ctrl-D leave at once."""
+
+    lines: list[str] = field(default_factory=list)
+    partial: bytes = b""
+    leaving: str | None = None
+    """The line that leaves: `quit` as typed, or EOF for Ctrl-D."""
+
+    def take(self, chunk: bytes) -> bool:
+        """What the terminal gave (b"": end of input); False once it says to leave."""
+        if not chunk:
+            self.leaving = EOF
+            return False
+        *done, self.partial = (self.partial + chunk).split(b"\n")
+        for line in (raw.decode(errors="replace") for raw in done):
+            if line.strip() in QUIT_COMMANDS:
+                self.leaving = line
+                return False
+            if line.strip():
+                self.lines.append(line)
+        return True
+
+
 class DebugShell(cmd2.Cmd):
     def __init__(self, conn: ShellConnection, history_file: str = "", as_json: bool = False,
                  transcript: Transcript | None = None, **kwargs) -> None:
@@ -350,6 +435,8 @@ class DebugShell(cmd2.Cmd):
         self.alerts: list[str] = []
         self.alerts_lock = threading.Lock()
         self.collected: list[str] = []
+        self.typed_ahead: list[str] = []
+        """Lines typed before the first prompt (while waiting for a broker), read as if typed at it."""
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
@@ -357,7 +444,7 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
         self.list_rows = conn.settings.list_rows
         self.pager = Pager(conn.settings.pager, self.stdout)
-        self.add_settable(cmd2.Settable("pager", str, "command that shows results taller than the terminal "
+        self.add_settable(cmd2.Settable("pager", checked, "command that shows results taller than the terminal "
                                         "('' or cat: none)", self.pager, settable_attrib_name="command"))
         self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
                                         "past it a row per group of ranks", self))
@@ -425,7 +512,7 @@ class DebugShell(cmd2.Cmd):
 
     def show_output(self, actor: str, rank: int, text: str) -> None:
         """Runs on the connection's thread: a followed rank's output, each line marked."""
-        lines = [f"[{actor} {rank}] {line}" for line in text.rstrip("\n").split("\n")]
+        lines = [f"[{actor} {rank}] {line}" for line in visible(text).rstrip("\n").split("\n")]
         self.report.background("output", lines)
         self.alert(lines)
 
@@ -467,6 +554,24 @@ class DebugShell(cmd2.Cmd):
         return self.pdb_matches[state] if state < len(self.pdb_matches) else None
 
     # --- the command loop --------------------------------------------------------------
+
+    def read_input(self, prompt: str, **kwargs) -> str:
+        """A line typed ahead, shown after its prompt, or one read now. Ctrl-C at a prompt drops
+        the line being typed and draws a fresh prompt below it, as pdb does. (cmd2 would write
+        `^C` over the prompt, readline having gone back to its start, and hand on an empty line,
+        which pdb takes for its last command again.)"""
+        if self.typed_ahead:
+            line = self.typed_ahead.pop(0)
+            self.write_out(f"{prompt}{line}\n")
+            if self.readline_terminal:
+                readline.add_history(line)
+            return line
+        while True:
+            try:
+                return super().read_input(prompt, **kwargs)
+            except KeyboardInterrupt:
+                with self.terminal_lock:
+                    self.write_out("\n")
 
     def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
         """One line typed, pasted or read from a script; a paste of several lines runs each, up to
@@ -536,8 +641,14 @@ class DebugShell(cmd2.Cmd):
                         self.note(self.waiting_for())
                 elif got is not None:
                     self.session_message(got)
-                if (self.attached is not None and not self.attached.paused and self.terminal_input
-                        and time.monotonic() - started >= RUNNING_HINT_AFTER and said != self.waiting_for()):
+                if self.attached is None or self.attached.paused:
+                    break
+                waited = time.monotonic() - started
+                if not self.terminal_input and waited >= self.cast_timeout:
+                    self.fail(f"{self.attached.label} did not come back to its prompt within {self.cast_timeout:g} s "
+                              "(cast_timeout); the script leaves it as it is")
+                    self.detach()
+                elif self.terminal_input and waited >= RUNNING_HINT_AFTER and said != self.waiting_for():
                     said = self.waiting_for()
                     self.note(f"({said})")
         except KeyboardInterrupt:
@@ -565,7 +676,7 @@ class DebugShell(cmd2.Cmd):
             return
         if isinstance(msg, wire.SessionOutput):
             self.collected.append(msg.text)
-            self.report.stream(msg.text)
+            self.report.stream(visible(msg.text))
             if msg.paused:
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
@@ -573,7 +684,7 @@ class DebugShell(cmd2.Cmd):
             if msg.reason == wire.Ending.UNKNOWN and self.reattach(att):
                 return
             self.collected.append(msg.text)
-            self.report.stream(msg.text)
+            self.report.stream(visible(msg.text))
             if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
             elif msg.reason == wire.Ending.TAKEN:
@@ -684,7 +795,7 @@ class DebugShell(cmd2.Cmd):
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
-        self.report.result(f"Attached to debug session for {att.label}\n{header}{reply.replay}",
+        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(reply.replay)}",
                            {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "
@@ -751,8 +862,12 @@ class DebugShell(cmd2.Cmd):
                 sys.stderr.flush()
                 shown = True
 
+        def waiting(why: str) -> None:
+            if self.terminal_input:
+                self.note(f"\r({why})")
+
         try:
-            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress)
+            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress, waiting)
         except KeyboardInterrupt:
             raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
         finally:
@@ -813,7 +928,7 @@ class DebugShell(cmd2.Cmd):
         selector = render_selector(selection or parse_selector("ranks(:)"))
         texts, docs = [], []
         for job, actor in targets:
-            result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job)
+            result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job, args.locals)
             texts.append(stacks.text(result, args.thread == wire.Threads.ALL, args.full))
             docs.append(stacks.document(result, args.thread == wire.Threads.ALL, args.full))
             if result.missing:
@@ -822,6 +937,39 @@ class DebugShell(cmd2.Cmd):
         self.report.result(json.dumps(doc, sort_keys=True) if args.json else "".join(texts), doc)
 
     complete_stacks = complete_actor
+
+    @cmd2.with_category(CATEGORY)
+    @one_line_errors
+    def do_peek(self, statement: cmd2.Statement) -> None:
+        """peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>) <expression>
+
+        Evaluate a Python expression in running ranks without stopping them, and show the
+        answers grouped as a cast's. It is read in the frame of the program's own code where
+        `stacks` shows each rank (a paused rank: where it stopped); --frame FUNC the innermost
+        frame of FUNC, --up N that many frames further out. An expression only: nothing of the
+        rank changes. One still running after --timeout seconds (default 5) is answered as
+        such and finishes on its own; a rank whose C code holds the GIL is named."""
+        args, rest = peek_arguments(typed_arguments(statement))
+        job, actor, selection, expression = parse_target(rest, f"usage: {PEEK_USAGE}")
+        if selection is None or not expression.strip():
+            raise CommandError(f"usage: {PEEK_USAGE}")
+        expression = expression_only(expression.strip())
+        result = self.conn.peek(actor, render_selector(selection), expression, args.limit, args.function, args.up, job)
+        self.actors.add(actor)
+
+        def document() -> dict:
+            doc = answers.document(result)
+            for group in doc["groups"]:
+                del group["outcome"]  # the ranks of a peek run on: no session's outcome to tell
+            return doc
+
+        render = answers.raw if self.cast_output == "raw" else answers.grouped
+        text = (lambda: json.dumps(document(), sort_keys=True)) if args.as_json else functools.partial(render, result)
+        self.report.result(text, document)
+        if result.missing:
+            self.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
+
+    complete_peek = complete_actor
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors
@@ -851,6 +999,7 @@ class DebugShell(cmd2.Cmd):
                 where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN, self.cast_timeout, reply.job)
                 lines.append(stacks.text(where, False).rstrip("\n"))
                 doc["stacks"] = stacks.document(where)
+                lines += [in_call_line(actor, in_call, place) for in_call, place in stacks.in_calls(where)]
             except RequestFailed as failure:
                 lines.append(f"(no stacks: {failure})")
             self.report.failed(f"{len(stuck)} ranks did not stop")

@@ -16,11 +16,15 @@ from dataclasses import dataclass, field
 
 from monarch_pdb import wire
 from monarch_pdb.client.answers import missing_lines, shortened
+from monarch_pdb.client.numbers import summarize
 from monarch_pdb.ranks import format_ranks
 
 RANKS_SHOWN = 72
 """Characters of a node's rank set shown; the JSON document has every rank."""
 ELSEWHERE_SHOWN = 8
+VALUES_SHOWN = 4
+"""Distinct values of one local shown by `stacks --locals`; the JSON document has each."""
+INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
 LIBRARY = re.compile(r"[/\\](?:lib[/\\]python\d[^/\\]*|site-packages|dist-packages|monarch_pdb)[/\\]")
 """Where code that is not the program's lives: Python's library, installed packages, and this
 package (the embedded mesh runtime's worker loop among it)."""
@@ -143,8 +147,54 @@ def elsewhere_line(actor: str, ranks: list[int], place: str) -> str:
     return f"{rank_text(ranks)} are elsewhere: {place}"
 
 
+def call_site(frame: wire.Frame) -> str:
+    """Where a frame is, an installed package's file named from its package down."""
+    installed = INSTALLED.split(frame.file)
+    name = installed[-1] if len(installed) > 1 else os.path.basename(frame.file)
+    return f"{name}:{frame.line} {frame.function}"
+
+
+def in_calls(result: wire.StacksResult) -> list[tuple[list[int], str]]:
+    """Ranks by the innermost Python frame of their own thread: the call they are in."""
+    by_place: dict[str, list[int]] = {}
+    for group in result.groups:
+        frames = group.threads[0].frames if group.threads else []
+        if frames:
+            by_place.setdefault(call_site(frames[-1]), []).extend(group.ranks)
+    return sorted(((sorted(r), place) for place, r in by_place.items()), key=lambda pair: pair[0])
+
+
+def locals_lines(result: wire.StacksResult) -> list[str]:
+    """For each group, the locals of the frame `peek` reads (its program's innermost), each
+    value that several ranks hold once; a local that is a number on every rank gets the
+    numbers line a cast's answers get."""
+    lines: list[str] = []
+    for group in result.groups:
+        if not group.locals:
+            continue
+        frames = group.threads[0].frames if group.threads else []
+        place = where(program_frame(frames)) if frames else "(no Python frame)"
+        lines.append(f"locals of {place}  {rank_text(group.ranks)}")
+        by_name: dict[str, list[wire.LocalValue]] = {}
+        for value in group.locals:
+            by_name.setdefault(value.name, []).append(value)
+        for name, values in sorted(by_name.items()):
+            values.sort(key=lambda v: (-len(v.ranks), min(v.ranks)))
+            if len(values) == 1 and len(values[0].ranks) == len(set(group.ranks)):
+                lines.append(f"  {name} = {values[0].value}")
+                continue
+            lines += [f"  {name} = {v.value}  {rank_text(v.ranks)}" for v in values[:VALUES_SHOWN]]
+            if len(values) > VALUES_SHOWN:
+                rest = values[VALUES_SHOWN:]
+                lines.append(f"  {name}: {len(rest)} more values over {sum(len(v.ranks) for v in rest)} ranks")
+            summary = summarize([wire.CastGroup(v.value, "", v.ranks) for v in values])
+            if summary is not None:
+                lines.append(f"  {name} {summary.line()}")
+    return lines
+
+
 def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> str:
-    """The tree, its trunk folded unless `full`."""
+    """The tree, its trunk folded unless `full`, then the locals of each group if asked for."""
     total = sorted({r for group in result.groups for r in group.ranks})
     odd = elsewhere(result.groups)
     head = [f"{result.actor} {rank_text(total)}: {len(result.groups)} distinct stack{'s' if len(result.groups) != 1 else ''}"]
@@ -154,7 +204,7 @@ def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> s
         head.append(f"... and {rest} more ranks in {len(odd) - ELSEWHERE_SHOWN} other places")
     common = [] if full else trunk(result.groups, every_thread)
     body = draw(tree(result.groups, every_thread, common)) if result.groups else []
-    return "\n".join(head + body) + "\n" + missing_lines(result)
+    return "\n".join(head + body + locals_lines(result)) + "\n" + missing_lines(result)
 
 
 def frame_document(frame: wire.Frame) -> dict:
@@ -168,7 +218,9 @@ def document(result: wire.StacksResult, every_thread: bool = False, full: bool =
         "actor": result.actor,
         "common": [frame_document(f) for f in common],
         "groups": [{"ranks": group.ranks, "threads": [{"name": thread.name, "frames": [
-            frame_document(f) for f in thread.frames[len(common):]]} for thread in group.threads]}
+            frame_document(f) for f in thread.frames[len(common):]]} for thread in group.threads],
+            **({"locals": [{"name": v.name, "value": v.value, "ranks": v.ranks} for v in group.locals]}
+               if group.locals else {})}
             for group in result.groups],
         "elsewhere": [{"ranks": ranks, "where": place} for ranks, place in elsewhere(result.groups)],
         "missing": [{"rank": m.rank, "reason": m.reason} for m in result.missing],

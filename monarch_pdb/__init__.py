@@ -23,3 +23,11 @@ def set_identity(*, actor: str | None = None, rank: int | None = None,
     agent = Agent.existing()
     if agent is not None:
         agent.presence.renamed()
+
+
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext monarch_pdb`: the magics `%monarch_debug` and `%%monarch_debug`, which run the
+    debugger shell's commands in a notebook. Only IPython calls this, so only IPython needs it."""
+    from monarch_pdb.client.notebook import register
+
+    register(ipython)

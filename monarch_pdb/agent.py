@@ -4,7 +4,7 @@ Paused threads never touch a socket. They hand their prompt to the agent and blo
 queue of their own until the broker sends their next line; the link's thread does the rest,
 including sending output that a running command printed once it has sat idle a moment. The
 agent keeps the sessions; what the broker knows of the ranks that run is its `Presence`, and
-stopping a running rank its `Interrupts`.
+stopping a running rank its `Interrupts`, reading one without stopping it its `Evaluations`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import zmq
 
-from monarch_pdb import discovery, interrupt, stacks, wire
-from monarch_pdb.identity import Identity, job_name
+from monarch_pdb import discovery, interrupt, peek, stacks, wire
+from monarch_pdb.identity import Identity, job_name, rank_is_set
 from monarch_pdb.interrupt import Interrupts
 from monarch_pdb.link import Link
+from monarch_pdb.peek import Evaluations
 from monarch_pdb.presence import Presence
 from monarch_pdb.rank_threads import RankThreads
 from monarch_pdb.settings import Settings
@@ -97,13 +98,14 @@ class Agent:
         self.threads = RankThreads()
         self.presence = Presence(self.threads, wake=lambda: self.link.post())
         self.interrupts = Interrupts(stop)
+        self.evaluations = Evaluations(wake=lambda: self.link.post())
         self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
-        """The broker: one elsewhere, or this host's, started if need be. A rank with an upstream
-        (MONARCH_PDB_UPSTREAM) has its host's broker, which takes the secret it carries to
-        register with the broker above."""
-        here = bool(self.settings.upstream) and discovery.is_local(self.settings.host)
+        """The broker: one elsewhere, or this host's, started if need be (with the secret of
+        the environment, if any). A rank with an upstream (MONARCH_PDB_UPSTREAM) has its host's
+        broker, which takes the secret it carries to register with the broker above."""
+        here = discovery.is_local(self.settings.host)
         conn = discovery.locate(self.settings, here)
         if conn is None and self.settings.upstream and discovery.secret_of(self.settings) is None:
             raise discovery.NotFound(f"MONARCH_PDB_UPSTREAM names {self.settings.upstream}, but this host's broker "
@@ -126,20 +128,20 @@ class Agent:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
-        stops) keeps its name. Any other is named after the process, which one thread cannot own
-        for the others: a thread stopping under a name another session of the process holds, or
-        under the pid (the main thread's name), is listed with its own thread id as rank and its
+        stops) keeps its name. Any other is named after the process, whose rank a launcher's
+        variables (or the pid) give to the thread that runs the rank's code (`RankThreads.runs`:
+        the main thread under torchrun), whichever thread stops first; a rank the program named
+        goes to the first thread to stop as it. A session of another thread, or under a name
+        another session of the process holds, is listed with its own thread id as rank and its
         thread's name as instance."""
         inbox: queue.SimpleQueue[Line] = queue.SimpleQueue()
+        runs_rank = own_name or rank_is_set() or self.threads.runs(identity.actor, identity.rank)
         with self._lock:
             sid = next(self._sids)
             name = (identity.job, identity.actor, identity.rank)
-            thread = threading.current_thread()
-            if not own_name and (name in self._holders
-                                 or (identity.rank == self.pid and thread is not threading.main_thread())):
-                named = f"thread {thread.name}"
+            if not own_name and (name in self._holders or not runs_rank):
                 identity = replace(identity, rank=threading.get_native_id(),
-                                   instance=f"{identity.instance}, {named}" if identity.instance else named)
+                                   instance=wire.thread_instance(identity.instance, threading.current_thread().name))
                 name = (identity.job, identity.actor, identity.rank)
                 self._by_thread.add(sid)
             self._names[sid] = name
@@ -172,11 +174,12 @@ class Agent:
             self._printing.add(sid)
         self.link.post()
 
-    def wait_for_input(self, prompt: wire.Prompt) -> None:
-        """Announce that a session waits; kept so a new broker learns of it after a restart."""
+    def wait_for_input(self, prompt: wire.Prompt, frame: Any = None) -> None:
+        """Announce that a session waits (its pdb at `frame`); kept so a new broker learns of
+        it after a restart."""
         with self._lock:
             self._waiting[prompt.sid] = prompt
-            self.threads.paused(prompt.sid, prompt.actor, prompt.rank)
+            self.threads.paused(prompt.sid, prompt.actor, prompt.rank, frame)
             self._unsent.append(prompt.sid)
             if prompt.sid not in self._by_thread:
                 self.presence.paused_as(wire.PresentRank(prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance))
@@ -223,7 +226,9 @@ class Agent:
             if inbox is not None:
                 inbox.put(Line(msg.cmd, msg.line, msg.release))
         elif isinstance(msg, wire.TakeStacks):
-            self.link.post(self.stack_report(msg))
+            self.take_stacks(msg)
+        elif isinstance(msg, wire.PeekRanks):
+            self.peek(msg)
         elif isinstance(msg, wire.InterruptRanks):
             self.interrupt(msg.actor, msg.ranks)
 
@@ -235,9 +240,10 @@ class Agent:
             unsent, printing = bool(self._unsent), bool(self._printing)
         if unsent:
             return 0.0
-        presence = self.presence.delay(time.monotonic())
-        if presence is not None:
-            return presence
+        now = time.monotonic()
+        due = [d for d in (self.presence.delay(now), self.evaluations.delay(now)) if d is not None]
+        if due:
+            return min(due)
         if self.interrupts.pending():
             return interrupt.RETRY
         return OUTPUT_IDLE if printing else None
@@ -261,11 +267,35 @@ class Agent:
         if present is not None:
             out.append(present)
         self.interrupts.tick(now)
-        return out
+        return out + self.evaluations.tick(now)
 
-    def stack_report(self, msg: wire.TakeStacks) -> wire.StackReport:
+    def take_stacks(self, msg: wire.TakeStacks) -> None:
+        """The stacks now; with their locals, once a thread of ours has read them (see
+        monarch_pdb.peek), or without them past a moment."""
         running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
-        return wire.StackReport(ref=msg.ref, groups=stacks.take(msg.ranks, running, msg.threads == wire.Threads.ALL))
+        groups = stacks.take(msg.ranks, running, msg.threads == wire.Threads.ALL)
+        if not msg.locals:
+            self.link.post(wire.StackReport(ref=msg.ref, groups=groups))
+            return
+        limit = min(peek.LOCALS_LIMIT, msg.timeout / 2) if msg.timeout > 0 else peek.LOCALS_LIMIT
+        frames = {rank: peek.choose_frame(peek.rank_frames(running[rank]), paused=running[rank].frame is not None)
+                  for rank in msg.ranks}
+        self.evaluations.start(
+            [(rank, lambda frame=frame: peek.shown_locals(frame)) for rank, frame in frames.items()], limit,
+            lambda answers, late: wire.StackReport(ref=msg.ref, groups=peek.with_locals(groups, answers, late, limit)),
+            time.monotonic())
+
+    def peek(self, msg: wire.PeekRanks) -> None:
+        """Evaluate the expression for each rank on a thread of ours; the link answers."""
+        running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
+
+        def report(answers: dict[int, str], late: list[int]) -> wire.PeekReport:
+            clipped = {rank: self.clip(text) for rank, text in answers.items()}
+            return wire.PeekReport(ref=msg.ref, groups=peek.grouped(clipped, late, msg.limit))
+
+        self.evaluations.start(
+            [(rank, lambda how=running[rank]: peek.peek(how, msg.expression, msg.function, msg.up)) for rank in msg.ranks],
+            msg.limit, report, time.monotonic())
 
     def interrupt(self, actor: str, ranks: list[int]) -> None:
         """Ask the thread that runs each rank's code to stop in a session (see

@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from monarch_pdb import collectives, wire
 from monarch_pdb.agent import OUTPUT_IDLE, Agent
 from monarch_pdb.identity import CallContext, Identity, current, current_call
-from monarch_pdb.sources import own_code, source_file
+from monarch_pdb.sources import PACKAGE_DIR, own_code, source_file
+
+PDB_TAKES_EXCEPTIONS = sys.version_info >= (3, 13)
+"""pdb's interaction takes an exception, and its chain, rather than a traceback from 3.13 on."""
+PDB_SETS_ONLY_TRACED_EXCEPTION = sys.version_info[:2] == (3, 12)
+"""pdb 3.12 has `$_exception`, but sets it only where tracing stops at an exception."""
 
 _loose = threading.local()
 """The calling thread's `session` opened outside any endpoint call: it ends when tracing
@@ -44,6 +49,10 @@ class SessionIO:
         """Called when text is written and the agent has not been told since it last found none."""
 
     def write(self, text: str) -> int:
+        """Take text, as a text file does: anything else is the writer's error, raised in the
+        writer's thread, not the link's when it sends the output."""
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._lock:
             self._chunks.append(text)
             self._last_chunk = text
@@ -106,11 +115,35 @@ class SessionIO:
         return text
 
 
+def describe(exc: BaseException) -> str:
+    """`Type: message`, as a traceback ends, and as it falls back when the exception's own
+    `__str__` raises."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<exception str() failed>"
+    return f"{type(exc).__name__}: {text}"
+
+
+def program_traceback(tb):
+    """`tb` without its leading frames of this package (an endpoint's scope, the mesh runtime
+    that called it), so `bt` in post-mortem shows the program only; all of it when nothing
+    else is left."""
+    start = tb
+    while start is not None and start.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        start = start.tb_next
+    return start or tb
+
+
 def describe_function(frame) -> str:
-    """`module.function`, naming a script by its file rather than `__main__`."""
+    """`module.function`, naming a script by its file rather than `__main__`; a program with
+    no file (a notebook cell, `python -`) stays `__main__`, or is named by its notebook."""
     module = frame.f_globals.get("__name__") or ""
     if module in ("__main__", "__mp_main__") or not module:
-        module = os.path.splitext(os.path.basename(source_file(frame)))[0]
+        path = source_file(frame)
+        if path.startswith("<"):
+            path = os.environ.get("JPY_SESSION_NAME") or "__main__"
+        module = os.path.splitext(os.path.basename(path))[0]
     return f"{module}.{frame.f_code.co_name}"
 
 
@@ -120,6 +153,24 @@ class ConfinedPdb(pdb.Pdb):
 
     def __init__(self, stdin: SessionIO, stdout: SessionIO) -> None:
         super().__init__(stdin=stdin, stdout=stdout, nosigint=True)
+        self._post_mortem_of: BaseException | None = None
+
+    def post_mortem(self, exc: BaseException) -> None:
+        """pdb's post-mortem of `exc`, the exception itself where pdb takes one (3.13+), so
+        `exceptions` walks its chain; `$_exception` is it from 3.12 on."""
+        self._post_mortem_of = exc
+        try:
+            self.interaction(None, exc if PDB_TAKES_EXCEPTIONS else exc.__traceback__)
+        finally:
+            self._post_mortem_of = None
+
+    def setup(self, f, tb):
+        """pdb's, with a post-mortem traceback (every one of a chain) shown from the program's
+        first frame."""
+        stop = super().setup(f, program_traceback(tb) if f is None else tb)
+        if PDB_SETS_ONLY_TRACED_EXCEPTION and self._post_mortem_of is not None:
+            self.set_convenience_variable(self.curframe, "_exception", self._post_mortem_of)
+        return stop
 
     def get_stack(self, f, t) -> tuple[list, int]:
         """pdb's stack, without this package's frames between the program's (the wrapper of
@@ -171,15 +222,26 @@ class ConfinedPdb(pdb.Pdb):
 
         do_debug.__doc__ = pdb.Pdb.do_debug.__doc__
 
+    def _prompt_for_confirmation(self, prompt: str, default: str) -> str:
+        """pdb's question (where pdb 3.14 asks each of its own), asked through the session:
+        pdb asks with input(), which reads the rank's own stdin."""
+        self.stdout.write(prompt)
+        reply = self.stdin.readline()
+        return reply.strip().lower() if reply else default
+
     def do_clear(self, arg: str) -> None:
-        """Like pdb's clear, but clearing everything does not stop to ask for a confirmation."""
+        # pdb's clear, whose question before clearing every breakpoint is asked through the
+        # session: before 3.14 pdb asks it with input().
         if arg:
             super().do_clear(arg)
             return
-        for bp in [bp for bp in bdb.Breakpoint.bpbynumber if bp]:
-            self.message(f"Deleted {bp}")
-        self.clear_all_breaks()
+        if self._prompt_for_confirmation("Clear all breaks? ", default="no") in ("y", "yes"):
+            deleted = [bp for bp in bdb.Breakpoint.bpbynumber if bp]
+            self.clear_all_breaks()
+            for bp in deleted:
+                self.message(f"Deleted {bp}")
 
+    do_clear.__doc__ = pdb.Pdb.do_clear.__doc__
     do_cl = do_clear
 
 
@@ -210,6 +272,15 @@ class RemotePdb(ConfinedPdb):
             pdb.Pdb._last_pdb_instance = None if ended else displaced
         self._displaced = None
 
+    def _prompt_for_confirmation(self, prompt: str, default: str) -> str:
+        """The question's answer; the shell's top-level `continue`, sent instead of one, takes
+        the default and goes on as the continue it is."""
+        reply = super()._prompt_for_confirmation(prompt, default)
+        if not self.session.released:
+            return reply
+        self.cmdqueue.append("continue")
+        return default
+
     def set_continue(self) -> None:
         super().set_continue()
         if not self.breaks and self.session.call is None:
@@ -236,6 +307,8 @@ class Session:
     reason: wire.Stop = wire.Stop.BREAKPOINT
     exc: str = ""
     ended: bool = False
+    released: bool = False
+    """Whether the last line came with the shell's top-level continue (`Line.release`)."""
 
     def __post_init__(self) -> None:
         self.io = SessionIO(self.ask)
@@ -253,11 +326,11 @@ class Session:
             sid=self.sid, cmd=self.cmd, job=ident.job, actor=ident.actor, rank=ident.rank,
             coords=ident.coords, host=ident.hostname, pid=ident.pid,
             function=describe_function(frame) if frame else "", filename=source_file(frame) if frame else "",
-            lineno=frame.f_lineno if frame else 0, output=self.agent.clip(output), prompt=prompt,
+            lineno=(frame.f_lineno or 0) if frame else 0, output=self.agent.clip(output), prompt=prompt,
             reason=self.reason, exc=self.exc, instance=ident.instance,
-        ))
+        ), frame)
         line = self.inbox.get()
-        self.cmd = line.cmd
+        self.cmd, self.released = line.cmd, line.release
         self.reason, self.exc = wire.Stop.BREAKPOINT, ""
         if line.release:
             self.debugger.clear_all_breaks()
@@ -334,17 +407,20 @@ async def set_trace_async(frame, header: str | None = None, commands: list[str] 
         await session.debugger.set_trace_async(frame)
 
 
-def post_mortem(exc: BaseException, traceback=None) -> None:
-    """Stop at the innermost frame of `exc`'s traceback until the user lets it go on."""
+def post_mortem(exc: BaseException) -> None:
+    """Stop at the innermost frame of `exc`'s traceback until the user lets it go on; pdb's
+    own error for an exception that has none."""
+    if exc.__traceback__ is None:
+        raise ValueError("A valid traceback must be passed if no exception is being handled")
     agent = process_agent()
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
-    session.reason, session.exc = wire.Stop.POST_MORTEM, f"{type(exc).__name__}: {exc}"
+    session.reason, session.exc = wire.Stop.POST_MORTEM, describe(exc)
     debugger = session.debugger
     debugger.reset()
     try:
-        debugger.interaction(None, traceback or exc.__traceback__)
+        debugger.post_mortem(exc)
     except bdb.BdbQuit:
         pass
     finally:

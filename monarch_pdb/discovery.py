@@ -73,6 +73,16 @@ def secret_of(settings: Settings) -> str | None:
         raise Insecure(f"MONARCH_PDB_SECRET_FILE names {settings.secret_file}, which does not exist") from None
 
 
+def secret_source(settings: Settings) -> str:
+    """Where the secret we sign with comes from, as secret_of and locate choose it, so that a
+    refusal names the setting to fix."""
+    if settings.secret is not None:
+        return "MONARCH_PDB_SECRET"
+    if settings.secret_file is not None:
+        return f"MONARCH_PDB_SECRET_FILE, {settings.secret_file}"
+    return f"the connection file, {connection_file(settings)}"
+
+
 def is_local(host: str) -> bool:
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
@@ -215,18 +225,28 @@ def new_secret() -> str:
 def locate(settings: Settings, here: bool = False) -> Connection | None:
     """The broker this process should talk to, or None if none is known to be running.
 
-    A live local broker's file wins; otherwise a secret from the environment means a broker
-    elsewhere at host:port (its PUB address is learned in the handshake), unless the broker
-    is known to be `here`, on this host, where the caller starts it.
+    A live local broker's file wins; otherwise a secret from the environment means the broker
+    at host:port signs with it (its PUB address is learned in the handshake). Where the caller
+    starts this host's broker when none runs (`here`), that is only one that listens there
+    already: a secret says which key to use, not that the broker is elsewhere.
     """
     secret = secret_of(settings)
     if broker_running(settings):
         conn = read_connection_file(settings)
         if conn is not None:
             return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
-    if secret is not None and settings.port != 0 and not here:
+    if secret is not None and settings.port != 0 and not (here and not listens(settings)):
         return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0, settings.curve)
     return None
+
+
+def listens(settings: Settings) -> bool:
+    """Whether something accepts connections at the broker's host and port."""
+    try:
+        socket.create_connection((bind_host(settings.host), settings.port), timeout=GREETING_WAIT).close()
+    except OSError:
+        return False
+    return True
 
 
 def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connection | None:

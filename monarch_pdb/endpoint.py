@@ -7,7 +7,6 @@ exception leaving the scope after such a breakpoint stops the rank where it was 
 from __future__ import annotations
 
 import bdb
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,28 +29,16 @@ def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     return policy != "never" and stopped_before
 
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _user_traceback(exc: BaseException):
-    """The traceback without the leading frames of monarch_pdb (this scope, the mesh runtime),
-    so `bt` in post-mortem shows the program only."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
-        tb = tb.tb_next
-    return tb or exc.__traceback__
-
-
 def outcome_of(exc: BaseException) -> str:
     return wire.Ending.QUIT if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
 
 
-def stop_after_raise(call: CallContext, exc: BaseException, traceback=None) -> None:
+def stop_after_raise(call: CallContext, exc: BaseException) -> None:
     """Post-mortem at the raise site, when the policy wants it for this call."""
     if wants_post_mortem(exc, call.session is not None):
         from monarch_pdb import debugger
 
-        debugger.post_mortem(exc, traceback or _user_traceback(exc))
+        debugger.post_mortem(exc)
 
 
 def end_call(call: CallContext, outcome: str) -> None:

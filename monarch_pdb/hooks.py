@@ -268,7 +268,7 @@ def _take_monarch_calls() -> None:
         post_mortem_debug(self, exc_tb)
         exc = sys.exc_info()[1]
         if exc is not None:
-            stop_after_raise(_monarch_call(), exc, exc_tb)
+            stop_after_raise(_monarch_call(), exc)
             _end_monarch_call(outcome_of(exc))
 
     setattr(maybe_exit_debugger, _INSTALLED, True)
@@ -309,3 +309,13 @@ def _set_trace_in_monarch_call(*, header: str | None = None, commands: list[str]
 
     _monarch_call()
     debugger.set_trace(sys._getframe(1), header=header, commands=commands)
+
+
+def join() -> dict[str, object]:
+    """What `monarch-pdb join` runs in a process it loads us into (on its main thread, between
+    two bytecodes): `install`, as if the program had called it now; says who the process is
+    and whether it had installed us before, so joining twice changes nothing."""
+    before = bool(getattr(sys.excepthook, _INSTALLED, False))
+    install()
+    me = identity.current()
+    return {"actor": me.actor, "rank": me.rank, "before": before}

@@ -70,6 +70,12 @@ def set_identity(*, actor: str | None = None, rank: int | None = None,
             _explicit[key] = value
 
 
+def rank_is_set() -> bool:
+    """Whether the program named its rank itself (`set_identity`): an engine of its own may
+    run the rank's code on any thread, so no thread is the rank's before one stops as it."""
+    return "rank" in _explicit
+
+
 def _script_stem() -> str:
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     return os.path.splitext(script)[0] or "python"

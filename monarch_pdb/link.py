@@ -13,6 +13,7 @@ import getpass
 import os
 import queue
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +66,25 @@ def _messages(sock: zmq.Socket, codec: wire.Codec) -> Iterator[wire.Message]:
             yield from codec.decode(frames)
         except wire.Refused:
             continue
+
+
+def _encoded(codec: wire.Codec, msgs: list[wire.Message]) -> tuple[list[wire.Message], list[list[bytes]]]:
+    """The messages that can be encoded and their frames. One that cannot (a value msgpack
+    cannot carry) is left out with one line on stderr: the link's thread, and every session
+    it carries, goes on."""
+    try:
+        return msgs, codec.encode_many(msgs)
+    except Exception:  # one of them cannot go: each on its own, to find which
+        kept, bodies = [], []
+    for msg in msgs:
+        try:
+            bodies.append(codec.encode(msg))
+        except Exception as error:
+            print(f"monarch-pdb: a message ({msg.TYPE}) could not be sent to the debug broker and is left out: "
+                  f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        else:
+            kept.append(msg)
+    return kept, bodies
 
 
 def pub_address(router: str, pub: str) -> str:
@@ -222,9 +242,10 @@ class Link:
         def send(*msgs: wire.Message) -> None:
             if not msgs:
                 return
-            for frames in codec.encode_many(list(msgs)):
+            kept, bodies = _encoded(codec, list(msgs))
+            for frames in bodies:
                 dealer.send_multipart(frames, copy=False)
-            self._unanswered += [m for m in msgs if not isinstance(m, CONNECTION_MESSAGES)]
+            self._unanswered += [m for m in kept if not isinstance(m, CONNECTION_MESSAGES)]
 
         send(self._hello())
         heard = sent = beaten = time.monotonic()
@@ -284,7 +305,7 @@ class Link:
         for msg in _messages(dealer, codec):
             if msg is REJECTED:
                 self.refuse("authentication failed: the broker refuses our messages; its secret is not the one "
-                            "we use (MONARCH_PDB_SECRET, or the connection file)")
+                            f"we use (from {discovery.secret_source(self.settings)})")
                 continue
             if not isinstance(msg, wire.Unknown):
                 self._unanswered.clear()
@@ -297,6 +318,7 @@ class Link:
                     self._broker_pid, self._seq, self._catching_up = msg.broker_pid, msg.seq, False
                 replies.extend(self._catch_up_to(msg.seq))
                 self.problem = ""
+                self.rejected.clear()
                 if not self.ready.is_set():  # else it answers a hello we said again: no news
                     self.ready.set()
                     if not msg.known:  # a broker that knew us has all we told it

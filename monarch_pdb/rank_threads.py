@@ -26,6 +26,8 @@ class Running:
 
     thread: int
     coroutine: Any = None
+    frame: Any = None
+    """A paused session's frame, where its pdb stands: what `peek` reads."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,8 +57,8 @@ class RankThreads:
         self._lock = threading.Lock()
         self._calls: list[Call] = []
         """Oldest first: the newest call of a rank is the one it runs now."""
-        self._paused: dict[int, tuple[tuple[str, int], int]] = {}
-        """By session id: the rank it belongs to, and the thread it is paused in."""
+        self._paused: dict[int, tuple[tuple[str, int], Running]] = {}
+        """By session id: the rank it belongs to, and the thread and frame it is paused in."""
 
     def started(self, identity: Identity, coroutine: Any = None) -> Call:
         """The calling thread (in `coroutine`, or its asyncio task's) runs `identity`'s code
@@ -79,14 +81,24 @@ class RankThreads:
         finally:
             self.ended(call)
 
-    def paused(self, sid: int, actor: str, rank: int) -> None:
-        """Session `sid` of (actor, rank) waits for input in the calling thread."""
+    def paused(self, sid: int, actor: str, rank: int, frame: Any = None) -> None:
+        """Session `sid` of (actor, rank) waits for input in the calling thread, its pdb at `frame`."""
         with self._lock:
-            self._paused[sid] = ((actor, rank), threading.get_ident())
+            self._paused[sid] = ((actor, rank), Running(threading.get_ident(), frame=frame))
 
     def closed(self, sid: int) -> None:
         with self._lock:
             self._paused.pop(sid, None)
+
+    def runs(self, actor: str, rank: int) -> bool:
+        """Whether the calling thread runs the code of (actor, rank): the thread of its newest
+        call while one runs, else the process's main thread."""
+        here = threading.get_ident()
+        with self._lock:
+            for call in reversed(self._calls):
+                if (call.identity.actor, call.identity.rank) == (actor, rank):
+                    return call.running.thread == here
+        return here == threading.main_thread().ident
 
     def newest_call(self) -> Identity | None:
         """Whose code the process runs now, for a process that is a rank of its own (a Ray
@@ -99,7 +111,7 @@ class RankThreads:
         thread. In a process that is its own rank (`own`), every session and call is the rank's."""
         main = Running(threading.main_thread().ident)  # type: ignore[arg-type]
         with self._lock:
-            paused = [(key, Running(thread)) for key, thread in self._paused.values()]
+            paused = list(self._paused.values())
             calls = [((c.identity.actor, c.identity.rank), c.running) for c in self._calls]
         newest_first = paused[::-1] + calls[::-1]
         if own:

@@ -6,12 +6,16 @@ against its sessions, so the two sides can never disagree about what a selector 
 
 Grammar, whitespace allowed between any two tokens:
 
-    selector := 'ranks' '(' ( term | filter (',' filter)* ) ')'
+    selector := 'ranks' '(' ( term | filter (',' filter)* ) [',' 'threads'] ')'
     term     := slice | rank (',' rank)*
     filter   := name '=' ( slice | rank | '(' rank ',' rank (',' rank)* ')' )
     slice    := [rank] ':' [rank] [':' [rank]]          (a step, when given, is not zero)
     rank     := ASCII decimal digits, at most 18 significant ones
     name     := ASCII letter or '_', then letters, digits or '_'
+
+A slice or a filter picks ranks: a session of another thread of a process, listed under its
+thread's id (`thread NAME`), is picked only with `threads` (`ranks(:, threads)`); a rank listed
+by number is picked whichever it is.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "RankSlice",
     "SelectorError",
     "Selection",
+    "THREADS",
     "Term",
     "dimensions",
     "format_ranks",
@@ -88,12 +93,17 @@ class DimFilter:
     term: Term
 
 
+THREADS = "threads"
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Exactly one of: a term over rank numbers, or filters that must all match a rank's coords."""
+    """Exactly one of: a term over rank numbers, or filters that must all match a rank's coords;
+    `threads` adds the sessions of other threads to what a slice or filter picks."""
 
     ranks: Term | None = None
     dims: tuple[DimFilter, ...] = ()
+    threads: bool = False
 
     def __str__(self) -> str:
         return render_selector(self)
@@ -124,7 +134,7 @@ def render_selector(selection: Selection) -> str:
         body = _render_term(selection.ranks, bracket=False)
     else:
         body = ", ".join(f"{f.dim}={_render_term(f.term, bracket=True)}" for f in selection.dims)
-    return f"ranks({body})"
+    return f"ranks({body}, {THREADS})" if selection.threads else f"ranks({body})"
 
 
 def dimensions(selection: Selection) -> tuple[str, ...]:
@@ -236,14 +246,32 @@ def _selector(text: str) -> tuple[Selection, int]:
     else:
         term, end = _rank_term(text, at)
         selection = Selection(ranks=term)
+    if (after := _threads_after(text, end)) is not None:
+        selection, end = replace(selection, threads=True), after
     return selection, _close(text, end)
+
+
+def _threads_after(text: str, at: int) -> int | None:
+    """The index after `, threads` when it comes next and closes the selector, else None (a
+    dimension named threads is filtered on as `threads=...`)."""
+    ch, comma = _next(text, at)
+    if ch != ",":
+        return None
+    name, end = _name(text, _skip(text, comma + 1))
+    return end if name == THREADS and _next(text, end)[0] == ")" else None
 
 
 def _rank_term(text: str, at: int) -> tuple[Term, int]:
     first, end = _rank_or_slice(text, at, "a rank, a slice or a dimension name")
     if isinstance(first, RankSlice):
         ch, comma = _next(text, end)
-        if ch == ",":
+        if ch == "," and _threads_after(text, end) is None:
+            word_at = _skip(text, comma + 1)
+            word, word_end = _name(text, word_at)
+            if word == THREADS:
+                _fail(text, _skip(text, word_end), f"expected ')' after {THREADS!r}")
+            if word:
+                _fail(text, word_at, f"expected {THREADS!r} but found {word!r}")
             _fail(text, comma, "a slice cannot be part of a list")
         return first, end
     ranks, end = _more_ranks(text, end, first, names_mix=True)
@@ -269,7 +297,7 @@ def _filters(text: str, at: int) -> tuple[tuple[DimFilter, ...], int]:
         term, end = _filter_value(text, at + 1, name)
         filters.append(DimFilter(name, term))
         ch, at = _next(text, end)
-        if ch != ",":
+        if ch != "," or _threads_after(text, end) is not None:
             return tuple(filters), end
         at += 1
 
@@ -313,7 +341,7 @@ def _more_ranks(text: str, end: int, first: int, names_mix: bool) -> tuple[tuple
     """The rest of a comma-separated list whose first rank is already read."""
     ranks = [first]
     ch, at = _next(text, end)
-    while ch == ",":
+    while ch == "," and _threads_after(text, end) is None:
         value, end = _rank(text, at + 1, names_mix)
         ranks.append(value)
         ch, at = _next(text, end)

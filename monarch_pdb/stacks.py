@@ -38,9 +38,15 @@ def program_frames(frame) -> list:
     return out
 
 
+def record(frame) -> wire.Frame:
+    """A frame as it travels; one without a line number (on 3.12, returning from an `except*`
+    block) at line 0."""
+    return wire.Frame(source_file(frame), frame.f_lineno or 0, frame.f_code.co_name)
+
+
 def frames_of(frame) -> list[wire.Frame]:
     """`program_frames`, outermost first."""
-    return [wire.Frame(source_file(f), f.f_lineno, f.f_code.co_name) for f in reversed(program_frames(frame))]
+    return [record(f) for f in reversed(program_frames(frame))]
 
 
 def waits_in_await(coro: Any) -> bool:
@@ -63,7 +69,7 @@ def awaiting(frames: list[wire.Frame], coro: Any) -> list[wire.Frame]:
     """A suspended coroutine's stack: the thread's frames up to the event loop, then each
     coroutine it awaits, outermost first."""
     loop_at = next((i for i, f in enumerate(frames) if f.file.startswith(ASYNCIO_DIR)), len(frames))
-    return frames[:loop_at] + [wire.Frame(source_file(f), f.f_lineno, f.f_code.co_name) for f in awaited_frames(coro)]
+    return frames[:loop_at] + [record(f) for f in awaited_frames(coro)]
 
 
 def take(ranks: Iterable[int], running: Mapping[int, Running], every_thread: bool) -> list[wire.StackGroup]:

@@ -232,10 +232,17 @@ class EventKind(Word):
     """Free again: the shell that held it went away."""
     TAKEN = "taken"
     """Another shell took it over (attach --force)."""
+    TWICE = "twice"
+    """A second process runs the rank: `detail` names both."""
     BROKER_LOST = "broker-lost"
     """A broker below went away with its ranks: `where` is its host, `count` how many ranks."""
     BROKER_JOINED = "broker-joined"
     """A broker below joined (again): `where` is its host."""
+    BROKER_SILENT = "broker-silent"
+    """A broker below does not answer, its connection standing: its ranks are unreachable
+    until it does; `where` is its host, `count` how many ranks."""
+    BROKER_BACK = "broker-back"
+    """A broker below that did not answer answers again: its ranks are as they were."""
 
 
 class Ending(Word):
@@ -348,11 +355,23 @@ class ThreadStack(Record):
 
 
 @record
+class LocalValue(Record):
+    """A local variable of the frame `peek` reads, one short line, and the ranks where it has
+    that value."""
+
+    name: str
+    value: str
+    ranks: list[int]
+
+
+@record
 class StackGroup(Record):
-    """Ranks whose threads have the same frames (threads differing only in name are the same)."""
+    """Ranks whose threads have the same frames (threads differing only in name are the same),
+    and, when asked for (`stacks --locals`), the locals of their program's frame."""
 
     threads: list[ThreadStack]
     ranks: list[int]
+    locals: list[LocalValue] = field(default_factory=list)
 
 
 @record
@@ -387,6 +406,22 @@ class PresentRank(Record):
     rank: int
     coords: dict[str, int]
     instance: str = ""
+
+
+THREAD = "thread"
+"""How a session of a thread other than its rank's is listed: its instance says `thread NAME`."""
+
+
+def thread_instance(instance: str, thread: str) -> str:
+    """The instance of a session listed under its thread's id rather than a rank: `thread NAME`,
+    after the engine's own id when there is one."""
+    named = f"{THREAD} {thread}"
+    return f"{instance}, {named}" if instance else named
+
+
+def is_thread(instance: str) -> bool:
+    """Whether an instance is that of a session listed under its thread (`thread_instance`)."""
+    return instance.startswith(f"{THREAD} ") or f", {THREAD} " in instance
 
 
 @record
@@ -814,6 +849,7 @@ class Stacks(Message):
     timeout: float
     threads: Threads = Threads.MAIN
     job: str = ""
+    locals: bool = False
 
 
 @message("take_stacks")
@@ -827,6 +863,8 @@ class TakeStacks(Message):
     threads: Threads
     job: str = ""
     timeout: float = 0.0
+    locals: bool = False
+    """Each group's locals too: read on a thread of the agent's own, as a `peek` is."""
 
 
 @message("stack_report")
@@ -879,12 +917,72 @@ class Interrupting(Message):
     ranks: list[int]
 
 
+PEEK_MARGIN = 2.0
+"""Seconds a peek's answers may take beyond its evaluation limit to reach the shell: a rank
+still evaluating at the limit says so, and only a process that cannot answer at all (one that
+holds the GIL) is named by the broker."""
+
+
+@message("peek")
+class Peek(Message):
+    """Shell to broker: evaluate an expression in a frame of each selected live rank without
+    stopping it, for at most `limit` seconds; answered with `PeekResult`. The frame is the
+    innermost of the program's own code, or of `function`, then `up` frames further out."""
+
+    ref: int
+    actor: str
+    selector: str
+    expression: str
+    limit: float
+    function: str = ""
+    up: int = 0
+    job: str = ""
+
+
+@message("peek_ranks")
+class PeekRanks(Message):
+    """Broker to agent, or to a broker below: a `Peek` for these ranks of one actor. An agent
+    answers `PeekReport`, within `limit`; a broker, `PeekResult` by `timeout`."""
+
+    ref: int
+    actor: str
+    ranks: list[int]
+    expression: str
+    limit: float
+    function: str = ""
+    up: int = 0
+    job: str = ""
+    timeout: float = 0.0
+
+
+@message("peek_report")
+class PeekReport(Message):
+    """Agent to broker: each rank's answer (what pdb's `p` would print), ranks with the same
+    answer sharing one group."""
+
+    ref: int
+    groups: list[CastGroup]
+
+
+@message("peek_result")
+class PeekResult(Message):
+    """Broker to shell (or to the broker above): a peek's answers grouped over every process,
+    most common first, and the ranks without one. Large results come in parts."""
+
+    ref: int
+    actor: str
+    groups: list[CastGroup]
+    missing: list[Missing]
+    more: bool = False
+
+
 # --- between brokers: a broker with an upstream, and its parent ----------------------------
 #
 # A broker below speaks to its parent as a shell would be answered: it says hello as `broker`,
 # and the parent sends it what a shell sends (Attach, Send, Detach, Continue) and what an agent
-# is sent (TakeStacks, InterruptRanks), plus `CastDown`; it answers as to a shell (Attached,
-# SessionOutput, CastResult, StacksResult) and tells what lies below it in the messages here.
+# is sent (TakeStacks, PeekRanks, InterruptRanks), plus `CastDown`; it answers as to a shell
+# (Attached, SessionOutput, CastResult, StacksResult, PeekResult) and tells what lies below it
+# in the messages here.
 
 
 @message("branch_sessions")
@@ -914,6 +1012,16 @@ class BranchEnded(Message):
     id: int
     output: str
     reason: str
+
+
+@message("branch_lost")
+class BranchLost(Message):
+    """Child to parent: ranks below that ran without a session and are lost with their process
+    (those with one end by `BranchEnded`): each broker up the tree announces them."""
+
+    job: str
+    actor: str
+    ranks: list[int]
 
 
 @message("branch_output")
@@ -1090,7 +1198,9 @@ def _flatten(value: Any) -> list:
 
 
 def _pack(body: dict) -> bytes:
-    return msgpack.packb(body, use_bin_type=True, default=_flatten)
+    """msgpack's bytes for `body`; text that UTF-8 cannot carry (a lone surrogate: a path or a
+    message decoded from undecodable bytes) travels escaped, as `\\udcff`."""
+    return msgpack.packb(body, use_bin_type=True, default=_flatten, unicode_errors="backslashreplace")
 
 
 def clip(text: str, limit: int = MAX_OUTPUT) -> str:

@@ -10,9 +10,12 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
+from typing import IO
 from pathlib import Path
+from typing import IO
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
@@ -44,20 +47,13 @@ class Program:
     """A program run in its own process group, so everything it started can be ended at once."""
 
     def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None,
-                 launcher: list[str] | None = None, stdin: str | None = None) -> None:
+                 launcher: list[str] | None = None, stdin: IO[str] | int = subprocess.DEVNULL) -> None:
         """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given;
-        `stdin` is what it reads on its standard input, which is else empty."""
-        source = subprocess.DEVNULL
-        if stdin is not None:
-            source, writer = os.pipe()
-            os.write(writer, stdin.encode())
-            os.close(writer)
+        `python - ` reads its program from `stdin`."""
         self.proc = subprocess.Popen(
-            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=source,
+            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=stdin,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
-        if stdin is not None:
-            os.close(source)
 
     def finish(self, timeout: float = 30.0) -> tuple[int, str]:
         out, _ = self.proc.communicate(timeout=timeout)
@@ -89,12 +85,21 @@ def run_debug(env: dict[str, str], *args: str, timeout: float = 90) -> subproces
                           capture_output=True, text=True, timeout=timeout)
 
 
+RESERVED: list[socket.socket] = []
+"""The sockets that hold the ports `free_port` gave out."""
+
+
 def free_port() -> int:
-    """A port the system just gave out, for a broker that must listen on a known port (one a
-    rank starts, or one restarted on the same port)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port for a broker that must listen on a known port (one a rank starts, or one
+    restarted on the same port), held for the rest of the test run: a socket bound to it
+    with SO_REUSEADDR, never listening, lets a broker (ZeroMQ sets SO_REUSEADDR too) bind
+    it as often as it likes, and keeps the system from giving it to any other program,
+    which a port merely found free an instant before does not."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    RESERVED.append(holder)
+    return holder.getsockname()[1]
 
 
 def settings_for(env: dict[str, str]) -> settings_module.Settings:
@@ -161,15 +166,84 @@ def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = N
     returns it and its first line, once it says it listens."""
     proc = subprocess.Popen([*(launcher or []), sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
                             stderr=subprocess.PIPE, text=True)
-    first = proc.stderr.readline()
+    first = first_line(proc.stderr)
     assert "listening on" in first, first
     return proc, first
+
+
+def first_line(stream: IO[str]) -> str:
+    """A pipe's first line, read a byte at a time: a buffered read would take the lines that
+    follow it too, which `stop_broker` (whose `communicate` reads the pipe itself) would then
+    never see."""
+    line = b""
+    while not line.endswith(b"\n") and (byte := os.read(stream.fileno(), 1)):
+        line += byte
+    return line.decode()
 
 
 def stop_broker(proc: subprocess.Popen) -> str:
     """Stop it as SIGTERM would in production; returns what else it logged."""
     proc.terminate()
     return proc.communicate(timeout=10)[1]
+
+
+class BrokerLog:
+    """What a broker from `start_broker` logs after its first line, read as it comes, so that
+    a test can wait for a line of it."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.seen = 0
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+        """The next line that holds `text`, once the broker has logged it."""
+        def found() -> int | None:
+            return next((n for n in range(self.seen, len(self.lines)) if text in self.lines[n]), None)
+
+        with self.changed:
+            self.changed.wait_for(lambda: found() is not None, timeout)
+            at = found()
+            assert at is not None, f"the broker never logged {text!r}; it logged:\n{''.join(self.lines)}"
+            self.seen = at + 1
+            return self.lines[at]
+
+    def during(self, seconds: float) -> str:
+        """What the broker logs in the next `seconds` after the lines waited for: a deadline
+        on what it must not say meanwhile."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.proc.poll() is not None, seconds)
+            text, self.seen = "".join(self.lines[self.seen:]), len(self.lines)
+            return text
+
+    def stop(self) -> str:
+        """Stop the broker as `stop_broker` does; returns all it logged after its first line."""
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.reader.join(timeout=10)
+        return "".join(self.lines)
+
+
+RUNS = textwrap.dedent('''
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    print("RUNNING", flush=True)
+    time.sleep(3600)
+''')
+"""A rank that runs and never stops, known to the broker from `install()` (its launcher's
+RANK names it): saved as train.py, it is rank RANK of actor train."""
 
 
 LAUNCHED_RANK = textwrap.dedent('''

@@ -108,7 +108,7 @@ class ShellDriver:
     def _prompt_at(self, at: int) -> str:
         """The prompt drawn after the switch at `at`, once all of it has arrived ('' before)."""
         shown = plain(self.raw[at:]).strip()
-        return shown if shown.startswith(("monarch_dbg>", "(Pdb)")) or shown.endswith((">", ")")) else ""
+        return shown if shown.startswith(("monarch_dbg>", "(Pdb)")) or shown.endswith((">", ")", "?")) else ""
 
     def _accepted_at(self, start: int, line: str) -> int:
         at = start

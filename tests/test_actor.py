@@ -343,7 +343,10 @@ def test_classes_of_the_main_program_work_and_keep_their_source(tmp_path, env, r
 
 
 @pytest.mark.timeout(60)
-def test_without_a_script_classes_come_from_importable_modules(tmp_path, env):
+def test_without_a_script_classes_of_main_travel_by_value(tmp_path, env):
+    """`python -c`: an actor of __main__, the function of __main__ it calls and the exception
+    class it raises reach the workers by value, with the program's lines for tracebacks; an
+    imported actor still travels by name."""
     (tmp_path / "greeters.py").write_text(textwrap.dedent("""
         from monarch_pdb.actor import Actor, current_rank, endpoint
 
@@ -354,23 +357,36 @@ def test_without_a_script_classes_come_from_importable_modules(tmp_path, env):
     """))
     program = textwrap.dedent("""
         import json
-        from monarch_pdb.actor import Actor, this_host
+        from monarch_pdb.actor import Actor, ActorError, current_rank, endpoint, this_host
         from greeters import Greeter
 
-        class Local(Actor):
+        class Odd(Exception):
             pass
+
+        def twice(n):
+            if n % 2:
+                raise Odd(f"rank {n} is odd")
+            return 2 * n
+
+        class Local(Actor):
+            @endpoint
+            def double(self):
+                return twice(current_rank().rank)
 
         procs = this_host().spawn_procs(per_host={"gpu": 2})
         greetings = procs.spawn("greeter", Greeter).greet.call("you").get().values()
         try:
-            procs.spawn("local", Local)
-        except TypeError as exc:
-            print("RESULT " + json.dumps({"greetings": greetings, "local": str(exc)}))
+            procs.spawn("local", Local).double.call().get()
+        except ActorError as exc:
+            error = exc.errors[0]
+            print("RESULT " + json.dumps({"greetings": greetings, "rank": error.rank, "summary": error.summary,
+                                          "same_class": type(error.exception) is Odd, "traceback": error.traceback}))
     """)
     out = result(subprocess.run([sys.executable, "-c", program], env=env, cwd=tmp_path,
                                 capture_output=True, text=True, timeout=45))
-    assert out["greetings"] == ["hello you from 0", "hello you from 1"]
-    assert out["local"].startswith("Local is defined in __main__, but this program has no script file")
+    assert 'File "<string>", line 11, in twice\n    raise Odd(f"rank {n} is odd")\n' in out.pop("traceback")
+    assert out == {"greetings": ["hello you from 0", "hello you from 1"], "rank": 1, "summary": "Odd: rank 1 is odd",
+                   "same_class": True}
 
 
 @pytest.mark.timeout(60)

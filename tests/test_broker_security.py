@@ -37,6 +37,18 @@ def test_a_shell_with_the_wrong_secret_is_told_at_once(env, broker):
 
 
 @pytest.mark.timeout(30)
+def test_a_refused_shell_is_told_which_setting_gave_its_secret(env, broker, tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("not-the-secret\n")
+    os.chmod(secret_file, 0o600)
+    done = subprocess.run([*DEBUG, "-c", "list"], env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == ("monarch-pdb: authentication failed: the broker refuses our messages; its "
+                                            f"secret is not the one we use (from MONARCH_PDB_SECRET_FILE, {secret_file})")
+
+
+@pytest.mark.timeout(30)
 def test_a_secret_readable_by_others_is_refused_with_the_fix(env, broker, tmp_path):
     settings = settings_for(env)
     os.chmod(discovery.connection_file(settings), 0o644)

@@ -1,7 +1,8 @@
 """torchrun, for real: four CPU ranks of examples/train.py all-reduce over gloo and stop at
 breakpoint(); the shell lists them with their coordinates, reads each rank's loss, and lets the
 collectives complete. Ranks that run without a breakpoint are seen and stopped in their code,
-on their main thread. Needs torch (`make test-engines` installs it)."""
+on their main thread, and read without stopping them where they wait in a collective (peek).
+Needs torch (`make test-engines` installs it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import textwrap
 
 import pytest
 from conftest import wait_for_exit
-from programs import DEBUG_SHELL, EXAMPLES, Program, interrupt_running_ranks, wait_for_all_rows, wait_for_sessions
+from programs import (DEBUG_SHELL, EXAMPLES, Program, interrupt_running_ranks, wait_for_all_rows, wait_for_lines,
+                      wait_for_sessions)
 
 pytest.importorskip("torch", reason="torch is not installed (make test-engines installs monarch-pdb[torch])")
 
@@ -95,5 +97,89 @@ def test_running_torchrun_ranks_are_seen_and_stopped_in_their_code(env, tmp_path
         (tmp_path / "stop").touch()
         code, output = program.finish(timeout=60)
         assert code == 0 and "RANK 0 WAITED True" in output and "RANK 1 WAITED True" in output, output
+    finally:
+        program.stop()
+
+
+DDP = textwrap.dedent('''
+    import os
+    import sys
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+
+
+    def next_batch(rank, step, release):
+        if rank == 3 and step == 3:
+            while not os.path.exists(release):  # a data loader that stalls
+                time.sleep(0.1)
+        return torch.randn(32, 8), torch.randn(32, 1)
+
+
+    def train_step(model, optimizer, batch, rank, step):
+        inputs, targets = batch
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        if rank == 2 and step == 3:
+            loss = loss * float("nan")
+        optimizer.zero_grad()
+        sys.stdout.write(f"BACKWARD {rank} {step}\\n")  # one write: the ranks share the launcher's output
+        sys.stdout.flush()
+        loss.backward()  # DDP all-reduces the gradients in here
+        optimizer.step()
+        return loss
+
+
+    def main():
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        torch.manual_seed(rank)
+        model = DistributedDataParallel(torch.nn.Linear(8, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(5):
+            train_step(model, optimizer, next_batch(rank, step, sys.argv[1]), rank, step)
+        dist.destroy_process_group()
+        sys.stdout.write(f"RANK {rank} FINISHED\\n")
+        sys.stdout.flush()
+
+
+    main()
+''')
+"""Four DDP ranks over gloo: at step 3 rank 2's loss goes NaN and rank 3 stalls in next_batch,
+so ranks 0-2 wait for it in the gradients' all-reduce, inside loss.backward()."""
+
+
+@pytest.mark.timeout(240)
+def test_peek_finds_the_nan_while_ranks_wait_in_the_all_reduce_for_a_hung_one(env, tmp_path, shell):
+    script = tmp_path / "train.py"
+    script.write_text(DDP)
+    release = tmp_path / "release"
+    program = Program(env, script, str(release), cwd=tmp_path, launcher=TORCHRUN)
+    try:
+        wait_for_lines(program, "BACKWARD", 4 * 4 - 1, timeout=150)  # ranks 0-2 at step 3, rank 3 past step 2
+        wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")] * 4, timeout=60)
+        sh = shell(command=DEBUG_SHELL)
+        hung = sh.command("stacks train")
+        assert re.search(r"^rank 3 is elsewhere: train\.py:\d+ next_batch$", hung, re.M), hung
+
+        nan = sh.command("peek --frame train_step train ranks(:) loss")
+        assert "\ntrain ranks[2] (1)\ntensor(nan, grad_fn=<MulBackward0>)\n" in nan, nan
+        for rank in (0, 1):
+            assert re.search(rf"^train ranks\[{rank}\] \(1\)\ntensor\([\d.]+, grad_fn=<MseLossBackward0>\)$", nan, re.M), nan
+        assert "train ranks[3] (1)\n*** no frame of train_step on the rank's stack\n" in nan
+
+        stuck = sh.command("interrupt train ranks(0:3) --timeout 2")
+        assert re.search(r"^train ranks\[0-2\] are in a C call \(torch/\S+\.py:\d+ \w+\); they stop when it returns; "
+                         r"`peek` reads them now$", stuck, re.M), stuck
+        release.touch()
+        wait_for_sessions(env, 3, timeout=60)  # the all-reduce returned: the interrupt takes them
+        assert "Continued 3 ranks: train ranks[0-2]" in sh.command("continue")
+        code, output = program.finish(timeout=90)
+        assert code == 0 and all(f"RANK {rank} FINISHED" in output for rank in range(4)), output
     finally:
         program.stop()

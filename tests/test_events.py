@@ -70,6 +70,8 @@ def test_events_fold_into_one_line_per_actor_and_kind():
         "debugee 4 finished (quit)",
         "debugee 9 was lost (its process stopped answering)",
     ]
+    paused_and_running = [event("lost", r, detail="lost") for r in (0, 1)] + [event("lost", r, "", "lost") for r in (2, 3)]
+    assert describe_events(paused_and_running) == ["debugee ranks[0-3] (4) were lost (their processes stopped answering)"]
 
 
 @pytest.mark.timeout(10)

@@ -112,7 +112,8 @@ def test_a_cast_sends_its_pdb_command_as_typed(example, shell):
 
 
 WAITING = (r"Waiting for a debug broker at 127\.0\.0\.1:0 \(looked for .*broker-0\.json\)\. Start your program "
-           r"\(its first breakpoint starts a broker\) or run `monarch-pdb broker`\. Ctrl-C or Ctrl-D quits\.")
+           r"\(its first breakpoint starts a broker\) or run `monarch-pdb broker`\. Ctrl-C, Ctrl-D or quit leaves; "
+           r"other lines typed meanwhile run once it answers\.")
 
 
 @pytest.mark.timeout(60)
@@ -123,14 +124,38 @@ def test_a_shell_started_before_any_broker_waits_for_one_and_opens_when_it_answe
     try:
         driver.expect(WAITING)
         driver.child.sendline("list")
-        driver.expect(WAITING)  # a line typed meanwhile is answered, not met with silence
+        driver.child.sendline("")
+        driver.child.sendline("jobs")
+        driver.expect_absent("Waiting", 2)  # said once, not again for each line typed
         broker, _ = start_broker(early)
-        assert driver.wait_prompt() == "monarch_dbg>" and "MONARCH DEBUGGER" in driver.text
+        assert driver.wait_prompt() == "monarch_dbg>"
+        ran = driver.text.split("MONARCH DEBUGGER", 1)[1]
+        assert "monarch_dbg> list\nNo active breakpoints.\nmonarch_dbg> jobs\nNo job is connected.\n" in ran, \
+            "the lines typed meanwhile ran, in order, once the broker answered"
         assert driver.command("list") == "No active breakpoints.\n"
     finally:
         driver.kill()
         if broker is not None:
             stop_broker(broker)
+
+
+@pytest.mark.timeout(60)
+def test_quit_typed_while_waiting_for_a_broker_leaves_at_once_and_is_recorded(env, tmp_path):
+    record = tmp_path / "session.transcript"
+    driver = ShellDriver(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5"), "--record", str(record))
+    try:
+        driver.expect(WAITING)
+        driver.child.sendline("list")
+        driver.child.sendline("quit")
+        driver.expect("Quitting debug session...")
+        driver.child.expect(pexpect.EOF)
+        driver.child.close()
+    finally:
+        driver.kill()
+    assert driver.child.exitstatus == 0
+    assert "No active breakpoints" not in driver.text, "quit leaves at once, without the lines before it"
+    text = record.read_text()
+    assert text.startswith("# monarch-pdb transcript, started ") and "\nquit\n# out: Quitting debug session...\n" in text
 
 
 def ignore_ctrl_c() -> None:

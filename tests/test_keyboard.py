@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import sys
 import pexpect
 import pytest
 from programs import PDB_STOPS_ON_BREAKPOINT
-from shell_driver import ShellDriver
+from shell_driver import ShellDriver, plain
 
 pytestmark = pytest.mark.each_python
 
@@ -96,6 +97,28 @@ def test_ctrl_c_stops_waiting_and_ctrl_d_leaves_each_prompt(example, shell):
     assert sh.child.exitstatus == 0
 
 
+def interrupted_line(sh: ShellDriver, prompt: str) -> str:
+    """Type part of a line, press Ctrl-C, and return what the shell drew up to its next prompt."""
+    sh.child.send("p ra")
+    sh.expect("p ra")
+    start = len(sh.raw)
+    sh.child.sendintr()
+    sh.expect(re.escape(prompt))
+    return plain(sh.raw[start:])
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_at_an_idle_prompt_drops_the_line_for_a_fresh_prompt_below_it(example, shell):
+    sh = shell()
+    sh.command("attach debugee 3")
+    assert sh.command("p rank").strip() == "3"
+    assert interrupted_line(sh, "(Pdb) ") == "\n(Pdb) ", "nothing drawn over the prompt, and no line sent to pdb"
+    assert sh.command("p rank * 2").strip() == "6"
+    sh.command("detach")
+    assert interrupted_line(sh, "monarch_dbg> ") == "\nmonarch_dbg> "
+    assert sh.command("jobs").startswith("+")
+
+
 @pytest.mark.timeout(90)
 def test_a_pasted_block_runs_each_of_its_lines_in_turn(example, shell):
     sh = shell()
@@ -123,7 +146,7 @@ def test_errors_are_red_on_a_terminal_and_plain_without_one(example, env, shell)
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     assert piped.returncode == 1
     assert "\x1b" not in piped.stdout + piped.stderr
-    assert "Error processing command: unknown command 'frobnicate'" in piped.stderr
+    assert piped.stderr == "monarch-pdb: -c:1: frobnicate: unknown command 'frobnicate'; enter 'help' for the list\n"
 
 
 @pytest.mark.timeout(60)

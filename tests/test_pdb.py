@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,8 @@ from contextlib import contextmanager
 import pytest
 from programs import Program, run_debug, wait_for_all_rows, wait_for_lines, wait_for_sessions
 from shell_driver import ShellDriver
+
+from monarch_pdb.debugger import PDB_TAKES_EXCEPTIONS
 
 pytestmark = pytest.mark.each_python
 
@@ -101,11 +104,14 @@ def test_convenience_variables_are_stock_pdbs(attached):
 
 
 @pytest.mark.timeout(90)
-def test_breakpoints_clear_without_a_question_and_interact_says_no(attached):
+def test_clear_asks_before_it_clears_every_breakpoint_and_interact_says_no(attached):
     shell, program = attached
     assert shell.command("b 9").startswith("Breakpoint 1 at ")
-    out = shell.command("clear")
-    assert out.startswith("Deleted breakpoint 1 at ") and "Clear all breaks?" not in out
+    assert shell.command("clear").strip() == "" and shell.prompt == "Clear all breaks?"
+    assert shell.command("n").strip() == "" and shell.prompt == "(Pdb)"
+    assert "at " in shell.command("b").splitlines()[-1], "the breakpoint is kept"
+    shell.command("clear")
+    assert shell.command("yes").startswith("Deleted breakpoint 1 at ")
     assert shell.prompt == "(Pdb)"
     assert "interact is not supported" in shell.command("interact")
     assert shell.prompt == "(Pdb)"
@@ -130,6 +136,159 @@ def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
     assert answers[:3] == refusals and answers[4:7] == refusals
     assert answers[3].startswith("ENTERING RECURSIVE DEBUGGER\n") and answers[7] == "LEAVING RECURSIVE DEBUGGER\n"
     assert answers[8] == "101\nContinued 2 ranks: calc ranks[0,1]\n", "the rank is still where it stopped"
+    code, output = calc.finish()
+    assert code == 0 and "RESULT [100, 101]" in output
+
+
+CHAINED = textwrap.dedent('''
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    def load(table):
+        return table["missing"]
+
+
+    class Loader(Actor):
+        @endpoint
+        def step(self):
+            table = {"present": 1}
+            breakpoint()
+            try:
+                load(table)
+            except KeyError as error:
+                raise ValueError("step failed") from error
+
+
+    if __name__ == "__main__":
+        try:
+            this_host().spawn_procs(per_host={"gpu": 1}).spawn("loader", Loader).step.call().get()
+        except Exception as error:
+            print("FAILED", error)
+''')
+
+
+@pytest.mark.timeout(120)
+def test_post_mortem_is_handed_the_exception_with_its_chain(env, tmp_path):
+    script = tmp_path / "chained.py"
+    script.write_text(CHAINED)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 1)
+        assert run_debug(env, "-c", "continue").returncode == 0
+        wait_for_sessions(env, 1, state="post-mortem")
+        lines = ["bt", "p $_exception", "exceptions", "exceptions 0", "bt"]
+        done = run_debug(env, *[arg for line in lines for arg in ("-c", f"cast loader ranks(0) {line}")], "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        *answers, last = done.stdout.split("loader ranks[0] (1)\n")[1:]
+        last, continued = last.split("Continued ")
+        answers.append(last)
+        assert continued == "1 rank: loader ranks[0]\n"
+        raised = f"> {script}(17)step()\n-> raise ValueError(\"step failed\") from error\n"
+        assert answers[0] == raised, "the stack starts at the program's frame"
+        if sys.version_info >= (3, 12):
+            assert answers[1] == "ValueError('step failed')\n"
+        if PDB_TAKES_EXCEPTIONS:
+            assert answers[2] == "    0 KeyError('missing')\n>   1 ValueError('step failed')\n"
+            assert answers[3] == f"> {script}(6)load()\n-> return table[\"missing\"]\n"
+            assert answers[4] == f"  {script}(15)step()\n-> load(table)\n{answers[3]}"
+        code, output = program.finish()
+        assert code == 0 and "FAILED 1 of 1 rank" in output, output
+    finally:
+        program.stop()
+
+
+BROKEN_STR = textwrap.dedent('''
+    import monarch_pdb
+
+
+    class Broken(Exception):
+        def __str__(self):
+            raise RuntimeError("no words for it")
+
+
+    monarch_pdb.install()
+    value = 3
+    raise Broken()
+''')
+
+
+@pytest.mark.timeout(90)
+def test_an_exception_whose_str_raises_still_opens_post_mortem(env, tmp_path, broker, shell):
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN_STR)
+    sh = shell()
+    program = Program(dict(env, MONARCH_PDB_POST_MORTEM="always"), script, cwd=tmp_path)
+    try:
+        sh.expect(r"\bbroken \d+ entered post-mortem at broken\.py:12: Broken: <exception str\(\) failed>$")
+        assert sh.command("cast broken ranks(:) p value").endswith("\n3\n")
+        sh.command("continue")
+        code, output = program.finish()
+        assert code == 1 and output.endswith("Broken: <exception str() failed>\n"), output
+        assert "Error in sys.excepthook" not in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_post_mortem_of_an_exception_without_a_traceback_is_pdbs_own_error(env, tmp_path):
+    script = tmp_path / "unraised.py"
+    script.write_text("from monarch_pdb import debugger\n\ntry:\n    debugger.post_mortem(ValueError('never raised'))\n"
+                      "except ValueError as error:\n    print('REFUSED', error)\n")
+    code, output = Program(env, script, cwd=tmp_path).finish()
+    assert (code, output) == (0, "REFUSED A valid traceback must be passed if no exception is being handled\n")
+
+
+
+EXCEPT_STAR = textwrap.dedent('''
+    import sys
+
+    import monarch_pdb
+
+
+    def work():
+        try:
+            raise ExceptionGroup("eg", [ValueError("v")])
+        except* ValueError:
+            value = 7
+            breakpoint()
+
+
+    if sys.argv[1:] != ["stock"]:
+        monarch_pdb.install()
+    work()
+    print("DONE")
+''')
+"""On 3.12 the breakpoint's frame goes on to its return with no line number (None)."""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="except* is new in Python 3.11")
+def test_a_breakpoint_in_an_except_star_block_stops_where_stock_pdb_does(env, tmp_path):
+    script = tmp_path / "grouped.py"
+    script.write_text(EXCEPT_STAR)
+    stock = subprocess.run([sys.executable, str(script), "stock"], input="c\n", capture_output=True, text=True,
+                           timeout=30, env=dict(env, PYTHONBREAKPOINT="pdb.set_trace"), cwd=tmp_path).stdout
+    stop = re.search(r"^> .*\n-> .*\n", stock, re.M).group(0)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        [row] = wait_for_sessions(env, 1)
+        done = run_debug(env, "-c", "stacks grouped", "-c", "cast grouped ranks(:) where", "-c", "cast grouped ranks(:) p value",
+                         "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        stacks, where, value = done.stdout.split(f"grouped ranks[{row.rank}] (1)\n")
+        assert where.endswith(stop) and value.startswith("7\n"), (stock, done.stdout)
+        assert f"grouped.py:{row.lineno} work  ranks[{row.rank}] (1)" in stacks, stacks
+        code, output = program.finish()
+        assert code == 0 and output.endswith("DONE\n"), output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_continue_that_finds_ranks_asked_whether_to_clear_lets_them_go_on(env, calc):
+    done = run_debug(env, "-c", "cast calc ranks(:) b 9", "-c", "cast calc ranks(:) clear", "-c", "continue")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("Continued 2 ranks: calc ranks[0,1]\n"), done.stdout
     code, output = calc.finish()
     assert code == 0 and "RESULT [100, 101]" in output
 
@@ -196,13 +355,15 @@ AFTER_A_SESSION = textwrap.dedent('''
 
 
 @contextmanager
-def after_a_session(env, tmp_path, then: str, stdin: str | None = None) -> Iterator[tuple[Program, str]]:
+def after_a_session(env, tmp_path, then: str, typed: str = "") -> Iterator[tuple[Program, str]]:
     """AFTER_A_SESSION under PYTHONBREAKPOINT alone, once its `breakpoint()` session has ended,
     and what it printed so far; `then` is what it does next: `stock` pdb.set_trace(), or wait
-    for a debugger `attached` by pid."""
+    for a debugger `attached` by pid. `typed` is its standard input."""
     script = tmp_path / "after.py"
     script.write_text(AFTER_A_SESSION)
-    program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace"), script, then, cwd=tmp_path, stdin=stdin)
+    (tmp_path / "typed").write_text(typed)
+    with open(tmp_path / "typed") as stdin:
+        program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace"), script, then, cwd=tmp_path, stdin=stdin)
     try:
         wait_for_sessions(env, 1)
         done = run_debug(env, "-c", "cast after ranks(:) p value", "-c", "continue")
@@ -214,7 +375,7 @@ def after_a_session(env, tmp_path, then: str, stdin: str | None = None) -> Itera
 
 @pytest.mark.timeout(90)
 def test_stock_pdb_set_trace_reads_the_terminal_once_a_session_ended(env, tmp_path):
-    with after_a_session(env, tmp_path, "stock", stdin="p value * 6\nc\n") as (program, printed):
+    with after_a_session(env, tmp_path, "stock", typed="p value * 6\nc\n") as (program, printed):
         code, rest = program.finish()
         output = printed + rest
         assert code == 0 and "(Pdb) 42\n" in output and "LEFT 7" in output, output

@@ -58,6 +58,11 @@ VALID = [
     ("ranks (\t1 , 4 ,\n6 )", "ranks(1,4,6)", [1, 4, 6]),
     (" ranks ( host = ( 0 , 2 ) , gpu = : : 2 ) ", "ranks(host=(0,2), gpu=::2)", [0, 2, 8, 10]),
     ("ranks( 2 : 7 : 2 )", "ranks(2:7:2)", [2, 4, 6]),
+    # Other threads' sessions too, where the broker has them; in a mesh of ranks, the same ranks.
+    ("ranks(:, threads)", "ranks(:, threads)", EVERY),
+    ("ranks( host = 1 ,threads )", "ranks(host=1, threads)", [4, 5, 6, 7]),
+    ("ranks(1,4, threads)", "ranks(1,4, threads)", [1, 4]),
+    ("ranks(threads=1)", "ranks(threads=1)", []),
 ]
 
 
@@ -141,6 +146,10 @@ MALFORMED = [
     ("   ", "'': expected 'ranks(' at position 1"),
     ("  ranks(1,,2)  ", "ranks(1,,2): empty item at position 9"),
     ("ranks(1\n,,2)", "'ranks(1\\n,,2)': empty item at position 10"),
+    ("ranks(:, thread)", "ranks(:, thread): expected 'threads' but found 'thread' at position 10"),
+    ("ranks(threads)", "ranks(threads): expected '=' after dimension 'threads' but found ')' at position 14"),
+    ("ranks(:, threads, 1)", "ranks(:, threads, 1): expected ')' after 'threads' at position 17"),
+    ("ranks(:, 1)", "ranks(:, 1): a slice cannot be part of a list at position 8"),
 ]
 
 
@@ -434,10 +443,10 @@ TERMS = st.one_of(
 )
 NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
 SELECTIONS = st.one_of(
-    st.builds(Selection, ranks=TERMS),
-    st.lists(st.builds(DimFilter, NAME, TERMS), min_size=1, max_size=4, unique_by=lambda f: f.dim).map(
-        lambda filters: Selection(dims=tuple(filters))
-    ),
+    st.builds(Selection, ranks=TERMS, threads=st.booleans()),
+    st.builds(lambda filters, threads: Selection(dims=tuple(filters), threads=threads),
+              st.lists(st.builds(DimFilter, NAME, TERMS), min_size=1, max_size=4, unique_by=lambda f: f.dim),
+              st.booleans()),
 )
 
 

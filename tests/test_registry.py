@@ -4,6 +4,7 @@ holds a session, peers that reconnect or leave, and what is remembered of ranks 
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import subprocess
 import sys
@@ -104,6 +105,45 @@ def test_a_rank_that_quit_is_listed_as_quit_until_it_stops_again():
 
 
 # --- output ---------------------------------------------------------------------------------
+
+
+def test_a_rank_a_second_process_stops_as_stays_listed_beside_the_first_and_is_named_once():
+    registry = Registry()
+    agent(registry, b"first")
+    peer = Peer(identity=b"second", role="agent", name="job", host="host2", pid=200, user="u", last_seen=0.0)
+    registry.join(peer)
+    first, _ = stop(registry, b"first", rank=5, pid=os.getpid())  # a process that runs here
+    second, _ = stop(registry, b"second", rank=5, host="host2", pid=200)
+    assert [(r.host, r.pid) for r in registry.rows()] == [(HERE, os.getpid()), ("host2", 200)]
+    assert registry.take_twins() == [(first, second)] and registry.take_twins() == []
+    assert registry.find("", "train", 5) is second
+    again, _ = stop(registry, b"second", sid=2, rank=5, host="host2", pid=200)
+    assert registry.take_twins() == [], "named once"
+    registry.end(second)
+    registry.end(again)
+    assert registry.find("", "train", 5) is first, "the first stands for its rank again"
+
+
+def test_a_rank_whose_process_is_gone_here_is_replaced_by_its_restart_without_a_word():
+    registry = Registry()
+    agent(registry, b"old")
+    peer = Peer(identity=b"new", role="agent", name="job", host=HERE, pid=101, user="u", last_seen=0.0)
+    registry.join(peer)
+    stop(registry, b"old", rank=5, pid=dead_pid())
+    restarted, _ = stop(registry, b"new", rank=5, pid=101)
+    assert registry.take_twins() == [] and registry.find("", "train", 5) is restarted
+
+
+def test_a_slice_picks_ranks_and_other_threads_sessions_only_when_asked_or_named():
+    registry = Registry()
+    agent(registry, b"agent")
+    stop(registry, rank=5)
+    loader, _ = stop(registry, sid=2, rank=4242, instance="thread loader")
+    assert [s.rank for s in registry.select("", "train", "ranks(:)")[0]] == [5]
+    assert [s.rank for s in registry.select("", "train", "ranks(:, threads)")[0]] == [5, 4242]
+    assert [s.rank for s in registry.select("", "train", "ranks(4242)")[0]] == [4242]
+    registry.end(loader)
+    assert registry.thread_sessions == 0
 
 
 def test_a_replay_is_what_was_printed_since_the_last_input():
@@ -325,3 +365,11 @@ def test_a_broker_below_that_is_gone_leaves_every_rank_of_it_lost():
 def test_a_selector_never_refuses_a_parent_that_asks_for_ranks_it_knew():
     registry = Registry()
     assert registry.pick("job", "nobody", [0]) == ([], [wire.Missing(0, "no such rank is known")])
+
+
+def test_a_broker_known_to_be_silent_is_not_found_silent_again_at_every_tick():
+    registry = Registry()
+    below = branch(registry)
+    assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"below"]
+    below.silent = True
+    assert registry.silent(now=14.0, limit=3.0, since=0.0) == [], "told once"

@@ -162,3 +162,46 @@ def test_output_taller_than_the_terminal_goes_through_the_pager_at_a_terminal_on
     script = run_debug(with_pager, "-c", tall)
     assert script.returncode == 0 and script.stdout == answer
     assert not paged.exists(), "never for --json, a script, or without a terminal"
+
+
+@pytest.mark.timeout(90)
+def test_control_characters_a_rank_prints_are_shown_escaped_as_cat_v_does(example, shell):
+    sh = shell()
+    clear = r'!print("\x1b[2Jcleared\x07\tand\r\x9b2J")'
+    shown = "^[[2Jcleared^G\tand^MM-^[2J\n"
+    assert sh.command(f"cast debugee ranks(0) {clear}") == "debugee ranks[0] (1)\n" + shown
+    sh.command("set cast_output raw")
+    assert sh.command(f"cast debugee ranks(1) {clear}") == "[1] " + shown
+    sh.command("follow debugee ranks(2)")
+    before = len(sh.text)
+    sh.command(r'cast debugee ranks(2) !print("\x1b]0;retitled\x07")')
+    sh.seen = before
+    sh.expect(r"\[debugee 2\] \^\[\]0;retitled\^G")
+    sh.command("follow off")
+    sh.command("attach debugee 3")
+    assert sh.command(r'!print("\x1b[31mred\x1b[0m")') == "^[[31mred^[[0m\n"
+    assert sh.command("detach").startswith("Detaching")
+    assert "Attached to debug session for debugee 3" in (again := sh.command("attach debugee 3"))
+    assert "^[[31mred^[[0m" in again, "the replay of what the rank printed is escaped too"
+    for raw in ("\x1b[2J", "\x07", "\x9b", "\x1b]0;", "\x1b[31m"):
+        assert raw not in sh.raw
+
+
+@pytest.mark.timeout(120)
+def test_a_pager_that_cannot_run_is_refused_and_one_that_reads_nothing_swallows_nothing(env, example, tmp_path):
+    pager, paged = fake_pager(tmp_path)
+    tall = "cast debugee ranks(:) pp list(range(60))"
+    answer = "debugee ranks[0-15] (16)\n" + pprint.pformat(list(range(60))) + "\n"
+    sh = ShellDriver(dict(env, PAGER=pager))
+    try:
+        sh.wait_prompt()
+        assert sh.command("set pager nosuchpager") == "Error setting pager: 'nosuchpager' is not a command here (cat: no pager)\n"
+        assert sh.command("set pager \"less '\"") == ("Error setting pager: cannot read \"less '\" as a command: "
+                                                   "No closing quotation\n")
+        assert sh.command(tall) == "" and paged.read_text() == answer, "the pager set before is kept"
+        for reads_nothing in ("false", "true", "sleep 0"):
+            assert "now: " in sh.command(f"set pager '{reads_nothing}'")
+            assert sh.command(tall) == (f"monarch-pdb: the pager '{reads_nothing}' ended without reading it "
+                                        f"(exit status {int(reads_nothing == 'false')}); here it is:\n" + answer)
+    finally:
+        sh.kill()

@@ -13,11 +13,11 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import (EXAMPLES, Program, free_port, run_debug, settings_for, start_broker, stop_broker, stop_line,
-                      stop_text, wait_for_sessions)
+from programs import (EXAMPLES, RUNS, Program, free_port, run_debug, settings_for, start_broker, stop_broker,
+                      stop_line, stop_text, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 from shell_driver import ShellDriver
 
-from monarch_pdb import wire
+from monarch_pdb import discovery, wire
 from monarch_pdb.client.connection import ShellConnection
 
 NESTED = textwrap.dedent('''
@@ -107,6 +107,27 @@ INSTALLED_THREADS = textwrap.dedent('''
     print("ALL DONE")
 ''')
 
+LOADER = textwrap.dedent('''
+    import sys
+    import threading
+
+
+    def load():
+        batch = "the loader's"
+        breakpoint()
+
+
+    loader = threading.Thread(target=load, name="loader")
+    loader.start()
+    with open(sys.argv[1]) as go:  # the test lets the main thread go on once the loader has stopped
+        go.read()
+    loss = 0.5
+    breakpoint()
+    loader.join()
+    print("ALL DONE")
+''')
+"""A rank (RANK=5) whose loader thread stops at a breakpoint before its main thread does."""
+
 QUITS = textwrap.dedent('''
     import sys
 
@@ -154,6 +175,25 @@ def run_script(env, tmp_path, name, text, *args, **extra):
     script = tmp_path / name
     script.write_text(text)
     return Program(dict(env, **extra), script, *args, cwd=tmp_path)
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_given_the_secret_file_and_no_upstream_starts_its_hosts_broker_with_that_secret(env, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("one-secret-for-every-host")
+    secret.chmod(0o600)
+    given = dict(env, MONARCH_PDB_SECRET_FILE=str(secret), MONARCH_DEBUG_SERVER_PORT=str(free_port()),
+                 MONARCH_PDB_CONNECT_TIMEOUT="30")  # a slow start of its broker is no failure here
+    program = run_train(given, tmp_path, 0)
+    try:
+        assert [(r.actor, r.rank) for r in wait_for_sessions(given, 1, timeout=30)] == [("train", 0)]
+        assert discovery.read_connection_file(settings_for(given)).secret == "one-secret-for-every-host"
+        assert run_debug(given, "-c", "continue").returncode == 0
+        code, output = program.finish()
+        assert code == 0 and "LOSS 0.25" in output
+        assert "no debug broker answers" not in output, output
+    finally:
+        program.stop()
 
 
 @pytest.mark.timeout(90)
@@ -283,8 +323,9 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
         listing = run_debug(env, "-c", "list")
         assert [line.split("|")[7].strip() for line in listing.stdout.splitlines() if "| threads " in line] == [
             "", "thread worker-1", "thread worker-2"], listing.stdout
-        done = run_debug(env, "--json", "-c", "cast threads ranks(:) p value", "-c", f"attach threads {ranks[2]}",
-                         "-c", "p value", "-c", "c", "-c", f"cast threads ranks({ranks[1]}) c", "-c", "continue")
+        done = run_debug(env, "--json", "-c", "cast threads ranks(:, threads) p value",
+                         "-c", f"attach threads {ranks[2]}", "-c", "p value", "-c", "c",
+                         "-c", f"cast threads ranks({ranks[1]}) c", "-c", "continue")
         assert done.returncode == 0, done.stderr
         cast, attached, answer, *_, released, continued = [json.loads(line) for line in done.stdout.splitlines()]
         assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [
@@ -292,6 +333,33 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
         assert attached["attached"]["rank"] == ranks[2] and answer["output"] == "'worker 2'\n"
         assert [(g["ranks"], g["outcome"]) for g in released["groups"]] == [([ranks[1]], "continued")]
         assert continued["continued"] == [{"actor": "threads", "ranks": [pid]}]
+        code, output = program.finish()
+        assert code == 0 and "ALL DONE" in output
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_the_rank_is_its_main_thread_whichever_thread_stops_first_and_a_slice_picks_ranks_only(env, tmp_path):
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    program = run_script(env, tmp_path, "train.py", LOADER, str(fifo), PYTHONBREAKPOINT="monarch_pdb.set_trace",
+                         RANK="5")
+    try:
+        [loader] = wait_for_sessions(env, 1)
+        assert loader.instance == "thread loader" and loader.rank != 5
+        with open(fifo, "w") as go:
+            go.write("go")
+        rows = wait_for_sessions(env, 2)
+        assert sorted((r.rank, r.instance) for r in rows) == [(5, ""), (loader.rank, "thread loader")]
+        done = run_debug(env, "-c", "cast train ranks(:) p loss", "-c", "cast train ranks(4:8) p loss",
+                         "-c", "cast train ranks(:, threads) p threading.current_thread().name",
+                         "-c", f"cast train ranks({loader.rank}) p batch", "-c", "continue")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("Continued")[0] == (
+            "train ranks[5] (1)\n0.5\n" * 2
+            + f"train ranks[5] (1)\n'MainThread'\ntrain ranks[{loader.rank}] (1)\n'loader'\n"
+            + f"train ranks[{loader.rank}] (1)\n\"the loader's\"\n")
         code, output = program.finish()
         assert code == 0 and "ALL DONE" in output
     finally:
@@ -365,6 +433,25 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         assert sh.command("list").strip() == "No active breakpoints."
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_running_ranks_whose_processes_die_are_announced_lost_in_one_line(env, tmp_path, shell):
+    programs = [run_script(env, tmp_path, "train.py", RUNS, RANK=str(rank), WORLD_SIZE="4", MONARCH_PDB_JOB="train")
+                for rank in range(4)]
+    try:
+        for program in programs:
+            wait_for_lines(program, "RUNNING", 1)
+        wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(r, "running") for r in range(4)])
+        sh = shell()
+        for program in programs:
+            os.kill(program.proc.pid, signal.SIGKILL)
+        sh.expect(r"train ranks\[0-3\] \(4\) were lost \(their processes stopped answering\)\n", timeout=20)
+        assert "was lost" not in sh.text
+        assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 4)] == ["lost"] * 4
+    finally:
+        for program in programs:
+            program.stop()
 
 
 @pytest.mark.timeout(60)

@@ -270,6 +270,8 @@ def test_a_hang_merged_stacks_interrupt_and_numbers(env, tmp_path):
             stuck = shell.command("interrupt trainer ranks(3) --timeout 1")
             assert stuck.startswith("Interrupted 0 ranks\ntrainer ranks[3] (1) did not stop within 1 s")
             assert "\nhang.py:17 next_batch  ranks[3] (1)\n" in stuck
+            assert re.search(r"^trainer ranks\[3\] is in a C call \(threading\.py:\d+ wait\); it stops when it returns; "
+                             r"`peek` reads it now$", stuck, re.M), stuck
             assert shell.command("continue").strip() == "Continued 15 ranks: trainer ranks[0-2,4-15]"
             after = shell.command("stacks trainer --thread main ranks(host=0)")
             assert after.startswith("trainer ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: hang.py:17 next_batch\n")

@@ -19,8 +19,8 @@ import pytest
 import zmq
 from conftest import wait_for_exit
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
-from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, Program, settings_for, start_broker, stop_broker, stop_line,
-                      wait_for_all_rows, wait_for_lines, wait_for_sessions)
+from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, BrokerLog, Program, free_port, settings_for,
+                      start_broker, stop_broker, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 
 from monarch_pdb import discovery, wire
 
@@ -105,6 +105,16 @@ class Tree:
         self.programs += started
         return started
 
+    def two_hosts(self) -> list[Program]:
+        """A root, a host broker on host0 and host1, and ranks 0-1 and 2-3 of four below them,
+        each listed at the root."""
+        self.start_root()
+        self.host_broker("host0")
+        self.host_broker("host1")
+        programs = self.ranks("host0", 0, [0, 1], 4) + self.ranks("host1", 1, [2, 3], 4)
+        wait_for_sessions(self.env, 4)
+        return programs
+
     def embedded(self) -> dict[str, str]:
         """What ranks need to start a host broker of their own that registers with the root:
         its address, and the secret in a file only we may read."""
@@ -147,11 +157,7 @@ def listed(table: str) -> list[tuple[str, str, str]]:
 @pytest.mark.timeout(120)
 @pytest.mark.each_python
 def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shell):
-    tree.start_root()
-    tree.host_broker("host0")
-    tree.host_broker("host1")
-    programs = tree.ranks("host0", 0, [0, 1], 4) + tree.ranks("host1", 1, [2, 3], 4)
-    wait_for_sessions(env, 4)
+    programs = tree.two_hosts()
     sh = shell()
     stop = str(stop_line(18))
     assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", stop) for r in range(4)]
@@ -204,6 +210,37 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert sh.command("stacks rank") == (  # as a broker with the ranks of both hosts says it
         "rank ranks[0-3] (4): 2 distinct stacks\nranks[1,3] (2) are elsewhere: (no Python frame)\n"
         "rank.py:21 <module>  ranks[0,2] (2)\nrank.py:14 spin  ranks[0,2] (2)\n")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.each_python
+def test_peek_and_stacks_locals_at_the_root_read_ranks_below_every_host_broker(tree, env, shell):
+    programs = tree.two_hosts()
+    sh = shell()
+    squares = "".join(f"rank ranks[{r}] (1)\n{r * r}\n" for r in range(4))
+    numbers = "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n"
+    assert sh.command("peek rank ranks(:) value") == squares + numbers, "paused ranks answer where they stopped"
+    assert sh.command("peek rank ranks(:) rank % 2").startswith("rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), \
+        "identical answers from both hosts are one group"
+    local = sh.command("stacks rank --locals")
+    assert f"locals of rank.py:{stop_line(18)} <module>  ranks[0-3] (4)\n" in local
+    assert "  value " + numbers in local, "each host's locals folded at the root into one numbers line"
+
+    assert "Continued 4 ranks: rank ranks[0-3]" in sh.command("continue").splitlines()
+    announced: set[str] = set()
+    while announced != {"1", "3"}:  # read before the next command, whose answer they would follow
+        told = sh.expect(r"\brank (?:(\d)|ranks\[([\d,]+)\] \(\d\)) entered post-mortem at rank\.py:20")
+        announced.update((told.group(1) or told.group(2)).split(","))
+    for program in (programs[0], programs[2]):
+        wait_for_lines(program, "SPINNING", 1)
+    wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running", "post-mortem"] * 2)
+    assert sh.command("peek rank ranks(:) value") == "".join(
+        f"rank ranks[{r}] (1)\n{r * r + 1}\n" for r in range(4)) + (
+        "numbers: count 4, min 1 (rank 0), max 10 (rank 3), mean 4.5, NaN/Inf 0, beyond 3 sd 0\n"), \
+        "running ranks answer from their program's frame, ranks in post-mortem from the frame that raised"
+    assert sh.command("peek --frame spin --up 1 rank ranks(0,2) rank").startswith(
+        "rank ranks[0] (1)\n0\nrank ranks[2] (1)\n2\n")
+    assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 4)] == ["running", "post-mortem"] * 2
 
 
 @pytest.mark.timeout(120)
@@ -283,7 +320,7 @@ def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_ne
                                                 ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
                                                 ("2", "{'host': 1, 'gpu': 0}", "lost"),
                                                 ("3", "{'host': 1, 'gpu': 1}", "lost")]
-    assert sh.text.count("ranks are lost") == 1 and "was lost" not in sh.text, \
+    assert sh.text.count("ranks are lost") == 1 and not re.search("w(as|ere) lost", sh.text), \
         f"one line for the broker, none per rank:\n{sh.text[lost.start():]}"
 
     for program in held:
@@ -293,6 +330,41 @@ def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_ne
     assert tree.broker_of("host1") != broker, "the ranks started a new broker for their host"
     assert [row[0] for row in listed(sh.command("list"))] == ["0", "1", "2", "3"]
     assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2")
+
+
+@pytest.mark.timeout(120)
+def test_a_host_broker_that_stalls_leaves_its_ranks_unreachable_then_as_they_were(tree, env, shell):
+    env["MONARCH_PDB_HEARTBEAT"] = "0.5"  # silent for 1.5 s, a broker does not answer
+    tree.start_root()
+    tree.host_broker("host0")
+    stalled = tree.host_broker("host1")
+    tree.ranks("host0", 0, [0, 1], 4)
+    tree.ranks("host1", 1, [2, 3], 4)
+    wait_for_sessions(env, 4)
+    host = re.escape(socket.gethostname())
+    unreachable = f"unreachable (the broker on {socket.gethostname()} does not answer)"
+    attached, other = shell(), shell()
+    assert attached.command("attach rank 3").startswith("Attached to debug session for rank 3 (")
+    os.kill(stalled.pid, signal.SIGSTOP)
+    try:
+        attached.child.sendline("p value")
+        other.expect(rf"the broker on {host} does not answer: its 2 ranks are unreachable until it does\n")
+        cast = other.command("cast rank ranks(:) p rank")
+        assert cast.startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n") and cast.endswith(
+            f"no answer from rank ranks[2,3] (2): {unreachable}\n"), cast
+        assert other.command("attach rank 2").strip() == f"Error processing command: rank 2 is {unreachable}"
+        assert other.command("stacks rank").endswith(f"\nno answer from rank ranks[2,3] (2): {unreachable}\n")
+        assert [state for _, _, state in listed(other.command("list --all"))] == ["breakpoint"] * 4
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    answer = attached.expect(r"^9$|was lost|took over|Detach")
+    assert answer.group() == "9", f"the line typed during the stall is answered:\n{attached.text}"
+    assert attached.wait_prompt() == "(Pdb)"
+    other.expect(rf"the broker on {host} answers again: its ranks are as they were\n")
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in other.command("cast rank ranks(:) p rank % 2")
+    assert "Detached from debug session for rank 3" in attached.command("detach")
+    assert "Continued 4 ranks: rank ranks[0-3]" in other.command("continue").splitlines()
+    assert not re.search(r"lost|finished", attached.text + other.text), "no rank was announced gone"
 
 
 @pytest.mark.timeout(120)
@@ -320,13 +392,55 @@ def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_ar
                                                      ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
                                                      ("2", "{'host': 1, 'gpu': 0}", "breakpoint"),
                                                      ("3", "{'host': 1, 'gpu': 1}", "breakpoint")]
-    assert "ranks are lost" not in watcher.text and "was lost" not in watcher.text
+    assert "ranks are lost" not in watcher.text and not re.search("w(as|ere) lost", watcher.text)
+
+
+@pytest.mark.timeout(120)
+def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_the_root(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    script = tree.tmp / "train.py"
+    script.write_text(RUNS)
+    programs = [Program(dict(tree.host_env("host0"), MONARCH_PDB_JOB=JOB, RANK=str(rank)), script, cwd=tree.tmp)
+                for rank in range(2)]
+    tree.programs += programs
+    for program in programs:
+        wait_for_lines(program, "RUNNING", 1)
+    wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "running"), (1, "running")])
+    sh = shell()
+    for program in programs:
+        os.kill(program.proc.pid, signal.SIGKILL)
+    sh.expect(r"train ranks\[0,1\] \(2\) were lost \(their processes stopped answering\)\n", timeout=20)
+    assert [r.state for r in wait_for_all_rows(env, lambda rows: {r.state for r in rows} == {"lost"})] == ["lost"] * 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.each_python
+def test_a_rank_started_again_under_another_host_broker_is_listed_twice_and_named_once(tree, env, shell):
+    tree.start_root()
+    tree.host_broker("host0")
+    tree.host_broker("host1")
+    [first] = tree.ranks("host0", 0, [5], 8)
+    wait_for_sessions(env, 1)
+    sh = shell()
+    [second] = tree.ranks("host1", 1, [5], 8)
+    twice = sh.expect(r"\brank 5 is run by two processes \(pid (\d+) on \S+ and pid (\d+) on \S+\); both are listed, "
+                      r"attach and cast reach the second\n")
+    assert twice.groups() == (str(first.proc.pid), str(second.proc.pid))
+    stop = str(stop_line(18))
+    assert listed(sh.command("list")) == [("5", "{'host': 0, 'gpu': 0}", stop), ("5", "{'host': 1, 'gpu': 0}", stop)]
+    wait_for_all_rows(env, lambda rows: [(r.processes, r.sessions, r.paused) for r in rows] == [(2, 2, 2)],
+                      ask=wire.ListJobs(), answer=wire.JobList)
+    assert "Continued 2 ranks: rank ranks[5]" in sh.command("continue").splitlines()
+    sh.expect(r"\brank 5 entered post-mortem at rank.py:20: ValueError: rank 5 fails\n")
+    wait_for_sessions(env, 2, state="post-mortem")
+    assert sh.text.count("is run by two processes") == 1
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.each_python
 def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
-    tree.start_root()
+    tree.start_root("--port", str(free_port()))  # its port stays ours while it restarts
     tree.host_broker("host0")
     tree.host_broker("host1")
     tree.ranks("host0", 0, [0, 1], 4)
@@ -428,6 +542,43 @@ def test_a_broker_with_an_upstream_and_no_secret_says_so_in_one_line(tree, given
     assert done.stderr == (f"monarch-pdb broker: cannot register with the broker above ({tree.upstream}) without the "
                            "secret it was given: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE\n")
     assert not (tree.tmp / "host0" / "broker-0.json").exists()
+
+
+@pytest.mark.timeout(90)
+def test_a_host_broker_the_root_refuses_says_why_at_a_slow_pace_and_the_root_names_it_once(tree):
+    tree.start_root()
+    root_log = BrokerLog(tree.root)
+    env = dict(tree.host_env("host0"), MONARCH_PDB_SECRET="not-the-root-s", MONARCH_PDB_HEARTBEAT="0.2")
+    below, _ = start_broker(env, "--upstream", tree.upstream)
+    tree.brokers.append(below)
+    below_log = BrokerLog(below)
+    said = below_log.wait_for("monarch-pdb broker: the broker above ", timeout=10)
+    assert said == (f"monarch-pdb broker: the broker above ({tree.upstream}) refused our signature: is the secret "
+                    "the same? (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)\n")
+    named = root_log.wait_for("monarch-pdb broker: refused a peer ")
+    assert named == ("monarch-pdb broker: refused a peer at 127.0.0.1: what it sends is not signed with our secret "
+                     "(is the secret the same?)\n")
+    quiet = below_log.during(3.0)  # fifteen heartbeats, each a hello the root refuses
+    assert "the broker above" not in quiet, quiet
+    below_log.stop()
+    root_log.stop()
+    assert "refused a peer" not in "".join(root_log.lines[root_log.seen:])
+
+
+@pytest.mark.timeout(90)
+def test_a_host_broker_whose_upstream_does_not_answer_says_so_and_tries_on(tree):
+    upstream = f"127.0.0.1:{free_port()}"
+    env = dict(tree.host_env("host0"), MONARCH_PDB_SECRET=tree.env["MONARCH_PDB_SECRET"], MONARCH_PDB_CONNECT_TIMEOUT="2")
+    below, _ = start_broker(env, "--upstream", upstream)
+    tree.brokers.append(below)
+    below_log = BrokerLog(below)
+    said = below_log.wait_for("monarch-pdb broker: the broker above ", timeout=20)
+    assert said == f"monarch-pdb broker: the broker above ({upstream}) does not answer; trying again every 1 s\n"
+    tree.env["MONARCH_DEBUG_SERVER_PORT"] = upstream.rpartition(":")[2]
+    tree.root, _ = start_broker(tree.env)
+    assert below_log.wait_for("monarch-pdb broker: registered with the broker above at ") == \
+        f"monarch-pdb broker: registered with the broker above at {upstream}\n"
+    below_log.stop()
 
 
 @pytest.mark.timeout(60)

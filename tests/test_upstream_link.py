@@ -11,6 +11,7 @@ import re
 import secrets
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from programs import (Program, free_port, settings_for, start_broker, stop_broker, wait_for_all_rows,
+from programs import (BrokerLog, Program, free_port, settings_for, start_broker, stop_broker, wait_for_all_rows,
                       wait_for_sessions)
 
 from monarch_pdb import wire
@@ -62,9 +63,10 @@ class Tree:
         self.host_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "host"), **shared)
         self.tmp_path = tmp_path
         self.root, first = start_broker(self.root_env)
-        port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
+        port = self.root_port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
         self.host, _ = start_broker(dict(self.host_env, MONARCH_PDB_CONNECT_TIMEOUT=SILENCE),
                                     "--upstream", f"127.0.0.1:{port}")
+        self.host_log = BrokerLog(self.host)
         self.events: list[wire.Event] = []
         self.programs: list[Program] = []
         self.host_gone = threading.Event()
@@ -86,7 +88,7 @@ class Tree:
     def end_host(self) -> tuple[list[int], str]:
         """Stop the host broker; the ranks the root announced stopped, once the root has said
         the host is gone (after every event before it), and what the host logged."""
-        log = stop_broker(self.host)
+        log = self.host_log.stop()
         assert self.host_gone.wait(10), self.events
         return sorted(r for e in self.events if e.kind == wire.EventKind.BREAKPOINT for r in e.rank_list()), log
 
@@ -94,9 +96,10 @@ class Tree:
         for program in self.programs:
             program.stop()
         self.conn.close()
-        for broker in (self.host, self.root):
-            if broker.poll() is None:
-                stop_broker(broker)
+        if self.host.poll() is None:
+            self.host_log.stop()
+        if self.root.poll() is None:
+            stop_broker(self.root)
 
 
 @contextmanager
@@ -137,6 +140,28 @@ def test_a_parent_that_stalls_past_the_silence_limit_keeps_its_branch_and_hears_
 
 
 @pytest.mark.timeout(60)
+def test_a_shell_attached_through_a_parent_that_stalls_past_the_silence_limit_stays_attached(env, tmp_path, shell):
+    with tree(env, tmp_path) as t:
+        t.ranks(2, apart=0.0)
+        wait_for_sessions(t.root_env, 2)
+        env.update(t.root_env)
+        sh = shell()
+        assert "Attached to debug session for storm 0" in sh.command("attach storm 0")
+        os.kill(t.root.pid, signal.SIGSTOP)
+        try:
+            sh.child.sendline("p rank")
+            t.host_log.wait_for(f"the broker above at 127.0.0.1:{t.root_port} does not answer")
+        finally:
+            os.kill(t.root.pid, signal.SIGCONT)
+        answer = sh.expect(r"^0$|took over|Detach")
+        assert answer.group() == "0", f"the line typed during the stall is answered:\n{sh.text}"
+        assert sh.wait_prompt() == "(Pdb)"
+        t.host_log.wait_for(f"the broker above at 127.0.0.1:{t.root_port} answers again")
+        assert sh.command("p rank + 1").strip() == "1"
+        assert "Detached from debug session for storm 0" in sh.command("detach")
+
+
+@pytest.mark.timeout(60)
 def test_ranks_still_running_a_roots_cast_when_its_time_is_up_are_listed_as_running_there(env, tmp_path):
     with tree(env, tmp_path) as t:
         t.ranks(2, apart=0.0)
@@ -174,6 +199,19 @@ def test_a_rank_with_an_upstream_starts_its_hosts_broker_which_registers_with_th
     finally:
         program.stop()
         stop_broker(root)
+
+
+@pytest.mark.timeout(60)
+def test_a_port_named_for_a_broker_stays_its_own_while_it_restarts(env):
+    port = free_port()
+    named = dict(env, MONARCH_DEBUG_SERVER_PORT=str(port))
+    for _ in range(2):
+        claim = subprocess.run([sys.executable, "-c", f"import socket; socket.socket().bind(('127.0.0.1', {port}))"],
+                               capture_output=True, text=True, timeout=30)
+        assert "Address already in use" in claim.stderr, "no other program may take it meanwhile"
+        broker, first = start_broker(named)
+        assert f"listening on tcp://127.0.0.1:{port} " in first, first
+        stop_broker(broker)
 
 
 @pytest.mark.timeout(60)

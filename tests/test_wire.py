@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgpack
 import pytest
@@ -12,7 +17,25 @@ import pytest
 from monarch_pdb import wire
 
 KEY = b"k" * 32
-NOW = time.time()
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A body's time stamp, `offset` seconds from when its test runs: a stamp taken when the
+    module is imported is too old for the codec once the suite has run longer than its limit."""
+
+    offset: float = 0.0
+
+    def __add__(self, seconds: float) -> Stamp:
+        return Stamp(self.offset + seconds)
+
+    def __sub__(self, seconds: float) -> Stamp:
+        return Stamp(self.offset - seconds)
+
+
+NOW = Stamp()
+Frames = Callable[[], list[bytes]]
+"""A message's frames, made when the test asks for them."""
 
 
 def roundtrip(msg: wire.Message, sender: wire.Codec | None = None) -> wire.Message:
@@ -34,8 +57,16 @@ def signed(packed: bytes, key: bytes = KEY) -> list[bytes]:
     return [hmac.new(key, packed, hashlib.sha256).digest(), packed]
 
 
-def frames_with(body: dict, key: bytes = KEY) -> list[bytes]:
-    return signed(msgpack.packb(body), key)
+def frames_with(body: dict, key: bytes = KEY) -> Frames:
+    def made() -> list[bytes]:
+        now = time.time()
+        return signed(msgpack.packb({k: now + v.offset if isinstance(v, Stamp) else v for k, v in body.items()}), key)
+
+    return made
+
+
+def as_is(frames: list[bytes]) -> Frames:
+    return lambda: frames
 
 
 @pytest.mark.timeout(10)
@@ -50,7 +81,7 @@ def test_many_messages_travel_in_few_signed_batches_in_order_each_half_the_large
     assert decoded == [*inputs[:500], big, *inputs[500:]]
 
 
-def batch_of(*items: bytes) -> list[bytes]:
+def batch_of(*items: bytes) -> Frames:
     return frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": list(items)})
 
 
@@ -73,7 +104,7 @@ HEARTBEAT_ITEM = msgpack.packb({"t": "heartbeat"})
 def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
     codec = wire.Codec(KEY)
     with pytest.raises(wire.Refused, match=reason):
-        codec.decode(frames)
+        codec.decode(frames())
     assert codec.refused == {reason: 1}
 
 
@@ -81,12 +112,12 @@ def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
 @pytest.mark.parametrize(
     ("frames", "reason"),
     [
-        ([b"only one"], "too few frames"),
-        ([b"x" * 32, b"\x00" * (wire.MAX_BODY + 1)], "too large"),
-        ([b"x" * 32, msgpack.packb({"v": 1})], "bad signature"),
+        (as_is([b"only one"]), "too few frames"),
+        (as_is([b"x" * 32, b"\x00" * (wire.MAX_BODY + 1)]), "too large"),
+        (as_is([b"x" * 32, msgpack.packb({"v": 1})]), "bad signature"),
         (frames_with({"v": 1, "t": "hello"}, key=b"wrong"), "bad signature"),
-        (signed(b"\xc1"), "undecodable"),
-        (signed(msgpack.packb([1, 2])), "wrong protocol"),
+        (as_is(signed(b"\xc1")), "undecodable"),
+        (as_is(signed(msgpack.packb([1, 2]))), "wrong protocol"),
         (frames_with({"v": 99, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW}), "wrong protocol"),
         (frames_with({"v": 1, "t": "nosuch", "s": b"s", "n": 1, "ts": NOW}), "unknown type"),
         (frames_with({"v": 1, "t": "heartbeat"}), "no sender"),
@@ -100,7 +131,7 @@ def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
 def test_bad_messages_are_refused_and_counted(frames, reason):
     codec = wire.Codec(KEY)
     with pytest.raises(wire.Refused, match=reason):
-        codec.decode(frames)
+        codec.decode(frames())
     assert codec.refused[reason] == 1
 
 
@@ -108,7 +139,7 @@ FRAME = [__file__, 9, "step"]
 THREAD = ["MainThread", [FRAME]]
 
 
-def typed(t: str, **fields) -> list[bytes]:
+def typed(t: str, **fields) -> Frames:
     return frames_with({"v": 1, "t": t, "s": b"s", "n": 1, "ts": NOW, **fields})
 
 
@@ -121,7 +152,7 @@ def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
     assert roundtrip(result) == result
     present = wire.Present(ranks=[wire.PresentRank("job", "a", 0, {"gpu": 0})])
     assert roundtrip(present) == present
-    [decoded] = wire.Codec(KEY).decode(typed("stack_report", ref=1, groups=[[[THREAD], [0]]]))
+    [decoded] = wire.Codec(KEY).decode(typed("stack_report", ref=1, groups=[[[THREAD], [0]]])())
     assert decoded == wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], [0])])
 
 
@@ -151,13 +182,13 @@ def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
 def test_a_wrong_type_nested_inside_a_payload_is_refused_and_counted(frames):
     codec = wire.Codec(KEY)
     with pytest.raises(wire.Refused, match="wrong field type"):
-        codec.decode(frames)
+        codec.decode(frames())
     assert codec.refused == {"wrong field type": 1}
 
 
 @pytest.mark.timeout(10)
 def test_the_words_that_travel_arrive_as_their_enums_and_print_as_their_text():
-    [event] = wire.Codec(KEY).decode(typed("event", seq=1, kind="post-mortem", job="j", actor="a", ranks="0", count=1))
+    [event] = wire.Codec(KEY).decode(typed("event", seq=1, kind="post-mortem", job="j", actor="a", ranks="0", count=1)())
     assert event.kind is wire.EventKind.POST_MORTEM and f"{event.kind}" == str(event.kind) == "post-mortem"
     row = wire.SessionRow("j", "a", 0, {}, "h", 1, "f", "f.py", 1, wire.RankState.QUIT, "")
     [listed] = wire.Codec(KEY).decode(wire.Codec(KEY).encode(wire.SessionList(rows=[row])))
@@ -177,3 +208,24 @@ def test_a_replayed_message_is_refused():
 def test_long_output_is_clipped_with_a_note():
     text = wire.clip("x" * (wire.MAX_OUTPUT + 10))
     assert text.startswith("x" * wire.MAX_OUTPUT) and "10 more characters not shown" in text
+
+
+
+LATER = f"""
+import time
+
+def pytest_collection_finish(session):
+    real = time.time
+    time.time = lambda: real() + {2 * wire.MAX_AGE}
+"""
+"""A pytest plugin: the clock jumps past the codec's age limit between collection and the run."""
+
+
+@pytest.mark.timeout(60)
+def test_these_tests_pass_when_they_run_long_after_they_were_collected(tmp_path):
+    (tmp_path / "later.py").write_text(LATER)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "later", "-p", "no:cacheprovider", __file__,
+                           "-k", "not long_after"], env=dict(os.environ, PYTHONPATH=path), capture_output=True,
+                          text=True, timeout=50)
+    assert done.returncode == 0, done.stdout[-3000:]

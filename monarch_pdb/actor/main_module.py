@@ -3,6 +3,8 @@
 The script runs again as `__mp_main__` (so its `if __name__ == "__main__":` block stays
 quiet) and is aliased as `__main__`, so pickled references to `__main__.X` resolve. Running
 it from its real path keeps real file names in code objects: pdb shows the script's source.
+A program with no script to rerun sends its `__main__` classes and functions by value instead
+(`by_value`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,15 @@ def share() -> MainSource:
             "program's top-level code under `if __name__ == \"__main__\":`"
         )
     sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
-    if _inherited is not None:
-        return _inherited
+    return _inherited if _inherited is not None else _described()
+
+
+def by_value() -> bool:
+    """Whether `__main__`'s classes and functions travel by value: there is no script to rerun."""
+    return (_inherited if _inherited is not None else _described()) == MainSource()
+
+
+def _described() -> MainSource:
     main = sys.modules["__main__"]
     spec_name = getattr(getattr(main, "__spec__", None), "name", None)
     if spec_name is not None:
@@ -65,13 +74,3 @@ def load(source: MainSource) -> None:
     main.__dict__.update(namespace)
     sys.modules["__main__"] = sys.modules["__mp_main__"] = main
 
-
-def why_unreachable(cls: type) -> str | None:
-    """Why workers could not find `cls`, or None when they can."""
-    if cls.__module__ == "__main__" and share() == MainSource():
-        return (
-            f"{cls.__qualname__} is defined in __main__, but this program has no script file "
-            "to rerun in the workers (python -c, python -m pkg, or interactive); define it in "
-            "an importable module"
-        )
-    return None

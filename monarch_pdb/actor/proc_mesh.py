@@ -53,9 +53,6 @@ class ProcMesh:
             raise TypeError(f"an actor mesh needs a non-empty name, not {name!r}")
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn() needs a subclass of monarch_pdb.actor.Actor, not {cls!r}")
-        unreachable = main_module.why_unreachable(cls)
-        if unreachable:
-            raise TypeError(unreachable)
         actor_id = _next_actor_id()
         payload = transport.dumps((cls, args, kwargs), f"{cls.__qualname__} and its constructor arguments")
         ranks = tuple(range(self.extent.size))

@@ -1,4 +1,5 @@
-"""Length-framed pickles over a socketpair between a parent and each worker it starts."""
+"""Length-framed pickles over a socketpair between a parent and each worker it starts; the
+program's own classes and functions by value when it has no script file to rerun."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import pickle
 import socket
 from multiprocessing.connection import Connection
 from typing import Any
+
+from monarch_pdb.actor import by_value, main_module
 
 
 def socket_pair() -> tuple[Connection, socket.socket]:
@@ -20,6 +23,8 @@ def adopt(fd: int) -> Connection:
 
 def dumps(value: Any, what: str) -> bytes:
     try:
+        if main_module.by_value():
+            return by_value.dumps(value)
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         raise TypeError(f"cannot send {what} to another process: {exc}") from exc

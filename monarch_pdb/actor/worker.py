@@ -156,7 +156,7 @@ def _rank_error(point: Point, exc: Exception) -> RankError:
 
 def _pickled_or_empty(exc: Exception) -> bytes:
     try:
-        return pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        return transport.dumps(exc, "the exception")
     except Exception:
         return b""
 

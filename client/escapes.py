@@ -1,0 +1,20 @@
+"""What a rank prints, made safe to show: its control characters escaped as `cat -v` shows them.
+
+A rank's output reaches the user's terminal, so an escape sequence in it (`print("\x1b[2J")`)
+would clear the screen, move the cursor or retitle the window. Newlines and tabs are kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+NAMES = {chr(code): f"^{chr(code + 64)}" for code in range(0x20)}
+NAMES.update({"\x7f": "^?"})
+NAMES.update({chr(0x80 + code): f"M-^{chr(code + 64)}" for code in range(0x20)})
+
+
+def visible(text: str) -> str:
+    """`text` with each control character but newline and tab written as `cat -v` does
+    (ESC as `^[`, DEL as `^?`, the C1 controls as `M-^@` to `M-^_`)."""
+    return CONTROLS.sub(lambda found: NAMES[found.group()], text)

@@ -1,0 +1,431 @@
+"""`monarch-pdb join`: load the agent into running Python processes that never imported
+monarch-pdb, through PEP 768's `sys.remote_exec` (Python 3.14+), so that each becomes what a
+process that called `monarch_pdb.install()` at that moment is.
+
+What /proc says of a process (its owner, its interpreter, its environment) is read first, and a
+process that cannot be joined is refused in one line and left untouched. The others are asked to
+run a small script at their next safe point: between two bytecodes of the main thread, so one
+blocked in a C call runs it once the call returns. The script imports monarch_pdb from the
+process's own environment and calls `hooks.join`, or says why it cannot, in a file of the runtime
+directory that environment names; join then waits, within its time-out, for the broker that
+environment finds to list the process, so that `stacks` and `interrupt` reach it once join returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pwd
+import re
+import socket
+import sys
+import time
+from dataclasses import dataclass, fields
+
+from monarch_pdb import discovery, wire
+from monarch_pdb import settings as settings_module
+from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
+from monarch_pdb.ranks import format_ranks
+
+JOIN_TIMEOUT = 30.0
+NEEDED = (3, 14)
+"""The first Python with `sys.remote_exec`, on both sides."""
+ANSWER_POLL = 0.05
+"""Seconds between two looks for the answers of the processes asked to join."""
+LIST_POLL = 0.2
+"""Seconds at most between two lists of the broker, while it names none of them yet."""
+RESTART_HINT = "start it with PYTHONBREAKPOINT=monarch_pdb.set_trace or monarch_pdb.install()"
+
+SCRIPT = '''\
+# Run by `monarch-pdb join` in process {pid}, on its main thread, at a safe point (PEP 768).
+def _answer():
+    import sys
+    try:
+        import importlib.util
+        if importlib.util.find_spec("monarch_pdb") is None:
+            return {{"missing": sys.prefix, "executable": sys.executable}}
+        from monarch_pdb import hooks
+        return hooks.join()
+    except (Exception, SystemExit) as error:
+        return {{"failed": f"{{type(error).__name__}}: {{error}}"}}
+
+
+def _tell(answer, path={answer!r}):
+    import json
+    import os
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(answer, f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
+
+
+_tell(_answer())
+'''
+
+
+class Refused(Exception):
+    """A process that cannot be joined, left as it was; the text is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A process to join: what /proc says of it."""
+
+    pid: int
+    name: str
+    settings: settings_module.Settings
+    """Where its agent will find its broker: the settings its environment gives."""
+
+    @property
+    def who(self) -> str:
+        return f"{self.pid} ({self.name})"
+
+    @property
+    def script(self) -> str:
+        return os.path.join(self.settings.runtime_dir, f"join-{self.pid}.py")
+
+    @property
+    def answer(self) -> str:
+        return os.path.join(self.settings.runtime_dir, f"join-{self.pid}.json")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the script said from inside the process: whom it joined as, or why it could not."""
+
+    actor: str = ""
+    rank: int = 0
+    before: bool = False
+    """Whether monarch-pdb was installed there already (joined before, or install() called)."""
+    missing: str = ""
+    """The sys.prefix of a Python that cannot import monarch_pdb."""
+    executable: str = ""
+    failed: str = ""
+    """What went wrong while monarch-pdb loaded."""
+
+    @classmethod
+    def read(cls, path: str) -> Answer:
+        with open(path, encoding="utf-8") as f:
+            said = json.load(f)
+        return cls(**{field.name: said[field.name] for field in fields(cls) if field.name in said})
+
+
+def _read(pid: int, name: str) -> bytes:
+    with open(f"/proc/{pid}/{name}", "rb") as f:
+        return f.read()
+
+
+def _version(version: tuple[int, int]) -> str:
+    return ".".join(map(str, version))
+
+
+def python_of(pid: int) -> tuple[int, int] | None:
+    """The Python a process runs, from its executable's name or the libpython it maps; None
+    when neither names one (not a Python process, as far as /proc tells)."""
+    found = re.search(r"python(\d+)\.(\d+)", os.path.basename(os.readlink(f"/proc/{pid}/exe")))
+    if found is None:
+        found = re.search(rb"libpython(\d+)\.(\d+)", _read(pid, "maps"))
+    return (int(found[1]), int(found[2])) if found is not None else None
+
+
+def _permission(pid: int) -> str:
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope", encoding="ascii") as f:
+            scope = f.read().strip()
+    except OSError:
+        scope = ""
+    because = f"kernel.yama.ptrace_scope is {scope}" if scope and scope != "0" else "it is not dumpable"
+    return (f"not permitted to reach {pid} ({because}, or it belongs to another user): join it as its user with "
+            "CAP_SYS_PTRACE, or set kernel.yama.ptrace_scope to 0")
+
+
+def target(pid: int) -> Target:
+    """The process `pid`, if /proc shows nothing that rules out joining it; Refused otherwise."""
+    try:
+        status = _read(pid, "status").decode(errors="replace")
+        name = _read(pid, "comm").decode(errors="replace").strip()
+    except FileNotFoundError:
+        raise Refused(f"{pid}: no such process") from None
+    owner = int(re.search(r"^Uid:\s*(\d+)", status, re.M)[1])
+    if owner != os.getuid():
+        try:
+            user = pwd.getpwuid(owner).pw_name
+        except KeyError:
+            user = f"uid {owner}"
+        raise Refused(f"{pid} ({name}) belongs to user {user}: join it as {user}, whose broker and secret it uses")
+    if pid == os.getpid():
+        raise Refused(f"{pid} is this join itself")
+    try:
+        version = python_of(pid)
+        environ = _read(pid, "environ")
+    except PermissionError:
+        raise Refused(_permission(pid)) from None
+    except FileNotFoundError:
+        raise Refused(f"{pid} ({name}) exited") from None
+    ours = sys.version_info[:2]
+    if version is not None and version < NEEDED:
+        raise Refused(f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there; "
+                      f"{RESTART_HINT}")
+    if version is not None and version != ours:
+        raise Refused(f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
+                      f"sys.remote_exec needs the same Python on both sides; run join with Python {_version(version)}")
+    if ours < NEEDED:
+        raise Refused(f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
+                      f"needs Python {_version(NEEDED)} or later")
+    env = dict(item.decode(errors="replace").partition("=")[::2] for item in environ.split(b"\0") if b"=" in item)
+    try:
+        settings = settings_module.load(env)
+    except SystemExit as error:
+        raise Refused(f"{pid} ({name}): in its environment, {str(error).removeprefix('monarch-pdb: ')}") from None
+    return Target(pid, name, settings)
+
+
+def children_of(pid: int) -> list[int]:
+    """The Python processes that a launcher (torchrun, mpirun, an srun step) runs below `pid`: the
+    first Python process down each branch, so a worker's own children (data-loader workers,
+    compilers) are not taken for ranks."""
+    below: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(_read(int(entry), "stat").rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            below.setdefault(parent, []).append(int(entry))
+    found, todo = [], sorted(below.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        try:
+            python = python_of(child) is not None
+        except OSError:
+            python = False
+        if python:
+            found.append(child)
+        else:
+            todo += sorted(below.get(child, []))
+    return sorted(found)
+
+
+def _causes(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _refusal(target: Target, error: BaseException) -> str:
+    """What `sys.remote_exec`'s error means for the user."""
+    text = " ".join(str(e) for e in _causes(error))
+    if "not enabled" in text:
+        return (f"{target.who} does not allow remote debugging (PYTHON_DISABLE_REMOTE_DEBUG, or -X "
+                f"disable-remote-debug); {RESTART_HINT}")
+    if any(isinstance(e, PermissionError) for e in _causes(error)):
+        return _permission(target.pid)
+    if "different Python version" in text or "Python process" in text:
+        return (f"{target.who} runs another Python than join's {sys.version.split()[0]}: sys.remote_exec needs the "
+                "same Python on both sides; run join with that process's Python")
+    if any(isinstance(e, (FileNotFoundError, ProcessLookupError)) for e in _causes(error)):
+        return f"{target.who} exited"
+    if "PyRuntime" in text:
+        return f"{target.who} is not a Python process"
+    return f"{target.who} cannot be joined: {error}"
+
+
+def ask(target: Target) -> None:
+    """Ask the process to run our script at its next safe point; Refused if it cannot be asked."""
+    try:
+        discovery.ensure_runtime_dir(target.settings)
+        for stale in (target.answer, target.answer + ".tmp"):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        fd = os.open(target.script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(SCRIPT.format(pid=target.pid, answer=target.answer))
+    except (discovery.Insecure, OSError) as error:
+        raise Refused(f"{target.who}: {error}") from None
+    try:
+        sys.remote_exec(target.pid, target.script)
+    except (OSError, RuntimeError) as error:
+        os.unlink(target.script)
+        raise Refused(_refusal(target, error)) from None
+
+
+def answers(asked: list[Target], deadline: float) -> dict[int, Answer]:
+    """What each process's script said, for those that ran it before `deadline`."""
+    said: dict[int, Answer] = {}
+    while True:
+        for t in asked:
+            if t.pid not in said and os.path.exists(t.answer):
+                said[t.pid] = Answer.read(t.answer)
+                for done in (t.answer, t.script):
+                    with contextlib.suppress(FileNotFoundError):  # a join of the same process beside us
+                        os.unlink(done)
+        if len(said) == len(asked) or time.monotonic() >= deadline:
+            return said
+        time.sleep(ANSWER_POLL)
+
+
+def listed(settings: settings_module.Settings, pids: set[int], deadline: float) -> dict[int, list[wire.SessionRow]]:
+    """The broker's rows of each of `pids` (processes of this host), once it lists them all or
+    `deadline` passes."""
+    host = socket.gethostname()
+    conn = ShellConnection(settings)
+    try:
+        conn.wait_for_broker(max(0.0, deadline - time.monotonic()))
+        while True:
+            conn.changed.clear()
+            rows = conn.request(wire.ListAll(), wire.SessionList, timeout=max(1.0, deadline - time.monotonic())).rows
+            found: dict[int, list[wire.SessionRow]] = {}
+            for row in rows:
+                if row.pid in pids and row.host == host:
+                    found.setdefault(row.pid, []).append(row)
+            left = deadline - time.monotonic()
+            if len(found) == len(pids) or left <= 0:
+                return found
+            conn.changed.wait(min(LIST_POLL, left))
+    finally:
+        conn.close()
+
+
+def waiting_because(pid: int) -> str:
+    """Why a process asked to join has not run our script yet."""
+    try:
+        state = _read(pid, "stat").rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        state = "Z"
+    if state in ("Z", "X"):
+        return "it exited"
+    if state in ("T", "t"):
+        return "it is stopped (SIGSTOP, or a debugger holds it); it joins once it runs again"
+    where = _main_frame(pid)
+    if state in ("S", "D"):
+        return f"its main thread is blocked in a C call{where}; it joins when that call returns or a signal arrives"
+    return f"its main thread is busy in a C call{where}; it joins when that call returns"
+
+
+def _main_frame(pid: int) -> str:
+    """` under FILE:LINE FUNCTION`, the main thread's innermost Python frame, where Python can
+    read it (its private `_remote_debugging`, whose answers' shape changes between releases)."""
+    try:
+        import _remote_debugging
+
+        trace = _remote_debugging.RemoteUnwinder(pid).get_stack_trace()
+        threads = [t for item in trace for t in getattr(item, "threads", [item])]
+        frame = threads[0].frame_info[0]
+        line = getattr(frame, "lineno", None) or frame.location.lineno
+        return f" under {os.path.basename(frame.filename)}:{line} {frame.funcname}"
+    except Exception:
+        return ""
+
+
+def joined_line(rows: dict[int, list[wire.SessionRow]], before: int) -> str:
+    """`joined 4 processes: train ranks[0-3]`, by job and actor as `list` names them."""
+    every = [row for pid in sorted(rows) for row in rows[pid]]
+    several_jobs = len({row.job for row in every}) > 1
+    by_actor: dict[str, list[int]] = {}
+    for row in every:
+        by_actor.setdefault(f"{row.job}:{row.actor}" if several_jobs else row.actor, []).append(row.rank)
+    parts = ", ".join(f"{actor} ranks[{format_ranks(sorted(ranks))}]" for actor, ranks in by_actor.items())
+    count = len(rows)
+    again = f" ({before} had joined before)" if before else ""
+    return f"joined {count} process{'es' if count != 1 else ''}: {parts}{again}"
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from monarch_pdb.client.cli import seconds
+
+    parser = parser or argparse.ArgumentParser(prog="monarch-pdb join")
+    parser.description = ("Load the debugger into running Python 3.14+ processes (sys.remote_exec), as if each had "
+                          "called monarch_pdb.install() now.")
+    parser.add_argument("pids", type=int, nargs="*", metavar="PID", help="a process to join")
+    parser.add_argument("--children-of", type=int, metavar="PID",
+                        help="join the Python processes a launcher (torchrun, mpirun, an srun step) runs below PID")
+    parser.add_argument("--timeout", type=seconds, default=JOIN_TIMEOUT, metavar="S",
+                        help=f"seconds to wait for each process to reach a safe point and join (default {JOIN_TIMEOUT:g})")
+    return parser
+
+
+def chosen_pids(args: argparse.Namespace) -> list[int]:
+    """The processes named, then those below --children-of; Refused when there are none."""
+    pids = list(dict.fromkeys(args.pids))
+    if args.children_of is not None:
+        if not os.path.exists(f"/proc/{args.children_of}"):
+            raise Refused(f"{args.children_of}: no such process")
+        below = children_of(args.children_of)
+        if not below:
+            raise Refused(f"{args.children_of} runs no Python process below it")
+        pids += [pid for pid in below if pid not in pids]
+    if not pids:
+        raise Refused("join needs a PID, or --children-of PID")
+    return pids
+
+
+def not_joined(t: Target, answer: Answer | None, timeout: float) -> str:
+    """Why a process asked to join is not loaded, or "" when it is."""
+    if answer is None:
+        return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid)}"
+    if answer.missing:
+        return (f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer.missing}: install it there "
+                f"with `{answer.executable} -m pip install monarch-pdb`")
+    if answer.failed:
+        return f"{t.who} could not load monarch-pdb: {answer.failed}"
+    return ""
+
+
+def rows_of(loaded: list[Target], said: dict[int, Answer], deadline: float,
+            timeout: float) -> tuple[dict[int, list[wire.SessionRow]], list[str]]:
+    """Each loaded process's rows in the broker its environment names, and a line for each that
+    broker does not list by `deadline`."""
+    rows: dict[int, list[wire.SessionRow]] = {}
+    unlisted: list[str] = []
+    for settings in dict.fromkeys(t.settings for t in loaded):
+        these = [t for t in loaded if t.settings == settings]
+        try:
+            found = listed(settings, {t.pid for t in these}, deadline)
+            why = (f"the broker at {settings.host}:{settings.port} has not listed it within {timeout:g} s "
+                   f"(its log: {discovery.log_file(settings)})")
+        except (NoBroker, Timeout) as error:
+            found, why = {}, str(error)
+        for t in these:
+            if t.pid in found:
+                rows[t.pid] = found[t.pid]
+            else:
+                unlisted.append(f"{t.who} joined as {said[t.pid].actor} {said[t.pid].rank}, but {why}")
+    return rows, unlisted
+
+
+def _say(problem: str) -> None:
+    print(f"monarch-pdb: {problem}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    deadline = time.monotonic() + args.timeout
+    try:
+        pids = chosen_pids(args)
+    except Refused as refusal:
+        _say(str(refusal))
+        return 2 if not args.pids and args.children_of is None else 1
+    asked: list[Target] = []
+    refused = 0
+    for pid in pids:
+        try:
+            chosen = target(pid)
+            ask(chosen)
+            asked.append(chosen)
+        except Refused as refusal:
+            _say(str(refusal))
+            refused += 1
+    said = answers(asked, deadline)
+    verdicts = {t.pid: not_joined(t, said.get(t.pid), args.timeout) for t in asked}
+    rows, unlisted = rows_of([t for t in asked if not verdicts[t.pid]], said, deadline, args.timeout)
+    problems = [why for why in verdicts.values() if why] + unlisted
+    for problem in problems:
+        _say(problem)
+    if rows:
+        print(joined_line(rows, sum(said[pid].before for pid in rows)), flush=True)
+    return 1 if refused or problems else 0

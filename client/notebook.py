@@ -1,0 +1,118 @@
+"""The debugger in a notebook: `%load_ext monarch_pdb` adds the line magic `%monarch_debug
+COMMAND` and the cell magic `%%monarch_debug` (a command a line, as in a `--script` file).
+
+Each line runs through the shell's own commands, as `monarch-pdb debug -c` runs it, so a cell
+shows what the shell prints; `list` and `mesh` come as HTML tables too, for front ends that draw
+HTML. Only commands that need no typing loop run here: `attach` needs a terminal. Imported by
+IPython only, through `monarch_pdb.load_ipython_extension`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import sys
+
+import rich.console
+from IPython.display import display
+
+from monarch_pdb.client import cli, mesh
+from monarch_pdb.client.shell import ALIASES
+
+COMMANDS = ("list", "cast", "continue", "stacks", "peek", "mesh", "jobs", "wait", "interrupt")
+TERMINAL_ONLY = ("attach", "follow")
+WHERE = "%monarch_debug"
+LETTERS = {letter: word for letter, word, _ in mesh.STATES.values()}
+
+
+def register(ipython) -> None:
+    ipython.register_magic_function(monarch_debug, magic_kind="line_cell", magic_name="monarch_debug")
+
+
+def monarch_debug(line: str, cell: str | None = None) -> None:
+    """%monarch_debug COMMAND, or %%monarch_debug and a command a line: the debugger shell's
+    list, cast, continue, stacks, peek, mesh, jobs, wait and interrupt (attach: `monarch debug`
+    in a terminal). The lines run in order; the first that fails ends the cell."""
+    texts = [line] if cell is None else cell.split("\n")
+    lines = [(WHERE, n, text.strip()) for n, text in enumerate(texts, 1)
+             if text.strip() and not text.lstrip().startswith("#")]
+    if not lines:
+        print(f"usage: %monarch_debug COMMAND, where COMMAND is one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return
+    for where, number, text in lines:
+        word = text.split()[0]
+        command = ALIASES.get(word, word)
+        if command not in COMMANDS:
+            print(f"{WHERE}: line {number}: {refusal(command)}", file=sys.stderr)
+            return
+        if run(command, (where, number, text)):
+            return
+
+
+def run(command: str, line: tuple[str, int, str]) -> int:
+    """Run one line as the shell runs a script's; `list` and `mesh` shown as text and HTML at once."""
+    args = cli.build_parser().parse_args([])
+    with plain_consoles():
+        if command not in ("list", "mesh"):
+            return cli.run(args, [line])
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            failed = cli.run(args, [line])
+    if shown.getvalue():
+        display({"text/plain": shown.getvalue().rstrip("\n"), "text/html": as_html(command, shown.getvalue())},
+                raw=True)
+    return failed
+
+
+@contextlib.contextmanager
+def plain_consoles():
+    """The shell's rich consoles (cmd2's, formatting its commands' help) write text, as at a
+    terminal: in a kernel, rich would show each console's buffer as an empty HTML output."""
+    detect = getattr(rich.console, "_is_jupyter", None)
+    if detect is None:  # another rich: at worst an empty output more
+        yield
+        return
+    rich.console._is_jupyter = lambda: False
+    try:
+        yield
+    finally:
+        rich.console._is_jupyter = detect
+
+
+def refusal(command: str) -> str:
+    if command in TERMINAL_ONLY:
+        return (f"{command} needs a terminal, where each line you type goes to the rank: run `monarch debug` "
+                f"in one; here: {', '.join(COMMANDS)}")
+    return f"{command!r} is not a command of %monarch_debug, which runs {', '.join(COMMANDS)}"
+
+
+def as_html(command: str, text: str) -> str:
+    """The shell's `list` grid or `mesh` picture as HTML tables, with the lines around them."""
+    parts: list[str] = []
+    rows: list[str] = []
+
+    def close() -> None:
+        if rows:
+            parts.append("<table>" + "".join(rows) + "</table>")
+            rows.clear()
+
+    for line in text.splitlines():
+        if command == "list" and line.startswith("+"):
+            continue
+        if command == "list" and line.startswith("| "):
+            cells = [cell.strip() for cell in line[2:-2].split(" | ")]
+            tag = "th" if not rows else "td"
+            rows.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
+        elif command == "mesh" and line[:1].isspace():
+            close()
+            rows.append("<tr><th></th>" + "".join(f"<th>{html.escape(c)}</th>" for c in line.split()) + "</tr>")
+        elif command == "mesh" and rows and line[:1].isdigit():
+            label, *letters = line.split()
+            rows.append(f"<tr><th>{html.escape(label)}</th>" + "".join(
+                f'<td title="{LETTERS.get(c, "")}">{html.escape(c)}</td>' for c in letters) + "</tr>")
+        elif line.strip():
+            close()
+            parts.append(f"<p>{html.escape(line)}</p>")
+    close()
+    return "\n".join(parts)
