@@ -12,7 +12,7 @@ import os
 import secrets
 import socket
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from sys import intern
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -268,9 +268,10 @@ class Registry:
     agents_per_job: Counter = field(default_factory=Counter)
     dims: dict[tuple, tuple] = field(default_factory=dict)
     """One copy of each tuple of dimension names that sessions and present ranks use."""
-    quit: set = field(default_factory=set)
-    """(job, actor, rank) of running ranks whose last session ended by quitting the debugger
-    (the rank's call ended with BdbQuit), until the rank stops again or is announced again."""
+    ended: dict = field(default_factory=dict)
+    """(job, actor, rank) of ranks whose process runs on after their last session ended with
+    their call: `finished` (it returned or raised), or `quit` (it ended with BdbQuit, by pdb's
+    `q`); until the rank stops again or is announced again, as its next call starts."""
     departed: OrderedDict = field(default_factory=OrderedDict)
     """(job, actor, rank) of ranks whose process is gone: (coords, host, pid, lost or finished, instance)."""
     shadowed: dict[tuple[str, str, int], Session] = field(default_factory=dict)
@@ -388,7 +389,7 @@ class Registry:
         for sess in ended:
             self.end(sess, reason)
         if peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
-            self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED)
+            self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED, ended)
         return Departure(peer, ended=ended, job_left=peer.role == wire.Role.AGENT and not self.has_job(peer.name))
 
     # --- sessions ------------------------------------------------------------------------
@@ -418,7 +419,7 @@ class Registry:
             self.sessions[sess.id] = sess
             self._stand(sess)
             owner.owned[msg.sid] = sess
-            self.quit.discard((sess.job, sess.actor, sess.rank))
+            self.ended.pop((sess.job, sess.actor, sess.rank), None)
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
         sess.prompt, sess.reason = intern(msg.prompt), msg.reason
@@ -443,7 +444,7 @@ class Registry:
             self.sessions[sess.id] = sess
             self._stand(sess)
             self.peers[branch].owned[item.id] = sess
-            self.quit.discard((sess.job, sess.actor, sess.rank))
+            self.ended.pop((sess.job, sess.actor, sess.rank), None)
         elif stopped:
             sess.state = State.STOPPED if item.news else State.PAUSED
         else:
@@ -527,12 +528,13 @@ class Registry:
         return [s for s in self.sessions.values() if s.paused and (not job or s.job == job)]
 
     def end(self, sess: Session, reason: str = "") -> None:
-        """Forget a session (over for `reason`); a rank its process runs on after quitting is
-        listed as quit."""
+        """Forget a session (over for `reason`). A rank whose call ended with it, and whose
+        process runs on, is listed as finished (or quit) until its next call; one continued
+        out of the debugger runs on, and is listed as running."""
         key = (sess.job, sess.actor, sess.rank)
         owner = self.peers.get(sess.peer)
-        if reason == wire.Ending.QUIT and owner is not None and any(p[:3] == key for p in owner.present):
-            self.quit.add(key)
+        if reason != wire.Ending.CONTINUED and owner is not None and any(p[:3] == key for p in owner.present):
+            self.ended[key] = wire.RankState.QUIT if reason == wire.Ending.QUIT else wire.RankState.FINISHED
         if self.sessions.pop(sess.id, None) is not None:
             self.thread_sessions -= wire.is_thread(sess.instance)
         ranks_of = self.by_rank.get((sess.job, sess.actor), {})
@@ -669,7 +671,7 @@ class Registry:
             job, actor, rank = intern(item.job), intern(item.actor), item.rank
             present.append((job, actor, rank, self.dims_of(item.coords), tuple(item.coords.values()), item.instance))
             self.departed.pop((job, actor, rank), None)
-            self.quit.discard((job, actor, rank))
+            self.ended.pop((job, actor, rank), None)
         if added:
             known = {p[:3] for p in peer.present}
             peer.present.extend(p for p in present if p[:3] not in known)
@@ -681,18 +683,20 @@ class Registry:
         dims = tuple(intern(k) for k in coords)
         return self.dims.setdefault(dims, dims)
 
-    def _depart(self, peer: Peer, state: wire.RankState) -> None:
+    def _depart(self, peer: Peer, state: wire.RankState, sessions: Sequence[Session] = ()) -> None:
         """A process (or a broker below) is gone: its ranks stay listed as `lost` or
-        `finished`, the latest ones within bounds."""
-        gone = [((job, actor, rank), (dict(zip(dims, values)), peer.host, peer.pid, state, instance))
-                for job, actor, rank, dims, values, instance in peer.present]
+        `finished`, the latest ones within bounds: those it said it runs, and those it had a
+        session of (a process that only stopped at a breakpoint never said it runs one)."""
+        gone = [((s.job, s.actor, s.rank), (s.coords, s.host, s.pid, state, s.instance)) for s in sessions]
+        gone += [((job, actor, rank), (dict(zip(dims, values)), peer.host, peer.pid, state, instance))
+                 for job, actor, rank, dims, values, instance in peer.present]
         gone += [((row.job, row.actor, row.rank),
                   (row.coords, row.host, row.pid, row.state if row.state == wire.RankState.FINISHED else state,
                    row.instance)) for row in peer.below]
         for key, what in gone:
             self.departed[key] = what
             self.departed.move_to_end(key)
-            self.quit.discard(key)
+            self.ended.pop(key, None)
         while len(self.departed) > self.departed_kept:
             self.departed.popitem(last=False)
 
@@ -745,7 +749,7 @@ class Registry:
 
     def running_state(self, key: tuple[str, str, int]) -> str:
         """The state of a rank its process runs, without a session."""
-        return wire.RankState.QUIT if key in self.quit else wire.RankState.RUNNING
+        return self.ended.get(key, wire.RankState.RUNNING)
 
     def rows_without_session(self) -> Iterator[wire.SessionRow]:
         """`list --all` but the sessions: what a broker tells its parent besides them."""

@@ -18,8 +18,14 @@ PHRASES = {
     wire.EventKind.TWICE: "is run by two processes ({detail}); both are listed, attach and cast reach the second",
 }
 """Every kind of event about ranks, as the shell says it."""
-SEVERAL = {wire.EventKind.LOST: "were lost (their processes stopped answering)"}
+RUNS_ON = "is running again (continued)"
+"""A session that ended because pdb's continue left the rank untraced: the rank runs on (a
+sleep it was interrupted in goes on sleeping), nothing finished."""
+
+SEVERAL = {PHRASES[wire.EventKind.LOST]: "were lost (their processes stopped answering)",
+           RUNS_ON: "are running again (continued)"}
 """What reads otherwise of several ranks."""
+
 
 def broker_line(event: wire.Event) -> str:
     """An event about a broker below (`--upstream`): one line, however many ranks it has. A
@@ -54,9 +60,14 @@ def places(wheres: list[str]) -> str:
     return ", ".join(sorted(wheres))
 
 
-def ending(event: wire.Event) -> str:
-    """How a session ended, when that is news: an endpoint that returned is the usual case."""
-    return "" if event.detail in (wire.Ending.RETURNED, wire.Ending.CONTINUED) else f" ({event.detail})"
+def phrase(event: wire.Event) -> tuple[str, str]:
+    """What the shell says of an event, and the detail it says it with: of a session that
+    ended, how, when that is news (an endpoint that returned is the usual case)."""
+    if event.kind != wire.EventKind.ENDED:
+        return PHRASES[event.kind], event.detail
+    if event.detail == wire.Ending.CONTINUED:
+        return RUNS_ON, ""
+    return PHRASES[event.kind], "" if event.detail == wire.Ending.RETURNED else f" ({event.detail})"
 
 
 def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | None = None) -> list[str]:
@@ -71,14 +82,14 @@ def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | N
                 told = [rank for rank in told if rank != attached[2]]
             if not told:
                 continue
-            ranks, wheres = groups[(e.job, e.actor, e.kind, ending(e) if e.kind == wire.EventKind.ENDED else e.detail)]
+            ranks, wheres = groups[(e.job, e.actor, *phrase(e))]
             ranks.extend(told)
             wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1
     lines = brokers
-    for (job, actor, kind, detail), (ranks, wheres) in groups.items():
+    for (job, actor, said, detail), (ranks, wheres) in groups.items():
         name = f"{job}:{actor}" if several_jobs else actor
         told = sorted(set(ranks))
-        phrase = SEVERAL.get(kind, PHRASES[kind]) if len(told) > 1 else PHRASES[kind]
-        lines.append(f"{who(name, told)} {phrase.format(where=places(list(wheres)), detail=detail)}")
+        said = SEVERAL.get(said, said) if len(told) > 1 else said
+        lines.append(f"{who(name, told)} {said.format(where=places(list(wheres)), detail=detail)}")
     return lines

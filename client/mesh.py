@@ -1,5 +1,6 @@
 """A picture of a mesh: its first two dimensions as a grid of rank states, further dimensions
-folded into pages, a letter per state (and a colour in a terminal), with a legend."""
+folded into pages, a letter per state (and a colour in a terminal), with a legend. Columns
+past the terminal's width go to further pages, as further dimensions do."""
 
 from __future__ import annotations
 
@@ -44,19 +45,26 @@ def cell(state: str | None, colour: bool) -> str:
     return f"\x1b[{code}m{letter}\x1b[0m" if colour else letter
 
 
-def picture(actor: str, rows: list[wire.SessionRow], colour: bool) -> str:
+def picture(actor: str, rows: list[wire.SessionRow], colour: bool, columns: int) -> str:
+    """The picture, its lines at most `columns` wide (the terminal's), but for a page of one
+    column."""
     dims, at = layout(rows)
     extent = [max(key[i] for key in at) + 1 for i in range(len(dims))]
     width = len(str(extent[1] - 1))
     lead = len(str(extent[0] - 1))
+    per_page = max(1, (columns - lead - 1) // (width + 1))
+    pages = [range(start, min(start + per_page, extent[1])) for start in range(0, extent[1], per_page)]
     lines = [f"{actor}: {dims[0]} (rows) x {dims[1]} (columns)" if dims[0] else f"{actor}: {dims[1]}"]
     for fixed in itertools.product(*(range(n) for n in extent[2:])):
-        if fixed:
-            lines.append(", ".join(f"{d}={v}" for d, v in zip(dims[2:], fixed)) + ":")
-        lines.append(" " * (lead + 2) + " ".join(str(c).rjust(width) for c in range(extent[1])))
-        for r in range(extent[0]):
-            states = [at[key].state if (key := (r, c, *fixed)) in at else None for c in range(extent[1])]
-            lines.append(str(r).rjust(lead) + "  " + " ".join(" " * (width - 1) + cell(s, colour) for s in states))
+        for page in pages:
+            named = [f"{d}={v}" for d, v in zip(dims[2:], fixed)]
+            named += [f"{dims[1]}={page[0]}-{page[-1]}"] if len(pages) > 1 else []
+            if named:
+                lines.append(", ".join(named) + ":")
+            lines.append(" " * (lead + 2) + " ".join(str(c).rjust(width) for c in page))
+            for r in range(extent[0]):
+                states = [at[key].state if (key := (r, c, *fixed)) in at else None for c in page]
+                lines.append(str(r).rjust(lead) + "  " + " ".join(" " * (width - 1) + cell(s, colour) for s in states))
     counts = Counter(STATES.get(r.state, ("?", "other", ""))[1] for r in rows)
     shown = LEGEND + tuple(state for state in OCCASIONAL if counts[STATES[state][1]])
     legend = [f"{cell(state, colour)} {STATES[state][1]} ({counts[STATES[state][1]]})" for state in shown]

@@ -18,6 +18,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import sys
 import threading
 import time
@@ -116,12 +117,30 @@ def split_job(name: str) -> tuple[str, str]:
     return job, actor
 
 
+def first_word(text: str) -> tuple[str, str]:
+    """The first word of a line and the rest; a word in quotes, as cmd2 reads them ('has space',
+    "has space"), may hold spaces."""
+    text = text.strip()
+    if text[:1] in ("'", '"'):
+        end = text.find(text[0], 1)
+        if end < 0:
+            raise CommandError(f"no closing {text[0]} after the actor's name")
+        return text[1:end], text[end + 1:]
+    word, _, rest = text.partition(" ")
+    return word, rest
+
+
 def parse_target(args: str, usage: str) -> tuple[str, str, Selection | None, str]:
     """`[job:]actor [ranks(...)] [rest]` into job, actor, the selection (if given) and the rest
     of the line, kept verbatim for pdb."""
-    name, _, rest = args.strip().partition(" ")
+    name, rest = first_word(args)
     if not name:
         raise CommandError(usage)
+    return target(name, rest)
+
+
+def target(name: str, rest: str) -> tuple[str, str, Selection | None, str]:
+    """An actor's name (`job:actor`), and the selector and what follows it in `rest`."""
     job, actor = split_job(name)
     if not rest.strip():
         return job, actor, None, ""
@@ -212,8 +231,11 @@ def expression_only(text: str) -> str:
 
 
 def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str, Selection | None, str]:
-    """parse_target of an actor and the words of its selector, which cmd2 splits at spaces."""
-    return parse_target(" ".join([actor, *selector]), usage)
+    """The target of an actor's name as cmd2 gives it (one word, its quotes taken off) and the
+    words of its selector, which cmd2 splits at spaces."""
+    if not actor:
+        raise CommandError(usage)
+    return target(actor, " ".join(selector))
 
 
 def typed_arguments(statement: cmd2.Statement) -> str:
@@ -253,10 +275,12 @@ list_parser.add_argument("--rows", action="store_true",
 
 jobs_parser = Parser("jobs", refusal="jobs takes no arguments")
 
-attach_parser = Parser("attach <actor> <rank> [--force]")
+attach_parser = Parser("attach <actor> <rank> [--force] [--full]")
 attach_parser.add_argument("actor", help=ACTOR_HELP)
 attach_parser.add_argument("rank", type=rank_number, help="one of its ranks stopped at a breakpoint")
 attach_parser.add_argument("--force", action="store_true", help="take the rank over from another shell")
+attach_parser.add_argument("--full", action="store_true",
+                           help="all it printed since its last input (at a terminal, a screenful by default)")
 
 WAIT_USAGE = "wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]"
 wait_parser = Parser(WAIT_USAGE)
@@ -477,6 +501,14 @@ class DebugShell(cmd2.Cmd):
         self._attached = att
 
     # --- printing ----------------------------------------------------------------------
+
+    def terminal_size(self) -> os.terminal_size:
+        """The size of the terminal the results go to; without one, what COLUMNS and LINES
+        say, else 80 by 24."""
+        try:
+            return os.get_terminal_size(self.stdout.fileno())
+        except (OSError, ValueError):
+            return shutil.get_terminal_size()
 
     def write_out(self, text: str) -> None:
         self.stdout.write(text)
@@ -772,15 +804,16 @@ class DebugShell(cmd2.Cmd):
     def do_attach(self, args: argparse.Namespace) -> None:
         """Debug one rank interactively: each line goes to its pdb until you detach."""
         job, actor = split_job(args.actor)
-        self.attach(job, actor, args.rank, args.force)
+        self.attach(job, actor, args.rank, args.force, args.full)
 
     def complete_actor(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         return self.basic_complete(text, line, begidx, endidx, sorted(self.actors))
 
     def complete_attach(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        """The actor, then one of its paused ranks, as the broker knows them now."""
-        words = line[:begidx].split()
-        if len(words) != 2:
+        """The actor (in quotes if its name has a space), then one of its paused ranks, as the
+        broker knows them now."""
+        words, _ = self.tokens_for_completion(line, begidx, endidx)
+        if len(words) != 3:
             return self.complete_actor(text, line, begidx, endidx)
         job, actor = split_job(words[1])
         try:
@@ -790,17 +823,32 @@ class DebugShell(cmd2.Cmd):
         ranks = sorted({r.rank for r in rows if r.actor == actor and (not job or r.job == job)})
         return self.basic_complete(text, line, begidx, endidx, [str(rank) for rank in ranks])
 
-    def attach(self, job: str, actor: str, rank: int, force: bool) -> None:
+    def attach(self, job: str, actor: str, rank: int, force: bool, full: bool) -> None:
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
-        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(reply.replay)}",
+        on_screen = self.interactive and self.terminal_input and self.stdout.isatty() and not self.report.as_json
+        replay = reply.replay if full or not on_screen else self.screenful(reply.replay, job, att)
+        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(replay)}",
                            {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "
         else:
             self.follow_session()
+
+    def screenful(self, replay: str, job: str, att: Attachment) -> str:
+        """The end of what a rank printed since its last input (up to a megabyte, kept by the
+        broker), as much as fits on the screen beside the prompt; a line says what was left out."""
+        lines = replay.splitlines(keepends=True)
+        room = max(1, self.terminal_size().lines - 4)
+        if len(lines) <= room:
+            return replay
+        left = lines[:-room]
+        name = f"{job}:{att.actor}" if job else att.actor
+        name = f'"{name}"' if " " in name else name
+        return (f"({len(left):,} earlier lines, {sum(map(len, left)):,} characters, not shown; "
+                f"'detach', then 'attach {name} {att.rank} --full' shows them)\n" + "".join(lines[-room:]))
 
     @cmd2.with_category(CATEGORY)
     @one_line_errors
@@ -1024,6 +1072,7 @@ class DebugShell(cmd2.Cmd):
         several_jobs = len({j for j, _ in by_actor}) > 1
         colour = self.stdout.isatty() and not self.report.as_json
         names = {key: f"{key[0]}:{key[1]}" if several_jobs else key[1] for key in by_actor}
-        pictures = [mesh.picture(names[key], by_actor[key], colour) for key in sorted(by_actor)]
+        columns = self.terminal_size().columns
+        pictures = [mesh.picture(names[key], by_actor[key], colour, columns) for key in sorted(by_actor)]
         docs = [mesh.document(names[key], by_actor[key]) for key in sorted(by_actor)]
         self.report.result("\n".join(pictures), docs[0] if len(docs) == 1 else docs)

@@ -126,7 +126,8 @@ def tree(groups: list[wire.StackGroup], every_thread: bool, common: list[wire.Fr
 
 
 def elsewhere(groups: list[wire.StackGroup]) -> list[tuple[list[int], str]]:
-    """Ranks whose (first thread's) stack is not the most common one, and where they are."""
+    """Ranks whose (first thread's) stack is not the one most ranks share, and where they are;
+    none when no stack holds most ranks, since a line per group would repeat the tree."""
     by_stack: dict[tuple, list[int]] = {}
     innermost: dict[tuple, str] = {}
     for group in groups:
@@ -136,7 +137,10 @@ def elsewhere(groups: list[wire.StackGroup]) -> list[tuple[list[int], str]]:
         innermost[key] = where(program_frame(frames)) if frames else "(no Python frame)"
     if len(by_stack) < 2:
         return []
-    common = Counter({key: len(ranks) for key, ranks in by_stack.items()}).most_common(1)[0][0]
+    counts = Counter({key: len(ranks) for key, ranks in by_stack.items()})
+    common, most = counts.most_common(1)[0]
+    if 2 * most <= counts.total():
+        return []
     others = sorted((sorted(r), innermost[k]) for k, r in by_stack.items() if k != common)
     return sorted(others, key=lambda pair: (len(pair[0]), pair[0]))
 

@@ -3,6 +3,8 @@ a screenful of ranks, a row per group of ranks stopped at the same place."""
 
 from __future__ import annotations
 
+import unicodedata
+
 from monarch_pdb import wire
 from monarch_pdb.client.answers import shortened
 from monarch_pdb.client.hostlist import compress
@@ -23,14 +25,24 @@ def session_cells(row: wire.SessionRow, with_job: bool) -> list[str]:
     return [row.job, *cells] if with_job else cells
 
 
+def display_width(text: str) -> int:
+    """The columns a terminal gives `text`: two for a wide character (CJK, most emoji), none
+    for a combining one."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def grid(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    """A table whose columns line up on a terminal, whatever the width of each character."""
+    widths = [max(display_width(h), *(display_width(r[i]) for r in rows)) if rows else display_width(h)
+              for i, h in enumerate(header)]
 
     def rule(char: str) -> str:
         return "+" + "+".join(char * (w + 2) for w in widths) + "+"
 
     def line(cells) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+        return "| " + " | ".join(c + " " * (w - display_width(c)) for c, w in zip(cells, widths)) + " |"
 
     out = [rule("-"), line(header), rule("=")]
     for row in rows:

@@ -160,8 +160,8 @@ class Agent:
             name = self._names.pop(sid, None)
             if self._holders.get(name) == sid:
                 del self._holders[name]
-            if ended.reason == wire.Ending.QUIT and name is not None:
-                self.presence.quit(name)
+            if ended.reason != wire.Ending.CONTINUED and name is not None:
+                self.presence.call_ended(name)
             self._by_thread.discard(sid)
             self.threads.closed(sid)
             if not self._inboxes:

@@ -55,9 +55,9 @@ class Presence:
         self._due = False
         self._announced: int | None = None
         """How many of `_hosted` the broker has (in order); None: it needs them all."""
-        self._quit: set[Rank] = set()
-        """Hosted ranks whose last call ended by quitting the debugger (the broker lists them as
-        quit); each is announced again when its next call starts (then in `_again`)."""
+        self._ended: set[Rank] = set()
+        """Hosted ranks whose last call ended with a session (the broker lists them as finished,
+        or quit); each is announced again when its next call starts (then in `_again`)."""
         self._again: list[Rank] = []
         self._at = float("-inf")
 
@@ -68,8 +68,8 @@ class Presence:
         with the next announcement (it replaces the process's own identity, see `host_self`)."""
         key = (job, actor, rank)
         with self._lock:
-            if key in self._quit:
-                self._quit.discard(key)
+            if key in self._ended:
+                self._ended.discard(key)
                 self._again.append(key)
             elif key in self._hosted:
                 return
@@ -104,12 +104,12 @@ class Presence:
                 self._stopped_as = identity
                 self._due = self._due or identity != self._own_as
 
-    def quit(self, key: Rank) -> None:
-        """A hosted rank's call ended by quitting the debugger: the broker lists it as quit until
-        its next call starts."""
+    def call_ended(self, key: Rank) -> None:
+        """A hosted rank's call ended with its session (it returned, raised, or quit the
+        debugger): the broker lists it as finished or quit until its next call starts."""
         with self._lock:
             if key in self._hosted:
-                self._quit.add(key)
+                self._ended.add(key)
 
     def sessions_closed(self) -> None:
         """The process has no open session any more: its own rank goes by its call's name again."""

@@ -13,7 +13,6 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
-from typing import IO
 from pathlib import Path
 from typing import IO
 
@@ -244,6 +243,35 @@ RUNS = textwrap.dedent('''
 ''')
 """A rank that runs and never stops, known to the broker from `install()` (its launcher's
 RANK names it): saved as train.py, it is rank RANK of actor train."""
+
+
+NAMED_RANKS = textwrap.dedent('''
+    import sys
+    import threading
+    import time
+
+    import monarch_pdb
+
+
+    def rank_main(actor, rank, running):
+        with monarch_pdb.endpoint_call(actor, rank, {"gpu": rank}):
+            if rank == running:
+                print("RUNNING", flush=True)
+            while rank == running:
+                time.sleep(0.05)
+            value = rank * 10
+            breakpoint()
+            return value
+
+
+    monarch_pdb.install()
+    actors, running = sys.argv[1].split(","), int(sys.argv[2])
+    for rank, actor in enumerate(actors):
+        threading.Thread(target=rank_main, args=(actor, rank, running), daemon=True).start()
+    threading.Event().wait()
+''')
+"""Ranks 0, 1, ... of the actors named in its first argument (comma-separated), in one process:
+each stops at a breakpoint but the rank its second argument names, which runs on, a sleep at a time."""
 
 
 LAUNCHED_RANK = textwrap.dedent('''

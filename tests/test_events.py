@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -58,18 +59,31 @@ def event(kind: str, rank: int, where: str = "debugging.py:11", detail: str = ""
                       detail=detail)
 
 
+@pytest.mark.timeout(60)
+def test_ranks_whose_call_finished_are_listed_as_finished_as_the_event_says(env, example, shell):
+    sh = shell()
+    sh.command("continue")
+    sh.expect(r"debugee ranks\[0,1,3-5,7-9,11-13,15\] \(12\) finished$")
+    rows = wait_for_sessions(env, 4, state="post-mortem")
+    assert sorted(r.rank for r in rows) == [2, 6, 10, 14]
+    states = re.findall(r"^\| debugee +\| (\d+) .*\| (\S+) +\|$", sh.command("list --all"), re.M)
+    assert states == [(str(r), "post-mortem" if r % 4 == 2 else "finished") for r in range(16)]
+
+
 @pytest.mark.timeout(10)
 def test_events_fold_into_one_line_per_actor_and_kind():
     stops = [event("breakpoint", r, f"debugging.py:{11 + 4 * (r % 4)}") for r in range(16)]
     assert describe_events(stops) == ["debugee ranks[0-15] (16) stopped at debugging.py:11,15,19,23"]
     mortem = [event("post-mortem", r, "debugging.py:5", "ValueError: bad rank") for r in (2, 6)]
-    ended = [event("ended", 3, detail="returned"), event("ended", 4, detail="quit"), event("lost", 9)]
+    ended = [event("ended", 3, detail="returned"), event("ended", 4, detail="quit"), event("lost", 9),
+             event("ended", 7, detail="continued"), event("ended", 8, detail="continued")]
     assert describe_events(mortem + ended) == [
         "debugee ranks[2,6] (2) entered post-mortem at debugging.py:5: ValueError: bad rank",
         "debugee 3 finished",
         "debugee 4 finished (quit)",
         "debugee 9 was lost (its process stopped answering)",
-    ]
+        "debugee ranks[7,8] (2) are running again (continued)",
+    ], "a rank continued out of the debugger runs on: it did not finish"
     paused_and_running = [event("lost", r, detail="lost") for r in (0, 1)] + [event("lost", r, "", "lost") for r in (2, 3)]
     assert describe_events(paused_and_running) == ["debugee ranks[0-3] (4) were lost (their processes stopped answering)"]
 

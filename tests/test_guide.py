@@ -78,7 +78,7 @@ def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
     cases = {
         "attach nosuch 1": "Error processing command: No debug sessions for actor nosuch",
         "attach debugee 99": "Error processing command: No debug session for rank 99 for actor debugee",
-        "attach debugee": "Error processing command: usage: attach <actor> <rank> [--force]",
+        "attach debugee": "Error processing command: usage: attach <actor> <rank> [--force] [--full]",
         "attach debugee x": "Error processing command: rank must be a non-negative whole number, not 'x'",
         "frobnicate": "Error processing command: unknown command 'frobnicate'; enter 'help' for the list",
         "detach": "Error processing command: not attached to any rank (attach <actor> <rank> first)",

@@ -183,12 +183,12 @@ def test_a_runtime_naming_ranks_replaces_the_process_own_rank() -> None:
     assert not presence.own()
 
 
-def test_a_rank_that_quit_is_announced_again_when_its_next_call_starts() -> None:
+def test_a_rank_whose_call_ended_is_announced_again_when_its_next_call_starts() -> None:
     presence, _, _ = new_presence()
     host(presence, 0, 1)
     presence.tick(T0)
-    presence.quit((JOB, "trainer", 1))
-    presence.quit((JOB, "trainer", 9))
+    presence.call_ended((JOB, "trainer", 1))
+    presence.call_ended((JOB, "trainer", 9))
     assert presence.delay(T0 + 60) is None
     host(presence, 1, 9)
     assert presence.tick(T0 + 60) == hosted(9, 1, added=True)

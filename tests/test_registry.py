@@ -104,6 +104,26 @@ def test_a_rank_that_quit_is_listed_as_quit_until_it_stops_again():
     assert [row.state for row in registry.all_rows()] == ["breakpoint"]
 
 
+def test_a_rank_whose_call_ended_is_finished_until_its_next_call_and_one_continued_runs():
+    registry = Registry()
+    agent(registry, b"agent", ranks=(0, 1))
+    returned, _ = stop(registry, sid=1, rank=0)
+    continued, _ = stop(registry, sid=2, rank=1)
+    registry.end(returned, "returned")
+    registry.end(continued, "continued")
+    assert [row.state for row in registry.all_rows()] == ["finished", "running"]
+    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {"gpu": 0})], added=True)
+    assert [row.state for row in registry.all_rows()] == ["running", "running"]
+
+
+def test_the_ranks_of_a_process_gone_with_only_its_sessions_stay_listed_as_lost():
+    registry = Registry()
+    agent(registry, b"agent")
+    stop(registry)
+    registry.leave(b"agent", wire.Ending.LOST)
+    assert [(row.rank, row.state) for row in registry.all_rows()] == [(0, "lost")]
+
+
 # --- output ---------------------------------------------------------------------------------
 
 

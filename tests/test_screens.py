@@ -9,7 +9,8 @@ import re
 import textwrap
 
 import pytest
-from programs import Program, run_debug, stop_line, wait_for_sessions
+from programs import NAMED_RANKS, Program, run_debug, stop_line, wait_for_sessions
+from rich.cells import cell_len
 from shell_driver import ShellDriver
 
 from monarch_pdb.client.hostlist import compress
@@ -125,6 +126,26 @@ def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, 
         assert states.stdout.count("| breakpoint |") == 1024
     finally:
         sh.kill()
+        program.stop()
+
+
+def columns_of(line: str, marks: str) -> list[int]:
+    """The terminal columns at which `line` shows one of `marks`."""
+    return [cell_len(line[:at]) for at, char in enumerate(line) if char in marks]
+
+
+@pytest.mark.timeout(60)
+def test_wide_names_keep_the_columns_of_a_table_in_line_on_the_terminal(env, tmp_path, shell):
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_RANKS)
+    program = Program(env, script, "训练,train,🔥火箭,e\u0301", "-1", cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 4)
+        table = [line for line in shell().command("list").splitlines() if line[:1] in "+|"]
+        assert {line.split("|")[1].strip() for line in table if line.startswith("| ") and "Name" not in line} == {
+            "训练", "train", "🔥火箭", "e\u0301"}
+        assert len({tuple(columns_of(line, "+|")) for line in table}) == 1, "\n".join(table)
+    finally:
         program.stop()
 
 

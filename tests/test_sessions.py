@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import (EXAMPLES, RUNS, Program, free_port, run_debug, settings_for, start_broker, stop_broker,
+from programs import (EXAMPLES, RUNS, Program, debug, free_port, run_debug, settings_for, start_broker, stop_broker,
                       stop_line, stop_text, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 from shell_driver import ShellDriver
 
@@ -449,6 +449,46 @@ def test_running_ranks_whose_processes_die_are_announced_lost_in_one_line(env, t
         sh.expect(r"train ranks\[0-3\] \(4\) were lost \(their processes stopped answering\)\n", timeout=20)
         assert "was lost" not in sh.text
         assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 4)] == ["lost"] * 4
+    finally:
+        for program in programs:
+            program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_attaching_again_replays_a_screenful_and_says_how_to_see_the_rest(env, tmp_path):
+    program = run_train(env, tmp_path, 0)
+    sh = ShellDriver(dict(env, MONARCH_PDB_PAGER=""))
+    try:
+        wait_for_sessions(env, 1)
+        sh.wait_prompt()
+        sh.command("attach train 0")
+        assert "step 2999" in sh.command('for n in range(3000): print(f"step {n}")', timeout=60)
+        sh.command("detach")
+        again = sh.command("attach train 0").splitlines()
+        assert len(again) < 50, "the terminal is 50 lines high"
+        assert again[2].startswith("(2,9") and again[2].endswith(
+            " characters, not shown; 'detach', then 'attach train 0 --full' shows them)")
+        assert "step 2999" in again and "step 0" not in again
+        sh.command("detach")
+        whole = sh.command("attach train 0 --full", timeout=60).splitlines()
+        assert [line for line in whole if line.startswith("step ")] == [f"step {n}" for n in range(3000)]
+    finally:
+        sh.kill()
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_crashed_process_that_only_stopped_at_a_breakpoint_stays_listed_as_lost(env, tmp_path):
+    job = dict(env, MONARCH_PDB_JOB="run", MONARCH_PDB_HEARTBEAT="0.3", GROUP_RANK="0", WORLD_SIZE="2")
+    programs = [run_train(job, tmp_path, rank, LOCAL_RANK=str(rank)) for rank in (0, 1)]
+    try:
+        rows = wait_for_sessions(env, 2)
+        os.kill(next(r.pid for r in rows if r.rank == 0), signal.SIGKILL)
+        wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "lost"), (1, "breakpoint")],
+                          timeout=20)
+        done = debug(env, "mesh train")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[2] == "0  L S"
     finally:
         for program in programs:
             program.stop()

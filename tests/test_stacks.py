@@ -9,7 +9,7 @@ import re
 import textwrap
 
 import pytest
-from programs import Program, debug, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions
+from programs import NAMED_RANKS, Program, debug, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions
 from shell_driver import ShellDriver
 
 RUNPY = r"(?:<frozen runpy>|runpy\.py):\d+ _run_module_as_main"
@@ -225,6 +225,25 @@ PLAIN = textwrap.dedent('''
 ''')
 
 
+NAP = textwrap.dedent('''
+    import time
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    monarch_pdb.set_identity(actor="train", rank=0)
+
+
+    def nap():
+        print("WAITING", flush=True)
+        time.sleep(3600)
+        print("WOKE", flush=True)
+
+
+    nap()
+''')
+
+
 def run_program(env, tmp_path, name: str, text: str, **extra: str) -> Program:
     script = tmp_path / name
     script.write_text(text)
@@ -316,6 +335,24 @@ def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_a_mesh_wider_than_the_terminal_pages_its_columns(env, tmp_path, shell):
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_RANKS)
+    program = Program(env, script, ",".join(["gpus"] * 100), "-1", cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 100, timeout=60)
+        lines = shell().command("mesh gpus").splitlines()
+        assert max(len(line) for line in lines) <= 220, "the terminal is 220 columns wide"
+        first, second = lines.index("gpu=0-71:"), lines.index("gpu=72-99:")
+        assert lines[first + 1] == "   " + " ".join(f"{c:2}" for c in range(72))
+        assert lines[first + 2] == "0  " + " ".join([" S"] * 72)
+        assert lines[second + 2] == "0  " + " ".join([" S"] * 28)
+        assert lines[second + 3].startswith("S stopped (100)")
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.each_python
 def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(env, tmp_path):
     program = run_program(env, tmp_path, "threads.py", THREADS)
@@ -401,6 +438,23 @@ def test_a_plain_process_is_known_from_its_start_and_can_be_interrupted(env, tmp
 
 
 @pytest.mark.timeout(90)
+def test_a_rank_interrupted_in_a_sleep_and_continued_is_told_and_listed_as_running_in_its_sleep(env, tmp_path, shell):
+    program = run_program(env, tmp_path, "nap.py", NAP)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
+        sh = shell()
+        assert sh.command("interrupt train ranks(0)").strip() == "Interrupted 1 rank: train ranks[0] (1)"
+        assert sh.command("continue").strip().startswith("Continued 1 rank: train ranks[0]")
+        sh.expect(r"train 0 is running again \(continued\)$")
+        assert "finished" not in sh.text
+        assert re.search(r"\| train +\| 0 +\|.*\| running \|$", sh.command("list --all"), re.M)
+        assert "nap.py:12 nap  ranks[0] (1)" in sh.command("stacks train"), "Python resumes the sleep after the signal"
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
 def test_ranks_waiting_in_an_await_show_the_coroutines_they_await(env, tmp_path):
     program = run_program(env, tmp_path, "waiter.py", ASYNC)
     try:
@@ -422,15 +476,15 @@ def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(examp
     sh = shell()
     lines = sh.command("stacks debugee").splitlines()
     assert lines[0] == "debugee ranks[0-15] (16): 4 distinct stacks"
-    trunk = re.fullmatch(rf"{RUNPY} … debugging\.py:31 to_debug \((\d+) frames\)  ranks\[0-15\] \(16\)", lines[4])
-    assert trunk, "the frames every rank shares, down to where they differ, are one line"
+    trunk = re.fullmatch(rf"{RUNPY} … debugging\.py:31 to_debug \((\d+) frames\)  ranks\[0-15\] \(16\)", lines[1])
+    assert trunk, "no stack holds most ranks: no line says who is elsewhere, the tree says it once"
     branches = [f"{connector}debugging.py:{stop_line(line)} _debugee_actor_internal  ranks[{ranks}] (4)"
                 for connector, line, ranks in (("├─ ", 11, "0,4,8,12"), ("├─ ", 15, "1,5,9,13"),
                                                ("├─ ", 19, "2,6,10,14"), ("└─ ", 23, "3,7,11,15"))]
-    assert lines[5:] == branches
+    assert lines[2:] == branches, "the frames every rank shares, down to where they differ, are one line"
 
     full = sh.command("stacks debugee --full").splitlines()
-    frames = full[4:-4]
+    frames = full[1:-4]
     assert len(frames) == int(trunk.group(1)) and full[-4:] == branches
     assert re.match(RUNPY, frames[0]) and frames[-1] == "debugging.py:31 to_debug  ranks[0-15] (16)"
     assert any(line.startswith("worker.py:") for line in frames) and any("base_events.py" in line for line in frames)
@@ -442,7 +496,7 @@ def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(examp
                        f"debugging.py:{stop_line(15)} _debugee_actor_internal  ranks[5] (1)"]
 
     doc = json.loads(sh.command("stacks debugee --json"))
-    assert len(doc["common"]) == int(trunk.group(1))
+    assert len(doc["common"]) == int(trunk.group(1)) and doc["elsewhere"] == []
     assert doc["common"][0]["function"] == "_run_module_as_main" and doc["common"][-1]["function"] == "to_debug"
     assert [[f["line"] for f in g["threads"][0]["frames"]] for g in doc["groups"]] == [
         [stop_line(line)] for line in (11, 15, 19, 23)]

@@ -208,7 +208,7 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", "20" if r % 2 else "14")
                                           for r in range(4)]
     assert sh.command("stacks rank") == (  # as a broker with the ranks of both hosts says it
-        "rank ranks[0-3] (4): 2 distinct stacks\nranks[1,3] (2) are elsewhere: (no Python frame)\n"
+        "rank ranks[0-3] (4): 2 distinct stacks\n"
         "rank.py:21 <module>  ranks[0,2] (2)\nrank.py:14 spin  ranks[0,2] (2)\n")
 
 
