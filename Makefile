@@ -1,7 +1,9 @@
 # Two commands for a fresh machine with only Python and make: `make demo` and `make test`.
 # `make test-engines` runs the tests with real torchrun, Ray and Monarch in a venv of its own.
-# `make test-pythons` runs the guide, pdb, keyboard and script tests on each Python from 3.10 to
-# 3.13 that is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own.
+# `make test-pythons` runs the tests whose outcome depends on the Python and its pdb (marked
+# each_python: the guide, pdb, keyboard and script tests, those that read pdb's stop line, and the
+# interrupts of threads, which take each Python's own way in) on each Python from 3.10 to 3.15 that
+# is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own.
 # `make test-dap` drives `monarch-pdb dap` with Microsoft's DAP test client (Node.js, npm ci).
 PYTHON ?= python3
 VENV := .venv
@@ -12,8 +14,8 @@ ENGINES_BIN := $(ENGINES_VENV)/bin
 ENGINES_INSTALLED := $(ENGINES_VENV)/.installed-engines
 ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/test_engines_monarch.py \
 	tests/test_engines_mpi.py tests/test_engines_slurm.py tests/test_two_hosts.py
-PYTHONS := 3.10 3.11 3.12 3.13
-PYTHONS_TESTS := tests/test_guide.py tests/test_pdb.py tests/test_keyboard.py tests/test_script.py tests/test_join.py
+PYTHONS := 3.10 3.11 3.12 3.13 3.14 3.15
+PYTHONS_TESTS := -m each_python tests
 # torch's CPU build, exactly: an unpinned torch (or one Ray pulls in) is a multi-GB CUDA download.
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu

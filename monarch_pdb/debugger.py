@@ -201,21 +201,27 @@ class ConfinedPdb(pdb.Pdb):
         """restart: not in monarch-pdb, which cannot start a rank's program again."""
         self.error("restart is not supported by monarch-pdb: a rank cannot restart its program; use c or q instead")
 
-    def do_debug(self, arg: str) -> None:
-        # pdb's debug, with a recursive debugger confined too: stock pdb's is a plain Pdb.
-        sys.settrace(None)
-        nested = ConfinedPdb(self.stdin, self.stdout)
-        nested.prompt = f"({self.prompt.strip()}) "
-        self.message("ENTERING RECURSIVE DEBUGGER")
-        try:
-            sys.call_tracing(nested.run, (arg, self.curframe.f_globals, self.curframe_locals))
-        except Exception:
-            self._error_exc()
-        self.message("LEAVING RECURSIVE DEBUGGER")
-        sys.settrace(self.trace_dispatch)
-        self.lastcmd = nested.lastcmd
+    def _create_recursive_debugger(self) -> ConfinedPdb:
+        """The debugger of pdb's `debug` command (a hook from Python 3.14 on), confined too:
+        stock pdb's is a plain Pdb."""
+        return ConfinedPdb(self.stdin, self.stdout)
 
-    do_debug.__doc__ = pdb.Pdb.do_debug.__doc__
+    if sys.version_info < (3, 14):
+        def do_debug(self, arg: str) -> None:
+            # pdb's debug before 3.14, which has no hook for the recursive debugger it makes.
+            sys.settrace(None)
+            nested = self._create_recursive_debugger()
+            nested.prompt = f"({self.prompt.strip()}) "
+            self.message("ENTERING RECURSIVE DEBUGGER")
+            try:
+                sys.call_tracing(nested.run, (arg, self.curframe.f_globals, self.curframe_locals))
+            except Exception:
+                self._error_exc()
+            self.message("LEAVING RECURSIVE DEBUGGER")
+            sys.settrace(self.trace_dispatch)
+            self.lastcmd = nested.lastcmd
+
+        do_debug.__doc__ = pdb.Pdb.do_debug.__doc__
 
     def _prompt_for_confirmation(self, prompt: str, default: str) -> str:
         """pdb's question (where pdb 3.14 asks each of its own), asked through the session:
@@ -247,6 +253,25 @@ class RemotePdb(ConfinedPdb):
     def __init__(self, session: Session) -> None:
         super().__init__(session.io, session.io)
         self.session = session
+        self._displaced: pdb.Pdb | None = None
+
+    def set_trace(self, frame=None, **kwargs) -> None:
+        """pdb's set_trace; from Python 3.14 on, pdb records the debugger that set it last
+        (`pdb.set_trace()` then reuses it, and `python -m pdb -p` refuses to attach beside it):
+        remember what this one displaced, for `leave_pdb`."""
+        last = getattr(pdb.Pdb, "_last_pdb_instance", None)
+        if last is not self:
+            self._displaced = last
+        super().set_trace(frame, **kwargs)
+
+    def leave_pdb(self) -> None:
+        """The session is over: if pdb still records this debugger as its last, it records
+        what this one displaced again, unless that is a session's debugger that ended too."""
+        if getattr(pdb.Pdb, "_last_pdb_instance", None) is self:
+            displaced = self._displaced
+            ended = isinstance(displaced, RemotePdb) and displaced.session.ended
+            pdb.Pdb._last_pdb_instance = None if ended else displaced
+        self._displaced = None
 
     def _prompt_for_confirmation(self, prompt: str, default: str) -> str:
         """The question's answer; the shell's top-level `continue`, sent instead of one, takes
@@ -327,6 +352,7 @@ class Session:
             return
         self.ended = True
         self.debugger.clear_all_breaks()
+        self.debugger.leave_pdb()
         output = self.io.take_all()
         self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason))
         if getattr(_loose, "session", None) is self:
@@ -362,16 +388,33 @@ def process_agent() -> Agent:
     return Agent.get(interrupt)
 
 
-def set_trace(frame, header: str | None = None, agent: Agent | None = None) -> None:
-    """Stop `frame` at its next line in a broker session (the target of breakpoint()), through
-    this process's agent unless another is given."""
+def _stopping(agent: Agent | None, header: str | None, commands: list[str] | None) -> Session | None:
+    """The session about to stop this thread, through this process's agent unless another is
+    given, with pdb's `header` written and its `commands` queued; None if no broker came."""
     agent = agent or process_agent()
     if not agent.wait_ready(_who()):
-        return
+        return None
     session = session_for_this_thread(agent)
     if header:
         session.io.write(header + "\n")
-    session.debugger.set_trace(frame)
+    if commands:
+        session.debugger.rcLines.extend(commands)
+    return session
+
+
+def set_trace(frame, header: str | None = None, agent: Agent | None = None, commands: list[str] | None = None) -> None:
+    """Stop `frame` at its next line in a broker session (the target of breakpoint())."""
+    session = _stopping(agent, header, commands)
+    if session is not None:
+        session.debugger.set_trace(frame)
+
+
+async def set_trace_async(frame, header: str | None = None, commands: list[str] | None = None) -> None:
+    """Stop the coroutine of `frame` in a broker session whose prompt also runs `await`
+    statements in it, as Python 3.14's `await pdb.set_trace_async()` does."""
+    session = _stopping(None, header, commands)
+    if session is not None:
+        await session.debugger.set_trace_async(frame)
 
 
 def post_mortem(exc: BaseException) -> None:

@@ -28,23 +28,43 @@ from monarch_pdb.sources import SHIPPED_CODE
 _INSTALLED = "_monarch_pdb_installed"
 
 
-def set_trace(*, header: str | None = None) -> None:
-    """Pause the calling frame in a session of the broker, stopping at its next line."""
+def set_trace(*, header: str | None = None, commands: list[str] | None = None) -> None:
+    """Pause the calling frame in a session of the broker, stopping at its next line; pdb's
+    `commands` run first, as pdb.set_trace's do from Python 3.14 on."""
     from monarch_pdb import debugger
 
-    debugger.set_trace(sys._getframe(1), header=header)
+    debugger.set_trace(sys._getframe(1), header=header, commands=commands)
+
+
+async def set_trace_async(*, header: str | None = None, commands: list[str] | None = None) -> None:
+    """`await pdb.set_trace_async()` in an installed process (Python 3.14 on): pause the calling
+    coroutine in a session of the broker, whose prompt runs `await` statements too."""
+    from monarch_pdb import debugger
+
+    await debugger.set_trace_async(sys._getframe(1), header=header, commands=commands)
+
+
+def _take_pdb(hook: Callable[..., None]) -> None:
+    """`breakpoint()`, `pdb.set_trace()` and `await pdb.set_trace_async()` reach the broker: a
+    rank has no terminal of its own for stock pdb to read from."""
+    import pdb
+
+    sys.breakpointhook = pdb.set_trace = hook
+    if hasattr(pdb, "set_trace_async"):
+        pdb.set_trace_async = set_trace_async
 
 
 def install(*, announce: bool = True) -> None:
-    """Route `breakpoint()` to the broker, and uncaught exceptions to post-mortem as
-    MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that allows it.
+    """Route `breakpoint()` and `pdb.set_trace()` to the broker, and uncaught exceptions to
+    post-mortem as MONARCH_PDB_POST_MORTEM says; also in every Ray worker and Monarch proc that
+    allows it.
 
     The process is known to the broker from now on, running or not, so `list --all`, `stacks`
     and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
     False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
     from monarch_pdb import debugger, interrupt
 
-    sys.breakpointhook = set_trace
+    _take_pdb(set_trace)
     agent = debugger.process_agent()
     interrupt.arm(_stop_signalled)
     if announce:
@@ -226,7 +246,7 @@ def _take_monarch_calls() -> None:
     the call's session, after post-mortem when the policy wants it, as the embedded mesh does."""
     from monarch._src.actor.actor_mesh import _Actor
 
-    sys.breakpointhook = _set_trace_in_monarch_call
+    _take_pdb(_set_trace_in_monarch_call)
     exit_debugger, post_mortem_debug = _Actor._maybe_exit_debugger, _Actor._post_mortem_debug
     handle, handle_sync = _Actor.handle, _Actor.handle_sync
     if getattr(exit_debugger, _INSTALLED, False):
@@ -284,11 +304,11 @@ def _end_monarch_call(outcome: str) -> None:
         current_call.set(None)
 
 
-def _set_trace_in_monarch_call(*args: Any, **kwargs: Any) -> None:
+def _set_trace_in_monarch_call(*, header: str | None = None, commands: list[str] | None = None) -> None:
     from monarch_pdb import debugger
 
     _monarch_call()
-    debugger.set_trace(sys._getframe(1))
+    debugger.set_trace(sys._getframe(1), header=header, commands=commands)
 
 
 def join() -> dict[str, object]:

@@ -31,9 +31,10 @@ def stop_line(line_after: int) -> int:
     return line_after - 1 if PDB_STOPS_ON_BREAKPOINT else line_after
 
 
-def stop_text(after: str) -> str:
-    """pdb's `-> ` line for a rank paused by the guide's `breakpoint()  # noqa`."""
-    return "-> breakpoint()  # noqa" if PDB_STOPS_ON_BREAKPOINT else f"-> {after}"
+def stop_text(after: str, call: str = "breakpoint()  # noqa") -> str:
+    """pdb's `-> ` line for a rank paused by `call` (the guide's `breakpoint()  # noqa`), given
+    the line after it."""
+    return f"-> {call}" if PDB_STOPS_ON_BREAKPOINT else f"-> {after}"
 
 
 DEBUG_SHELL = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]

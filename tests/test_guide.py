@@ -12,6 +12,8 @@ from programs import (EXAMPLES, PDB_STOPS_ON_BREAKPOINT, Program, start_broker, 
                       wait_for_sessions)
 from shell_driver import ShellDriver
 
+pytestmark = pytest.mark.each_python
+
 EXAMPLE = EXAMPLES / "debugging.py"
 BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
 

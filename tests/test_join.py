@@ -21,6 +21,7 @@ JOIN = [DEBUG_SHELL[0], "join"]
 JOINS = sys.version_info >= (3, 14)
 needs_remote_exec = pytest.mark.skipif(not JOINS, reason="joining a running process needs sys.remote_exec "
                                                          "(Python 3.14 or later) on both sides")
+pytestmark = pytest.mark.each_python
 PATIENCE = "60"
 """join's --timeout where a process must join: its import of monarch-pdb on a busy machine."""
 

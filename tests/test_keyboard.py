@@ -16,6 +16,8 @@ import pytest
 from programs import PDB_STOPS_ON_BREAKPOINT
 from shell_driver import ShellDriver, plain
 
+pytestmark = pytest.mark.each_python
+
 UP = "\x1b[A"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 MONARCH = os.path.join(os.path.dirname(sys.executable), "monarch")

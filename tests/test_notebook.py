@@ -81,6 +81,7 @@ def listed(text: str) -> list[tuple[str, ...]]:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.each_python
 def test_an_actor_defined_in_a_cell_is_debugged_from_the_notebook_and_from_a_terminal(kernel, shell):
     assert not kernel.run("%load_ext monarch_pdb").error
     defined = kernel.run(ACTOR_CELL)

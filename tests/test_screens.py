@@ -82,6 +82,7 @@ def test_host_names_compress_as_a_slurm_hostlist(names, text):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, tmp_path):
     script = tmp_path / "many.py"
     script.write_text(MANY)

@@ -18,6 +18,8 @@ from shell_driver import ShellDriver
 from monarch_pdb.client.connection import ShellConnection
 
 
+pytestmark = pytest.mark.each_python
+
 SCRIPT = textwrap.dedent("""\
     # what every rank of the job is doing
     wait debugee 16 --timeout 60

@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
 from programs import (EXAMPLES, RUNS, Program, debug, free_port, run_debug, settings_for, start_broker, stop_broker,
-                      wait_for_all_rows, wait_for_lines, wait_for_sessions)
+                      stop_line, stop_text, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
@@ -163,6 +163,7 @@ PLAIN = textwrap.dedent('''
 
     print("LOSS", train_step(3))
 ''')
+PLAIN_STOP_TEXT = stop_text("return loss", "breakpoint()")
 
 
 def run_train(env, tmp_path, rank: int, **extra):
@@ -400,13 +401,14 @@ def test_a_rank_that_quit_is_listed_as_quit_until_its_next_call(env, tmp_path):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_any_process_with_pythonbreakpoint_and_launcher_identity(env, tmp_path, shell):
     program = run_train(env, tmp_path, 3, LOCAL_RANK="1", GROUP_RANK="0", WORLD_SIZE="4")
     try:
         [row] = wait_for_sessions(env, 1)
         assert (row.actor, row.rank, row.coords, row.function) == ("train", 3, {"host": 0, "gpu": 1}, "train.train_step")
         sh = shell()
-        assert "-> return loss" in sh.command("attach train 3")
+        assert PLAIN_STOP_TEXT in sh.command("attach train 3")
         assert sh.command("p loss").strip() == "0.25"
         assert "Detached from debug session for train 3" in sh.command("c")
         code, output = program.finish()
@@ -493,12 +495,13 @@ def test_a_crashed_process_that_only_stopped_at_a_breakpoint_stays_listed_as_los
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.each_python
 def test_an_event_does_not_break_the_line_being_typed(env, tmp_path, broker, shell):
     sh = shell()
     sh.child.send("li")
     program = run_train(env, tmp_path, 2)
     try:
-        sh.expect(r"train 2 stopped at train\.py:5")
+        sh.expect(rf"train 2 stopped at train\.py:{stop_line(5)}")
         assert sh.command("st", shown="list").count("| train ") == 1
     finally:
         program.stop()
@@ -619,6 +622,7 @@ def test_a_new_shell_attaches_at_once_where_a_killed_shell_held_the_rank(env, tm
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
     program = run_train(env, tmp_path, 6)
     try:
@@ -630,7 +634,7 @@ def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
         wait_for_exit([pid], timeout=10)
         wait_for_sessions(env, 1, timeout=30)
         assert sh.command("list").count("| train ") == 1, "the shell found the new broker by itself"
-        assert "-> return loss" in sh.command("attach train 6")
+        assert PLAIN_STOP_TEXT in sh.command("attach train 6")
         assert sh.command("p loss").strip() == "0.25"
         sh.command("c")
         assert program.finish()[0] == 0

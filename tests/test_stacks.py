@@ -353,6 +353,7 @@ def test_a_mesh_wider_than_the_terminal_pages_its_columns(env, tmp_path, shell):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(env, tmp_path):
     program = run_program(env, tmp_path, "threads.py", THREADS)
     try:
@@ -381,6 +382,7 @@ def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_a_rank_waiting_in_an_await_stops_in_its_coroutine(env, tmp_path):
     program = run_program(env, tmp_path, "poller.py", POLLER)
     try:
@@ -395,6 +397,7 @@ def test_a_rank_waiting_in_an_await_stops_in_its_coroutine(env, tmp_path):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_a_thread_paused_in_shipped_code_is_the_ranks_and_named_by_its_script(env, tmp_path):
     program = run_program(env, tmp_path, "checkpoint.py", SHIPPED)
     script = str(tmp_path / "checkpoint.py")
@@ -468,6 +471,7 @@ def test_ranks_waiting_in_an_await_show_the_coroutines_they_await(env, tmp_path)
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
 def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(example, shell):
     sh = shell()
     lines = sh.command("stacks debugee").splitlines()

@@ -155,6 +155,7 @@ def listed(table: str) -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shell):
     programs = tree.two_hosts()
     sh = shell()
@@ -212,6 +213,7 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_peek_and_stacks_locals_at_the_root_read_ranks_below_every_host_broker(tree, env, shell):
     programs = tree.two_hosts()
     sh = shell()
@@ -242,6 +244,7 @@ def test_peek_and_stacks_locals_at_the_root_read_ranks_below_every_host_broker(t
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_a_tree_three_deep_serves_the_root_as_two_deep_does(tree, env, shell):
     tree.start_root()
     rack = tree.host_broker("rack")
@@ -412,6 +415,7 @@ def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_a_rank_started_again_under_another_host_broker_is_listed_twice_and_named_once(tree, env, shell):
     tree.start_root()
     tree.host_broker("host0")
@@ -434,6 +438,7 @@ def test_a_rank_started_again_under_another_host_broker_is_listed_twice_and_name
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
     tree.start_root("--port", str(free_port()))  # its port stays ours while it restarts
     tree.host_broker("host0")
@@ -462,6 +467,7 @@ def round_trip(sock: zmq.Socket, codec: wire.Codec, msg: wire.Message, answer: t
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.each_python
 def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tree, env, shell):
     env["MONARCH_PDB_HEARTBEAT"] = "10"  # the broker below, stopped a moment, is not lost however slow we are
     tree.start_root()
