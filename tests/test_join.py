@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 import pytest
-from programs import DEBUG_SHELL, Program, debug, free_port, wait_for_all_rows, wait_for_lines
+from programs import DEBUG_SHELL, Program, debug, wait_for_all_rows, wait_for_lines
 
 JOIN = [DEBUG_SHELL[0], "join"]
 JOINS = sys.version_info >= (3, 14)
@@ -165,7 +165,8 @@ def test_a_process_blocked_in_a_c_call_is_named_and_joins_once_the_call_returns(
 @pytest.mark.timeout(180)
 def test_a_process_joined_whose_broker_never_answers_is_named_with_the_rank_it_joined_as(env, tmp_path):
     (tmp_path / "idle.py").write_text(IDLE)
-    port = free_port()
+    other = socket.create_server(("127.0.0.1", 0))  # another program holds the port, and speaks no ZeroMQ
+    port = other.getsockname()[1]
     remote = dict(env, MONARCH_PDB_SECRET="s" * 64, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1")
     program = Program(remote, tmp_path / "idle.py", cwd=tmp_path)
     try:
@@ -178,6 +179,7 @@ def test_a_process_joined_whose_broker_never_answers_is_named_with_the_rank_it_j
         assert program.proc.poll() is None
     finally:
         program.stop()
+        other.close()
 
 
 def _other_python() -> str | None:

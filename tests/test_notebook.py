@@ -113,8 +113,9 @@ def test_an_actor_defined_in_a_cell_is_debugged_from_the_notebook_and_from_a_ter
     sh = shell()
     assert "Attached to debug session for debugee 1" in sh.command("attach debugee 1")
     listing = sh.command("l")
-    assert re.search(r"^ 14  \t        breakpoint\(\)  # noqa$", listing, re.M), listing
-    assert re.search(r"^ 15 +(->)?\t        rank \+= 2$", listing, re.M), listing
+    assert re.search(r"^ 14  (->)?\t        breakpoint\(\)  # noqa$", listing, re.M), listing
+    assert re.search(r"^ 15  (->)?\t        rank \+= 2$", listing, re.M), listing
+    assert re.search(rf"^ {RANK_1_STOP}  ->\t", listing, re.M), "the cell's line where the rank stopped is marked"
     where = sh.command("where")
     assert f"  <Cell In[{defined.number}]>(31)to_debug()\n-> return _debugee_actor_internal(rank)\n" in where, where
     assert f"> <Cell In[{defined.number}]>({RANK_1_STOP})_debugee_actor_internal()\n" in where, where
