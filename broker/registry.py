@@ -54,6 +54,11 @@ class Peer:
         who = f"{self.user}@{self.host}" if self.user else self.host
         return f"{who} pid {self.pid}"
 
+    def attached_in(self) -> str:
+        """Where a session this peer holds is attached, as a refusal to attach says it."""
+        kind = "an editor" if self.name == wire.Client.EDITOR else "another shell"
+        return f"{kind} ({self.describe()})"
+
 
 PARENT = "parent"
 """The role of the broker above, as this broker's registry knows it: it holds sessions and sends
@@ -163,6 +168,8 @@ class Session:
     queued: tuple[tuple[int, str], ...] = ()
     """Lines of other shells' casts waiting for this session's current one (rarely any)."""
     holder: bytes | None = None
+    attached: str = ""
+    """What kind of client holds it (a `wire.Client` word), as `list` shows it."""
     detail: str = ""
     """Why it stopped, when an exception says so (post-mortem)."""
 
@@ -190,12 +197,12 @@ class Session:
     def row(self) -> wire.SessionRow:
         return rank_row(self.job, self.actor, self.rank, self.coords, self.host, self.pid,
                         STOP_STATES[self.reason] if self.paused else wire.RankState.RUNNING, self.instance,
-                        self.function, self.filename, self.lineno)
+                        self.function, self.filename, self.lineno, self.attached)
 
 
 def rank_row(job: str, actor: str, rank: int, coords: dict, host: str, pid: int, state: str, instance: str,
-             function: str = "", filename: str = "", lineno: int = 0) -> wire.SessionRow:
-    return wire.SessionRow(job, actor, rank, coords, host, pid, function, filename, lineno, state, instance)
+             function: str = "", filename: str = "", lineno: int = 0, attached: str = "") -> wire.SessionRow:
+    return wire.SessionRow(job, actor, rank, coords, host, pid, function, filename, lineno, state, instance, attached)
 
 
 @dataclass(slots=True)
@@ -379,7 +386,7 @@ class Registry:
         if peer.role in (wire.Role.SHELL, PARENT):
             freed = [self.sessions[s] for s in peer.held if s in self.sessions]
             for sess in freed:
-                sess.holder = None
+                sess.holder, sess.attached = None, ""
             return Departure(peer, freed=freed)
         ended = list(peer.owned.values())
         if peer.role == wire.Role.BROKER:
@@ -565,11 +572,12 @@ class Registry:
             holder.held.discard(sess.id)
             holder = None
         if holder is not None and not force:
-            raise Refused(f"{sess.actor} {sess.rank} is attached in another shell ({holder.describe()}); "
+            raise Refused(f"{sess.actor} {sess.rank} is attached in {holder.attached_in()}; "
                           "use 'attach --force' to take it over")
         if holder is not None:
             holder.held.discard(sess.id)
         sess.holder = shell
+        sess.attached = wire.Client.EDITOR if self.peers[shell].name == wire.Client.EDITOR else wire.Client.SHELL
         self.peers[shell].held.add(sess.id)
         return holder
 
@@ -577,7 +585,7 @@ class Registry:
         """`shell` holds the session no more (if it held it)."""
         sess = self.sessions.get(session_id)
         if sess is not None and sess.holder == shell:
-            sess.holder = None
+            sess.holder, sess.attached = None, ""
             self.peers[shell].held.discard(session_id)
 
     def held(self, shell: bytes, session_id: int) -> Session | None:

@@ -564,6 +564,15 @@ class Broker:
         if self.upstream is not None and (cast is None or cast.shell != UPSTREAM):
             self.upstream.sent_line(sess, time.monotonic())
 
+    def tell_holders(self, sessions: list[Session], by: bytes, release: bool = False) -> None:
+        """The client that holds each session, unless it is `by` (whose line it is), learns
+        that the session runs: what it shows of it is past."""
+        for sess in sessions:
+            if sess.holder is not None and sess.holder != by:
+                holder = self.registry.peer(sess.holder)
+                if holder is not None and holder.role == wire.Role.SHELL:
+                    self.send(sess.holder, wire.Resumed(session=sess.id, release=release))
+
     def below_changed(self) -> None:
         """The ranks without a session changed: the broker above learns them again."""
         if self.upstream is not None:
@@ -900,6 +909,7 @@ class Broker:
         """Run one line on the chosen sessions: ours one by one, each broker below's in one
         message; the answers go to `shell` grouped, once all are in or the time is up."""
         self.record(shell, job, actor, [s.rank for s in chosen], line)
+        self.tell_holders([sess for sess in chosen if sess.paused], shell)
         now = time.monotonic()
         cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
                             total=len(chosen) + len(absent), missing=absent, next_progress=now + PROGRESS_EVERY)
@@ -932,7 +942,9 @@ class Broker:
                 return
             picked = set(ranks.select(selection, ((sess.rank, sess.coords) for sess in chosen)))
             chosen = [sess for sess in chosen if sess.rank in picked]
+        self.tell_holders(chosen, identity, release=True)
         for sess in chosen:
+            self.publish(wire.EventKind.RESUMED, sess)
             released.setdefault((sess.job, sess.actor), []).append(sess.rank)
             if self.registry.is_branch(sess.peer):
                 branches.add(sess.peer)
@@ -1005,16 +1017,14 @@ class Broker:
     # --- an editor's questions about a paused session ----------------------------------
 
     def on_inspect(self, identity: bytes, msg: wire.Inspect) -> None:
-        """Pass a question to the paused thread of the rank; refused for a rank below another
-        broker, which does not pass them on yet."""
+        """Pass a question to the paused thread of the rank, or to the broker below that has
+        it (which passes it on as to a shell's); the answer comes back the same way."""
         try:
             sess = self.registry.find(msg.job, msg.actor, msg.rank)
+            if (below := self.registry.peer(sess.peer)).silent:
+                raise Refused(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
         except Refused as refusal:
             self.send(identity, wire.Inspection(ref=msg.ref, items=[], error=str(refusal)))
-            return
-        if self.registry.is_branch(sess.peer):
-            self.send(identity, wire.Inspection(ref=msg.ref, items=[],
-                                                error="this rank is below another broker: connect to that broker"))
             return
         self.send(sess.peer, self.inspections.ask(identity, msg, sess.sid))
 

@@ -8,7 +8,6 @@ once. Events are folded (`debugee ranks[0-15] (16) stopped at debugging.py:12`) 
 
 from __future__ import annotations
 
-import getpass
 import itertools
 import math
 import os
@@ -65,7 +64,8 @@ def add_part(whole: wire.Message, part: wire.Message) -> None:
 
 
 class ShellConnection:
-    def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> None:
+    def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None,
+                 client: wire.Client = wire.Client.SHELL) -> None:
         self.settings = settings
         self.on_events = on_events
         self._replies: queue.SimpleQueue[wire.Message] = queue.SimpleQueue()
@@ -78,12 +78,13 @@ class ShellConnection:
         self.changed = threading.Event()
         self.follower = Follower()
         self._refs = itertools.count(1)
-        self.link = Link(settings, wire.Role.SHELL, getpass.getuser(), self, lambda: discovery.locate(settings), events=True)
+        self.link = Link(settings, wire.Role.SHELL, client, self, lambda: discovery.locate(settings), events=True)
 
     @classmethod
-    def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None) -> ShellConnection:
+    def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None,
+             client: wire.Client = wire.Client.SHELL) -> ShellConnection:
         """A connection a broker welcomed within the connect time-out; NoBroker otherwise."""
-        conn = cls(settings, on_events)
+        conn = cls(settings, on_events, client)
         try:
             conn.wait_for_broker(settings.connect_timeout)
         except BaseException:

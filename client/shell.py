@@ -93,7 +93,7 @@ def json_row(row: wire.SessionRow) -> dict:
     """A `list` row as the README's JSON schema names its fields."""
     return {"job": row.job, "actor": row.actor, "rank": row.rank, "coords": row.coords,
             "host": row.host, "pid": row.pid, "function": row.function, "file": row.filename,
-            "line": row.lineno, "state": row.state, "instance": row.instance}
+            "line": row.lineno, "state": row.state, "instance": row.instance, "attached": row.attached}
 
 
 def natural(text: str) -> int:
@@ -706,7 +706,10 @@ class DebugShell(cmd2.Cmd):
         att = self.attached
         if att is None or getattr(msg, "session", None) != att.session:
             return
-        if isinstance(msg, wire.SessionOutput):
+        if isinstance(msg, wire.Resumed):
+            att.paused = False
+            self.note(f"({att.label} runs: another shell or an editor sent it a line; it stops where its pdb says next)")
+        elif isinstance(msg, wire.SessionOutput):
             self.collected.append(msg.text)
             self.report.stream(visible(msg.text))
             if msg.paused:

@@ -52,12 +52,13 @@ def grid(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
 
 def sessions_table(rows: list[wire.SessionRow], with_state: bool = False) -> str:
     """Monarch's six columns; a Job column first when sessions come from more than one job,
-    an Instance column when an engine names its actors (a Ray actor's or task's id), and a
-    State column last for `list --all`."""
+    an Instance column when an engine names its actors (a Ray actor's or task's id), an Attached
+    column when a shell or an editor holds some, and a State column last for `list --all`."""
     with_job = len({r.job for r in rows}) > 1
     header = ["Job", *COLUMNS] if with_job else list(COLUMNS)
     cells = [session_cells(r, with_job) for r in rows]
     extra = [("Instance", "instance")] if any(r.instance for r in rows) else []
+    extra += [("Attached", "attached")] if any(r.attached for r in rows) else []
     extra += [("State", "state")] if with_state else []
     for title, key in extra:
         header.append(title)

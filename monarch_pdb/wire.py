@@ -192,6 +192,15 @@ class Role(Word):
     """A broker below this one (`--upstream`): it speaks for every rank below it."""
 
 
+class Client(Word):
+    """Which kind of client a shell-role peer is: its hello's `name`, and who `list` says is
+    attached to a session."""
+
+    SHELL = "shell"
+    EDITOR = "editor"
+    """An editor's Debug Adapter Protocol server (`monarch-pdb dap`)."""
+
+
 class Threads(Word):
     """Whose stacks a stack request wants: the thread running each rank, or every thread."""
 
@@ -243,6 +252,9 @@ class EventKind(Word):
     until it does; `where` is its host, `count` how many ranks."""
     BROKER_BACK = "broker-back"
     """A broker below that did not answer answers again: its ranks are as they were."""
+    RESUMED = "resumed"
+    """Released by the top-level continue: it runs until a stop that is news, or its end.
+    Shells say nothing of it; an editor shows its threads running (see also `Resumed`)."""
 
 
 class Ending(Word):
@@ -283,6 +295,8 @@ class SessionRow(Record):
     lineno: int
     state: RankState
     instance: str
+    attached: str = ""
+    """Who is attached to it, as a `Client` word; "" for nobody."""
 
 
 @record
@@ -662,6 +676,17 @@ class SessionOutput(Message):
     prompt: str = ""
 
 
+@message("resumed")
+class Resumed(Message):
+    """Broker to the client that holds a session: another client's line (a cast, the top-level
+    continue) sent it running, so what the holder showed of it is past; it says where it stops
+    next with `SessionOutput` (paused), or ends with `SessionEnded`."""
+
+    session: int
+    release: bool = False
+    """By the top-level continue: its next stop is news, published as an event."""
+
+
 @message("session_ended")
 class SessionEnded(Message):
     """The held session is gone: `reason` is how it ended (see `Ended`), or `Ending.LOST`,
@@ -1006,6 +1031,10 @@ class Query(Word):
     SET = "set"
     """Give the child `name` of `handle` (as `VARIABLES` names it) the value of `expression`,
     evaluated in that scope's frame (else the current one); the child as it is now."""
+    SOURCE = "source"
+    """The text of the file `expression` (a frame's `file`, as `STACK` names it) as the rank
+    knows it, in `value`: for code with no file on the editor's disk (a cell, generated code,
+    a script shipped by value, a file only the rank's host has)."""
 
 
 @record

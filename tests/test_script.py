@@ -154,7 +154,7 @@ def check(value, shape) -> None:
 
 
 LIST_ROW = {"job": str, "actor": str, "rank": int, "coords": dict, "host": str, "pid": int, "function": str,
-            "file": str, "line": int, "state": str, "instance": str}
+            "file": str, "line": int, "state": str, "instance": str, "attached": str}
 CAST = {"actor": str, "groups": [{"ranks": [int], "output": str, "outcome": str}],
         "missing": [{"rank": int, "reason": str}]}
 NUMERIC_CAST = dict(CAST, numbers={"count": int, "min": {"value": float, "rank": int}, "max": {"value": float, "rank": int},
