@@ -106,6 +106,16 @@ class Thread:
     running: bool = False
     pausing: bool = False
     """Asked to pause since it last ran."""
+    session: int = 0
+    """The broker's number for its session while the editor holds it (attached, as a shell
+    is), else 0."""
+    released: bool = False
+    """Let go by the top-level continue: its next stop comes as the broker's event."""
+    own: int = 0
+    """The editor's own lines (steps, Debug Console lines) it is running: what it prints
+    meanwhile is their answer."""
+    echo: bool = False
+    """The answer to one of them came: its prompt's output, which follows, is that answer again."""
 
 
 def thread_name(row: wire.SessionRow) -> str:
@@ -162,9 +172,18 @@ class DebugSession:
         self.breakpoints: dict[str, list[wire.Spot]] = {}
         """The editor's breakpoints by file, for every rank that stops from now on."""
         self.hidden_told = 0
+        self.held: dict[int, Thread] = {}
+        """The threads whose sessions the editor holds, by the broker's number for each."""
+        self.sources: dict[str, int] = {}
+        """A `sourceReference` for each file the editor cannot open (code with no file, or a
+        file that is not on the editor's disk), by its name in the ranks."""
+        self.source_of: dict[int, tuple[str, int]] = {}
+        """Each `sourceReference`'s file and the thread whose frame showed it."""
+        self.source_text: dict[int, str] = {}
 
     def close(self) -> None:
         if self.conn is not None:
+            self.let_go()
             self.conn.close()
             self.conn = None
 
@@ -210,7 +229,7 @@ class DebugSession:
         settings = self.settings.with_overrides(host=args.get("host") or None, port=port)
         self.close()
         try:
-            self.conn = ShellConnection.open(settings, self.hand_over)
+            self.conn = ShellConnection.open(settings, self.hand_over, wire.Client.EDITOR)
         except NoBroker as error:
             raise RequestError(f"attach: {error}") from None
         self.send_event("initialized", {})
@@ -237,7 +256,7 @@ class DebugSession:
         frames = []
         for item in chosen:
             frame = {"id": self.frames.make(thread.id, item.handle), "name": item.name, "line": item.line, "column": 1}
-            frame["source"] = source(self.paths.local(item.file))
+            frame["source"] = self.source(thread, item.file)
             frames.append(frame)
         return {"stackFrames": frames, "totalFrames": answer.total}
 
@@ -351,6 +370,7 @@ class DebugSession:
                 for thread in self.threads.values():
                     if thread.actor == released.actor and thread.rank == rank:
                         self.running(thread)
+                        thread.released = True
         return {"allThreadsContinued": True}
 
     def on_pause(self, args: dict) -> None:
@@ -411,10 +431,14 @@ class DebugSession:
     def pdb_line(self, thread: Thread, line: str) -> str:
         """A line of the Debug Console, run by the rank's pdb; what it printed."""
         assert self.conn is not None
+        thread.own += 1
         try:
             result = self.conn.cast(thread.actor, f"ranks({thread.rank})", line, REPL_TIMEOUT, thread.job)
         except RequestFailed as error:
             raise RequestError(str(error)) from None
+        finally:
+            thread.own -= 1
+        thread.echo = bool(thread.session)
         self.frames.forget(thread.id)
         self.values.forget(thread.id)
         for group in result.groups:
@@ -433,36 +457,132 @@ class DebugSession:
             raise RequestError(f"{thread.actor} {thread.rank} is running: pause it first")
         ref = self.conn.start_cast(thread.actor, f"ranks({thread.rank})", line, STEP_TIMEOUT, thread.job)
         self.steps[ref] = (thread, "breakpoint" if line == "continue" else "step")
+        thread.own += 1
         self.running(thread)
 
     def answered(self, msg: wire.Message) -> None:
-        """A reply nobody waited for: the end of a step."""
+        """A reply nobody waited for: the end of a step, news of a held session, or a late
+        answer to attaching."""
+        if isinstance(msg, (wire.SessionOutput, wire.Resumed, wire.SessionEnded)):
+            self.held_news(msg)
+        elif isinstance(msg, wire.Attached):
+            self.attach_answer(msg)
         if not isinstance(msg, wire.CastResult) or msg.ref not in self.steps:
             return
         thread, reason = self.steps.pop(msg.ref)
+        thread.own -= 1
         if any(group.outcome for group in msg.groups) or msg.missing:
             self.gone(thread)
         elif msg.groups:
+            thread.echo = bool(thread.session)
             self.stopped(thread, "pause" if thread.pausing else reason)
+
+    # --- the sessions the editor holds -------------------------------------------------
+
+    def hold(self, threads: list[Thread]) -> None:
+        """Attach to each new thread's session, as a shell does (all asked before any answer
+        is waited for): the shell's `list` says the editor holds it, a shell attaching to it
+        is refused as it would be by another shell, and what it prints comes to the editor.
+        One another shell holds stays a thread, and the Debug Console says why it is not held."""
+        assert self.conn is not None
+        for thread in threads:
+            self.conn.post(wire.Attach(actor=thread.actor, rank=thread.rank, job=thread.job))
+        deadline = time.monotonic() + self.conn.settings.connect_timeout
+        for _ in threads:
+            answer = self.conn.collect(lambda m: isinstance(m, (wire.Attached, wire.Error)),
+                                       max(0.0, deadline - time.monotonic()))
+            if answer is None:
+                return
+            self.attach_answer(answer)
+
+    def attach_answer(self, answer: wire.Attached | wire.Error) -> None:
+        if isinstance(answer, wire.Error):
+            self.console(f"monarch-pdb: {answer.text.partition(';')[0]}: the editor shows it, without its output")
+            return
+        thread = self.threads.get((answer.job, answer.actor, answer.rank))
+        if thread is not None:
+            thread.session = answer.session
+            self.held[answer.session] = thread
+
+    def let_go(self) -> None:
+        """Detach from every held session, so that the shell finds them free (not freed by
+        an editor gone away)."""
+        assert self.conn is not None
+        for number in self.held:
+            self.conn.post(wire.Detach(session=number))
+        self.held.clear()
+        try:
+            self.conn.request(wire.ListJobs(), wire.JobList, timeout=2.0)  # answered once the detaches are done
+        except Timeout:
+            pass
+
+    def held_news(self, msg: wire.SessionOutput | wire.Resumed | wire.SessionEnded) -> None:
+        """What the broker tells the holder of a session: another client sent it running; it
+        printed, or stopped again; it ended, or a shell took it over (`attach --force`)."""
+        thread = self.held.get(msg.session)
+        if thread is None:
+            return
+        if isinstance(msg, wire.Resumed):
+            thread.released = thread.released or msg.release
+            if not thread.running:
+                self.running(thread)
+                self.send_event("continued", {"threadId": thread.id, "allThreadsContinued": False})
+            return
+        mine = thread.own > 0 or (thread.echo and (isinstance(msg, wire.SessionEnded) or msg.paused))
+        if not mine:
+            self.rank_output(thread, msg.text)
+        if isinstance(msg, wire.SessionEnded):
+            del self.held[msg.session]
+            thread.session = 0
+            if msg.reason == wire.Ending.TAKEN:
+                self.console(f"monarch-pdb: a shell took over {thread.actor} {thread.rank} (attach --force): "
+                             "the editor shows it, without its output")
+            else:
+                self.gone(thread)
+        elif msg.paused:
+            thread.echo = False
+            if thread.running and not mine and not thread.released:
+                self.stopped(thread, "step")
+
+    def rank_output(self, thread: Thread, text: str) -> None:
+        """What a rank printed, in the Debug Console, each line marked with the rank as the
+        shell's `follow` marks it."""
+        if text:
+            lines = text.rstrip("\n").split("\n")
+            self.send_event("output", {"category": "stdout",
+                                       "output": "".join(f"[{thread.actor} {thread.rank}] {line}\n" for line in lines)})
+
+    def console(self, text: str) -> None:
+        self.send_event("output", {"category": "console", "output": text + "\n"})
 
     def events(self, events: list[wire.Event]) -> None:
         """The broker's events, folded, on the adapter's thread: the editor learns which
-        selected ranks stopped, and which are gone."""
+        selected ranks stopped, and which are gone. A stop of a rank with no thread lists the
+        sessions again, once until a thread is gone: a rank whose session ended and whose next
+        one stopped (post-mortem after continue) is a new thread, even when both come at once."""
         if not self.configured:
             self.pending_events.append(events)
             return
-        stops = [e for e in events if e.kind in STOP_REASONS]
-        if stops:
-            self.refresh()
+        listed = False
         for event in events:
             for rank in event.rank_list():
-                thread = self.threads.get((event.job, event.actor, rank))
+                key = (event.job, event.actor, rank)
+                if key not in self.threads and event.kind in STOP_REASONS and not listed:
+                    self.refresh()
+                    listed = True
+                thread = self.threads.get(key)
                 if thread is None:
                     continue
-                if event.kind in STOP_REASONS:
+                if event.kind == wire.EventKind.RESUMED:
+                    thread.released = True
+                    if not thread.running:
+                        self.running(thread)
+                        self.send_event("continued", {"threadId": thread.id, "allThreadsContinued": False})
+                elif event.kind in STOP_REASONS:
                     self.stopped(thread, STOP_REASONS[event.kind])
                 elif event.kind in (wire.EventKind.ENDED, wire.EventKind.LOST):
                     self.gone(thread)
+                    listed = False
 
     # --- threads -----------------------------------------------------------------------
 
@@ -473,7 +593,7 @@ class DebugSession:
         chosen = [row for row in rows if self.target.chooses(row.job, row.actor, picked, row.rank)]
         limit = self.conn.settings.editor_threads
         self.tell_hidden(chosen, limit)
-        shown = []
+        shown, new = [], []
         for row in chosen:
             key = (row.job, row.actor, row.rank)
             if key not in self.threads and len(self.threads) >= limit:
@@ -481,11 +601,14 @@ class DebugSession:
             thread = self.threads.get(key)
             if thread is None:
                 thread = self.threads[key] = Thread(next(self.thread_ids), row.job, row.actor, row.rank, thread_name(row))
+                new.append(thread)
                 if self.configured:
                     self.send_event("thread", {"reason": "started", "threadId": thread.id})
                 for path, spots in self.breakpoints.items():
                     self.apply_breakpoints([thread], path, spots)
             shown.append(thread)
+        if new:
+            self.hold(new)
         return shown
 
     def tell_hidden(self, chosen: list[wire.SessionRow], limit: int) -> None:
@@ -509,7 +632,7 @@ class DebugSession:
         return set(ranks.select(selection, ((row.rank, row.coords) for row in mine)))
 
     def stopped(self, thread: Thread, reason: str) -> None:
-        thread.running = thread.pausing = False
+        thread.running = thread.pausing = thread.released = False
         self.frames.forget(thread.id)
         self.values.forget(thread.id)
         body = {"reason": reason, "threadId": thread.id, "allThreadsStopped": False}
@@ -525,6 +648,7 @@ class DebugSession:
 
     def gone(self, thread: Thread) -> None:
         if self.threads.pop((thread.job, thread.actor, thread.rank), None) is not None:
+            self.held.pop(thread.session, None)
             self.frames.forget(thread.id)
             self.values.forget(thread.id)
             self.send_event("thread", {"reason": "exited", "threadId": thread.id})
@@ -552,9 +676,33 @@ class DebugSession:
         return {"name": item.name, "value": item.value, "type": item.type,
                 "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
 
+    # --- sources the editor has no file of ---------------------------------------------
 
-def source(path: str) -> dict:
-    """A frame's source: a file by its path; code with no file (`<string>`) by its name only."""
-    if path.startswith("<") or not os.path.isabs(path):
-        return {"name": path, "presentationHint": "deemphasize"}
-    return {"name": os.path.basename(path), "path": path}
+    def source(self, thread: Thread, file: str) -> dict:
+        """A frame's source: the editor's copy of a file by its path (after pathMappings); code
+        with no file (`<string>`, generated code, a cell) and a file that is not on the
+        editor's disk also by a `sourceReference`, whose text the `source` request asks of a rank."""
+        local = self.paths.local(file)
+        if local.startswith("<") or not os.path.isabs(local):
+            shown = {"name": local}
+        else:
+            shown = {"name": os.path.basename(local), "path": local}
+            if os.path.exists(local):
+                return shown
+        ref = self.sources.setdefault(file, len(self.sources) + 1)
+        self.source_of[ref] = (file, thread.id)
+        return {**shown, "sourceReference": ref}
+
+    def on_source(self, args: dict) -> dict:
+        """The text of a `sourceReference`, from the rank whose frame showed it (or another
+        paused rank, once that one runs), asked once."""
+        ref = args.get("sourceReference") or (args.get("source") or {}).get("sourceReference")
+        if ref not in self.source_of:
+            raise RequestError(f"source: no source {ref!r}: the editor has only those its stacks showed")
+        if ref not in self.source_text:
+            file, thread_id = self.source_of[ref]
+            paused = sorted((t for t in self.threads.values() if not t.running), key=lambda t: t.id != thread_id)
+            if not paused:
+                raise RequestError(f"source: no rank is paused to read {file} from")
+            self.source_text[ref] = self.inspect(paused[0], wire.Query.SOURCE, expression=file).items[0].value
+        return {"content": self.source_text[ref], "mimeType": "text/x-python"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import linecache
 import reprlib
 import traceback
 from typing import Any
@@ -175,6 +176,8 @@ class Inspector:
                               type="".join(traceback.format_exception(type(caught), caught, caught.__traceback__)))], 1
         if ask.query == wire.Query.SET:
             return [self.set(ask.handle, ask.name, ask.expression)], 1
+        if ask.query == wire.Query.SOURCE:
+            return [wire.Item(name=ask.expression, value=wire.clip(self.source(ask.expression)))], 1
         frame = self.frame(ask.frame)
         value = eval(ask.expression, frame.f_globals, self.locals_of(frame))
         return [self.item(ask.expression, value)], 1
@@ -197,6 +200,18 @@ class Inspector:
         else:
             setattr(parent, name, value)
         return self.item(name, value)
+
+    def source(self, name: str) -> str:
+        """A file's text where pdb's `l` finds it: linecache, with the globals of a frame that
+        runs it (their loader knows a module's source), under the code's own file name when
+        the stack shows another (`<dynamic-code>` under its script's)."""
+        for frame, _ in self.frames():
+            if source_file(frame) == name and (lines := linecache.getlines(frame.f_code.co_filename, frame.f_globals)):
+                return "".join(lines)
+        lines = linecache.getlines(name)
+        if not lines:
+            raise LookupError(f"this rank has no source of {name}")
+        return "".join(lines)
 
     def frames(self) -> list[tuple[Any, int]]:
         """pdb's stack of the program's frames (ours left out), innermost first."""

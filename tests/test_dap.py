@@ -3,30 +3,23 @@ and the adapter a subprocess speaking DAP on its stdin and stdout."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import subprocess
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 from dap_client import DAP, DapClient
-from programs import EXAMPLES, Program, stop_line, wait_for_sessions
+from programs import DEBUG_SHELL, EXAMPLES, Program, debug, stop_line, wait_for_sessions
+from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
 BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
-RUNS_ON = textwrap.dedent("""
-    import time
-    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
-
-    class Worker(Actor):
-        @endpoint
-        def work(self):
-            breakpoint()
-            while current_rank().rank == 1:
-                time.sleep(0.02)
-
-    if __name__ == "__main__":
-        this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker).work.call().get()
-""")
+RUNS_ON = Path(__file__).parent / "dap" / "runs_on.py"
+"""Two ranks that stop; once continued, rank 1 runs on (the Node.js tests run it too)."""
 
 
 @pytest.fixture
@@ -174,10 +167,8 @@ def test_disconnect_leaves_the_ranks_paused_for_the_shell(env, example, editor):
 
 
 @pytest.mark.timeout(120)
-def test_pause_stops_a_running_rank(env, tmp_path, editor):
-    script = tmp_path / "runs_on.py"
-    script.write_text(RUNS_ON)
-    program = Program(env, script)
+def test_pause_stops_a_running_rank(env, editor):
+    program = Program(env, RUNS_ON)
     try:
         wait_for_sessions(env, 2)
         editor.attach()
@@ -291,3 +282,144 @@ def test_without_just_my_code_the_stack_holds_the_runtime_frames_but_never_the_d
     scopes = editor.request("scopes", frameId=frames[-1]["id"])["scopes"]
     assert editor.request("variables", variablesReference=scopes[1]["variablesReference"])["variables"]
     assert "justMyCode" in editor.failure("attach", justMyCode="yes")
+
+
+GENERATED_SOURCE = "def generated(rank):\n    total = rank * 7\n    breakpoint()\n    return total\n"
+GENERATED = textwrap.dedent(f'''
+    import linecache
+
+    import monarch_pdb
+
+    SOURCE = {GENERATED_SOURCE!r}
+    # As code generators do (attrs, dataclasses): the text where pdb and tracebacks look for it.
+    linecache.cache["<generated>"] = (len(SOURCE), None, SOURCE.splitlines(True), "<generated>")
+    namespace = {{}}
+    exec(compile(SOURCE, "<generated>", "exec"), namespace)
+    monarch_pdb.install()
+    with monarch_pdb.endpoint_call("gen", 0, {{"rank": 0}}):
+        namespace["generated"](0)
+''')
+
+
+@pytest.mark.timeout(120)
+def test_code_with_no_file_on_the_editors_disk_is_read_from_the_rank_through_a_source_reference(env, tmp_path, editor):
+    script = tmp_path / "generated.py"
+    script.write_text(GENERATED)
+    program = Program(env, script)
+    try:
+        wait_for_sessions(env, 1)
+        elsewhere = tmp_path / "not-on-this-machine"
+        editor.attach(pathMappings=[{"localRoot": str(elsewhere), "remoteRoot": str(tmp_path)}])
+        frames = editor.request("stackTrace", threadId=threads_by_rank(editor)[0])["stackFrames"]
+        assert [f["name"] for f in frames] == ["generated", "<module>"]
+        generated, module = frames[0]["source"], frames[1]["source"]
+        assert generated["name"] == "<generated>" and "path" not in generated
+        assert editor.request("source", sourceReference=generated["sourceReference"])["content"] == GENERATED_SOURCE
+        assert module["path"] == str(elsewhere / "generated.py"), "breakpoints still name the editor's path"
+        shown = editor.request("source", source=module, sourceReference=module["sourceReference"])
+        assert shown == {"content": GENERATED, "mimeType": "text/x-python"}
+        assert editor.failure("source", sourceReference=999).startswith("source: no source 999")
+    finally:
+        program.stop()
+
+
+def printed(editor: DapClient) -> list[str]:
+    """The lines of the editor's Debug Console that ranks printed (output events `stdout`)."""
+    with editor.arrived:
+        return "".join(e["body"]["output"] for e in editor.events
+                       if e["event"] == "output" and e["body"]["category"] == "stdout").splitlines()
+
+
+@pytest.mark.timeout(180)
+def test_the_shell_sees_the_editors_ranks_as_held_and_its_lines_and_continue_reach_the_editor(env, example, editor,
+                                                                                              shell):
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    sh = shell()
+    table = sh.command("list")
+    assert re.search(r"^\| Actor Name .*\| Attached \|$", table, re.M), table
+    assert len(re.findall(r"^\| debugee .*\| editor +\|$", table, re.M)) == 16, table
+    listed = json.loads(debug(env, "list", flags=("--json",)).stdout)
+    assert {row["attached"] for row in listed} == {"editor"}
+    refused = sh.command("attach debugee 3")
+    assert re.search(r"debugee 3 is attached in an editor \(\S+ pid \d+\); use 'attach --force' to take it over$",
+                     refused, re.M), refused
+
+    line = top_frame(editor, by_rank[5])["line"]
+    sh.command("cast debugee ranks(5) n")
+    editor.take_events("continued", threadId=by_rank[5], allThreadsContinued=False)
+    editor.take_events("stopped", reason="step", threadId=by_rank[5])
+    assert top_frame(editor, by_rank[5])["line"] == line + 1
+    assert any(text.startswith("[debugee 5] > ") for text in printed(editor)), "what the shell's line printed"
+
+    assert sh.command("attach --force debugee 3").startswith("Attached to debug session for debugee 3")
+    told = editor.take_events("output", category="console")[0]["body"]["output"]
+    assert told == "monarch-pdb: a shell took over debugee 3 (attach --force): the editor shows it, without its output\n"
+    sh.command("detach")
+
+    sh.command("continue")
+    continued = editor.take_events("continued", 16, allThreadsContinued=False)
+    assert sorted(e["body"]["threadId"] for e in continued) == sorted(by_rank.values())
+    raising = [2, 6, 10, 14]
+    stops = editor.take_events("stopped", 4, reason="exception")
+    assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank[r] for r in raising)
+    editor.take_events("thread", 12, reason="exited")
+    assert not [e for e in editor.events if e["event"] == "stopped"], "each stop told once"
+
+
+@pytest.mark.timeout(180)
+def test_what_a_rank_prints_running_or_paused_reaches_the_debug_console_in_order(env, example, editor):
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    printing = subprocess.Popen(
+        [*DEBUG_SHELL, "-c", "cast debugee ranks(7) !import time; [(print(i), time.sleep(0.001)) for i in range(3000)]",
+         "-c", "cast debugee ranks(7) p rank * 7"],
+        env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        with editor.arrived:
+            assert editor.arrived.wait_for(lambda: printed(editor), 60), "the rank prints, running"
+        while printing.poll() is None:
+            start = time.monotonic()
+            assert len(editor.request("threads")["threads"]) == 16
+            assert time.monotonic() - start < 5.0, "the adapter answers while a rank prints"
+        assert printing.wait() == 0
+    finally:
+        if printing.poll() is None:
+            printing.kill()
+        printing.wait()
+    with editor.arrived:
+        assert editor.arrived.wait_for(lambda: "[debugee 7] 49" in printed(editor), 60), printed(editor)[-3:]
+    assert printed(editor) == [f"[debugee 7] {i}" for i in range(3000)] + ["[debugee 7] 49"]
+
+
+@pytest.mark.timeout(180)
+def test_ranks_below_host_brokers_are_threads_of_an_editor_on_the_root(tree, env, editor):
+    tree.two_hosts()
+    editor.attach()
+    editor.take_events("stopped", 4, reason="entry")
+    by_rank = threads_by_rank(editor)
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    names = {t["name"] for t in editor.request("threads")["threads"]}
+    assert names == {f"rank {r} · {socket.gethostname()} · host={r // 2}, gpu={r % 2}" for r in range(4)}
+    stop = stop_line(18)
+    frame = top_frame(editor, by_rank[3])
+    assert (frame["name"], frame["line"], frame["source"]["path"]) == ("<module>", stop, str(tree.tmp / "rank.py"))
+    scopes = editor.request("scopes", frameId=frame["id"])["scopes"]
+    values = {v["name"]: v["value"] for v in editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]}
+    assert values["value"] == "9"
+    assert editor.request("evaluate", expression="value * 2", frameId=frame["id"], context="watch")["result"] == "18"
+
+    editor.request("next", threadId=by_rank[2])
+    assert editor.take_events("stopped", reason="step")[0]["body"]["threadId"] == by_rank[2]
+    assert {r: top_frame(editor, t)["line"] for r, t in by_rank.items()} == {0: stop, 1: stop, 2: stop + 1, 3: stop}
+
+    assert editor.request("continue", threadId=by_rank[0])["allThreadsContinued"] is True
+    # Each session ends; the odd ranks raise after it, and each stops in a post-mortem session, a new thread.
+    exited = editor.take_events("thread", 4, reason="exited")
+    assert sorted(e["body"]["threadId"] for e in exited) == sorted(by_rank.values())
+    stops = editor.take_events("stopped", 2, reason="exception")
+    by_rank = threads_by_rank(editor)
+    assert sorted(by_rank) == [1, 3] and sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank.values())
+    info = editor.request("exceptionInfo", threadId=by_rank[3])
+    assert (info["exceptionId"], info["description"]) == ("ValueError", "rank 3 fails")

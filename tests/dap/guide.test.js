@@ -8,41 +8,8 @@ const { DebugClient } = require('@vscode/debugadapter-testsupport');
 const { Events, Job, MONARCH_PDB, ROOT } = require('./job');
 
 const EXAMPLE = `${ROOT}/examples/debugging.py`;
-const RUNS_ON = `
-import time
-from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
-
-class Worker(Actor):
-    @endpoint
-    def work(self):
-        breakpoint()
-        while current_rank().rank == 1:
-            time.sleep(0.02)
-
-if __name__ == "__main__":
-    this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker).work.call().get()
-`;
-
-const PAUSED = `
-import sys
-import threading
-
-import monarch_pdb
-
-
-def rank_main(rank):
-    with monarch_pdb.endpoint_call("emu", rank, {"thread": rank}):
-        breakpoint()
-
-
-monarch_pdb.install()
-threading.stack_size(256 * 1024)
-threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(int(sys.argv[1]))]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-`;
+const RUNS_ON = `${__dirname}/runs_on.py`;
+const PAUSED = `${__dirname}/paused.py`;
 
 async function attached(job) {
   const dc = new DebugClient(MONARCH_PDB, 'dap', 'monarch-pdb', { env: job.env });
@@ -128,8 +95,7 @@ test('16 ranks are 16 threads: step one, break them all, continue all, post-mort
 test('pause stops a running rank', { timeout: 180000 }, async () => {
   const job = new Job();
   try {
-    job.write('runs_on.py', RUNS_ON);
-    job.run(`${job.dir}/runs_on.py`);
+    job.run(RUNS_ON);
     job.waitFor('worker', 2);
     const { dc, events } = await attached(job);
     const byRank = await threadsByRank(dc);
@@ -148,8 +114,7 @@ test('pause stops a running rank', { timeout: 180000 }, async () => {
 test('1,024 paused ranks answer threads in under 100 ms', { timeout: 300000 }, async () => {
   const job = new Job();
   try {
-    job.write('paused.py', PAUSED);
-    job.run(`${job.dir}/paused.py`, '1024');
+    job.run(PAUSED, '1024');
     job.waitFor('emu', 1024);
     const { dc, events } = await attached(job);
     await events.take('stopped', 1024, (e) => e.body.reason === 'entry');
