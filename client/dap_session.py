@@ -438,7 +438,11 @@ class DebugSession:
             raise RequestError(str(error)) from None
         finally:
             thread.own -= 1
-        thread.echo = bool(thread.session)
+        # What the held session printed meanwhile waits aside: it is the answer, shown as such.
+        answer = [m for m in self.conn.aside if isinstance(m, wire.SessionOutput) and thread.session
+                  and m.session == thread.session]
+        self.conn.aside = [m for m in self.conn.aside if not any(m is a for a in answer)]
+        thread.echo = bool(thread.session) and not any(m.paused for m in answer)
         self.frames.forget(thread.id)
         self.values.forget(thread.id)
         for group in result.groups:

@@ -373,7 +373,7 @@ def test_what_a_rank_prints_running_or_paused_reaches_the_debug_console_in_order
     editor.attach()
     editor.take_events("stopped", 16, reason="entry")
     printing = subprocess.Popen(
-        [*DEBUG_SHELL, "-c", "cast debugee ranks(7) !import time; [(print(i), time.sleep(0.001)) for i in range(3000)]",
+        [*DEBUG_SHELL, "-c", "cast debugee ranks(7) !for i in range(3000): print(i) or __import__('time').sleep(0.001)",
          "-c", "cast debugee ranks(7) p rank * 7"],
         env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
@@ -391,6 +391,13 @@ def test_what_a_rank_prints_running_or_paused_reaches_the_debug_console_in_order
     with editor.arrived:
         assert editor.arrived.wait_for(lambda: "[debugee 7] 49" in printed(editor), 60), printed(editor)[-3:]
     assert printed(editor) == [f"[debugee 7] {i}" for i in range(3000)] + ["[debugee 7] 49"]
+    frame = top_frame(editor, threads_by_rank(editor)[7])
+    mine = editor.request("evaluate", expression="!print('mine')", frameId=frame["id"], context="repl")
+    assert mine["result"] == "mine"
+    assert debug(env, "cast debugee ranks(7) p 'after'").returncode == 0
+    with editor.arrived:
+        assert editor.arrived.wait_for(lambda: "[debugee 7] 'after'" in printed(editor), 60), printed(editor)[-3:]
+    assert printed(editor)[3001:] == ["[debugee 7] 'after'"], "the editor's own line's answer is not printed again"
 
 
 @pytest.mark.timeout(180)
@@ -406,7 +413,8 @@ def test_ranks_below_host_brokers_are_threads_of_an_editor_on_the_root(tree, env
     frame = top_frame(editor, by_rank[3])
     assert (frame["name"], frame["line"], frame["source"]["path"]) == ("<module>", stop, str(tree.tmp / "rank.py"))
     scopes = editor.request("scopes", frameId=frame["id"])["scopes"]
-    values = {v["name"]: v["value"] for v in editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]}
+    local = editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]
+    values = {v["name"]: v["value"] for v in local}
     assert values["value"] == "9"
     assert editor.request("evaluate", expression="value * 2", frameId=frame["id"], context="watch")["result"] == "18"
 
