@@ -11,6 +11,9 @@ to 16 ranks under 5 ms, `list` under 200 ms. `--scale` then adds thousands of em
 under 16 host brokers, for a machine of 16 cores, and writes benchmarks/results/tree-large.json;
 it says at once what a smaller machine lacks, and runs nothing there.
 
+The editor's `next` on one rank, request to `stopped` event (editor.py), is measured beside the
+same `n` typed in the shell, attached, in a terminal: its target is within 2x of that.
+
 Floors and product measures run in alternating batches, every process started once up front:
 on a small shared machine the background load drifts by tens of percent within a minute, and
 alternating makes a product number and its floor see the same drift.
@@ -25,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import debugger
+import editor
 import floors
 import report
 import scale
@@ -37,14 +41,14 @@ ROUNDS = {"full": 10, "quick": 3}
 # Timed repetitions per measure over the whole run; full mode takes about half a minute on 2 cores.
 REPEAT = {
     "full": {"relay": 10000, "attached": 5000, "fan_out": 3000, "cast": 2000, "list": 3000,
-             "tty_floor": 1000, "tty_attached": 1000, "tty_cast": 500},
+             "tty_floor": 1000, "tty_attached": 1000, "tty_cast": 500, "tty_next": 500, "dap_next": 500},
     "quick": {"relay": 600, "attached": 300, "fan_out": 210, "cast": 90, "list": 210,
-              "tty_floor": 90, "tty_attached": 90, "tty_cast": 45},
+              "tty_floor": 90, "tty_attached": 90, "tty_cast": 45, "tty_next": 45, "dap_next": 45},
 }
 # Untimed repetitions before each batch: the first connects sockets and fills caches, later
 # ones make the processes of this measure hot again after the previous measure ran.
 WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20, "tty_floor": 5, "tty_attached": 5,
-          "tty_cast": 2}
+          "tty_cast": 2, "tty_next": 5, "dap_next": 5}
 
 
 def quantile_sum(first: list[int], second: list[int]) -> list[int]:
@@ -73,11 +77,13 @@ def main() -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monarch-pdb-bench-")))
         example = stack.enter_context(debugger.Example(workdir))
         shells = stack.enter_context(terminal.Shells(example.env, debugger.ATTACHED_RANK, debugger.RANKS))
+        stepping = stack.enter_context(editor.Stepping(workdir / "stepper"))
         measures = {
             "relay": relay.round_trips, "attached": example.attached_round_trips,
             "fan_out": fan_out.round_trips, "cast": example.cast_round_trips, "list": example.list_round_trips,
             "tty_floor": shells.floor_round_trips, "tty_attached": shells.attached_round_trips,
             "tty_cast": shells.cast_round_trips,
+            "tty_next": stepping.shell_next_round_trips, "dap_next": stepping.editor_next_round_trips,
         }
         samples: dict[str, list[int]] = {name: [] for name in measures}
         for n in range(ROUNDS[mode]):
@@ -96,6 +102,7 @@ def main() -> int:
     # terminal's attached line can be no faster than both together.
     tty_path_floor = Result("terminal floor: floor C + attached `p rank` below the shell",
                             quantile_sum(samples["tty_floor"], samples["attached"]))
+    tty_next = Result("terminal: attached `n`, Enter to prompt (the editor's floor)", samples["tty_next"], floor=floor_a)
     results = [
         floor_a,
         floor_b,
@@ -108,6 +115,9 @@ def main() -> int:
                target=Target(ms=terminal.MONARCH_ATTACHED_MS, times_floor=2.0)),
         Result(f"terminal: cast to {debugger.RANKS} ranks, Enter to prompt", samples["tty_cast"], floor=tty_floor,
                target=Target(ms=terminal.CAST_MS)),
+        tty_next,
+        Result("editor: `next` on one rank, request to `stopped` event", samples["dap_next"], floor=tty_next,
+               target=Target(times_floor=2.0)),
         *scaled,
     ]
     rows = [result.row() for result in results]
