@@ -431,3 +431,23 @@ def test_ranks_below_host_brokers_are_threads_of_an_editor_on_the_root(tree, env
     assert sorted(by_rank) == [1, 3] and sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank.values())
     info = editor.request("exceptionInfo", threadId=by_rank[3])
     assert (info["exceptionId"], info["description"]) == ("ValueError", "rank 3 fails")
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_a_shell_holds_is_a_thread_the_editor_does_not_hold_and_the_shell_hears_the_editors_continue(
+        env, example, editor, shell):
+    sh = shell()
+    assert sh.command("attach debugee 3").startswith("Attached to debug session for debugee 3")
+    editor.attach()
+    told = editor.take_events("output", category="console")[0]["body"]["output"]
+    assert re.fullmatch(r"monarch-pdb: debugee 3 is attached in another shell \(\S+ pid \d+\): "
+                        r"the editor shows it, without its output\n", told), told
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    assert len(by_rank) == 16
+    editor.request("continue", threadId=by_rank[0])
+    editor.take_events("thread", reason="exited", threadId=by_rank[3])
+    after = sh.command("p 1")
+    assert re.search(r"^\(debugee 3 \(\S+\) runs: another shell or an editor sent it a line; "
+                     r"it stops where its pdb says next\)$", after, re.M), after
+    assert "Detached from debug session for debugee 3" in after
