@@ -170,6 +170,9 @@ class Session:
     holder: bytes | None = None
     attached: str = ""
     """What kind of client holds it (a `wire.Client` word), as `list` shows it."""
+    watcher: bytes | None = None
+    """The editor a shell took it from (`attach --force`): it hears what the holder hears, and
+    holds it again when the shell lets go."""
     detail: str = ""
     """Why it stopped, when an exception says so (post-mortem)."""
 
@@ -576,6 +579,7 @@ class Registry:
                           "use 'attach --force' to take it over")
         if holder is not None:
             holder.held.discard(sess.id)
+            sess.watcher = holder.identity if holder.name == wire.Client.EDITOR else None
         sess.holder = shell
         sess.attached = wire.Client.EDITOR if self.peers[shell].name == wire.Client.EDITOR else wire.Client.SHELL
         self.peers[shell].held.add(sess.id)

@@ -425,6 +425,7 @@ class Broker:
             self.publish(wire.EventKind.RELEASED, sess)
             if self.registry.is_branch(sess.peer):
                 self.send(sess.peer, wire.Detach(session=sess.sid))
+            self.hand_back(sess)
         if branch:
             self.lose_branch(gone.peer, reason, gone.ended)
             return
@@ -549,8 +550,7 @@ class Broker:
             self.record_output(sess, text)
         for cast in self.casts.ended(sess, reason):
             self.settle(self.casts, cast)
-        if sess.holder is not None:
-            self.send(sess.holder, wire.SessionEnded(session=sess.id, text=text, reason=reason))
+        self.to_holder(sess, wire.SessionEnded(session=sess.id, text=text, reason=reason))
         if self.upstream is not None:
             self.upstream.ended(sess, text, reason)
         self.registry.end(sess, reason)
@@ -572,6 +572,19 @@ class Broker:
                 holder = self.registry.peer(sess.holder)
                 if holder is not None and holder.role == wire.Role.SHELL:
                     self.send(sess.holder, wire.Resumed(session=sess.id, release=release))
+
+    def to_holder(self, sess: Session, msg: wire.Message) -> None:
+        """What the session's holder hears, and the editor a shell took it from."""
+        for peer in (sess.holder, sess.watcher):
+            if peer is not None:
+                self.send(peer, msg)
+
+    def hand_back(self, sess: Session) -> None:
+        """A shell let go of a session it took from an editor: the editor holds it again."""
+        editor, sess.watcher = sess.watcher, None
+        if editor is not None and self.registry.peer(editor) is not None and sess.holder is None:
+            self.registry.hold(editor, sess)
+            self.now_held(editor, sess)
 
     def below_changed(self) -> None:
         """The ranks without a session changed: the broker above learns them again."""
@@ -674,8 +687,7 @@ class Broker:
         self.record_output(sess, msg.output)
         if (cast := self.casts.stopped(sess)) is not None:
             self.settle(self.casts, cast)
-        if sess.holder is not None:
-            self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
+        self.to_holder(sess, wire.SessionOutput(session=sess.id, text=msg.output, paused=True, prompt=msg.prompt))
         if news:
             self.publish(wire.EventKind(msg.reason), sess, msg.exc)
         if (line := self.casts.next_line(sess)) is not None:
@@ -686,8 +698,7 @@ class Broker:
         if sess is None:
             return
         self.record_output(sess, msg.text)
-        if sess.holder is not None:
-            self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
+        self.to_holder(sess, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
 
     # --- a broker below: what it tells of its ranks, and its answers ----------------------
 
@@ -789,9 +800,8 @@ class Broker:
 
     def on_branch_session_output(self, identity: bytes, msg: wire.SessionOutput) -> None:
         sess = self.registry.session_of(identity, msg.session) if self.registry.is_branch(identity) else None
-        if sess is not None and sess.holder is not None:
-            self.send(sess.holder, wire.SessionOutput(session=sess.id, text=msg.text, paused=msg.paused,
-                                                      prompt=msg.prompt))
+        if sess is not None:
+            self.to_holder(sess, wire.SessionOutput(session=sess.id, text=msg.text, paused=msg.paused, prompt=msg.prompt))
 
     def on_branch_session_ended(self, identity: bytes, msg: wire.SessionEnded) -> None:
         """A session taken from us below (attach --force there): our shell holds it no more.
@@ -870,6 +880,10 @@ class Broker:
         if taken_from is not None:
             self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN))
             self.publish(wire.EventKind.TAKEN, sess, self.registry.peer(identity).describe())
+        self.now_held(identity, sess)
+
+    def now_held(self, identity: bytes, sess: Session) -> None:
+        """Tell `identity` it holds `sess`, once the broker below that has it holds it for us."""
         if self.registry.is_branch(sess.peer):
             # Held here; below, it is held by us for whichever shell up here holds it.
             self.attaching[sess.peer].append((identity, sess.id))
@@ -886,6 +900,10 @@ class Broker:
             self.send(sess.peer, wire.Detach(session=sess.sid))
         self.registry.release(identity, msg.session)
         self.send(identity, wire.Detached(session=msg.session))
+        if sess is not None:
+            self.hand_back(sess)
+        elif (watched := self.registry.session_at(msg.session)) is not None and watched.watcher == identity:
+            watched.watcher = None
 
     def on_send(self, identity: bytes, msg: wire.Send) -> None:
         sess = self.registry.held(identity, msg.session)
@@ -894,6 +912,8 @@ class Broker:
             self.send(identity, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
         self.record(identity, sess.job, sess.actor, [sess.rank], msg.line)
+        if sess.watcher is not None:
+            self.send(sess.watcher, wire.Resumed(session=sess.id))
         if self.registry.is_branch(sess.peer):
             self.send(sess.peer, wire.Send(session=sess.sid, line=msg.line))
         else:

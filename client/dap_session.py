@@ -180,6 +180,7 @@ class DebugSession:
         self.source_of: dict[int, tuple[str, int]] = {}
         """Each `sourceReference`'s file and the thread whose frame showed it."""
         self.source_text: dict[int, str] = {}
+        """Each `sourceReference`'s text, once a rank gave it."""
 
     def close(self) -> None:
         if self.conn is not None:
@@ -522,7 +523,8 @@ class DebugSession:
 
     def held_news(self, msg: wire.SessionOutput | wire.Resumed | wire.SessionEnded) -> None:
         """What the broker tells the holder of a session: another client sent it running; it
-        printed, or stopped again; it ended, or a shell took it over (`attach --force`)."""
+        printed, or stopped again; it ended, or a shell took it over (`attach --force`), after
+        which the editor hears the same while the shell holds it."""
         thread = self.held.get(msg.session)
         if thread is None:
             return
@@ -536,11 +538,9 @@ class DebugSession:
         if not mine:
             self.rank_output(thread, msg.text)
         if isinstance(msg, wire.SessionEnded):
-            del self.held[msg.session]
-            thread.session = 0
             if msg.reason == wire.Ending.TAKEN:
-                self.console(f"monarch-pdb: a shell took over {thread.actor} {thread.rank} (attach --force): "
-                             "the editor shows it, without its output")
+                self.console(f"monarch-pdb: a shell took over {thread.actor} {thread.rank} (attach --force); "
+                             "the editor follows it, and holds it again when the shell detaches")
             else:
                 self.gone(thread)
         elif msg.paused:

@@ -355,8 +355,16 @@ def test_the_shell_sees_the_editors_ranks_as_held_and_its_lines_and_continue_rea
 
     assert sh.command("attach --force debugee 3").startswith("Attached to debug session for debugee 3")
     told = editor.take_events("output", category="console")[0]["body"]["output"]
-    assert told == "monarch-pdb: a shell took over debugee 3 (attach --force): the editor shows it, without its output\n"
+    assert told == ("monarch-pdb: a shell took over debugee 3 (attach --force); the editor follows it, "
+                    "and holds it again when the shell detaches\n")
+    assert re.search(r"^\| debugee +\| 3 +\|.*\| shell +\|$", debug(env, "list").stdout, re.M)
+    line = top_frame(editor, by_rank[3])["line"]
+    sh.command("n")  # attached
+    editor.take_events("continued", threadId=by_rank[3], allThreadsContinued=False)
+    editor.take_events("stopped", reason="step", threadId=by_rank[3])
+    assert top_frame(editor, by_rank[3])["line"] == line + 1
     sh.command("detach")
+    assert re.search(r"^\| debugee +\| 3 +\|.*\| editor +\|$", debug(env, "list").stdout, re.M), "held again"
 
     sh.command("continue")
     continued = editor.take_events("continued", 16, allThreadsContinued=False)
