@@ -4,6 +4,9 @@
 # each_python: the guide, pdb, keyboard and script tests, those that read pdb's stop line, and the
 # interrupts of threads, which take each Python's own way in) on each Python from 3.10 to 3.15 that
 # is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own.
+# The suite and the matrix run on TEST_WORKERS pytest workers (pytest-xdist; 0 runs them in one
+# process): the tests mostly wait on processes and sockets, and each has its own ports, runtime
+# directory and process marker, so they run side by side.
 # `make test-dap` drives `monarch-pdb dap` with Microsoft's DAP test client (Node.js, npm ci).
 PYTHON ?= python3
 VENV := .venv
@@ -16,6 +19,7 @@ ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/t
 	tests/test_engines_mpi.py tests/test_engines_slurm.py tests/test_two_hosts.py
 PYTHONS := 3.10 3.11 3.12 3.13 3.14 3.15
 PYTHONS_TESTS := -m each_python tests
+TEST_WORKERS ?= 4
 # torch's CPU build, exactly: an unpinned torch (or one Ray pulls in) is a multi-GB CUDA download.
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
@@ -34,7 +38,7 @@ demo: $(INSTALLED)
 	$(BIN)/python examples/demo.py
 
 test: $(INSTALLED)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 DAP_TESTS := tests/dap
 
@@ -72,7 +76,7 @@ test-pythons:
 				&& $$venv/bin/python -m pip install --quiet -e '.[test]' && touch $$venv/.installed-test \
 				|| { failed="$$failed $$v"; continue; }; \
 		fi; \
-		$$venv/bin/python -m pytest -p no:cacheprovider $(PYTHONS_TESTS) $(PYTEST_ARGS) || failed="$$failed $$v"; \
+		$$venv/bin/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) $(PYTHONS_TESTS) $(PYTEST_ARGS) || failed="$$failed $$v"; \
 	done; \
 	echo "== Pythons not found:$${missing:- none}; failed:$${failed:- none}"; \
 	[ -z "$$failed" ]
