@@ -3,7 +3,11 @@
 # `make test-pythons` runs the tests whose outcome depends on the Python and its pdb (marked
 # each_python: the guide, pdb, keyboard and script tests, those that read pdb's stop line, and the
 # interrupts of threads, which take each Python's own way in) on each Python from 3.10 to 3.15 that
-# is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own.
+# is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own, but those
+# in SKIP_PYTHONS.
+# The suite and the matrix run on TEST_WORKERS pytest workers (pytest-xdist; 0 runs them in one
+# process): the tests mostly wait on processes and sockets, and each has its own ports, runtime
+# directory and process marker, so they run side by side.
 # `make test-dap` drives `monarch-pdb dap` with Microsoft's DAP test client (Node.js, npm ci).
 PYTHON ?= python3
 VENV := .venv
@@ -14,8 +18,9 @@ ENGINES_BIN := $(ENGINES_VENV)/bin
 ENGINES_INSTALLED := $(ENGINES_VENV)/.installed-engines
 ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/test_engines_monarch.py \
 	tests/test_engines_mpi.py tests/test_engines_slurm.py tests/test_two_hosts.py
-PYTHONS := 3.10 3.11 3.12 3.13 3.14 3.15
+PYTHONS := $(filter-out $(SKIP_PYTHONS),3.10 3.11 3.12 3.13 3.14 3.15)
 PYTHONS_TESTS := -m each_python tests
+TEST_WORKERS ?= 4
 # torch's CPU build, exactly: an unpinned torch (or one Ray pulls in) is a multi-GB CUDA download.
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
@@ -34,7 +39,7 @@ demo: $(INSTALLED)
 	$(BIN)/python examples/demo.py
 
 test: $(INSTALLED)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 DAP_TESTS := tests/dap
 
@@ -58,6 +63,7 @@ test-engines: $(ENGINES_INSTALLED)
 	$(ENGINES_BIN)/python -m pytest $(ENGINE_TESTS) $(PYTEST_ARGS)
 
 test-pythons:
+	@for v in $(SKIP_PYTHONS); do echo "== Python $$v: skipped (SKIP_PYTHONS)"; done
 	@missing=""; failed=""; \
 	for v in $(PYTHONS); do \
 		py=""; \
@@ -72,7 +78,7 @@ test-pythons:
 				&& $$venv/bin/python -m pip install --quiet -e '.[test]' && touch $$venv/.installed-test \
 				|| { failed="$$failed $$v"; continue; }; \
 		fi; \
-		$$venv/bin/python -m pytest -p no:cacheprovider $(PYTHONS_TESTS) $(PYTEST_ARGS) || failed="$$failed $$v"; \
+		$$venv/bin/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) $(PYTHONS_TESTS) $(PYTEST_ARGS) || failed="$$failed $$v"; \
 	done; \
 	echo "== Pythons not found:$${missing:- none}; failed:$${failed:- none}"; \
 	[ -z "$$failed" ]

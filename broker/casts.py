@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from monarch_pdb.broker.registry import Session
 
 
+def question(prompt: str) -> str:
+    """As a line, the prompt a session waits at where it is not pdb's at any depth ("(Pdb) ",
+    "((Pdb)) "): a question such as "Clear all breaks? ", or `commands`' "(com) ", which the
+    next line answers."""
+    return "" if prompt.strip("() ") in ("", "Pdb") else prompt.rstrip() + "\n"
+
+
 @dataclass(kw_only=True)
 class CastInFlight(Request):
     total: int = 0
@@ -107,11 +114,11 @@ class Casts(InFlight[CastInFlight]):
 
     def stopped(self, sess: Session) -> CastInFlight | None:
         """The session stopped: its output since the line is its answer to the cast that sent
-        the line; that cast, if it is still open."""
+        the line, and the question it waits at, if any; that cast, if it is still open."""
         cast = self.get(sess.cast)
         sess.cast = 0
         if cast is not None:
-            cast.answer(sess.id, sess.log.replay(), "")
+            cast.answer(sess.id, sess.log.replay() + question(sess.prompt), "")
         return cast
 
     def next_line(self, sess: Session) -> str | None:

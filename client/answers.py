@@ -47,8 +47,8 @@ def grouped(result: wire.CastResult | wire.PeekResult) -> str:
 
 def shown_groups(groups: list[wire.CastGroup], summary: Summary) -> list[wire.CastGroup]:
     """Of many distinct numbers, the most common values and the notable ones (the extremes,
-    NaN/Inf, outliers); all of them when they are few."""
-    notable = set(summary.nonfinite) | set(summary.outliers)
+    NaN/Inf, outliers, answers that are no number); all of them when they are few."""
+    notable = set(summary.nonfinite) | set(summary.outliers) | set(summary.other)
     notable |= {extreme[1] for extreme in (summary.minimum, summary.maximum) if extreme is not None}
     return [g for index, g in enumerate(groups) if index < NUMBER_LINES or notable.intersection(g.ranks)]
 

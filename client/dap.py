@@ -12,6 +12,7 @@ read is named in one line in the Debug Console, and the next one is read.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -240,3 +241,7 @@ def run(args: argparse.Namespace) -> int:
             client, _ = server.accept()
             with client, client.makefile("rb") as reader, client.makefile("wb") as writer:
                 Adapter(reader, writer, settings).serve()
+                # Its reader thread still waits for the editor's next message, holding the file
+                # that closing would wait for: ending the connection lets both go.
+                with contextlib.suppress(OSError):
+                    client.shutdown(socket.SHUT_RDWR)

@@ -1,6 +1,7 @@
-"""A one-line summary of a cast whose every answer is a number, so `p loss` over a thousand
+"""A one-line summary of a cast whose answers are mostly numbers, so `p loss` over a thousand
 ranks reads on one screen: count, extremes and where they are, mean, the ranks holding NaN or
-Inf, and the ranks far from the others."""
+Inf, the ranks far from the others, and those whose answer is no number (an error, a rank in
+another frame)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Summary:
     mean: float | None
     nonfinite: list[int]
     outliers: list[int]
+    other: list[int]
 
     def line(self) -> str:
         parts = [f"count {self.count}"]
@@ -45,6 +47,8 @@ class Summary:
         parts.append(f"NaN/Inf {len(self.nonfinite)}" + (f" ranks[{format_ranks(self.nonfinite)}]" if self.nonfinite else ""))
         parts.append(f"beyond {OUTLIER_SIGMAS:g} sd {len(self.outliers)}"
                      + (f" ranks[{format_ranks(self.outliers)}]" if self.outliers else ""))
+        if self.other:
+            parts.append(f"no number {len(self.other)} ranks[{format_ranks(self.other)}]")
         return "numbers: " + ", ".join(parts)
 
     def document(self) -> dict:
@@ -52,30 +56,33 @@ class Summary:
             "count": self.count,
             "min": None if self.minimum is None else {"value": self.minimum[0], "rank": self.minimum[1]},
             "max": None if self.maximum is None else {"value": self.maximum[0], "rank": self.maximum[1]},
-            "mean": self.mean, "nonfinite": self.nonfinite, "outliers": self.outliers,
+            "mean": self.mean, "nonfinite": self.nonfinite, "outliers": self.outliers, "other": self.other,
         }
 
 
 def summarize(groups: list[wire.CastGroup]) -> Summary | None:
-    """The summary of a cast's groups, or None unless every answer
-    is a number and they are not all the same (one block then says it all)."""
-    if len(groups) < 2:
-        return None
+    """The summary of a cast's groups, or None unless more ranks answer a number than not and
+    the numbers are not all the same (the blocks then say it all)."""
     values: list[tuple[float, int]] = []
+    other: list[int] = []
+    numeric_groups = 0
     for group in groups:
         value = number(group.output)
         if value is None:
-            return None
+            other += group.ranks
+            continue
+        numeric_groups += 1
         values += [(value, rank) for rank in group.ranks]
-    if not values:
+    if numeric_groups < 2 or len(values) <= len(other):
         return None
+    other.sort()
     finite = sorted((v, r) for v, r in values if math.isfinite(v))
     nonfinite = sorted(r for v, r in values if not math.isfinite(v))
     if not finite:
-        return Summary(len(values), None, None, None, nonfinite, [])
+        return Summary(len(values), None, None, None, nonfinite, [], other)
     mean = math.fsum(v for v, _ in finite) / len(finite)
     spread = math.sqrt(math.fsum((v - mean) ** 2 for v, _ in finite) / len(finite))
     outliers = sorted(r for v, r in finite if spread > 0 and abs(v - mean) > OUTLIER_SIGMAS * spread)
     lowest = min(finite, key=lambda p: (p[0], p[1]))
     highest = max(finite, key=lambda p: (p[0], -p[1]))
-    return Summary(len(values), lowest, highest, mean, nonfinite, outliers)
+    return Summary(len(values), lowest, highest, mean, nonfinite, outliers, other)

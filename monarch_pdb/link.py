@@ -48,6 +48,10 @@ class Peer(Protocol):
     def tick(self, now: float) -> list[wire.Message]: ...
 
 
+LOOK_AGAIN = 0.1
+"""Seconds between looks for a broker that is not running yet: a shell or a rank opened first
+connects within this much of the broker's start, and a look is only a lock test and a file read."""
+
 REJECTED = wire.Error(text="authentication failed")
 """Stands for the broker's unsigned `AUTH_FAILED` answer among decoded messages."""
 
@@ -196,7 +200,7 @@ class Link:
                 self.refuse(str(problem))
                 self.connection = None
             if self.connection is None:
-                self._idle(1.0)
+                self._idle(LOOK_AGAIN)
                 continue
             self._converse(self.connection)
 

@@ -217,6 +217,8 @@ def test_listen_serves_an_editor_over_tcp_one_after_another(env, example):
                 editor.attach()
                 assert len(editor.request("threads")["threads"]) == 16
                 editor.request("disconnect")
+                with editor.arrived:  # the adapter ends the connection, and is free for the next
+                    assert editor.arrived.wait_for(lambda: editor.ended, 10), "the connection stayed open"
                 editor.close()
     finally:
         server.kill()

@@ -172,6 +172,8 @@ def test_peek_finds_the_nan_while_ranks_wait_in_the_all_reduce_for_a_hung_one(en
         for rank in (0, 1):
             assert re.search(rf"^train ranks\[{rank}\] \(1\)\ntensor\([\d.]+, grad_fn=<MseLossBackward0>\)$", nan, re.M), nan
         assert "train ranks[3] (1)\n*** no frame of train_step on the rank's stack\n" in nan
+        assert re.search(r"^numbers: count 3, min [\d.]+ \(rank [01]\), max [\d.]+ \(rank [01]\), mean [\d.]+, "
+                         r"NaN/Inf 1 ranks\[2\], beyond 3 sd 0, no number 1 ranks\[3\]$", nan, re.M), nan
 
         stuck = sh.command("interrupt train ranks(0:3) --timeout 2")
         assert re.search(r"^train ranks\[0-2\] are in a C call \(torch/\S+\.py:\d+ \w+\); they stop when it returns; "

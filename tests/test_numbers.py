@@ -41,6 +41,19 @@ def test_a_nan_and_an_outlier_are_named_and_a_thousand_ranks_fit_on_one_screen()
     assert answers.document(result)["numbers"]["outliers"] == [700]
 
 
-def test_no_summary_when_the_answers_are_all_equal_or_not_all_numbers():
+def test_no_summary_when_the_numbers_are_all_equal_or_fewer_than_the_other_answers():
     assert summarize([wire.CastGroup("4\n", "", [0, 1, 2])]) is None
     assert summarize([wire.CastGroup("4\n", "", [0]), wire.CastGroup("'x'\n", "", [1])]) is None
+    assert summarize([wire.CastGroup("4\n", "", [0]), wire.CastGroup("5\n", "", [1]),
+                      wire.CastGroup("*** NameError: name 'loss' is not defined\n", "", [2, 3])]) is None
+
+
+def test_ranks_whose_answer_is_no_number_are_named_and_shown_beside_the_numbers():
+    groups = [wire.CastGroup(f"{1.0 + rank / 100000:.5f}\n", "", [rank]) for rank in range(1024)]
+    groups[5].output = "*** no frame of train_step on the rank's stack\n"
+    result = wire.CastResult(ref=1, actor="trainer", groups=groups, missing=[])
+    text = answers.grouped(result)
+    assert "trainer ranks[5] (1)\n*** no frame of train_step on the rank's stack\n" in text
+    assert text.splitlines()[-1] == ("numbers: count 1023, min 1 (rank 0), max 1.01023 (rank 1023), mean 1.00512, "
+                                     "NaN/Inf 0, beyond 3 sd 0, no number 1 ranks[5]")
+    assert answers.document(result)["numbers"]["other"] == [5]

@@ -122,6 +122,18 @@ def test_clear_asks_before_it_clears_every_breakpoint_and_interact_says_no(attac
 
 
 @pytest.mark.timeout(90)
+def test_a_cast_shows_the_question_a_rank_waits_at_and_the_next_cast_answers_it(env, calc):
+    lines = ["b 9", "clear", "y", "b"]
+    done = run_debug(env, *[arg for line in lines for arg in ("-c", f"cast calc ranks(:) {line}")], "-c", "continue")
+    assert done.returncode == 0, done.stderr
+    answers = done.stdout.split("calc ranks[0,1] (2)\n")[1:]
+    assert answers[0].startswith("Breakpoint 1 at ")
+    assert answers[1] == "Clear all breaks?\n"
+    assert answers[2].startswith("Deleted breakpoint 1 at ")
+    assert answers[3].startswith("(no output)\n"), "no breakpoint is left"
+
+
+@pytest.mark.timeout(90)
 def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
     refused = ["restart", "run", "interact"]
     lines = [*refused, "debug square(2)", *refused, "c", "p total"]

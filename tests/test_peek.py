@@ -121,6 +121,10 @@ def test_peek_reads_ranks_waiting_in_c_calls_and_names_the_nan(env, job):
         assert sh.command("peek train ranks(:) loss") == (
             "train ranks[0] (1)\n1.0\ntrain ranks[1] (1)\n1.1\ntrain ranks[2] (1)\nnan\ntrain ranks[3] (1)\n1.3\n"
             "numbers: count 4, min 1 (rank 0), max 1.3 (rank 3), mean 1.13333, NaN/Inf 1 ranks[2], beyond 3 sd 0\n")
+        assert sh.command("peek train ranks(:) loss if loss != 1.3 else nope").endswith(
+            "train ranks[3] (1)\n*** NameError: name 'nope' is not defined\n"
+            "numbers: count 3, min 1 (rank 0), max 1.1 (rank 1), mean 1.05, NaN/Inf 1 ranks[2], beyond 3 sd 0, "
+            "no number 1 ranks[3]\n")
         assert sh.command("peek --frame train_step train ranks(:) step * 2") == "train ranks[0-3] (4)\n6\n"
         assert sh.command("peek --up 1 train ranks(:) (step, rank)") == "".join(
             f"train ranks[{rank}] (1)\n(3, {rank})\n" for rank in range(4)), "train_step, one frame out of all_reduce"

@@ -158,7 +158,7 @@ LIST_ROW = {"job": str, "actor": str, "rank": int, "coords": dict, "host": str, 
 CAST = {"actor": str, "groups": [{"ranks": [int], "output": str, "outcome": str}],
         "missing": [{"rank": int, "reason": str}]}
 NUMERIC_CAST = dict(CAST, numbers={"count": int, "min": {"value": float, "rank": int}, "max": {"value": float, "rank": int},
-                                   "mean": float, "nonfinite": [int], "outliers": [int]})
+                                   "mean": float, "nonfinite": [int], "outliers": [int], "other": [int]})
 
 
 @pytest.mark.timeout(120)
@@ -173,7 +173,7 @@ def test_json_documents_follow_the_documented_schema(env, example):
     check(cast, NUMERIC_CAST)
     assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [([0, 2], "0\n"), ([1, 3], "1\n")]
     assert cast["numbers"] == {"count": 4, "min": {"value": 0.0, "rank": 0}, "max": {"value": 1.0, "rank": 1},
-                               "mean": 0.5, "nonfinite": [], "outliers": []}
+                               "mean": 0.5, "nonfinite": [], "outliers": [], "other": []}
     check(jobs, [{"job": str, "processes": int, "sessions": int, "paused": int, "hosts": [str]}])
     assert attached["attached"]["actor"] == "debugee" and stop_text("rank += 2") in attached["output"]
     assert answer == {"session": attached["attached"], "output": "5\n"}
