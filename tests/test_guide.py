@@ -200,12 +200,14 @@ def test_the_guides_walkthrough(env, broker, shell):
         assert "debugee ranks[9,13] (2)\n(its endpoint returned)" in out
         assert re.search(r"debugee ranks\[10,14\] \(2\)\n> .*debugging\.py\(5\)_bad_rank\(\)", out)
 
-        out = shell.command("continue")
-        assert out.strip() == "Continued 14 ranks: debugee ranks[0-8,10-12,14,15]"
+        out = shell.command("continue")  # the events it brings may come before the next prompt
+        assert out.splitlines()[0] == "Continued 14 ranks: debugee ranks[0-8,10-12,14,15]"
         rows = wait_for_sessions(env, 2, state="post-mortem")
         assert sorted(int(r.rank) for r in rows) == [2, 6]
         assert {r.function for r in rows} == {"debugging._bad_rank"}
-        shell.expect(r"debugee ranks\[[0-9,-]+\] \(\d+\) entered post-mortem at debugging\.py:5: ValueError: bad rank")
+        post_mortem = r"debugee ranks\[[0-9,-]+\] \(\d+\) entered post-mortem at debugging\.py:5: ValueError: bad rank"
+        if not re.search(post_mortem, out):
+            shell.expect(post_mortem)
 
         shell.command("attach debugee 2")
         trace = shell.command("bt")
