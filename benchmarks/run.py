@@ -7,9 +7,11 @@ Prints a table and writes benchmarks/results/latest.json. The targets are DESIGN
 "Performance targets" for 16 ranks: an attached `p` within 2x of the raw relay floor, a cast
 to 16 ranks under 5 ms, `list` under 200 ms. `--scale` then adds thousands of emulated ranks
 (scale.py: 256 to 16,384, directly and through a tree of 8 host brokers; with --quick 256 and
-1,024), which takes several minutes. `--tree-large` measures only the tree of 131,072 ranks
-under 16 host brokers, for a machine of 16 cores, and writes benchmarks/results/tree-large.json;
-it says at once what a smaller machine lacks, and runs nothing there.
+1,024), which takes several minutes. `--tree-large` measures only the trees of 131,072 ranks
+under 16 host brokers and 1,048,576 under 64, ranks emulated at the wire (wire_ranks.py), on two
+cores, and writes benchmarks/results/tree-large.json; each row has its wall time here and its
+critical path (the root's CPU plus the slowest host broker's), and a measure that fails is a MISS
+with its reason in its row.
 
 Floors and product measures run in alternating batches, every process started once up front:
 on a small shared machine the background load drifts by tens of percent within a minute, and
@@ -59,7 +61,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
     parser.add_argument("--scale", action="store_true", help="add the emulated-rank scale measures")
     parser.add_argument("--tree-large", action="store_true",
-                        help="only the tree of 131,072 emulated ranks under 16 host brokers (a 16-core machine)")
+                        help="only the trees of 131,072 and 1,048,576 ranks emulated at the wire")
     args = parser.parse_args()
     if args.tree_large:
         return tree_large()

@@ -96,10 +96,6 @@ SHAPES = {
              Shape(16, 1024, hosts=8), Shape(1, 16384)],
     "quick": [Shape(1, 256), Shape(4, 256)],
 }
-THREADED_LARGE = Shape(128, 1024, hosts=16)
-"""Issue 17's tree with a thread at a real breakpoint per rank, for a 16-core machine: 16 hosts
-of 8,192 ranks, in 8 processes each. An emulated rank takes about 60 KB (its thread's stack and
-pdb), 8 GB for 131,072, and each thread a kernel stack besides."""
 TREE_LARGE = [Shape(16, 8192, hosts=16, at_wire=True), Shape(64, 16384, hosts=64, at_wire=True)]
 """Issue 28's trees, ranks emulated at the wire, one connection per host broker: 131,072 ranks
 under 16 host brokers, and 1,048,576 under 64."""

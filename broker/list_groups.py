@@ -8,10 +8,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
 from monarch_pdb.broker.inflight import in_parts
-from monarch_pdb.ranks import format_ranks
+from monarch_pdb.ranks import RankSet, format_ranks
+
+if TYPE_CHECKING:
+    from monarch_pdb.broker.registry import Session
 
 KEY = attrgetter("job", "actor", "function", "lineno", "state")
 """What the ranks of one group share."""
@@ -46,6 +50,41 @@ def group_rows(rows: Iterable[wire.SessionRow]) -> list[wire.SessionGroup]:
                               count=len(set(m.ranks)), coords={dim: format_ranks(v) for dim, v in m.coords.items()},
                               hosts=list(m.hosts))
             for (job, actor, function, lineno, state), m in groups.items()]
+
+
+PLACE = attrgetter("job", "actor", "function", "lineno", "reason")
+"""Where a paused session stands, as its group knows it (a paused session's state is its stop)."""
+RANK, DIMS, VALUES = attrgetter("rank"), attrgetter("dims"), attrgetter("values")
+
+
+def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.RankState]) -> list[wire.SessionGroup]:
+    """The groups `group_rows` makes of the paused sessions' rows, made from the sessions
+    themselves: one step of Python per session (1,048,576 at the root of a tree), and no row
+    made for any. `states` is how each stop reads in `list`."""
+    groups: defaultdict[tuple, list] = defaultdict(list)
+    for sess in sessions:
+        groups[PLACE(sess)].append(sess)
+    made = []
+    for (job, actor, function, lineno, reason), members in groups.items():
+        members.sort(key=RANK)  # a storm's sessions come in runs of ranks: quick to sort
+        coords: dict[str, set[int]] = {}
+        dims = list(map(DIMS, members))
+        if dims.count(dims[0]) == len(dims):  # one mesh: its coordinates column by column
+            by_dims = {dims[0]: list(map(VALUES, members))}
+        else:
+            by_dims = defaultdict(list)
+            for sess in members:
+                by_dims[sess.dims].append(sess.values)
+        for names, values in by_dims.items():
+            for dim, column in zip(names, zip(*values)):
+                coords.setdefault(dim, set()).update(column)
+        ranks = RankSet.of(map(RANK, members))
+        made.append((members[0].rank, wire.SessionGroup(
+            job, actor, function, lineno, states[reason], ranks=ranks.text(), count=len(ranks),
+            coords={dim: format_ranks(values) for dim, values in coords.items()},
+            hosts=list(dict.fromkeys(sess.host for sess in members)))))
+    made.sort(key=lambda item: (item[1].job, item[1].actor, item[0]))
+    return [group for _, group in made]
 
 
 GROUP_FIXED = 8 * len(wire.SessionGroup.__slots__)
