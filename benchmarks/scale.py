@@ -70,8 +70,17 @@ class Shape:
         """The default second, except where two cores stand in for thousands: 4,096 connections
         would spend them on heartbeats, the link thread of one interpreter running 16,384
         ranks waits seconds for the GIL while they answer a cast, and a root listing 131,072
-        ranks is busy for a second."""
+        ranks is busy for a second. At the wire, two cores stand in for 64 hosts and their ranks,
+        and a host's connection of 16,384 sessions waits its turn for tens of seconds."""
+        if self.at_wire:
+            return 30.0
         return 5.0 if self.own_connections or self.per_process > 1024 or self.ranks > 16384 else 1.0
+
+    @property
+    def answer_timeout(self) -> float:
+        """How long a cast, list or stacks may take here before it is a MISS: on two cores the
+        emulators of 1,048,576 ranks answer a cast in minutes."""
+        return 600.0 if self.at_wire else ANSWER_TIMEOUT
 
     @property
     def ranks(self) -> int:
@@ -106,6 +115,8 @@ emulators and the floor's 64 peers); the rest is room for the others on the mach
 STORMS = {256: 3, 1024: 3, 4096: 2, 16384: 2}
 REPEAT = {256: 20, 1024: 10, 4096: 5, 16384: 3, 131072: 3, 1048576: 2}
 WARMUP = 1
+WARMUPS = {1048576: 0}
+"""Fewer untimed repetitions where one takes minutes."""
 STORM_TIMEOUT = 600.0
 ANSWER_TIMEOUT = 120.0
 # Targets from DESIGN.md: a cast to 1,024 within 2x its floor, to 16,384 under 1 s; `list`
@@ -274,10 +285,10 @@ class Emulators:
     def peak_rss_mb(self) -> float:
         return round(sum(peak_rss_kb(proc.pid) for proc in self.procs) / 1024, 1)
 
-    def release(self, conn: ShellConnection) -> None:
+    def release(self, conn: ShellConnection, timeout: float) -> None:
         """Continue every rank and wait for the processes to end; kill them if they do not."""
-        conn.request(wire.Continue(), wire.Continued, timeout=ANSWER_TIMEOUT)
-        deadline = time.monotonic() + ANSWER_TIMEOUT
+        conn.request(wire.Continue(), wire.Continued, timeout=timeout)
+        deadline = time.monotonic() + timeout
         for proc in self.procs:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
@@ -379,9 +390,9 @@ class Measures:
         return round(table[name] / count * 1e3, 1) if count else None
 
 
-def paused_sessions(conn: ShellConnection) -> int:
+def paused_sessions(conn: ShellConnection, timeout: float) -> int:
     """How many paused sessions the broker counts (a few job rows, not a row per session)."""
-    reply = conn.request(wire.ListJobs(), wire.JobList, timeout=ANSWER_TIMEOUT)
+    reply = conn.request(wire.ListJobs(), wire.JobList, timeout=timeout)
     return sum(row.paused for row in getattr(reply, "rows", []))
 
 
@@ -391,7 +402,7 @@ def wait_for_paused(conn: ShellConnection, enough: Callable[[int], bool], timeou
     deadline = time.monotonic() + timeout
     while True:
         conn.changed.clear()
-        paused = paused_sessions(conn)
+        paused = paused_sessions(conn, timeout)
         left = deadline - time.monotonic()
         if enough(paused) or left <= 0:
             return paused
@@ -402,6 +413,7 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
     """The results of one shape, and its resource row; every process it starts ends with it.
     A measure that fails is a MISS in its row, with the reason, and the others go on."""
     n = shape.ranks
+    timeout = shape.answer_timeout
     storms: list[int] = []
     resources = {"ranks": n, "shape": shape.label, "processes": shape.processes, "per_process": shape.per_process,
                  "own_connections": shape.own_connections, "hosts": shape.hosts, "at_wire": shape.at_wire,
@@ -446,12 +458,13 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
                         _alternate(conn, measures, fan_out, n, shape)
                         say(f"  N={n}: stacks")
                         for rep in range(REPEAT.get(n, 3)):
-                            measures.take("stacks", lambda: _stacks(conn, n), WARMUP if rep == 0 else 0)
+                            measures.take("stacks", lambda: _stacks(conn, n, timeout),
+                                          WARMUPS.get(n, WARMUP) if rep == 0 else 0)
                         resources.update(_peaks(brokers, emulators))
                     say(f"  N={n}: continue")
-                    emulators.release(conn)
+                    emulators.release(conn, timeout)
                     emulators = None
-                    wait_for_paused(conn, lambda paused: not paused, ANSWER_TIMEOUT)
+                    wait_for_paused(conn, lambda paused: not paused, timeout)
             finally:
                 conn.close()
     finally:
@@ -501,9 +514,10 @@ def _peaks(brokers: Brokers, emulators: Emulators) -> dict:
 
 def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut, n: int, shape: Shape) -> None:
     """Floor, casts and list one at a time in turn, so they share the machine's drift."""
+    timeout = shape.answer_timeout
 
     def cast(line: str, groups: int) -> None:
-        result = conn.cast("emu", "ranks(:)", line, ANSWER_TIMEOUT)
+        result = conn.cast("emu", "ranks(:)", line, timeout)
         answered = sum(len(group.ranks) for group in result.groups)
         if result.missing or answered != n or len(result.groups) != groups:
             why = Counter(m.reason for m in result.missing).most_common()
@@ -511,14 +525,14 @@ def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut
                                f"(not {groups}), missing {len(result.missing)} {why}")
 
     def listed() -> None:
-        rows = conn.request(wire.ListSessions(), wire.SessionList, timeout=ANSWER_TIMEOUT).rows
+        rows = conn.request(wire.ListSessions(), wire.SessionList, timeout=timeout).rows
         if len(rows) != n:
             raise RuntimeError(f"list showed {len(rows)} sessions, not {n}")
 
     def shown() -> None:
         """`list` at the shell's default screenful: the broker's groups, drawn as a table."""
         reply = conn.request(wire.ListSessions(groups_above=conn.settings.list_rows), wire.SessionGroups,
-                             timeout=ANSWER_TIMEOUT)
+                             timeout=timeout)
         grouped = sum(group.count for group in getattr(reply, "groups", []))
         if grouped != n:
             raise RuntimeError(f"list grouped {grouped} sessions, not {n}")
@@ -528,7 +542,7 @@ def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut
         fan_out.round_trips(0, 1)
 
     for rep in range(REPEAT.get(n, 3)):
-        warmup = WARMUP if rep == 0 else 0
+        warmup = WARMUPS.get(n, WARMUP) if rep == 0 else 0
         measures.take("fan_out", floor, warmup)
         measures.take("cast", lambda: cast(DIFFERENT, n), warmup)
         measures.take("same", lambda: cast(SAME, 1), warmup)
@@ -537,11 +551,11 @@ def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut
         measures.take("grouped", shown, warmup)
 
 
-def _stacks(conn: ShellConnection, n: int) -> None:
+def _stacks(conn: ShellConnection, n: int, timeout: float) -> None:
     """`stacks emu`: every rank's stack taken by its agent's thread, gathered by the broker,
     merged into one tree and printed (to nothing) by the shell's own code."""
     with open(os.devnull, "w") as sink:
-        result = conn.stacks("emu", "ranks(:)", "main", ANSWER_TIMEOUT)
+        result = conn.stacks("emu", "ranks(:)", "main", timeout)
         ranks = sum(len(group.ranks) for group in result.groups)
         if result.missing or ranks != n:
             raise RuntimeError(f"stacks came for {ranks} of {n} ranks, missing {len(result.missing)}")

@@ -151,6 +151,11 @@ class RankSet:
     @classmethod
     def from_wire(cls, spans: list) -> RankSet:
         """A set as it travelled, or ValueError when it is not one `of` would make."""
+        if len(spans) == 2:  # one run: most answers of a cast whose every answer differs
+            first, last = spans
+            if type(first) is not int or type(last) is not int or not 0 <= first <= last:
+                raise ValueError("not a run of ranks")
+            return cls((first, last))
         if len(spans) % 2 or not all(type(n) is int for n in spans):
             raise ValueError("not pairs of ranks")
         previous = -2
@@ -169,7 +174,10 @@ class RankSet:
         return self.spans[0]
 
     def __len__(self) -> int:
-        return sum(last - first + 1 for first, last in self.runs())
+        spans = self.spans
+        if len(spans) == 2:
+            return spans[1] - spans[0] + 1
+        return sum(spans[1::2]) - sum(spans[::2]) + len(spans) // 2
 
     def __bool__(self) -> bool:
         return bool(self.spans)
