@@ -72,13 +72,14 @@ class Ranks:
         self.open = count
         self.done = done
         self.outgoing: list[wire.Message] = []
-        self.hostname, self.pid = socket.gethostname(), os.getpid()
-        self.link = Link(settings, wire.Role.AGENT, job_name(), self,
+        self.job, self.hostname, self.pid = job_name(), socket.gethostname(), os.getpid()
+        # The link's thread starts at once, and may ask for `welcomed` before it is assigned here.
+        self.link = Link(settings, wire.Role.AGENT, self.job, self,
                          lambda: discovery.locate(settings), context=context)
 
     def prompt(self, index: int, output: str) -> wire.Prompt:
         rank = self.first + index
-        return wire.Prompt(sid=index + 1, cmd=self.cmds[index], job=self.link.name, actor=ACTOR, rank=rank,
+        return wire.Prompt(sid=index + 1, cmd=self.cmds[index], job=self.job, actor=ACTOR, rank=rank,
                            coords={"host": self.host, "local": index}, host=self.hostname, pid=self.pid,
                            function=FUNCTION, filename=FILENAME, lineno=LINENO, output=output, prompt=PROMPT)
 
