@@ -5,6 +5,7 @@ groups, not 131,072 rows to decode only to group them."""
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import chain
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -52,37 +53,43 @@ def group_rows(rows: Iterable[wire.SessionRow]) -> list[wire.SessionGroup]:
             for (job, actor, function, lineno, state), m in groups.items()]
 
 
-PLACE = attrgetter("job", "actor", "function", "lineno", "reason")
-"""Where a paused session stands, as its group knows it (a paused session's state is its stop)."""
+PLACE = attrgetter("job", "actor", "function", "lineno", "reason", "host")
+"""Where a paused session stands, as its group knows it (a paused session's state is its stop),
+and its host."""
 RANK, DIMS, VALUES = attrgetter("rank"), attrgetter("dims"), attrgetter("values")
 
 
 def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.RankState]) -> list[wire.SessionGroup]:
     """The groups `group_rows` makes of the paused sessions' rows, made from the sessions
     themselves: one step of Python per session (1,048,576 at the root of a tree), and no row
-    made for any. `states` is how each stop reads in `list`."""
-    groups: defaultdict[tuple, list] = defaultdict(list)
+    made for any, nor any sort of them. `states` is how each stop reads in `list`."""
+    by_host: defaultdict[tuple, list] = defaultdict(list)
     for sess in sessions:
-        groups[PLACE(sess)].append(sess)
+        by_host[PLACE(sess)].append(sess)
+    places: defaultdict[tuple, list[tuple[int, str, list]]] = defaultdict(list)
+    for (*place, host), members in by_host.items():
+        ranks = list(map(RANK, members))
+        places[tuple(place)].append((min(ranks), host, members, ranks))
     made = []
-    for (job, actor, function, lineno, reason), members in groups.items():
-        members.sort(key=RANK)  # a storm's sessions come in runs of ranks: quick to sort
+    for (job, actor, function, lineno, reason), on_hosts in places.items():
+        on_hosts.sort(key=lambda item: item[0])  # hosts in the order of their lowest rank
         coords: dict[str, set[int]] = {}
-        dims = list(map(DIMS, members))
-        if dims.count(dims[0]) == len(dims):  # one mesh: its coordinates column by column
-            by_dims = {dims[0]: list(map(VALUES, members))}
-        else:
-            by_dims = defaultdict(list)
-            for sess in members:
-                by_dims[sess.dims].append(sess.values)
-        for names, values in by_dims.items():
-            for dim, column in zip(names, zip(*values)):
-                coords.setdefault(dim, set()).update(column)
-        ranks = RankSet.of(map(RANK, members))
-        made.append((members[0].rank, wire.SessionGroup(
+        for _, _, members, _ in on_hosts:
+            dims = list(map(DIMS, members))
+            if dims.count(dims[0]) == len(dims):  # one mesh: its coordinates column by column
+                by_dims = {dims[0]: list(map(VALUES, members))}
+            else:
+                by_dims = defaultdict(list)
+                for sess in members:
+                    by_dims[sess.dims].append(sess.values)
+            for names, values in by_dims.items():
+                for dim, column in zip(names, zip(*values)):
+                    coords.setdefault(dim, set()).update(column)
+        ranks = RankSet.of(chain.from_iterable(item[3] for item in on_hosts))
+        made.append((on_hosts[0][0], wire.SessionGroup(
             job, actor, function, lineno, states[reason], ranks=ranks.text(), count=len(ranks),
             coords={dim: format_ranks(values) for dim, values in coords.items()},
-            hosts=list(dict.fromkeys(sess.host for sess in members)))))
+            hosts=[host for _, host, _, _ in on_hosts])))
     made.sort(key=lambda item: (item[1].job, item[1].actor, item[0]))
     return [group for _, group in made]
 

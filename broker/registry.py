@@ -540,7 +540,8 @@ class Registry:
 
     def paused(self, job: str = "") -> list[Session]:
         """Every paused session (of one job, if named)."""
-        return [s for s in self.sessions.values() if s.paused and (not job or s.job == job)]
+        stopped, paused = State.STOPPED, State.PAUSED  # compared inline: 1,048,576 at the root of a tree
+        return [s for s in self.sessions.values() if (s.state is stopped or s.state is paused) and (not job or s.job == job)]
 
     def end(self, sess: Session, reason: str = "") -> None:
         """Forget a session (over for `reason`). A rank whose call ended with it, and whose
