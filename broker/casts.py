@@ -23,8 +23,7 @@ PICKED_THERE = None
 @dataclass(kw_only=True)
 class CastInFlight(Request):
     total: int = 0
-    """The ranks picked here and named below; with a selector evaluated below, the sessions of
-    the actor besides, until each broker below has said how many it picked."""
+    """The ranks picked here, and those named below (see `expected` for those picked there)."""
     pending: dict[int, int] = field(default_factory=dict)
     """Session id -> rank, for each session whose answer is awaited."""
     answers: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
@@ -45,7 +44,9 @@ class CastInFlight(Request):
     picking: set[bytes] = field(default_factory=set)
     """The brokers below that evaluate the selector."""
     merged_count: int = 0
+    """How many ranks below have answered, in the parts merged so far."""
     answered_here: int = 0
+    """How many of our own sessions have answered."""
     picked_there: Callable[[bytes], list[int]] = lambda branch: []
     """The ranks a broker below picks with the selector, from what it told us: looked up only
     when it fails us, to name them."""

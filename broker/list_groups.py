@@ -5,9 +5,9 @@ groups, not 131,072 rows to decode only to group them."""
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import chain
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
