@@ -40,31 +40,54 @@ class Target:
         return under and near
 
 
+CRITICAL = "critical path"
+"""What a target of a tree on one machine applies to: the root's CPU time plus the slowest host
+broker's, what a cluster whose hosts each have their own cores would wait for."""
+WALL = "wall"
+
+
 @dataclass
 class Result:
     measure: str
     samples_ns: list[int]
     floor: Result | None = None
     target: Target | None = None
+    critical_ns: list[int] | None = None
+    """Each sample's critical path, where the processes measured share this machine's cores."""
+    judged_on: str = WALL
+    """Which of the two the target applies to (`WALL` or `CRITICAL`)."""
+    failed: str = ""
+    """Why the measure could not be taken (all of it, or its later samples): a MISS."""
 
-    def percentile(self, p: float) -> float:
+    def percentile(self, p: float, samples: list[int] | None = None) -> float:
         """Nearest-rank percentile, in milliseconds."""
-        ordered = sorted(self.samples_ns)
+        ordered = sorted(self.samples_ns if samples is None else samples)
         return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] / 1e6
 
     def row(self) -> dict:
-        p50 = self.percentile(50)
-        floor = self.floor.percentile(50) if self.floor else None
+        taken = bool(self.samples_ns)
+        p50 = self.percentile(50) if taken else None
+        critical = self.percentile(50, self.critical_ns) if self.critical_ns else None
+        floor = self.floor.percentile(50) if self.floor and self.floor.samples_ns else None
+        judged = critical if self.judged_on == CRITICAL else p50
+        if self.failed:
+            verdict = f"MISS: {self.failed}"
+        elif self.target is None:
+            verdict = None
+        else:
+            verdict = "PASS" if judged is not None and self.target.met(judged, floor) else "MISS"
         return {
             "measure": self.measure,
             "n": len(self.samples_ns),
-            "p50_ms": round(p50, 4),
-            "p99_ms": round(self.percentile(99), 4),
+            "p50_ms": round(p50, 4) if taken else None,
+            "p99_ms": round(self.percentile(99), 4) if taken else None,
             "floor": self.floor.measure if self.floor else None,
             "floor_p50_ms": round(floor, 4) if floor is not None else None,
-            "ratio_to_floor": round(p50 / floor, 2) if floor else None,
+            "ratio_to_floor": round(p50 / floor, 2) if floor and taken else None,
             "target": self.target.describe() if self.target else None,
-            "verdict": ("PASS" if self.target.met(p50, floor) else "MISS") if self.target else None,
+            "verdict": verdict,
+            **({"critical_p50_ms": round(critical, 4) if critical is not None else None,
+                "target_on": self.judged_on if self.target else None} if self.critical_ns is not None else {}),
         }
 
 
@@ -73,6 +96,11 @@ COLUMNS = (
     ("floor_p50_ms", "floor p50 ms", ">"), ("ratio_to_floor", "ratio to floor", ">"),
     ("target", "target", "<"), ("verdict", "verdict", "<"),
 )
+TREE_COLUMNS = (
+    *COLUMNS[:4], ("critical_p50_ms", "critical path p50 ms", ">"), *COLUMNS[4:7], ("target_on", "target on", "<"),
+    COLUMNS[7],
+)
+"""The columns of a tree whose brokers share this machine: both times, and which one is judged."""
 
 
 def _cell(key: str, value: object) -> str:

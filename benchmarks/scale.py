@@ -26,20 +26,24 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import floors
+import report
 from report import Result, Target
-from timing import timed
 
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
 from monarch_pdb.client import stacks, table
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import RequestFailed, ShellConnection
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
+WIRE_EMULATOR = EMULATOR.with_name("wire_ranks.py")
+WIRE_CONNECTIONS = 8
+"""Connections (one per host broker) held by one process of ranks emulated at the wire."""
 JOB = "emulated"
 DIFFERENT = "p rank"
 """A cast whose every answer differs."""
@@ -57,14 +61,26 @@ class Shape:
     per_process: int
     own_connections: bool = False
     hosts: int = 0
+    at_wire: bool = False
+    """Ranks emulated at the wire (wire_ranks.py), each process one connection, not a thread
+    at a real breakpoint each."""
 
     @property
     def heartbeat(self) -> float:
         """The default second, except where two cores stand in for thousands: 4,096 connections
         would spend them on heartbeats, the link thread of one interpreter running 16,384
         ranks waits seconds for the GIL while they answer a cast, and a root listing 131,072
-        ranks is busy for a second."""
+        ranks is busy for a second. At the wire, two cores stand in for 64 hosts and their ranks,
+        and a host's connection of 16,384 sessions waits its turn for tens of seconds."""
+        if self.at_wire:
+            return 30.0
         return 5.0 if self.own_connections or self.per_process > 1024 or self.ranks > 16384 else 1.0
+
+    @property
+    def answer_timeout(self) -> float:
+        """How long a cast, list or stacks may take here before it is a MISS: on two cores the
+        emulators of 1,048,576 ranks answer a cast in minutes."""
+        return 600.0 if self.at_wire else ANSWER_TIMEOUT
 
     @property
     def ranks(self) -> int:
@@ -72,6 +88,8 @@ class Shape:
 
     @property
     def label(self) -> str:
+        if self.at_wire:
+            return f"tree: {self.hosts} host brokers x {self.ranks // self.hosts:,} at the wire"
         if self.hosts:
             return f"tree: {self.hosts} host brokers x {self.processes // self.hosts} x {self.per_process}"
         each = f", {self.ranks} connections" if self.own_connections else ""
@@ -87,15 +105,19 @@ SHAPES = {
              Shape(16, 1024, hosts=8), Shape(1, 16384)],
     "quick": [Shape(1, 256), Shape(4, 256)],
 }
-LARGE = Shape(128, 1024, hosts=16)
-"""Issue 17's tree for a 16-core machine: 16 hosts of 8,192 ranks, in 8 processes each."""
-LARGE_NEEDS = {"cores": 16, "memory_gb": 16}
-"""An emulated rank takes about 60 KB (its thread's stack and pdb), 8 GB for 131,072, and
-each thread a kernel stack besides; the brokers take under 1 GB together."""
+TREE_LARGE = [Shape(16, 8192, hosts=16, at_wire=True), Shape(64, 16384, hosts=64, at_wire=True)]
+"""Issue 28's trees, ranks emulated at the wire, one connection per host broker: 131,072 ranks
+under 16 host brokers, and 1,048,576 under 64."""
+TREE_LARGE_NEEDS = {"cores": 2, "memory_gb": 12}
+"""At 1,048,576 ranks the brokers and emulators peak at about 7 GB together (the root 1.3, the
+64 host brokers 4.5, the 8 emulators 1.2), the benchmark's own shell at about 2.6 GB holding a
+million answers, and the floor's 64 peers take some more."""
 # Storms, then casts and lists (alternating with the floor), per N: few for big N.
-STORMS = {256: 3, 1024: 3, 4096: 2, 16384: 2, 131072: 1}
-REPEAT = {256: 20, 1024: 10, 4096: 5, 16384: 3, 131072: 3}
+STORMS = {256: 3, 1024: 3, 4096: 2, 16384: 2}
+REPEAT = {256: 20, 1024: 10, 4096: 5, 16384: 3, 131072: 3, 1048576: 2}
 WARMUP = 1
+WARMUPS = {1048576: 0}
+"""Fewer untimed repetitions where one takes minutes."""
 STORM_TIMEOUT = 600.0
 ANSWER_TIMEOUT = 120.0
 # Targets from DESIGN.md: a cast to 1,024 within 2x its floor, to 16,384 under 1 s; `list`
@@ -106,8 +128,16 @@ ANSWER_TIMEOUT = 120.0
 CAST_TARGETS = {1024: Target(times_floor=2.0), 16384: Target(ms=1000.0), 131072: Target(ms=2000.0)}
 LIST_TARGETS = {16384: Target(ms=200.0), 131072: Target(ms=1000.0)}
 # Issue 9: `stacks` of every rank merged and printed, 1,024 under 1 s and 16,384 under 5 s.
-STACKS_TARGETS = {1024: Target(ms=1000.0), 16384: Target(ms=5000.0), 131072: Target(ms=1000.0)}
-STORM_TARGETS = {131072: Target(ms=30000.0)}
+STACKS_TARGETS = {1024: Target(ms=1000.0), 16384: Target(ms=5000.0), 131072: Target(ms=1000.0),
+                  1048576: Target(ms=2000.0)}
+STORM_TARGETS = {131072: Target(ms=30000.0), 1048576: Target(ms=120000.0)}
+# Issue 28, for 1,048,576 ranks at the wire (critical path): `p rank` under 5 s, a cast with
+# one answer under 2 s, grouped `list` under 1 s, and the root's CPU for that cast at most
+# twice its figure at 131,072.
+CAST_TARGETS[1048576] = Target(ms=5000.0)
+SAME_TARGETS = {1048576: Target(ms=2000.0)}
+GROUPED_TARGETS = {1048576: Target(ms=1000.0)}
+ROOT_CPU_GROWTH = 2.0
 MEMORY_TARGET_KB = 2.0
 ROOT_MEMORY_TARGET_KB = 1.0
 ROOT_CPU_TARGET = 0.1
@@ -121,6 +151,8 @@ RESOURCE_COLUMNS = (
     ("root_cpu_verdict", "< 1/10 direct", "<"), ("failed", "failed", "<"),
 )
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+SETTLED = 0.01
+SETTLE_LIMIT = 30.0
 
 
 def _die_with_us() -> None:
@@ -224,6 +256,20 @@ class Brokers:
     def below_cpu_seconds(self) -> float:
         return sum(host.cpu_seconds() for host in self.below)
 
+    def settle(self) -> None:
+        """Until the brokers are idle (under SETTLED of CPU together in a tenth of a second, or
+        SETTLE_LIMIT has passed): what a measure before left them to do (a million answers to
+        free) is not counted in the next."""
+        deadline = time.monotonic() + SETTLE_LIMIT
+        brokers = [self.root, *self.below]
+        before = sum(broker.cpu_seconds() for broker in brokers)
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = sum(broker.cpu_seconds() for broker in brokers)
+            if now - before < SETTLED:
+                return
+            before = now
+
     def stop(self) -> None:
         for broker in [*self.below, self.root]:
             broker.stop()
@@ -231,24 +277,35 @@ class Brokers:
 
 class Emulators:
     """C emulator processes of S ranks each, started together: one breakpoint storm; the
-    processes are spread evenly over the host brokers."""
+    processes are spread evenly over the host brokers. At the wire, each of the C is one
+    connection of S sessions (wire_ranks.py), WIRE_CONNECTIONS of them to a process."""
 
     def __init__(self, brokers: Brokers, shape: Shape, workdir: Path) -> None:
         self.procs = []
-        connections = "own" if shape.own_connections else "shared"
-        for p in range(shape.processes):
-            host = brokers.hosts[p * len(brokers.hosts) // shape.processes]
-            with open(workdir / f"emulator-{p}.log", "ab") as log:
+        hosts = [brokers.hosts[p * len(brokers.hosts) // shape.processes] for p in range(shape.processes)]
+        if shape.at_wire:
+            specs = [f"{host.settings.runtime_dir}:{p * shape.per_process}:{shape.per_process}"
+                     for p, host in enumerate(hosts)]
+            commands = [[str(WIRE_EMULATOR), *specs[at:at + WIRE_CONNECTIONS]]
+                        for at in range(0, len(specs), WIRE_CONNECTIONS)]
+        else:
+            connections = "own" if shape.own_connections else "shared"
+            commands = [[str(EMULATOR), str(p * shape.per_process), str(shape.per_process), connections]
+                        for p in range(shape.processes)]
+        for number, command in enumerate(commands):
+            with open(workdir / f"emulator-{number}.log", "ab") as log:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, str(EMULATOR), str(os.getpid()), str(p * shape.per_process),
-                     str(shape.per_process), connections],
-                    env=host.env, cwd=EMULATOR.parent, stdin=subprocess.DEVNULL, stdout=log,
+                    [sys.executable, command[0], str(os.getpid()), *command[1:]],
+                    env=hosts[0].env, cwd=EMULATOR.parent, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True))
 
-    def release(self, conn: ShellConnection) -> None:
+    def peak_rss_mb(self) -> float:
+        return round(sum(peak_rss_kb(proc.pid) for proc in self.procs) / 1024, 1)
+
+    def release(self, conn: ShellConnection, timeout: float) -> None:
         """Continue every rank and wait for the processes to end; kill them if they do not."""
-        conn.request(wire.Continue(), wire.Continued, timeout=ANSWER_TIMEOUT)
-        deadline = time.monotonic() + ANSWER_TIMEOUT
+        conn.request(wire.Continue(), wire.Continued, timeout=timeout)
+        deadline = time.monotonic() + timeout
         for proc in self.procs:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
@@ -263,9 +320,18 @@ class Emulators:
             proc.wait()
 
 
+def peak_rss_kb(pid: int) -> int:
+    """The most memory a process has held at once (VmHWM), 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+    except OSError:
+        return 0
+
+
 def cannot_run(shape: Shape, needs: dict[str, int]) -> str:
-    """Why this machine cannot run `shape` (too few cores, memory, threads or processes for
-    one thread per rank), or "" when it can."""
+    """Why this machine cannot run `shape` (too few cores or too little memory; for one thread
+    per rank, too few threads or processes), or "" when it can."""
     threads = shape.ranks + 4096
     have = {
         "cores": len(os.sched_getaffinity(0)),
@@ -276,6 +342,8 @@ def cannot_run(shape: Shape, needs: dict[str, int]) -> str:
     short = [f"{have['cores']} cores (needs {needs['cores']})"] if have["cores"] < needs["cores"] else []
     if have["memory_gb"] < needs["memory_gb"]:
         short.append(f"{have['memory_gb']} GB of memory available (needs {needs['memory_gb']})")
+    if shape.at_wire:
+        return "; ".join(short)
     short += [f"kernel.{name} {have[name]} (needs {threads}: one thread per rank)"
               for name in ("pid_max", "threads-max") if have[name] < threads]
     processes, _ = resource.getrlimit(resource.RLIMIT_NPROC)
@@ -294,17 +362,87 @@ def _meminfo_kb(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
+class Measures:
+    """The samples of each measure of a shape, each with its critical path (the root's CPU in
+    the call plus the slowest host broker's), and why a measure failed: a measure that fails
+    once is a MISS with its reason and is not tried again, and the others go on."""
+
+    def __init__(self, brokers: Brokers) -> None:
+        self.brokers = brokers
+        self.samples: dict[str, list[int]] = {}
+        self.critical: dict[str, list[int]] = {}
+        self.root_cpu: dict[str, float] = {}
+        self.below_cpu: dict[str, float] = {}
+        self.failed: dict[str, str] = {}
+
+    def take(self, name: str, once: Callable[[], None], warmup: int = 0) -> None:
+        """One timed call of `once` (after `warmup` untimed ones), unless `name` failed before."""
+        if name in self.failed:
+            return
+        try:
+            for _ in range(warmup):
+                once()
+            self.brokers.settle()
+            root, below = self.brokers.root.cpu_seconds(), [host.cpu_seconds() for host in self.brokers.below]
+            start = time.perf_counter_ns()
+            once()
+            wall = time.perf_counter_ns() - start
+        except (RuntimeError, RequestFailed) as failure:
+            self.failed[name] = str(failure)
+            return
+        root = self.brokers.root.cpu_seconds() - root
+        below = [host.cpu_seconds() - was for host, was in zip(self.brokers.below, below)]
+        self.samples.setdefault(name, []).append(wall)
+        self.critical.setdefault(name, []).append(round((root + max(below, default=0.0)) * 1e9))
+        self.root_cpu[name] = self.root_cpu.get(name, 0.0) + root
+        self.below_cpu[name] = self.below_cpu.get(name, 0.0) + sum(below)
+
+    def result(self, name: str, measure: str, target: Target | None = None, floor: Result | None = None,
+               judged_on: str = report.WALL) -> Result:
+        return Result(measure, self.samples.get(name, []), floor=floor, target=target,
+                      critical_ns=self.critical.get(name, []) if self.brokers.below else None,
+                      judged_on=judged_on, failed=self.failed.get(name, ""))
+
+    def cpu_ms(self, name: str, table: dict[str, float]) -> float | None:
+        count = len(self.samples.get(name, []))
+        return round(table[name] / count * 1e3, 1) if count else None
+
+
+def paused_sessions(conn: ShellConnection, timeout: float) -> int:
+    """How many paused sessions the broker counts (a few job rows, not a row per session)."""
+    reply = conn.request(wire.ListJobs(), wire.JobList, timeout=timeout)
+    return sum(row.paused for row in getattr(reply, "rows", []))
+
+
+def wait_for_paused(conn: ShellConnection, enough: Callable[[int], bool], timeout: float) -> int:
+    """Until `enough` of the count of paused sessions, counted again after every event (and
+    every second); the last count when `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn.changed.clear()
+        paused = paused_sessions(conn, timeout)
+        left = deadline - time.monotonic()
+        if enough(paused) or left <= 0:
+            return paused
+        conn.changed.wait(min(left, 1.0))
+
+
 def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]:
-    """The results of one shape, and its resource row; every process it starts ends with it."""
+    """The results of one shape, and its resource row; every process it starts ends with it.
+    A measure that fails is a MISS in its row, with the reason, and the others go on."""
     n = shape.ranks
+    timeout = shape.answer_timeout
     storms: list[int] = []
-    samples: dict[str, list[int]] = {"fan_out": [], "cast": [], "same": [], "list": [], "grouped": [], "stacks": []}
     resources = {"ranks": n, "shape": shape.label, "processes": shape.processes, "per_process": shape.per_process,
-                 "own_connections": shape.own_connections, "hosts": shape.hosts, "failed": None}
+                 "own_connections": shape.own_connections, "hosts": shape.hosts, "at_wire": shape.at_wire,
+                 "failed": None}
     workdir.mkdir()
     brokers = Brokers(shape, workdir)
+    measures = Measures(brokers)
     root = brokers.root
     emulators: Emulators | None = None
+    storm_failed = ""
+    storm_critical: list[int] = []
     try:
         if shape.own_connections:
             floor_peers = floors.FanOut(shape.processes, sockets_per_peer=shape.per_process)
@@ -314,14 +452,19 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
             conn = ShellConnection.open(root.settings.with_overrides(connect_timeout=floors.START_TIMEOUT))
             try:
                 empty_kb = root.rss_kb()
-                for storm in range(STORMS[n]):
-                    say(f"  N={n} ({shape.label}): storm {storm + 1} of {STORMS[n]}")
+                for storm in range(STORMS.get(n, 1)):
+                    say(f"  N={n} ({shape.label}): storm {storm + 1} of {STORMS.get(n, 1)}")
+                    cpu_before = root.cpu_seconds(), [host.cpu_seconds() for host in brokers.below]
                     start = time.perf_counter_ns()
                     emulators = Emulators(brokers, shape, workdir)
-                    rows = conn.wait_for_rows(lambda rows: len(rows) >= n, STORM_TIMEOUT)
+                    listed = wait_for_paused(conn, lambda paused: paused >= n, STORM_TIMEOUT)
                     storms.append(time.perf_counter_ns() - start)
-                    if len(rows) < n:
-                        raise RuntimeError(f"only {len(rows)} of {n} sessions listed within {STORM_TIMEOUT:g} s")
+                    storm_critical.append(round((root.cpu_seconds() - cpu_before[0] + max(
+                        (host.cpu_seconds() - was for host, was in zip(brokers.below, cpu_before[1])), default=0.0))
+                        * 1e9))
+                    if listed < n:
+                        storm_failed = f"only {listed} of {n} sessions listed within {STORM_TIMEOUT:g} s"
+                        say(f"  N={n}: {storm_failed}")
                     if storm == 0:
                         full_kb = root.rss_kb()
                         resources["broker_rss_mb"] = round(full_kb / 1024, 1)
@@ -330,41 +473,69 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
                         met = "PASS" if resources["kb_per_session"] < target else "MISS"
                         resources["memory_verdict"] = f"< {target:g} KB: {met}"
                         say(f"  N={n}: casts and lists")
-                        resources.update(_alternate(conn, brokers, fan_out, n, samples))
-                        samples["stacks"] = _stacks(conn, n)
-                    emulators.release(conn)
+                        _alternate(conn, measures, fan_out, n, shape)
+                        say(f"  N={n}: stacks")
+                        for rep in range(REPEAT.get(n, 3)):
+                            measures.take("stacks", lambda: _stacks(conn, n, timeout),
+                                          WARMUPS.get(n, WARMUP) if rep == 0 else 0)
+                        resources.update(_peaks(brokers, emulators))
+                    say(f"  N={n}: continue")
+                    emulators.release(conn, timeout)
                     emulators = None
-                    conn.wait_for_rows(lambda rows: not rows, ANSWER_TIMEOUT)
+                    wait_for_paused(conn, lambda paused: not paused, timeout)
             finally:
                 conn.close()
     finally:
         if emulators is not None:
             emulators.kill()
         brokers.stop()
-    floor = Result(f"raw fan-out/gather, {shape.label} (floor)", samples["fan_out"])
-    return [
-        Result(f"breakpoint storm, {n} sessions listed ({shape.label})", storms, target=STORM_TARGETS.get(n)),
+    resources.update({
+        "cpu_us_per_session_cast": round(measures.root_cpu["cast"] / len(measures.samples["cast"]) / n * 1e6, 2)
+        if measures.samples.get("cast") else None,
+        "cpu_ms_cast": measures.cpu_ms("cast", measures.root_cpu),
+        "cpu_ms_same": measures.cpu_ms("same", measures.root_cpu),
+        "hosts_cpu_ms_same": measures.cpu_ms("same", measures.below_cpu) if brokers.below else None,
+    })
+    tree = report.CRITICAL if shape.at_wire else report.WALL
+    floor = Result(f"raw fan-out/gather, {shape.label} (floor)", measures.samples.get("fan_out", []),
+                   failed=measures.failed.get("fan_out", ""))
+    results = [
+        Result(f"breakpoint storm, {n} sessions listed ({shape.label})", storms, target=STORM_TARGETS.get(n),
+               critical_ns=storm_critical if brokers.below else None, judged_on=tree, failed=storm_failed),
         floor,
-        Result(f"cast ranks(:) `{DIFFERENT}`, {n} ranks ({shape.label})", samples["cast"], floor=floor,
-               target=CAST_TARGETS.get(n)),
-        Result(f"cast ranks(:) `{SAME}` (one answer), {n} ranks ({shape.label})", samples["same"], floor=floor),
-        Result(f"list, {n} sessions ({shape.label})", samples["list"], target=LIST_TARGETS.get(n)),
-        Result(f"list as the shell shows it (grouped), {n} sessions ({shape.label})", samples["grouped"],
-               target=LIST_TARGETS.get(n)),
-        Result(f"stacks of {n} ranks, merged and printed ({shape.label})", samples["stacks"],
-               target=STACKS_TARGETS.get(n)),
-    ], resources
+        measures.result("cast", f"cast ranks(:) `{DIFFERENT}`, {n} ranks ({shape.label})", CAST_TARGETS.get(n),
+                        floor, tree),
+        measures.result("same", f"cast ranks(:) `{SAME}` (one answer), {n} ranks ({shape.label})",
+                        SAME_TARGETS.get(n), floor, tree),
+    ]
+    if not shape.at_wire:
+        results.append(measures.result("list", f"list, {n} sessions ({shape.label})", LIST_TARGETS.get(n)))
+    results += [
+        measures.result("grouped", f"list as the shell shows it (grouped), {n} sessions ({shape.label})",
+                        GROUPED_TARGETS.get(n, LIST_TARGETS.get(n)), judged_on=tree),
+        measures.result("stacks", f"stacks of {n} ranks, merged and printed ({shape.label})",
+                        STACKS_TARGETS.get(n), judged_on=tree),
+    ]
+    return results, resources
 
 
-def _alternate(conn: ShellConnection, brokers: Brokers, fan_out: floors.FanOut, n: int,
-               samples: dict[str, list[int]]) -> dict:
-    """Floor, casts and list one at a time in turn, so they share the machine's drift; returns
-    the CPU that the (root) broker, and the host brokers, spent in the timed casts."""
-    cpu = {"cast": 0.0, "same": 0.0}
-    below_cpu = 0.0
+def _peaks(brokers: Brokers, emulators: Emulators) -> dict:
+    """The most memory each kind of process held, with every rank paused and after the casts."""
+    below = [peak_rss_kb(host.proc.pid) for host in brokers.below]
+    return {
+        "root_peak_rss_mb": round(peak_rss_kb(brokers.root.proc.pid) / 1024, 1),
+        "hosts_peak_rss_mb": round(sum(below) / 1024, 1) if below else None,
+        "host_peak_rss_mb": round(max(below) / 1024, 1) if below else None,
+        "emulators_peak_rss_mb": emulators.peak_rss_mb(),
+    }
+
+
+def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut, n: int, shape: Shape) -> None:
+    """Floor, casts and list one at a time in turn, so they share the machine's drift."""
+    timeout = shape.answer_timeout
 
     def cast(line: str, groups: int) -> None:
-        result = conn.cast("emu", "ranks(:)", line, ANSWER_TIMEOUT)
+        result = conn.cast("emu", "ranks(:)", line, timeout)
         answered = sum(len(group.ranks) for group in result.groups)
         if result.missing or answered != n or len(result.groups) != groups:
             why = Counter(m.reason for m in result.missing).most_common()
@@ -372,59 +543,48 @@ def _alternate(conn: ShellConnection, brokers: Brokers, fan_out: floors.FanOut, 
                                f"(not {groups}), missing {len(result.missing)} {why}")
 
     def listed() -> None:
-        rows = conn.request(wire.ListSessions(), wire.SessionList, timeout=ANSWER_TIMEOUT).rows
+        rows = conn.request(wire.ListSessions(), wire.SessionList, timeout=timeout).rows
         if len(rows) != n:
             raise RuntimeError(f"list showed {len(rows)} sessions, not {n}")
 
     def shown() -> None:
         """`list` at the shell's default screenful: the broker's groups, drawn as a table."""
         reply = conn.request(wire.ListSessions(groups_above=conn.settings.list_rows), wire.SessionGroups,
-                             timeout=ANSWER_TIMEOUT)
-        grouped = sum(group.count for group in reply.groups)
+                             timeout=timeout)
+        grouped = sum(group.count for group in getattr(reply, "groups", []))
         if grouped != n:
             raise RuntimeError(f"list grouped {grouped} sessions, not {n}")
         table.groups_table(reply.groups)
 
-    for rep in range(REPEAT[n]):
-        warmup = WARMUP if rep == 0 else 0
-        samples["fan_out"] += fan_out.round_trips(warmup, 1)
-        for name, line, groups in (("cast", DIFFERENT, n), ("same", SAME, 1)):
-            samples[name] += timed(lambda: cast(line, groups), warmup, 0)
-            before, below_before = brokers.root.cpu_seconds(), brokers.below_cpu_seconds()
-            samples[name] += timed(lambda: cast(line, groups), 0, 1)
-            cpu[name] += brokers.root.cpu_seconds() - before
-            if name == "same":
-                below_cpu += brokers.below_cpu_seconds() - below_before
-        samples["list"] += timed(listed, warmup, 1)
-        samples["grouped"] += timed(shown, warmup, 1)
-    casts = REPEAT[n]
-    return {
-        "cpu_us_per_session_cast": round(cpu["cast"] / casts / n * 1e6, 2),
-        "cpu_ms_cast": round(cpu["cast"] / casts * 1e3, 1),
-        "cpu_ms_same": round(cpu["same"] / casts * 1e3, 1),
-        "hosts_cpu_ms_same": round(below_cpu / casts * 1e3, 1) if brokers.below else None,
-    }
+    def floor() -> None:
+        fan_out.round_trips(0, 1)
+
+    for rep in range(REPEAT.get(n, 3)):
+        warmup = WARMUPS.get(n, WARMUP) if rep == 0 else 0
+        measures.take("fan_out", floor, warmup)
+        measures.take("cast", lambda: cast(DIFFERENT, n), warmup)
+        measures.take("same", lambda: cast(SAME, 1), warmup)
+        if not shape.at_wire:
+            measures.take("list", listed, warmup)
+        measures.take("grouped", shown, warmup)
 
 
-def _stacks(conn: ShellConnection, n: int) -> list[int]:
+def _stacks(conn: ShellConnection, n: int, timeout: float) -> None:
     """`stacks emu`: every rank's stack taken by its agent's thread, gathered by the broker,
     merged into one tree and printed (to nothing) by the shell's own code."""
     with open(os.devnull, "w") as sink:
-        def once() -> None:
-            result = conn.stacks("emu", "ranks(:)", "main", ANSWER_TIMEOUT)
-            ranks = sum(len(group.ranks) for group in result.groups)
-            if result.missing or ranks != n:
-                raise RuntimeError(f"stacks came for {ranks} of {n} ranks, missing {len(result.missing)}")
-            sink.write(stacks.text(result, every_thread=False))
-
-        return timed(once, WARMUP, REPEAT[n])
+        result = conn.stacks("emu", "ranks(:)", "main", timeout)
+        ranks = sum(len(group.ranks) for group in result.groups)
+        if result.missing or ranks != n:
+            raise RuntimeError(f"stacks came for {ranks} of {n} ranks, missing {len(result.missing)}")
+        sink.write(stacks.text(result, every_thread=False))
 
 
 def compare_with_direct(rows: list[dict]) -> None:
     """Each tree's root CPU for a cast of one answer, as a part of the direct broker's for the
     same processes (measured in the same run), against the target."""
     for row in rows:
-        if not row.get("hosts") or row.get("failed"):
+        if not row.get("hosts") or row.get("failed") or row.get("at_wire"):
             continue
         direct = next((other for other in rows if not other.get("hosts") and not other.get("failed")
                        and all(other.get(k) == row[k] for k in ("processes", "per_process", "own_connections"))), None)
@@ -433,3 +593,27 @@ def compare_with_direct(rows: list[dict]) -> None:
             continue
         row["same_vs_direct"] = round(row["cpu_ms_same"] / direct["cpu_ms_same"], 3)
         row["root_cpu_verdict"] = "PASS" if row["same_vs_direct"] < ROOT_CPU_TARGET else "MISS"
+
+
+TREE_RESOURCE_COLUMNS = (
+    ("ranks", "N", ">"), ("shape", "shape", "<"), ("broker_rss_mb", "root RSS MB", ">"),
+    ("kb_per_session", "root KB/session", ">"), ("memory_verdict", "memory target", "<"),
+    ("root_peak_rss_mb", "root peak MB", ">"), ("host_peak_rss_mb", "largest host broker peak MB", ">"),
+    ("hosts_peak_rss_mb", "host brokers' peak MB", ">"), ("emulators_peak_rss_mb", "emulators' peak MB", ">"),
+    ("cpu_ms_cast", "root CPU ms `p rank`", ">"), ("cpu_ms_same", "root CPU ms one answer", ">"),
+    ("hosts_cpu_ms_same", "host brokers' CPU ms one answer", ">"), ("root_cpu_growth", "vs 131,072", ">"),
+    ("root_cpu_verdict", f"<= {ROOT_CPU_GROWTH:g}x", "<"), ("failed", "failed", "<"),
+)
+
+
+def compare_root_cpu(rows: list[dict]) -> None:
+    """The root's CPU for a cast of one answer at each larger tree, as a multiple of the
+    smallest's in the same run: it should grow with host brokers and answers, not ranks."""
+    measured = [row for row in rows if row.get("cpu_ms_same")]
+    if len(measured) < 2:
+        return
+    base = min(measured, key=lambda row: row["ranks"])
+    for row in measured:
+        if row is not base:
+            row["root_cpu_growth"] = round(row["cpu_ms_same"] / base["cpu_ms_same"], 2)
+            row["root_cpu_verdict"] = "PASS" if row["root_cpu_growth"] <= ROOT_CPU_GROWTH else "MISS"

@@ -4,11 +4,13 @@ the order in which a session runs the lines of several shells' casts."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
 from monarch_pdb.broker.inflight import InFlight, Request
+from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.registry import Session
@@ -21,18 +23,45 @@ def question(prompt: str) -> str:
     return "" if prompt.strip("() ") in ("", "Pdb") else prompt.rstrip() + "\n"
 
 
+PICKED_THERE = None
+"""What a broker below owes when the cast's selector is evaluated there: the ranks it picks."""
+
+
 @dataclass(kw_only=True)
 class CastInFlight(Request):
     total: int = 0
+    """The ranks picked here, and those named below (see `expected` for those picked there)."""
     pending: dict[int, int] = field(default_factory=dict)
     """Session id -> rank, for each session whose answer is awaited."""
     answers: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
-    owed: dict[bytes, set[int]] = field(default_factory=dict)
-    """The ranks each broker below still owes: it sends them grouped, in one `CastResult`."""
+    """Our own sessions' answers."""
+    below: dict[tuple[str, str], list[RankSet]] = field(default_factory=lambda: defaultdict(list))
+    """The answers from brokers below, as the rank sets they sent: merged as runs, not ranks."""
+    owed: dict[bytes, RankSet | None] = field(default_factory=dict)
+    """What each broker below still owes: these ranks, or (PICKED_THERE) whichever its
+    selector picks; it sends them grouped, in one `CastResult`."""
     hosts: dict[bytes, str] = field(default_factory=dict)
     """The host of each broker below, to name it when it fails us."""
     answered_below: dict[bytes, int] = field(default_factory=dict)
     """How many of its ranks each broker below says have answered, before it sends them."""
+    picked_below: dict[bytes, int] = field(default_factory=dict)
+    """How many ranks each broker below picked with the selector, as it says."""
+    merged: dict[bytes, list[RankSet]] = field(default_factory=lambda: defaultdict(list))
+    """The ranks each broker below answered for so far."""
+    picking: set[bytes] = field(default_factory=set)
+    """The brokers below that evaluate the selector."""
+    merged_count: int = 0
+    """How many ranks below have answered, in the parts merged so far."""
+    answered_here: int = 0
+    """How many of our own sessions have answered."""
+    picked_there: Callable[[bytes], list[int]] = lambda branch: []
+    """The ranks a broker below picks with the selector, from what it told us: looked up only
+    when it fails us, to name them."""
+    estimate: int = 0
+    """The sessions of the actor below, until every broker below says how many it picked."""
+    refusal: Callable[[], str] | None = None
+    """Why nothing was picked, for a shell whose selector was evaluated below and picked
+    nothing there either (the shell is told this instead of an empty result)."""
     next_progress: float = 0.0
     RESULT = wire.CastResult
 
@@ -42,39 +71,71 @@ class CastInFlight(Request):
 
     @property
     def answered(self) -> int:
-        owed = sum(len(ranks) for ranks in self.owed.values())
-        return self.total - len(self.pending) - owed - len(self.missing) + sum(self.answered_below.values())
+        return self.answered_here + self.merged_count + sum(self.answered_below.values())
 
-    def owe(self, branch: bytes, host: str, ranks: list[int]) -> None:
-        self.owed[branch], self.hosts[branch] = set(ranks), host
+    @property
+    def picked_nothing(self) -> bool:
+        return not self.answers and not self.below and not self.missing
+
+    @property
+    def expected(self) -> int:
+        """How many ranks the cast is for, as far as known."""
+        if any(branch not in self.picked_below for branch in self.picking):
+            return self.total + self.estimate
+        return self.total + sum(self.picked_below.values())
+
+    def owe(self, branch: bytes, host: str, ranks: RankSet | None) -> None:
+        self.owed[branch], self.hosts[branch] = ranks, host
+        if ranks is PICKED_THERE:
+            self.picking.add(branch)
+
+    def picked_there_count(self, branch: bytes, count: int) -> None:
+        """A broker below that evaluates the selector says how many ranks it picked."""
+        if branch in self.picking:
+            self.picked_below[branch] = count
 
     def merge(self, branch: bytes, groups: list[wire.CastGroup], missing: list[wire.Missing], more: bool) -> None:
         """A broker below answers for its ranks, grouped; the last part (not `more`) ends
-        what it owes, and a rank it left out is named."""
-        owed = self.owed.get(branch)
-        if owed is None:
+        what it owes, and a rank it left out is named. Only the ranks it owes count."""
+        if branch not in self.owed:
             return
+        owed = self.owed[branch]
         for group in groups:
-            mine = owed.intersection(group.ranks)
-            owed -= mine
-            self.answers[(group.output, group.outcome)].extend(mine)
-        for gone in missing:
-            if gone.rank in owed:
-                owed.discard(gone.rank)
-                self.missing.append(gone)
+            mine = group.ranks if owed is PICKED_THERE else RankSet.of(r for r in owed if r in group.ranks)
+            if mine:
+                self.below[(group.output, group.outcome)].append(mine)
+                self.merged[branch].append(mine)
+                self.merged_count += len(mine)
+        gone = [missed for missed in missing if owed is PICKED_THERE or missed.rank in owed]
+        self.missing += gone
+        if owed is not PICKED_THERE:
+            self.owed[branch] = RankSet.of(set(owed).difference(*self.merged[branch], (missed.rank for missed in gone)))
         if not more:
+            if owed is PICKED_THERE:
+                self.picked_below[branch] = sum(map(len, self.merged[branch])) + len(missing)
+                self.owed.pop(branch)
             self.lost(branch, f"no answer from the broker on {self.hosts[branch]}")
+
+    def still_owed(self, branch: bytes) -> list[int]:
+        """The ranks a broker below has not answered for yet."""
+        owed = self.owed.get(branch)
+        ranks = self.picked_there(branch) if owed is PICKED_THERE else list(owed or ())
+        answered = set().union(*self.merged.get(branch, ())) if branch in self.merged else set()
+        return sorted(rank for rank in ranks if rank not in answered)
 
     def lost(self, peer: bytes, reason: str) -> None:
         """A broker below will send nothing more (lost, or done): its ranks still owed are missing.
         (A lost agent's sessions end one by one: `Casts.ended`.)"""
-        self.missing += [wire.Missing(rank, reason) for rank in sorted(self.owed.pop(peer, ()))]
+        if peer in self.owed:
+            self.missing += [wire.Missing(rank, reason) for rank in self.still_owed(peer)]
+            self.owed.pop(peer)
         self.answered_below.pop(peer, None)
 
     def answer(self, session_id: int, output: str, outcome: str) -> None:
         rank = self.pending.pop(session_id, None)
         if rank is not None:
             self.answers[(output, outcome)].append(rank)
+            self.answered_here += 1
 
     def give_up(self, session_id: int, reason: str) -> None:
         rank = self.pending.pop(session_id, None)
@@ -82,12 +143,19 @@ class CastInFlight(Request):
             self.missing.append(wire.Missing(rank, reason))
 
     def groups(self) -> list[tuple[wire.CastGroup, int]]:
-        return [(wire.CastGroup(output, outcome, sorted(ranks)), len(output) + 8 * len(ranks))
-                for (output, outcome), ranks in self.answers.items()]
+        """Our answers and those from below, each answer's rank sets joined (one set from one
+        broker below, the most common case at the root, is taken as it came)."""
+        own = {key: RankSet.of(ranks) for key, ranks in self.answers.items()}
+        found = []
+        for key, sets in self.below.items():
+            here = own.pop(key, None)
+            ranks = sets[0] if len(sets) == 1 and here is None else RankSet.joined([*sets, *([here] if here else [])])
+            found.append((wire.CastGroup(*key, ranks), len(key[0]) + 8 * len(ranks.spans)))
+        return found + [(wire.CastGroup(*key, ranks), len(key[0]) + 8 * len(ranks.spans)) for key, ranks in own.items()]
 
     def unanswered(self) -> list[wire.Missing]:
         below = [wire.Missing(rank, f"no answer in time from the broker on {self.hosts[branch]}")
-                 for branch, ranks in self.owed.items() for rank in ranks]
+                 for branch in self.owed for rank in self.still_owed(branch)]
         return [wire.Missing(rank, "still running") for rank in self.pending.values()] + below
 
 

@@ -10,6 +10,7 @@ from operator import attrgetter
 from typing import ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from monarch_pdb import wire
+from monarch_pdb.ranks import RankSet
 
 
 BELOW_MARGIN = 0.1
@@ -55,7 +56,7 @@ class Request:
     def result(self, part_size: int) -> list[wire.Message]:
         """Most common answer first, in parts of about `part_size` bytes; the last part names
         the ranks without an answer and has `more` false."""
-        ordered = sorted(self.groups(), key=lambda item: (-len(item[0].ranks), min(item[0].ranks)))
+        ordered = sorted(self.groups(), key=lambda item: (-len(item[0].ranks), first_rank(item[0].ranks)))
         missing = sorted(self.missing + self.unanswered(), key=lambda m: (m.rank, m.reason))
         return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=[] if more else missing, more=more)
                 for groups, more in in_parts(ordered, part_size)]
@@ -132,6 +133,11 @@ def row_weight(row: wire.SessionRow) -> int:
     """About the bytes a list row takes in a message: its strings, and a few for each field
     (131,072 rows are weighed for each `list` at the root)."""
     return sum(map(len, ROW_TEXTS(row))) + ROW_FIXED + 16 * len(row.coords)
+
+
+def first_rank(ranks: RankSet | list[int]) -> int:
+    """The lowest of a group's ranks: a set's first run starts with it."""
+    return ranks.first if isinstance(ranks, RankSet) else min(ranks)
 
 
 R = TypeVar("R", bound=Request)

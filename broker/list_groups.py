@@ -7,11 +7,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
 from monarch_pdb.broker.inflight import in_parts
-from monarch_pdb.ranks import format_ranks
+from monarch_pdb.ranks import RankSet, format_ranks
+
+if TYPE_CHECKING:
+    from monarch_pdb.broker.registry import Session
 
 KEY = attrgetter("job", "actor", "function", "lineno", "state")
 """What the ranks of one group share."""
@@ -46,6 +51,47 @@ def group_rows(rows: Iterable[wire.SessionRow]) -> list[wire.SessionGroup]:
                               count=len(set(m.ranks)), coords={dim: format_ranks(v) for dim, v in m.coords.items()},
                               hosts=list(m.hosts))
             for (job, actor, function, lineno, state), m in groups.items()]
+
+
+PLACE = attrgetter("job", "actor", "function", "lineno", "reason", "host")
+"""Where a paused session stands, as its group knows it (a paused session's state is its stop),
+and its host."""
+RANK, DIMS, VALUES = attrgetter("rank"), attrgetter("dims"), attrgetter("values")
+
+
+def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.RankState]) -> list[wire.SessionGroup]:
+    """The groups `group_rows` makes of the paused sessions' rows, made from the sessions
+    themselves: one step of Python per session (1,048,576 at the root of a tree), and no row
+    made for any, nor any sort of them. `states` is how each stop reads in `list`."""
+    by_host: defaultdict[tuple, list] = defaultdict(list)
+    for sess in sessions:
+        by_host[PLACE(sess)].append(sess)
+    places: defaultdict[tuple, list[tuple[int, str, list]]] = defaultdict(list)
+    for (*place, host), members in by_host.items():
+        ranks = list(map(RANK, members))
+        places[tuple(place)].append((min(ranks), host, members, ranks))
+    made = []
+    for (job, actor, function, lineno, reason), on_hosts in places.items():
+        on_hosts.sort(key=lambda item: item[0])  # hosts in the order of their lowest rank
+        coords: dict[str, set[int]] = {}
+        for _, _, members, _ in on_hosts:
+            dims = list(map(DIMS, members))
+            if dims.count(dims[0]) == len(dims):  # one mesh: its coordinates column by column
+                by_dims = {dims[0]: list(map(VALUES, members))}
+            else:
+                by_dims = defaultdict(list)
+                for sess in members:
+                    by_dims[sess.dims].append(sess.values)
+            for names, values in by_dims.items():
+                for dim, column in zip(names, zip(*values)):
+                    coords.setdefault(dim, set()).update(column)
+        ranks = RankSet.of(chain.from_iterable(item[3] for item in on_hosts))
+        made.append((on_hosts[0][0], wire.SessionGroup(
+            job, actor, function, lineno, states[reason], ranks=ranks.text(), count=len(ranks),
+            coords={dim: format_ranks(values) for dim, values in coords.items()},
+            hosts=[host for _, host, _, _ in on_hosts])))
+    made.sort(key=lambda item: (item[1].job, item[1].actor, item[0]))
+    return [group for _, group in made]
 
 
 GROUP_FIXED = 8 * len(wire.SessionGroup.__slots__)

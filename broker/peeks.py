@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
+from monarch_pdb.ranks import RankSet
 from monarch_pdb.broker.upstream import UPSTREAM
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class PeekInFlight(AskedOfEach):
             self.answers.setdefault(group.output, []).extend(mine)
 
     def groups(self) -> list[tuple[wire.CastGroup, int]]:
-        return [(wire.CastGroup(output, "", sorted(ranks)), len(output) + 8 * len(ranks))
+        return [(wire.CastGroup(output, "", RankSet.of(ranks)), len(output) + 8 * len(ranks))
                 for output, ranks in self.answers.items()]
 
     def unanswered(self) -> list[wire.Missing]:

@@ -221,6 +221,21 @@ class LiveRank:
 
 
 @dataclass
+class Picked:
+    """What a cast's selector picks: our own sessions, the ranks it names that have none, and
+    what each broker below is asked for: the ranks it names there, or (None) whatever the
+    selector picks there, evaluated where the sessions are."""
+
+    job: str
+    sessions: list[Session]
+    absent: list[wire.Missing]
+    below: dict[bytes, ranks.RankSet | None]
+    selection: ranks.Selection
+    estimate: int = 0
+    """The sessions of the actor below, where it is evaluated there: the most it may pick."""
+
+
+@dataclass
 class Departure:
     """A peer that is gone, and what went with it."""
 
@@ -535,7 +550,8 @@ class Registry:
 
     def paused(self, job: str = "") -> list[Session]:
         """Every paused session (of one job, if named)."""
-        return [s for s in self.sessions.values() if s.paused and (not job or s.job == job)]
+        stopped, paused = State.STOPPED, State.PAUSED  # compared inline: 1,048,576 at the root of a tree
+        return [s for s in self.sessions.values() if (s.state is stopped or s.state is paused) and (not job or s.job == job)]
 
     def end(self, sess: Session, reason: str = "") -> None:
         """Forget a session (over for `reason`). A rank whose call ended with it, and whose
@@ -625,17 +641,72 @@ class Registry:
         except ranks.SelectorError as error:
             raise Refused(str(error)) from None
         found = self.live_ranks(job, actor) if live else self.actor_sessions(job, actor)
+        chosen = self.picked(selection, found)
+        if not chosen:
+            raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
+        absent = sorted(set(ranks.named(selection)) - {r.rank for r in found})
+        return chosen, self.without_session(found[0].job, actor, absent) if absent else []
+
+    def pick_for_cast(self, job: str, actor: str, selector: str) -> Picked:
+        """What a cast's selector picks, in time that grows with the brokers below and the
+        ranks it names, not with the sessions below: a slice or filter goes down as it is, and
+        each broker below evaluates it over its own sessions. Refused as `select` refuses, where
+        that can be told here (an unknown dimension; named ranks none of which has a session)."""
+        branches = self.branches()
+        if not branches:
+            chosen, absent = self.select(job, actor, selector)
+            return Picked(chosen[0].job, chosen, absent, {}, ranks.parse_selector(selector))
+        try:
+            selection = ranks.parse_selector(selector)
+        except ranks.SelectorError as error:
+            raise Refused(str(error)) from None
+        jobs = {j for j, a in self.by_rank if a == actor and (not job or j == job)}
+        if not jobs:
+            raise Refused(f"No debug sessions for actor {actor}")
+        in_one_job(actor, jobs)
+        (job,) = jobs
+        of_actor = self.by_rank[(job, actor)]
+        names = ranks.named(selection)
+        if names:
+            here, below = [], {}
+            for rank in names:
+                sess = of_actor.get(rank)
+                if sess is None:
+                    continue
+                if self.is_branch(sess.peer):
+                    below.setdefault(sess.peer, []).append(rank)
+                else:
+                    here.append(sess)
+            if not here and not below:
+                raise Refused(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
+            absent = sorted(set(names) - of_actor.keys())
+            return Picked(job, sorted(here, key=attrgetter("rank")),
+                          self.without_session(job, actor, absent) if absent else [],
+                          {branch: ranks.RankSet.of(asked) for branch, asked in below.items()}, selection)
+        known = {dim for dims in self.dims for dim in dims}
+        if any(dim not in known for dim in ranks.dimensions(selection)):
+            raise Refused(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
+        own = [s for peer in self.peers.values() if peer.role == wire.Role.AGENT for s in peer.owned.values()
+               if s.actor == actor and s.job == job]
+        chosen = self.picked(selection, own)
+        return Picked(job, chosen, [], {branch.identity: None for branch in branches}, selection,
+                      estimate=len(of_actor) - len(own))
+
+    def picked(self, selection: ranks.Selection, found: list) -> list:
+        """Those of the sessions (or live ranks) a selection picks, in rank order. A slice or
+        filter picks other threads' sessions only when it asks for threads (ranks.py)."""
         by_rank = {r.rank: r for r in found}
         # Coordinates are made only for a selector that filters on them, not for ranks(0:8).
         by_coords = bool(ranks.dimensions(selection))
         picked = found if selection.threads or ranks.named(selection) or not self.thread_sessions else [
             r for r in found if not wire.is_thread(r.instance)]
         candidates = ((r.rank, r.coords if by_coords else {}) for r in picked)
-        chosen = [by_rank[rank] for rank in ranks.select(selection, candidates)]
-        if not chosen:
-            raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
-        absent = sorted(set(ranks.named(selection)) - by_rank.keys())
-        return chosen, self.without_session(found[0].job, actor, absent) if absent else []
+        return [by_rank[rank] for rank in ranks.select(selection, candidates)]
+
+    def picked_below(self, branch: Peer, job: str, actor: str, selection: ranks.Selection) -> list[int]:
+        """The ranks of a broker below's sessions (as it told us of them) a selection picks."""
+        found = [s for s in branch.owned.values() if s.actor == actor and s.job == job]
+        return [s.rank for s in self.picked(selection, found)]
 
     def job_rows(self) -> list[wire.JobRow]:
         """Each job's processes and hosts (a broker below counts its own), and its sessions."""

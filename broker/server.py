@@ -6,6 +6,7 @@ nothing to lock. The ZeroMQ guide's ROUTER broker is the model.
 
 from __future__ import annotations
 
+import gc
 import getpass
 import os
 import resource
@@ -26,14 +27,17 @@ from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout, row_parts
 from monarch_pdb.broker.inspections import Inspections
-from monarch_pdb.broker.list_groups import group_parts, group_rows
+from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.peeks import Peeks
-from monarch_pdb.broker.registry import LIVE, PARENT, LiveRank, Peer, Refused, Registry, Session, State
+from monarch_pdb.broker.registry import (LIVE, PARENT, STOP_STATES, LiveRank, Peer, Picked, Refused, Registry,
+                                         Session, State, no_match)
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
 from monarch_pdb.settings import Settings
 
 PROGRESS_EVERY = 0.25
+FREEZE_AFTER = 65536
+"""New sessions since the broker last froze what it holds that make it freeze again."""
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
@@ -69,6 +73,8 @@ class Broker:
     parent_wants_output: bool = False
     attaching: dict[bytes, deque] = field(default_factory=dict)
     """For each broker below, the shells whose attach it has yet to answer, in order."""
+    frozen_sessions: int = 0
+    """How many sessions the broker held when it last froze what it holds (`freeze_long_lived`)."""
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
@@ -190,6 +196,7 @@ class Broker:
             if ticked:
                 next_tick = now + tick
                 self.reap(now)
+                self.freeze_long_lived()
                 self.forget_unnamed(now)
                 self.summarize_refusals(now)
                 if self.upstream is not None and (trouble := self.upstream.trouble(now)):
@@ -213,6 +220,17 @@ class Broker:
 
     def stop(self, *_: object) -> None:
         self.stopping = True
+
+    def freeze_long_lived(self) -> None:
+        """Once many sessions have come, put what the broker holds out of the cyclic garbage
+        collector's sight (`gc.freeze`): sessions live until their ranks go on and hold no cycles,
+        and one full collection over 1,048,576 of them costs the root of a tree half a second, in
+        whichever cast it falls. Their memory is still freed when they end."""
+        count = len(self.registry.sessions)
+        if count - self.frozen_sessions >= FREEZE_AFTER:
+            gc.freeze()
+        if count - self.frozen_sessions >= FREEZE_AFTER or count < self.frozen_sessions:
+            self.frozen_sessions = count
 
     def note_subscriptions(self) -> None:
         """Output is published only while some shell follows ranks, so casts cost nothing extra
@@ -486,6 +504,8 @@ class Broker:
     def settle(self, table: InFlight, request: Request, expired: bool = False) -> None:
         """Send a request's result to its shell once it is done (or `expired`)."""
         parts = table.settle(request, expired)
+        if parts and isinstance(request, CastInFlight) and request.refusal and request.picked_nothing:
+            parts = [wire.Error(text=request.refusal())]
         for part in parts:
             self.send(request.shell, part)
         if parts and request.shell == UPSTREAM and isinstance(request, CastInFlight):
@@ -496,7 +516,7 @@ class Broker:
             for request in table.overdue(now):
                 self.settle(table, request, expired=True)
         for cast in self.casts.progress_due(now, PROGRESS_EVERY):
-            self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.total))
+            self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.expected))
 
     # --- sending -----------------------------------------------------------------------
 
@@ -591,19 +611,6 @@ class Broker:
         if self.upstream is not None:
             self.upstream.ranks_due = True
 
-    def split_below(self, chosen: list) -> tuple[list, dict[bytes, list[int]]]:
-        """Sessions (or live ranks) of our own ranks, and the ranks of each broker below."""
-        branches = {peer.identity for peer in self.registry.branches()}
-        if not branches:
-            return chosen, {}
-        own, below = [], {}
-        for item in chosen:
-            if item.peer in branches:
-                below.setdefault(item.peer, []).append(item.rank)
-            else:
-                own.append(item)
-        return own, below
-
     def selected(self, identity: bytes, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
         """What a selector picks (`Registry.select`); nothing after telling the shell why."""
         try:
@@ -637,14 +644,17 @@ class Broker:
             self.events.add_broker(wire.EventKind.BROKER_JOINED, msg.host, 0)
             log(f"a broker below joined from {msg.host} (pid {msg.pid})")
 
-    def record(self, identity: bytes, job: str, actor: str, ranks_sent: list[int], line: str) -> None:
-        """The audit log: one line per command sent to ranks, and who sent it."""
+    def record(self, identity: bytes, job: str, actor: str, ranks_sent: Iterable[int], line: str,
+               below: str = "") -> None:
+        """The audit log: one line per command sent to ranks (and the selector that picks
+        more below, where it is evaluated there), and who sent it."""
         if self.audit is None:
             return
         shell = self.registry.peer(identity)
         who = shell.describe() if shell is not None else "unknown shell"
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        self.audit.write(f"{when} {who} job={job} actor={actor} ranks={ranks.format_ranks(ranks_sent)} "
+        there = f" and {below} below" if below else ""
+        self.audit.write(f"{when} {who} job={job} actor={actor} ranks={ranks.format_ranks(ranks_sent)}{there} "
                          f"command={line!r}\n")
         self.audit.flush()
 
@@ -769,6 +779,7 @@ class Broker:
         cast = self.casts.get(msg.ref)
         if cast is not None and identity in cast.owed:
             cast.answered_below[identity] = msg.answered
+            cast.picked_there_count(identity, msg.total)
 
     def on_stacks_result(self, identity: bytes, msg: wire.StacksResult) -> None:
         request = self.stacks.get(msg.ref)
@@ -822,9 +833,20 @@ class Broker:
     # --- the broker above: its requests for ranks below us ---------------------------------
 
     def on_cast_down(self, identity: bytes, msg: wire.CastDown) -> None:
-        if identity == UPSTREAM:
-            chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks)
-            self.start_cast(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.line, msg.timeout)
+        """The parent's cast, for the ranks it names here or those its selector picks here; a
+        selector that picks none here is answered with no groups."""
+        if identity != UPSTREAM:
+            return
+        if not msg.selector:
+            chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks))
+            self.start_cast(identity, msg.ref, msg.actor, Picked(msg.job, chosen, absent, {}, ranks.Selection()),
+                            msg.line, msg.timeout)
+            return
+        try:
+            picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
+        except Refused:
+            picked = Picked(msg.job, [], [], {}, ranks.Selection())
+        self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector)
 
     def on_take_stacks(self, identity: bytes, msg: wire.TakeStacks) -> None:
         if identity == UPSTREAM:
@@ -846,7 +868,19 @@ class Broker:
     # --- shells ------------------------------------------------------------------------
 
     def on_list(self, identity: bytes, msg: wire.ListSessions) -> None:
+        """`list`: its rows, or past `groups_above` sessions their groups, made straight
+        from the sessions."""
+        if msg.groups_above is not None:
+            paused = self.registry.paused()
+            if len(paused) > msg.groups_above:
+                self.send_groups(identity, group_sessions(paused, STOP_STATES))
+                return
         self.send_list(identity, self.registry.rows(), msg.groups_above)
+
+    def send_groups(self, identity: bytes, groups: list[wire.SessionGroup]) -> None:
+        part_size = min(wire.BATCH_BYTES, self.settings.max_message // 2)
+        self.send_parts(identity, (wire.SessionGroups(groups=part, more=more)
+                                   for part, more in group_parts(groups, part_size)))
 
     def send_list(self, identity: bytes, rows: Iterable[wire.SessionRow], groups_above: int | None) -> None:
         """A list in parts of a batch each: 65,536 rows are more than 8 MB, and the rows are
@@ -858,9 +892,7 @@ class Broker:
             for row in rows:
                 first.append(row)
                 if len(first) > groups_above:
-                    groups = group_rows(chain(first, rows))
-                    self.send_parts(identity, (wire.SessionGroups(groups=part, more=more)
-                                               for part, more in group_parts(groups, part_size)))
+                    self.send_groups(identity, group_rows(chain(first, rows)))
                     return
             rows = iter(first)
         self.send_parts(identity, (wire.SessionList(rows=part, more=more) for part, more in row_parts(rows, part_size)))
@@ -920,31 +952,53 @@ class Broker:
             self.forward(sess, msg.line)
 
     def on_cast(self, identity: bytes, msg: wire.Cast) -> None:
-        chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector)
-        if chosen:
-            self.start_cast(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.line, msg.timeout)
+        try:
+            picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
+        except Refused as refusal:
+            self.send(identity, wire.Error(text=str(refusal)))
+            return
+        self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector)
 
-    def start_cast(self, shell: bytes, ref: int, job: str, actor: str, chosen: list[Session],
-                   absent: list[wire.Missing], line: str, timeout: float) -> None:
-        """Run one line on the chosen sessions: ours one by one, each broker below's in one
-        message; the answers go to `shell` grouped, once all are in or the time is up."""
-        self.record(shell, job, actor, [s.rank for s in chosen], line)
-        self.tell_holders([sess for sess in chosen if sess.paused], shell)
+    def start_cast(self, shell: bytes, ref: int, actor: str, picked: Picked, line: str, timeout: float,
+                   selector: str = "") -> None:
+        """Run one line on the picked sessions: ours one by one, each broker below's in one
+        message (the ranks it names there, or the selector to evaluate there); the answers go to
+        `shell` grouped, once all are in or the time is up. A shell whose selector picked
+        nothing anywhere is told why, as when it picks nothing here."""
+        job = picked.job
+        evaluated_below = any(asked is None for asked in picked.below.values())
+        self.record(shell, job, actor, [s.rank for s in picked.sessions], line, selector if evaluated_below else "")
+        self.tell_holders([sess for sess in picked.sessions if sess.paused], shell)
         now = time.monotonic()
         cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
-                            total=len(chosen) + len(absent), missing=absent, next_progress=now + PROGRESS_EVERY)
-        own, below = self.split_below(chosen)
-        for sess in self.casts.start(cast, line, own):
+                            total=len(picked.sessions) + len(picked.absent) + sum(
+                                len(asked) for asked in picked.below.values() if asked is not None),
+                            missing=picked.absent, next_progress=now + PROGRESS_EVERY, estimate=picked.estimate)
+        if evaluated_below:
+            branches = {peer.identity: peer for peer in self.registry.branches()}
+            cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,
+                                                                          picked.selection)
+            if shell != UPSTREAM:
+                cast.refusal = lambda: self.nothing_picked(job, actor, picked.selection)
+        for sess in self.casts.start(cast, line, picked.sessions):
             self.forward(sess, line)
-        for branch, branch_ranks in below.items():
+        for branch, asked in picked.below.items():
             peer = self.registry.peer(branch)
+            cast.owe(branch, peer.host, asked)
             if peer.silent:
-                cast.missing += [wire.Missing(rank, unreachable_because(peer.host)) for rank in branch_ranks]
+                cast.lost(branch, unreachable_because(peer.host))
                 continue
-            cast.owe(branch, peer.host, branch_ranks)
-            self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=branch_ranks, line=line,
-                                            timeout=below_timeout(timeout)))
+            self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=asked or ranks.RankSet(),
+                                            line=line, timeout=below_timeout(timeout),
+                                            selector=selector if asked is None else ""))
         self.settle(self.casts, cast)
+
+    def nothing_picked(self, job: str, actor: str, selection: ranks.Selection) -> str:
+        """Why a selector evaluated below picked no session anywhere, as `Registry.select` says."""
+        try:
+            return no_match(actor, selection, self.registry.actor_sessions(job, actor), "with a session")
+        except Refused as refusal:
+            return str(refusal)
 
     def on_continue(self, identity: bytes, msg: wire.Continue) -> None:
         """Release every paused rank (of one job, one actor and its selector, as far as named)

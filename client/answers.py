@@ -72,7 +72,7 @@ def document(result: wire.CastResult | wire.PeekResult) -> dict:
     not answer."""
     doc = {
         "actor": result.actor,
-        "groups": [{"ranks": g.ranks, "output": g.output, "outcome": g.outcome or "paused"} for g in result.groups],
+        "groups": [{"ranks": list(g.ranks), "output": g.output, "outcome": g.outcome or "paused"} for g in result.groups],
         "missing": [{"rank": m.rank, "reason": m.reason} for m in result.missing],
     }
     summary = summarize(result.groups)

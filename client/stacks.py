@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from monarch_pdb import wire
 from monarch_pdb.client.answers import missing_lines, shortened
 from monarch_pdb.client.numbers import summarize
-from monarch_pdb.ranks import format_ranks
+from monarch_pdb.ranks import RankSet, format_ranks
 
 RANKS_SHOWN = 72
 """Characters of a node's rank set shown; the JSON document has every rank."""
@@ -191,7 +191,7 @@ def locals_lines(result: wire.StacksResult) -> list[str]:
             if len(values) > VALUES_SHOWN:
                 rest = values[VALUES_SHOWN:]
                 lines.append(f"  {name}: {len(rest)} more values over {sum(len(v.ranks) for v in rest)} ranks")
-            summary = summarize([wire.CastGroup(v.value, "", v.ranks) for v in values])
+            summary = summarize([wire.CastGroup(v.value, "", RankSet.of(v.ranks)) for v in values])
             if summary is not None:
                 lines.append(f"  {name} {summary.line()}")
     return lines

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import wire
+from monarch_pdb.ranks import RankSet
 from monarch_pdb.rank_threads import Running
 from monarch_pdb.sources import program_code, source_file
 from monarch_pdb.stacks import awaited_frames, program_frames, waits_in_await
@@ -135,7 +136,7 @@ def grouped(answers: dict[int, str], late: list[int], limit: float) -> list[wire
         by_output.setdefault(text + "\n", []).append(rank)
     for rank in late:
         by_output.setdefault(STILL_EVALUATING.format(limit=limit) + "\n", []).append(rank)
-    return [wire.CastGroup(output, "", sorted(ranks)) for output, ranks in by_output.items()]
+    return [wire.CastGroup(output, "", RankSet.of(ranks)) for output, ranks in by_output.items()]
 
 
 Report = Callable[[dict[int, Any], list[int]], wire.Message]

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import math
 import string
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_right
+from itertools import count, groupby
+from operator import sub
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
 __all__ = [
     "DimFilter",
     "RankList",
+    "RankSet",
     "RankSlice",
     "SelectorError",
     "Selection",
@@ -109,6 +113,97 @@ class Selection:
         return render_selector(self)
 
 
+@dataclass(frozen=True, slots=True)
+class RankSet:
+    """Ranks as ascending runs, each its first and last rank: how rank sets travel in bulk
+    (a broker's share of a cast, the ranks of an answer), so that the 16,384 ranks of a host are
+    two numbers to send, check, merge and count, not 16,384. Iterating gives each rank."""
+
+    spans: tuple[int, ...] = ()
+    """first, last, first, last, ...: ascending, non-negative, runs neither overlapping nor
+    touching (`of` and `joined` make them so; `from_wire` refuses any other)."""
+
+    @classmethod
+    def of(cls, ranks: Iterable[int]) -> RankSet:
+        ordered = sorted(set(ranks))
+        # Within a run, a rank less its place in the order is the same number: the runs are the
+        # groups of those differences, found without a step of Python per rank.
+        spans: list[int] = []
+        at = 0
+        for _, run in groupby(map(sub, ordered, count())):
+            length = len(list(run))
+            spans += (ordered[at], ordered[at + length - 1])
+            at += length
+        return cls(tuple(spans))
+
+    @classmethod
+    def joined(cls, sets: Iterable[RankSet]) -> RankSet:
+        """The union of several sets, in the time of their runs, not their ranks."""
+        runs = sorted(run for one in sets for run in one.runs())
+        spans: list[int] = []
+        for first, last in runs:
+            if spans and first <= spans[-1] + 1:
+                spans[-1] = max(spans[-1], last)
+            else:
+                spans += (first, last)
+        return cls(tuple(spans))
+
+    @classmethod
+    def from_wire(cls, spans: list) -> RankSet:
+        """A set as it travelled, or ValueError when it is not one `of` would make."""
+        if len(spans) == 2:  # one run: most answers of a cast whose every answer differs
+            first, last = spans
+            if type(first) is not int or type(last) is not int or not 0 <= first <= last:
+                raise ValueError("not a run of ranks")
+            return cls((first, last))
+        if len(spans) % 2 or not all(type(n) is int for n in spans):
+            raise ValueError("not pairs of ranks")
+        previous = -2
+        for first, last in zip(spans[::2], spans[1::2]):
+            if not previous + 1 < first <= last:
+                raise ValueError("runs out of order")
+            previous = last
+        return cls(tuple(spans))
+
+    def runs(self) -> Iterator[tuple[int, int]]:
+        """(first, last) of each run."""
+        return zip(self.spans[::2], self.spans[1::2])
+
+    @property
+    def first(self) -> int:
+        return self.spans[0]
+
+    def __len__(self) -> int:
+        spans = self.spans
+        if len(spans) == 2:
+            return spans[1] - spans[0] + 1
+        return sum(spans[1::2]) - sum(spans[::2]) + len(spans) // 2
+
+    def __bool__(self) -> bool:
+        return bool(self.spans)
+
+    def __iter__(self) -> Iterator[int]:
+        for first, last in self.runs():
+            yield from range(first, last + 1)
+
+    def __contains__(self, rank: object) -> bool:
+        at = bisect_right(self.spans, rank)
+        return at % 2 == 1 or (at > 0 and self.spans[at - 1] == rank)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def text(self) -> str:
+        """`format_ranks` of the set, from its runs."""
+        parts: list[str] = []
+        for first, last in self.runs():
+            if last - first >= 2:
+                parts.append(f"{first}-{last}")
+            else:
+                parts.extend(str(rank) for rank in range(first, last + 1))
+        return ",".join(parts)
+
+
 def parse_selector(text: str) -> Selection:
     """Parse a whole selector; anything but whitespace after its ')' is an error."""
     selection, end = _selector(text)
@@ -171,6 +266,8 @@ def format_ranks(ranks: Iterable[int]) -> str:
     Runs of three or more become ranges; a run of two stays `4,5`, since `4-5` saves nothing and
     reads like a range.
     """
+    if isinstance(ranks, RankSet):
+        return ranks.text()
     ordered = sorted(set(ranks))
     parts: list[str] = []
     first = 0

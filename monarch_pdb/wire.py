@@ -127,10 +127,22 @@ def _checker(annotation: Any) -> Check:
         return lambda value: words[value] if isinstance(value, str) and value in words else _wrong(value)
     if isinstance(annotation, type) and issubclass(annotation, Record):
         return lambda value: _build_record(annotation, value)
+    if annotation is ranks.RankSet:
+        return _rank_set
     exact = _exact_types(annotation)
     if exact is None:
         raise TypeError(f"no check for a field of type {annotation!r}")
     return lambda value: value if type(value) in exact else _wrong(value)
+
+
+def _rank_set(value: Any) -> ranks.RankSet:
+    """A rank set travels as its runs, flat (`ranks.RankSet.spans`)."""
+    if not isinstance(value, list):
+        return _wrong(value)
+    try:
+        return ranks.RankSet.from_wire(value)
+    except ValueError:
+        return _wrong(value)
 
 
 def _exact_types(annotation: Any) -> tuple[type, ...] | None:
@@ -341,12 +353,13 @@ class Missing(Record):
 
 @record
 class CastGroup(Record):
-    """Ranks that answered a cast alike: `outcome` "" when they wait at their next prompt,
-    else how their sessions ended (an `Ending`, or what was raised)."""
+    """Ranks that answered a cast (or a peek) alike: `outcome` "" when they wait at their next
+    prompt, else how their sessions ended (an `Ending`, or what was raised)."""
 
     output: str
     outcome: str
-    ranks: list[int]
+    ranks: ranks.RankSet
+    """As runs: one answer of 1,048,576 ranks is a few numbers, not a list of them."""
 
 
 @record
@@ -1159,15 +1172,18 @@ class OutputWanted(Message):
 
 @message("cast_down")
 class CastDown(Message):
-    """Parent to child: run one line on these ranks' sessions and answer with `CastResult`
-    (its answers grouped) by `timeout`; one message per broker, however many ranks."""
+    """Parent to child: run one line on these ranks' sessions, or, with a `selector`, on the
+    sessions it picks there (the parent does not go through the ranks of every branch to pick
+    them), and answer with `CastResult` (its answers grouped) by `timeout`; one message per
+    broker, however many ranks."""
 
     ref: int
     job: str
     actor: str
-    ranks: list[int]
+    ranks: ranks.RankSet
     line: str
     timeout: float
+    selector: str = ""
 
 
 # --- encoding ------------------------------------------------------------------------------
@@ -1312,6 +1328,8 @@ def _flatten(value: Any) -> list:
     """A record as it travels: its fields in order."""
     if isinstance(value, Record):
         return [getattr(value, name) for name, _, _ in _SCHEMAS[type(value)]]
+    if isinstance(value, ranks.RankSet):
+        return list(value.spans)
     raise TypeError(f"cannot send {type(value).__name__}")
 
 

@@ -77,7 +77,7 @@ def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]], key: bytes 
 
 def still_answers(shell: ShellConnection) -> None:
     result = shell.cast("debugee", "ranks(::5)", "p rank", timeout=10)
-    assert [(g.output, g.ranks) for g in result.groups] == [(f"{r}\n", [r]) for r in (0, 5, 10, 15)] and not result.missing
+    assert [(g.output, list(g.ranks)) for g in result.groups] == [(f"{r}\n", [r]) for r in (0, 5, 10, 15)] and not result.missing
 
 
 @pytest.mark.timeout(240)

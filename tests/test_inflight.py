@@ -12,6 +12,7 @@ from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
 from monarch_pdb.broker.registry import Peer, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
+from monarch_pdb.ranks import RankSet
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -19,7 +20,11 @@ STOP = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={}, ho
                    function="m.step", filename="step.py", lineno=3, output="> step.py(3)step()\n", prompt="(Pdb) ")
 MAIN = [wire.ThreadStack("MainThread", [wire.Frame("train.py", 9, "<module>"), wire.Frame("train.py", 3, "step")])]
 OTHER = [wire.ThreadStack("MainThread", [wire.Frame("train.py", 9, "<module>"), wire.Frame("train.py", 5, "save")])]
-G, M = wire.CastGroup, wire.Missing
+M = wire.Missing
+
+
+def G(output: str, outcome: str, ranks: list[int]) -> wire.CastGroup:
+    return wire.CastGroup(output, outcome, RankSet.of(ranks))
 
 
 def paused(count: int) -> tuple[Registry, list[Session]]:
@@ -200,7 +205,7 @@ def test_a_broker_below_answers_for_its_ranks_grouped_and_merged_with_ours():
     cast = cast_of([own])
     cast.total = 5
     casts.start(cast, "p rank", [own])
-    cast.owe(b"below", "host1", [1, 2, 3, 4])
+    cast.owe(b"below", "host1", RankSet.of([1, 2, 3, 4]))
     answer(registry, casts, own, "same\n")
     assert not cast.done and cast.answered == 1
     cast.answered_below[b"below"] = 3
@@ -214,7 +219,7 @@ def test_a_broker_below_answers_for_its_ranks_grouped_and_merged_with_ours():
 def test_a_broker_below_that_answers_in_parts_owes_the_rest_until_its_last_part():
     casts = Casts(part_size=1 << 20)
     cast = casts.open(CastInFlight(shell=b"shell", ref=7, actor="train", deadline=10.0, total=3))
-    cast.owe(b"below", "host1", [0, 1, 2])
+    cast.owe(b"below", "host1", RankSet.of([0, 1, 2]))
     cast.merge(b"below", [G("a\n", "", [0])], [], more=True)
     assert casts.settle(cast) == [] and cast.answered == 1
     cast.merge(b"below", [G("b\n", "", [1])], [], more=False)
@@ -225,8 +230,8 @@ def test_a_broker_below_that_answers_in_parts_owes_the_rest_until_its_last_part(
 def test_a_lost_broker_below_and_a_silent_one_have_their_ranks_named_with_their_hosts():
     casts = Casts(part_size=1 << 20)
     cast = casts.open(CastInFlight(shell=b"shell", ref=7, actor="train", deadline=10.0, total=2))
-    cast.owe(b"lost", "host1", [0])
-    cast.owe(b"slow", "host2", [1])
+    cast.owe(b"lost", "host1", RankSet.of([0]))
+    cast.owe(b"slow", "host2", RankSet.of([1]))
     cast.lost(b"lost", "lost with the broker on host1")
     assert casts.settle(cast) == []
     [result] = casts.settle(cast, expired=True)

@@ -3,10 +3,13 @@ in what order."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from monarch_pdb import wire
-from monarch_pdb.broker.list_groups import group_parts, group_rows
+from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
+from monarch_pdb.broker.registry import STOP_STATES, Peer, Registry
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -49,3 +52,20 @@ def test_no_rows_are_no_groups_and_many_groups_come_in_parts_that_keep_their_ord
     parts = list(group_parts(groups, part_size=1000))
     assert len(parts) > 1 and [more for _, more in parts] == [True] * (len(parts) - 1) + [False]
     assert [g for part, _ in parts for g in part] == groups
+
+
+def test_groups_made_straight_from_the_sessions_are_those_made_from_their_rows():
+    registry = Registry()
+    stop = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={}, host="h", pid=100,
+                       function="m.step", filename="m.py", lineno=7, output="", prompt="(Pdb) ")
+    for n, (identity, host) in enumerate([(b"a", "node2"), (b"b", "node1"), (b"c", "node3")]):
+        registry.join(Peer(identity=identity, role="agent", name="job", host=host, pid=100 + n, user="u",
+                           last_seen=0.0))
+    for rank in (*range(40, 64), *range(0, 40), 99, 70):
+        identity, host = (b"a", "node2") if rank < 32 else (b"b", "node1") if rank < 64 else (b"c", "node3")
+        coords = {"host": rank // 8, "gpu": rank % 8} if rank != 99 else {"host": 12, "gpu": 3, "slot": 1}
+        registry.prompt(identity, dataclasses.replace(
+            stop, sid=rank + 1, rank=rank, coords=coords, host=host, lineno=9 if rank % 5 == 0 else 7,
+            actor="eval" if rank == 70 else "train", reason=wire.Stop.POST_MORTEM if rank == 3 else wire.Stop.BREAKPOINT))
+    assert group_sessions(registry.paused(), STOP_STATES) == group_rows(registry.rows())
+    assert group_sessions([], STOP_STATES) == []

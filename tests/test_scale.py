@@ -83,7 +83,7 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
         for name, result in results.items():
             assert not isinstance(result, Exception), f"{name} shell: {result}"
             assert result.missing == [], f"{name} shell: {result.missing[:5]}"
-            answers = {g.ranks[0]: g.output for g in result.groups}
+            answers = {g.ranks.first: g.output for g in result.groups}
             assert len(result.groups) == RANKS and sorted(answers) == list(range(RANKS)), name
             wrong = [r for r, output in answers.items() if output != expected(r)]
             assert not wrong, f"{name} shell: rank {wrong[0]} answered {answers[wrong[0]][:80]!r}..."

@@ -23,6 +23,7 @@ from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, BrokerLog, Pro
                       start_broker, stop_broker, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.ranks import RankSet
 
 RANK = textwrap.dedent('''
     import os
@@ -464,6 +465,45 @@ def round_trip(sock: zmq.Socket, codec: wire.Codec, msg: wire.Message, answer: t
         assert sock.poll(30_000), "the broker stopped answering"
         if any(isinstance(got, answer) for got in codec.decode(sock.recv_multipart())):
             return
+
+
+@pytest.mark.timeout(120)
+def test_a_cast_goes_down_as_its_selector_and_each_broker_below_picks_its_own_ranks(tree, env, shell):
+    env["MONARCH_PDB_HEARTBEAT"] = "10"  # the broker below that this test plays is not lost however slow we are
+    tree.two_hosts()
+    sh = shell()
+    assert sh.command("cast rank ranks(host=1, gpu=0) p rank").startswith("rank ranks[2] (1)\n2\n")
+    assert sh.command("cast rank ranks(1:3) p rank").startswith("rank ranks[1] (1)\n1\nrank ranks[2] (1)\n2\n")
+    assert sh.command("cast rank ranks(gpu=5) p rank").strip() == (
+        "Error processing command: ranks(gpu=5) matches no rank of rank with a session (those are ranks[0-3])")
+    assert sh.command("cast rank ranks(zone=1) p rank").strip() == (
+        "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
+    ctx = zmq.Context()
+    try:
+        # A third broker below, played here at the wire, to see what the root sends it.
+        codec = wire.Codec(env["MONARCH_PDB_SECRET"].encode())
+        below = ctx.socket(zmq.DEALER)
+        below.setsockopt(zmq.LINGER, 0)
+        below.connect(f"tcp://{tree.upstream}")
+        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1),
+                   wire.Welcome)
+        row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
+                              wire.RankState.BREAKPOINT, "")
+        below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
+        wait_for_sessions(env, 5)
+        sh.child.sendline("cast rank ranks(gpu=1) p rank")
+        while True:
+            assert below.poll(30_000), "the root sent the broker below nothing"
+            down = [m for m in codec.decode(below.recv_multipart()) if isinstance(m, wire.CastDown)]
+            if down:
+                break
+        assert (down[0].selector, down[0].ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
+        below.send_multipart(codec.encode(wire.CastResult(ref=down[0].ref, actor="rank", missing=[],
+                                                          groups=[wire.CastGroup("9\n", "", RankSet.of([9]))])))
+        sh.expect(r"\nrank ranks\[1\] \(1\)\n1\nrank ranks\[3\] \(1\)\n3\nrank ranks\[9\] \(1\)\n9\n")
+        sh.wait_prompt()
+    finally:
+        ctx.destroy(linger=0)
 
 
 @pytest.mark.timeout(120)

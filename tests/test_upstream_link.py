@@ -133,7 +133,7 @@ def test_a_parent_that_stalls_past_the_silence_limit_keeps_its_branch_and_hears_
         finally:
             os.kill(t.root.pid, signal.SIGCONT)
         result = t.conn.cast("storm", "ranks(:)", "p rank", timeout=10)
-        assert [(g.output, g.ranks) for g in result.groups] == [(f"{r}\n", [r]) for r in range(4)]
+        assert [(g.output, list(g.ranks)) for g in result.groups] == [(f"{r}\n", [r]) for r in range(4)]
         stops, log = t.end_host()
         assert stops == [0, 1, 2, 3], stops
         assert log.count("registered with the broker above") == 1, log
@@ -228,7 +228,7 @@ def test_a_broker_whose_upstream_is_itself_serves_as_the_root(env, tmp_path):
         conn = ShellConnection.open(settings_for(root_env))
         try:
             result = conn.cast("storm", "ranks(:)", "p rank", timeout=10)
-            assert [(g.output, g.ranks) for g in result.groups] == [("0\n", [0]), ("1\n", [1])]
+            assert [(g.output, list(g.ranks)) for g in result.groups] == [("0\n", [0]), ("1\n", [1])]
             assert [r.rank for r in conn.request(wire.ListSessions(), wire.SessionList).rows] == [0, 1]
         finally:
             conn.close()

@@ -15,6 +15,7 @@ import msgpack
 import pytest
 
 from monarch_pdb import wire
+from monarch_pdb.ranks import RankSet
 
 KEY = b"k" * 32
 
@@ -148,12 +149,29 @@ def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
     frame = wire.Frame(__file__, 9, "step")
     report = wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], [0, 2])])
     assert roundtrip(report) == report
-    result = wire.CastResult(ref=1, actor="a", groups=[wire.CastGroup("1\n", "", [0])], missing=[wire.Missing(3, "lost")])
+    result = wire.CastResult(ref=1, actor="a", groups=[wire.CastGroup("1\n", "", RankSet.of([0]))],
+                             missing=[wire.Missing(3, "lost")])
     assert roundtrip(result) == result
     present = wire.Present(ranks=[wire.PresentRank("job", "a", 0, {"gpu": 0})])
     assert roundtrip(present) == present
     [decoded] = wire.Codec(KEY).decode(typed("stack_report", ref=1, groups=[[[THREAD], [0]]])())
     assert decoded == wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], [0])])
+
+
+@pytest.mark.timeout(10)
+def test_rank_sets_travel_as_their_runs_so_a_million_ranks_in_a_row_are_two_numbers():
+    everyone = RankSet.of(range(1 << 20))
+    result = wire.CastResult(ref=1, actor="a", groups=[wire.CastGroup("'__main__'\n", "", everyone),
+                                                       wire.CastGroup("1\n", "", RankSet.of([1, 2, 3, 7, 9, 10]))],
+                             missing=[])
+    frames = wire.Codec(KEY).encode(result)
+    assert len(frames[1]) < 200, "two numbers for 1,048,576 ranks, not a list of them"
+    [decoded] = wire.Codec(KEY).decode(frames)
+    assert decoded == result
+    assert len(decoded.groups[0].ranks) == 1 << 20 and decoded.groups[0].ranks.spans == (0, (1 << 20) - 1)
+    assert list(decoded.groups[1].ranks) == [1, 2, 3, 7, 9, 10] and str(decoded.groups[1].ranks) == "1-3,7,9,10"
+    down = wire.CastDown(ref=1, job="j", actor="a", ranks=RankSet(), line="p rank", timeout=1.0, selector="ranks(:)")
+    assert roundtrip(down) == down
 
 
 @pytest.mark.timeout(10)
@@ -165,7 +183,12 @@ def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
         typed("stack_report", ref=1, groups=[[[["MainThread", "not frames"]], [0]]]),
         typed("stack_report", ref=1, groups=[[[THREAD], [0]], "junk"]),
         typed("stack_report", ref=1, groups=[[[THREAD]]]),
-        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [True]]], missing=[]),
+        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [True, True]]], missing=[]),
+        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [0]]], missing=[]),
+        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [5, 3]]], missing=[]),
+        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [0, 3, 4, 9]]], missing=[]),
+        typed("cast_result", ref=1, actor="a", groups=[["1\n", "", [-1, 3]]], missing=[]),
+        typed("cast_down", ref=1, job="j", actor="a", ranks=[8, 9, 0, 3], line="p 1", timeout=1.0),
         typed("cast_result", ref=1, actor="a", groups=[], missing=[[3, "lost", "extra"]]),
         typed("present", ranks=[["job", "a", 0, {"gpu": 0.5}]]),
         typed("present", ranks=[["job", "a", 0, {"gpu": "0"}]]),
