@@ -457,9 +457,10 @@ def test_running_ranks_whose_processes_die_are_announced_lost_in_one_line(env, t
 @pytest.mark.timeout(90)
 def test_attaching_again_replays_a_screenful_and_says_how_to_see_the_rest(env, tmp_path):
     program = run_train(env, tmp_path, 0)
-    sh = ShellDriver(dict(env, MONARCH_PDB_PAGER=""))
+    sh = None
     try:
-        wait_for_sessions(env, 1)
+        wait_for_sessions(env, 1)  # the stop is past, so its event is not typed over
+        sh = ShellDriver(dict(env, MONARCH_PDB_PAGER=""))
         sh.wait_prompt()
         sh.command("attach train 0")
         assert "step 2999" in sh.command('for n in range(3000): print(f"step {n}")', timeout=60)
@@ -473,7 +474,8 @@ def test_attaching_again_replays_a_screenful_and_says_how_to_see_the_rest(env, t
         whole = sh.command("attach train 0 --full", timeout=60).splitlines()
         assert [line for line in whole if line.startswith("step ")] == [f"step {n}" for n in range(3000)]
     finally:
-        sh.kill()
+        if sh is not None:
+            sh.kill()
         program.stop()
 
 
