@@ -241,7 +241,7 @@ class Link:
         """Talk to one broker until it goes silent or we stop."""
         codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
         self._subscribed = ""
-        self._unanswered, self._resend = [], []
+        self._owe_again()
         dealer = self.context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.SNDHWM, 0)
@@ -323,6 +323,13 @@ class Link:
         except (discovery.NotFound, discovery.Insecure):
             return False
 
+    def _owe_again(self) -> None:
+        """What the broker never answered goes again to the one that welcomes us next: a broker
+        that restarted, or a new one where the last died, never saw it (prompts the agent sends
+        again itself)."""
+        self._resend += [m for m in self._unanswered if not isinstance(m, wire.Prompt)]
+        self._unanswered = []
+
     def _receive_all(self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket | None,
                      conn: discovery.Connection) -> list[wire.Message]:
         replies: list[wire.Message] = []
@@ -355,8 +362,7 @@ class Link:
                     self._deliver(wire.Event.from_row(row))
             elif isinstance(msg, wire.Unknown):
                 self.ready.clear()
-                self._resend += [m for m in self._unanswered if not isinstance(m, wire.Prompt)]
-                self._unanswered = []
+                self._owe_again()
                 replies.append(self._hello())
             elif not isinstance(msg, wire.Heartbeat):
                 self.peer.received(msg)

@@ -645,6 +645,26 @@ def test_paused_ranks_and_shells_survive_a_broker_restart(env, tmp_path, shell):
 
 
 @pytest.mark.timeout(90)
+def test_a_request_sent_to_a_broker_that_just_died_is_answered_by_the_next(env, tmp_path):
+    program = run_train(env, tmp_path, 6)
+    try:
+        wait_for_sessions(env, 1)
+        conn = ShellConnection.open(settings_for(env))
+        try:
+            [(pid, _)] = [(p, c) for p, c in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in c]
+            os.kill(pid, signal.SIGKILL)
+            wait_for_exit([pid], timeout=10)
+            asked = conn.request(wire.ListAll(), wire.SessionList, timeout=60)  # sent before the link can tell
+            assert [(r.actor, r.rank) for r in asked.rows] in ([], [("train", 6)]), "as the rank has joined it or not"
+            rows = conn.wait_for_rows(lambda rows: len(rows) == 1, timeout=30)
+            assert [(r.actor, r.rank) for r in rows] == [("train", 6)]
+        finally:
+            conn.close()
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
 def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, shell):
     first = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="first")
     second = None
