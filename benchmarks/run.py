@@ -5,7 +5,8 @@
 
 Prints a table and writes benchmarks/results/latest.json. The targets are DESIGN.md's
 "Performance targets" for 16 ranks: an attached `p` within 2x of the raw relay floor, a cast
-to 16 ranks under 5 ms, `list` under 200 ms. `--scale` then adds thousands of emulated ranks
+to 16 ranks under 5 ms, `list` under 200 ms; and, on Python 3.12+, a loop that runs as fast
+with a breakpoint set in another function as without monarch-pdb (running_breakpoints.py). `--scale` then adds thousands of emulated ranks
 (scale.py: 256 to 16,384, directly and through a tree of 8 host brokers; with --quick 256 and
 1,024), which takes several minutes. `--tree-large` measures only the tree of 131,072 ranks
 under 16 host brokers, for a machine of 16 cores, and writes benchmarks/results/tree-large.json;
@@ -27,6 +28,7 @@ from pathlib import Path
 import debugger
 import floors
 import report
+import running_breakpoints
 import scale
 import terminal
 from report import Result, Target, say
@@ -87,6 +89,8 @@ def main() -> int:
         shell_cpu = shells.cpu_ms_per_line()
     # After the 16-rank run's processes are gone, so neither measure loads the other.
     scaled, resources = measure_scale(scale.SHAPES[mode]) if args.scale else ([], [])
+    with tempfile.TemporaryDirectory(prefix="monarch-pdb-breakpoints-") as workdir:
+        breaking = running_breakpoints.measure(Path(workdir), mode, say)
 
     floor_a = Result("raw relay round trip (floor A)", samples["relay"])
     tty_floor = Result("terminal: cmd + readline answering itself (floor C)", samples["tty_floor"])
@@ -108,6 +112,7 @@ def main() -> int:
                target=Target(ms=terminal.MONARCH_ATTACHED_MS, times_floor=2.0)),
         Result(f"terminal: cast to {debugger.RANKS} ranks, Enter to prompt", samples["tty_cast"], floor=tty_floor,
                target=Target(ms=terminal.CAST_MS)),
+        *breaking,
         *scaled,
     ]
     rows = [result.row() for result in results]
