@@ -20,13 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from monarch_pdb import code_lines, log_points, wire
+from monarch_pdb.line_events import LineEvents
 
 MONITORING = sys.version_info >= (3, 12)
 NEXT_STOP = (f"set when the rank next stops: Python {sys.version_info[0]}.{sys.version_info[1]} cannot stop a "
              "running rank at a line (sys.monitoring comes with 3.12)")
-TOOL_IDS = (5, 4, 3)
-"""The `sys.monitoring` tool ids tried, in order: those no debugger, coverage or profiler of
-Python's own claims."""
 
 
 @dataclass(eq=False)
@@ -57,7 +55,7 @@ class RunningBreakpoints:
         """Whether an editor wants post-mortem for every uncaught exception (endpoint.py asks)."""
         self._files: dict[str, list[tuple[Armed, list[types.CodeType]]]] = {}
         self._at: dict[types.CodeType, dict[int, list[Armed]]] = {}
-        self._tool: int | None = None
+        self._events = LineEvents(self._line)
         self._lock = threading.Lock()
 
     def change(self, path: str, spots: list[wire.Spot], owner: bytes) -> list[str]:
@@ -67,8 +65,6 @@ class RunningBreakpoints:
         if self.stop is None:
             return ["this process stops at no breakpoint"] * len(spots)
         with self._lock:
-            if spots and not self._claim():
-                return ["every sys.monitoring tool id of this process is taken"] * len(spots)
             codes = code_lines.code_of(path) if spots else []
             kept, reasons = [], []
             for spot in spots:
@@ -79,37 +75,19 @@ class RunningBreakpoints:
                 if not reason:
                     kept.append((Armed(spot, owner), holders))
                 reasons.append(reason)
-            self._files[path] = kept
-            if not kept:
-                del self._files[path]
-            self._watch()
+            files = {name: armed for name, armed in self._files.items() if name != path}
+            if kept:
+                files[path] = kept
+            at: dict[types.CodeType, dict[int, list[Armed]]] = {}
+            for armed_spots in files.values():
+                for armed, holders in armed_spots:
+                    for code in holders:
+                        at.setdefault(code, {}).setdefault(armed.spot.line, []).append(armed)
+            if not self._events.watch(frozenset(at)):
+                return ["every sys.monitoring tool id of this process is taken"] * len(spots)
+            self._files, self._at = files, at
+            sys.monitoring.restart_events()  # lines disabled before may hold a breakpoint now
         return reasons
-
-    def _claim(self) -> bool:
-        if self._tool is None:
-            free = [tool for tool in TOOL_IDS if sys.monitoring.get_tool(tool) is None]
-            if not free:
-                return False
-            self._tool = free[0]
-            sys.monitoring.use_tool_id(self._tool, "monarch-pdb")
-            sys.monitoring.register_callback(self._tool, sys.monitoring.events.LINE, self._line)
-        return True
-
-    def _watch(self) -> None:
-        """Line events on the code that holds a breakpoint, and on no other."""
-        if self._tool is None:
-            return
-        at: dict[types.CodeType, dict[int, list[Armed]]] = {}
-        for kept in self._files.values():
-            for armed, holders in kept:
-                for code in holders:
-                    at.setdefault(code, {}).setdefault(armed.spot.line, []).append(armed)
-        for code in self._at.keys() - at.keys():
-            sys.monitoring.set_local_events(self._tool, code, 0)
-        for code in at:
-            sys.monitoring.set_local_events(self._tool, code, sys.monitoring.events.LINE)
-        self._at = at
-        sys.monitoring.restart_events()  # lines disabled before may hold a breakpoint now
 
     def _line(self, code: types.CodeType, line: int) -> object:
         here = self._at.get(code, {}).get(line)
