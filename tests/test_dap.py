@@ -367,6 +367,10 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
     assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank.values()) and len(by_rank) == 2
     for thread in by_rank.values():
         assert (top_frame(editor, thread)["name"], top_frame(editor, thread)["line"]) == ("visit", VISIT_LINE)
+    for _ in range(2):  # visit's return, then the loop's next line
+        editor.request("next", threadId=by_rank[0])
+        editor.take_events("stopped", reason="step")
+    assert (top_frame(editor, by_rank[0])["name"], top_frame(editor, by_rank[0])["line"]) == ("work", LOOP_LINE + 1)
     editor.request("setBreakpoints", source={"path": str(script)},
                    breakpoints=[{"line": LOOP_LINE, "logMessage": "round {round} of {rank}", "condition": "rank == 1"}])
     editor.request("continue", threadId=by_rank[0])
