@@ -310,7 +310,7 @@ class DebugSession:
             if answer.error:
                 for number in range(len(spots)):
                     reasons.setdefault(number, f"{thread.actor} {thread.rank}: {answer.error}")
-        running = self.running_breakpoints(paused, wire.Breakpoints(ref=0, path=path, spots=spots), reasons)
+        running = self.running_breakpoints(paused, path, spots, reasons)
         shown, spot_number = [], 0
         for index, spec in enumerate(wanted):
             if index in refused:
@@ -324,12 +324,13 @@ class DebugSession:
             spot_number += 1
         return {"breakpoints": shown}
 
-    def running_breakpoints(self, paused: list[Thread], ask: wire.Breakpoints, reasons: dict[int, str]) -> int:
-        """`ask` of the process of every selected live rank (the broker's `Breakpoints`), for the
-        target's ranks; each spot's first reason from a rank not paused here goes to `reasons`.
-        How many such ranks answered."""
-        ask.ref, ask.job, ask.actor, ask.selector = next(self.refs), self.target.job, self.target.actor, \
-            self.target.selector
+    def running_breakpoints(self, paused: list[Thread], path: str, spots: list[wire.Spot],
+                            reasons: dict[int, str]) -> int:
+        """The file's breakpoints in the process of every selected live rank (the broker's
+        `Breakpoints`); each spot's first reason from a rank that is not `paused` goes to
+        `reasons`. How many such ranks set them."""
+        ask = wire.Breakpoints(ref=next(self.refs), job=self.target.job, actor=self.target.actor,
+                               selector=self.target.selector, path=path, spots=spots)
         try:
             result = self.ask(ask, wire.BreakpointsResult)
         except RequestError:
@@ -341,7 +342,7 @@ class DebugSession:
             if not running:
                 continue
             who = f"{group.actor} {ranks.format_ranks(running)}"
-            for number in range(len(ask.spots)):
+            for number in range(len(spots)):
                 why = group.missing or (group.reasons[number] if number < len(group.reasons) else "")
                 if why:
                     reasons.setdefault(number, f"{who}: {why}")

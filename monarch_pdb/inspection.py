@@ -117,6 +117,8 @@ class EditorBreakpoints:
                 for spot in spots]
 
     def restore(self, debugger) -> None:
+        """Set them again, once pdb's own are cleared."""
+        self.logs.clear()
         for path, spots in self.files.items():
             for spot in spots:
                 self.set(debugger, path, spot)
