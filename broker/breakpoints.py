@@ -51,6 +51,14 @@ class BreakpointsInFlight(Request):
             for (actor, reasons, missing), ranks in self.answers.items()])]
 
 
+def audited(msg: wire.Breakpoints) -> str:
+    """The request as the audit log keeps it: its conditions and log messages run in the ranks."""
+    spots = ", ".join(f"{spot.line}" + (f" if {spot.condition}" if spot.condition else "")
+                      + (f" log {spot.log!r}" if spot.log else "") for spot in msg.spots)
+    uncaught = "" if msg.uncaught is None else f" uncaught={msg.uncaught}"
+    return f"breakpoints {msg.path} [{spots}]{uncaught}" if msg.path else f"breakpoints{uncaught}"
+
+
 class Breakpoints:
     """The editors' breakpoint requests in flight through one broker, and the handlers of
     their messages."""
@@ -95,6 +103,7 @@ class Breakpoints:
         for peer in list(request.waiting):
             if self.broker.registry.is_branch(peer):
                 request.take(peer, [], BELOW)
+        self.broker.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
         for peer in request.waiting:
             self.broker.send(peer, wire.BreakRanks(ref=request.id, path=msg.path, spots=msg.spots,
                                                    uncaught=msg.uncaught, owner=shell))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from dap_client import DAP, DapClient
-from programs import EXAMPLES, Program, debug, stop_line, wait_for_lines, wait_for_sessions
+from programs import (EXAMPLES, Program, debug, start_broker, stop_broker, stop_line, wait_for_lines,
+                      wait_for_sessions)
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
 BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
@@ -437,3 +438,21 @@ def test_the_uncaught_filter_stops_ranks_that_raise_in_post_mortem_until_it_is_c
     code, out = program.finish()
     assert code != 0 and "rank 1 was told to stop" in out, out
     assert not [e for e in editor.events if e["event"] == "stopped"], "cleared, the filter stops no rank"
+
+
+@pytest.mark.timeout(120)
+def test_the_audit_log_names_the_breakpoints_an_editor_sets_in_running_ranks(env, tmp_path, loops, editor):
+    audit = tmp_path / "audit.log"
+    broker, _ = start_broker(env, "--audit", str(audit))
+    try:
+        program, script = loops()
+        editor.attach()
+        editor.request("setBreakpoints", source={"path": str(script)},
+                       breakpoints=[{"line": VISIT_LINE, "condition": "rank == 9", "logMessage": "at {round}"}])
+        editor.request("setExceptionBreakpoints", filters=["uncaught"])
+    finally:
+        stop_broker(broker)
+    lines = audit.read_text().splitlines()
+    assert [line.split(" ranks=")[1] for line in lines] == [
+        f"0,1 command=\"breakpoints {script} [{VISIT_LINE} if rank == 9 log 'at {{round}}']\"",
+        "0,1 command='breakpoints uncaught=True'"]
