@@ -5,8 +5,7 @@
 
 Prints a table and writes benchmarks/results/latest.json. The targets are DESIGN.md's
 "Performance targets" for 16 ranks: an attached `p` within 2x of the raw relay floor, a cast
-to 16 ranks under 5 ms, `list` under 200 ms; and, on Python 3.12+, a loop that runs as fast
-with a breakpoint set in another function as without monarch-pdb (running_breakpoints.py). `--scale` then adds thousands of emulated ranks
+to 16 ranks under 5 ms, `list` under 200 ms. `--scale` then adds thousands of emulated ranks
 (scale.py: 256 to 16,384, directly and through a tree of 8 host brokers; with --quick 256 and
 1,024), which takes several minutes. `--tree-large` measures only the tree of 131,072 ranks
 under 16 host brokers, for a machine of 16 cores, and writes benchmarks/results/tree-large.json;
@@ -15,6 +14,9 @@ it says at once what a smaller machine lacks, and runs nothing there.
 Floors and product measures run in alternating batches, every process started once up front:
 on a small shared machine the background load drifts by tens of percent within a minute, and
 alternating makes a product number and its floor see the same drift.
+
+On Python 3.12+ it also times a loop with an editor's breakpoint set in another function of
+its running rank, beside the same loop without monarch-pdb (running_breakpoints.py).
 """
 
 from __future__ import annotations
