@@ -90,7 +90,9 @@ class Breakpoints:
         return found
 
     def on_breakpoints(self, shell: bytes, msg: wire.Breakpoints) -> None:
-        """From an editor: each selected rank's process is asked once."""
+        """From an editor: each selected rank's process is asked once; for a file's
+        breakpoints, only those of ranks that run (a paused one takes them as pdb's, asked of
+        its session with `Inspect`)."""
         try:
             chosen = self.chosen(msg)
         except Refused as refusal:
@@ -98,8 +100,10 @@ class Breakpoints:
             return
         request = self.table.open(BreakpointsInFlight(shell=shell, ref=msg.ref, actor=msg.actor,
                                                       deadline=time.monotonic() + msg.timeout))
+        registry = self.broker.registry
         for live in chosen:
-            request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
+            if not msg.path or not registry.is_paused(live.job, live.actor, live.rank):
+                request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
         for peer in list(request.waiting):
             if self.broker.registry.is_branch(peer):
                 request.take(peer, [], BELOW)

@@ -1075,10 +1075,11 @@ class Inspection(Message):
 
 @message("breakpoints")
 class Breakpoints(Message):
-    """Shell (an editor) to broker: in the process of each selected live rank, paused or not,
-    make `spots` the editor's breakpoints in the file `path` ("" leaves every file's as they
-    are), and with `uncaught` set, stop in post-mortem on every uncaught exception (True) or
-    as the job's own setting says (False). Answered with `BreakpointsResult`."""
+    """Shell (an editor) to broker: in the process of each selected rank that runs, make
+    `spots` the editor's breakpoints in the file `path` ("" leaves every file's as they are),
+    and, in that of each selected live rank, paused or not, with `uncaught` set, stop in
+    post-mortem on every uncaught exception (True) or as the job's own setting says (False).
+    Answered with `BreakpointsResult`."""
 
     ref: int
     job: str = ""
