@@ -19,6 +19,9 @@ same `n` typed in the shell, attached, in a terminal: its target is within 2x of
 Floors and product measures run in alternating batches, every process started once up front:
 on a small shared machine the background load drifts by tens of percent within a minute, and
 alternating makes a product number and its floor see the same drift.
+
+On Python 3.12+ it also times a loop with an editor's breakpoint set in another function of
+its running rank, beside the same loop without monarch-pdb (running_breakpoints.py).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import debugger
 import editor
 import floors
 import report
+import running_breakpoints
 import scale
 import terminal
 from report import Result, Target, say
@@ -95,6 +99,8 @@ def main() -> int:
         shell_cpu = shells.cpu_ms_per_line()
     # After the 16-rank run's processes are gone, so neither measure loads the other.
     scaled, resources = measure_scale(scale.SHAPES[mode]) if args.scale else ([], [])
+    with tempfile.TemporaryDirectory(prefix="monarch-pdb-breakpoints-") as workdir:
+        breaking = running_breakpoints.measure(Path(workdir), mode, say)
 
     floor_a = Result("raw relay round trip (floor A)", samples["relay"])
     tty_floor = Result("terminal: cmd + readline answering itself (floor C)", samples["tty_floor"])
@@ -120,6 +126,7 @@ def main() -> int:
         tty_next,
         Result("editor: `next` on one rank, request to `stopped` event", samples["dap_next"], floor=tty_next,
                target=Target(times_floor=2.0)),
+        *breaking,
         *scaled,
     ]
     rows = [result.row() for result in results]

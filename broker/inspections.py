@@ -20,12 +20,13 @@ class Inspections:
         self._refs = itertools.count(1)
 
     def ask(self, asker: bytes, msg: wire.Inspect, sid: int) -> wire.Inspect:
-        """The question as the session's process gets it: its session, and our number for it."""
+        """The question as the session's process gets it: its session, our number for it, and
+        who asked (whom its log points tell)."""
         ref = next(self._refs)
         self._asked[ref] = (asker, msg.ref)
         if len(self._asked) > KEPT:
             self._asked.popitem(last=False)
-        return replace(msg, ref=ref, sid=sid)
+        return replace(msg, ref=ref, sid=sid, owner=asker)
 
     def answered(self, msg: wire.Inspection) -> tuple[bytes, wire.Inspection] | None:
         """Who asked, and the answer under their number; None for an answer nobody waits for."""

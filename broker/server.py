@@ -26,6 +26,7 @@ from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout, row_parts
+from monarch_pdb.broker.breakpoints import Breakpoints
 from monarch_pdb.broker.inspections import Inspections
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.peeks import Peeks
@@ -84,6 +85,7 @@ class Broker:
         self.stacks: InFlight[StacksInFlight] = InFlight(part_size=self.settings.max_message // 2)
         self.inspections = Inspections()
         self.peeks = Peeks(self)
+        self.breakpoints = Breakpoints(self)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -144,6 +146,8 @@ class Broker:
             wire.SessionEnded: self.on_branch_session_ended,
             # peek, from each peer that takes part
             **self.peeks.handlers(),
+            # an editor's breakpoints, from the editor and the agents
+            **self.breakpoints.handlers(),
         }
 
     # --- life cycle --------------------------------------------------------------------
@@ -178,7 +182,8 @@ class Broker:
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
-            in_flight = self.casts or self.stacks or self.peeks.table  # each due at its deadline, not a tick late
+            # each due at its deadline, not a tick late
+            in_flight = self.casts or self.stacks or self.peeks.table or self.breakpoints.table
             ready = dict(poller.poll((PROGRESS_EVERY / 2 if in_flight else tick) * 1000))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
@@ -420,7 +425,7 @@ class Broker:
         for it; its sessions stay, held as they were, and lines sent to them wait for it."""
         peer.silent = True
         why = unreachable_because(peer.host)
-        for table in (self.casts, self.stacks, self.peeks.table):
+        for table in (self.casts, self.stacks, self.peeks.table, self.breakpoints.table):
             for request in table:
                 request.lost(peer.identity, why)
                 self.settle(table, request)
@@ -452,7 +457,7 @@ class Broker:
         if gone.peer.role == wire.Role.AGENT and reason == wire.Ending.LOST:
             self.running_lost(gone.peer, gone.ended)
         if gone.peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
-            for table in (self.stacks, self.peeks.table):
+            for table in (self.stacks, self.peeks.table, self.breakpoints.table):
                 for request in table:
                     request.lost(identity)
                     self.settle(table, request)
@@ -488,7 +493,7 @@ class Broker:
                 self.send(sess.holder, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.LOST))
             if self.upstream is not None:
                 self.upstream.ended(sess, "", wire.Ending.LOST)
-        for table in (self.casts, self.stacks, self.peeks.table):
+        for table in (self.casts, self.stacks, self.peeks.table, self.breakpoints.table):
             for request in table:
                 request.lost(peer.identity, why)
                 self.settle(table, request)
@@ -512,7 +517,7 @@ class Broker:
             self.upstream.cast_answered(self.registry, request.pending)
 
     def expire(self, now: float) -> None:
-        for table in (self.casts, self.stacks, self.peeks.table):
+        for table in (self.casts, self.stacks, self.peeks.table, self.breakpoints.table):
             for request in table.overdue(now):
                 self.settle(table, request, expired=True)
         for cast in self.casts.progress_due(now, PROGRESS_EVERY):

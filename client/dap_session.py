@@ -29,6 +29,8 @@ STOP_REASONS = {
     wire.EventKind.POST_MORTEM: "exception",
     wire.EventKind.INTERRUPTED: "pause",
 }
+UNCAUGHT = "uncaught"
+"""The exception filter that stops every selected rank in post-mortem on an uncaught exception."""
 STEPS = {"next": "next", "stepIn": "step", "stepOut": "return"}
 """pdb's command for each of DAP's steps."""
 
@@ -209,9 +211,11 @@ class DebugSession:
             "supportsSetVariable": True,
             "supportsConditionalBreakpoints": True,
             "supportsHitConditionalBreakpoints": True,
-            "supportsLogPoints": False,
+            "supportsLogPoints": True,
             "supportsExceptionInfoRequest": True,
-            "exceptionBreakpointFilters": [],
+            "exceptionBreakpointFilters": [{"filter": UNCAUGHT, "label": "Uncaught Exceptions", "default": False,
+                                            "description": "Stop every selected rank in post-mortem on an "
+                                                           "uncaught exception"}],
             "supportsRestartRequest": False,
         }
 
@@ -299,7 +303,8 @@ class DebugSession:
                 "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
 
     def on_setBreakpoints(self, args: dict) -> dict:
-        """The file's breakpoints in every selected paused rank (and in each that stops later);
+        """The file's breakpoints in every selected rank: pdb's in each paused one (and in each
+        that stops later), and in the process of each that runs (see `running_breakpoints`);
         verified when every rank set it, else with the reason of the first that did not."""
         path = (args.get("source") or {}).get("path")
         if not isinstance(path, str) or not path:
@@ -308,13 +313,11 @@ class DebugSession:
         spots, refused = [], {}
         for index, spec in enumerate(wanted):
             hits = str(spec.get("hitCondition") or "0").strip()
-            if spec.get("logMessage"):
-                refused[index] = "log points are not supported yet"
-            elif not hits.isdigit():
+            if not hits.isdigit():
                 refused[index] = f"a hit count is a whole number, not {hits!r}"
             else:
                 spots.append(wire.Spot(line=int(spec["line"]), condition=str(spec.get("condition") or ""),
-                                       hits=int(hits)))
+                                       hits=int(hits), log=str(spec.get("logMessage") or "")))
         path = self.paths.remote(path)
         self.breakpoints[path] = spots
         paused = [t for t in self.refresh() if not t.running]
@@ -327,22 +330,61 @@ class DebugSession:
             if answer.error:
                 for number in range(len(spots)):
                     reasons.setdefault(number, f"{thread.actor} {thread.rank}: {answer.error}")
+        running = self.running_breakpoints(paused, path, spots, reasons)
         shown, spot_number = [], 0
         for index, spec in enumerate(wanted):
             if index in refused:
                 shown.append({"verified": False, "line": spec.get("line"), "message": refused[index]})
                 continue
             reason = reasons.get(spot_number)
-            entry = {"verified": reason is None and bool(paused), "line": spots[spot_number].line}
-            if reason or not paused:
-                entry["message"] = reason or "no selected rank is paused: set when one stops"
+            entry = {"verified": reason is None and bool(paused or running), "line": spots[spot_number].line}
+            if reason or not (paused or running):
+                entry["message"] = reason or "no selected rank is paused or runs: set when one stops"
             shown.append(entry)
             spot_number += 1
         return {"breakpoints": shown}
 
+    def running_breakpoints(self, paused: list[Thread], path: str, spots: list[wire.Spot],
+                            reasons: dict[int, str]) -> int:
+        """The file's breakpoints in the process of every selected live rank (the broker's
+        `Breakpoints`); each spot's first reason from a rank that is not `paused` goes to
+        `reasons`. How many such ranks set them."""
+        ask = wire.Breakpoints(ref=next(self.refs), job=self.target.job, actor=self.target.actor,
+                               selector=self.target.selector, path=path, spots=spots)
+        try:
+            result = self.ask(ask, wire.BreakpointsResult)
+        except RequestError:
+            return 0  # no rank of the target runs
+        here = {(t.actor, t.rank) for t in paused}
+        answered = 0
+        for group in result.groups:
+            running = [rank for rank in group.ranks if (group.actor, rank) not in here]
+            if not running:
+                continue
+            who = f"{group.actor} {ranks.format_ranks(running)}"
+            for number in range(len(spots)):
+                why = group.missing or (group.reasons[number] if number < len(group.reasons) else "")
+                if why:
+                    reasons.setdefault(number, f"{who}: {why}")
+            answered += 0 if group.missing else len(running)
+        return answered
+
     def on_setExceptionBreakpoints(self, args: dict) -> dict:
-        """Ranks stop in post-mortem as the job's settings say; the editor offers no filters yet."""
-        return {"breakpoints": []}
+        """With the `uncaught` filter, every selected rank stops in post-mortem on an uncaught
+        exception; without it, as the job's settings say."""
+        filters = args.get("filters") or []
+        if not isinstance(filters, list) or not all(isinstance(f, str) for f in filters):
+            raise RequestError("setExceptionBreakpoints: filters is a list of names")
+        message = ""
+        try:
+            self.ask(wire.Breakpoints(ref=next(self.refs), job=self.target.job, actor=self.target.actor,
+                                      selector=self.target.selector, uncaught=UNCAUGHT in filters),
+                     wire.BreakpointsResult)
+        except RequestError as error:
+            message = str(error)
+        return {"breakpoints": [
+            {"verified": False, "message": f"monarch-pdb has no exception filter {name!r}"} if name != UNCAUGHT else
+            {"verified": not message, **({"message": message} if message else {})} for name in filters]}
 
     def on_exceptionInfo(self, args: dict) -> dict:
         item = self.inspect(self.thread(args), wire.Query.EXCEPTION).items[0]
@@ -466,8 +508,11 @@ class DebugSession:
         self.running(thread)
 
     def answered(self, msg: wire.Message) -> None:
-        """A reply nobody waited for: the end of a step, news of a held session, or a late
-        answer to attaching."""
+        """A reply nobody waited for: the end of a step, news of a held session, a late answer
+        to attaching, or what a log point printed."""
+        if isinstance(msg, wire.Logged):
+            self.send_event("output", {"category": "console", "output": f"{msg.actor} {msg.rank}: {msg.text}\n"})
+            return
         if isinstance(msg, (wire.SessionOutput, wire.Resumed, wire.SessionEnded)):
             self.held_news(msg)
         elif isinstance(msg, wire.Attached):

@@ -15,22 +15,26 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import zmq
 
 from monarch_pdb import discovery, interrupt, peek, stacks, wire
-from monarch_pdb.identity import Identity, job_name, rank_is_set
+from monarch_pdb.identity import Identity, current, job_name, rank_is_set
 from monarch_pdb.interrupt import Interrupts
 from monarch_pdb.link import Link
 from monarch_pdb.peek import Evaluations
 from monarch_pdb.presence import Presence
 from monarch_pdb.rank_threads import RankThreads
+from monarch_pdb.running_breakpoints import RunningBreakpoints
 from monarch_pdb.settings import Settings
 from monarch_pdb.settings import load as load_settings
 
 OUTPUT_IDLE = 0.05
+BREAKPOINTS_LIMIT = 5.0
+"""Seconds a process may take to find the code of a file it was sent breakpoints for."""
 
 
 @dataclass
@@ -60,12 +64,13 @@ class Agent:
     _instance_lock = threading.Lock()
 
     @classmethod
-    def get(cls, stop: interrupt.Stop) -> Agent:
+    def get(cls, stop: interrupt.Stop, break_at: Callable[[Any], None]) -> Agent:
         """The process's agent, started on first use (the one global this package keeps);
-        `stop` is how its interrupts stop a thread (the debugger's `interrupt`)."""
+        `stop` is how its interrupts stop a thread (the debugger's `interrupt`), `break_at` how
+        an editor's breakpoints do (its `break_at`)."""
         with cls._instance_lock:
             if cls._instance is None or cls._instance.pid != os.getpid():
-                cls._instance = Agent(load_settings(), stop)
+                cls._instance = Agent(load_settings(), stop, break_at=break_at)
             return cls._instance
 
     @classmethod
@@ -74,9 +79,11 @@ class Agent:
         agent = cls._instance
         return agent if agent is not None and agent.pid == os.getpid() else None
 
-    def __init__(self, settings: Settings, stop: interrupt.Stop, context: zmq.Context | None = None) -> None:
+    def __init__(self, settings: Settings, stop: interrupt.Stop, context: zmq.Context | None = None,
+                 break_at: Callable[[Any], None] | None = None) -> None:
         """A process has one agent (`get`); a load generator that stands in for many rank
-        processes makes one per emulated rank, sharing one ZeroMQ context."""
+        processes makes one per emulated rank, sharing one ZeroMQ context, and none of them
+        stops at an editor's breakpoints (no `break_at`)."""
         self.settings = settings
         self.pid = os.getpid()
         self._inboxes: dict[int, queue.SimpleQueue[Line | wire.Inspect]] = {}
@@ -99,6 +106,7 @@ class Agent:
         self.presence = Presence(self.threads, wake=lambda: self.link.post())
         self.interrupts = Interrupts(stop)
         self.evaluations = Evaluations(wake=lambda: self.link.post())
+        self.breakpoints = RunningBreakpoints(lambda owner, text: self.log(owner, current(), text), break_at)
         self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
 
     def _locate(self) -> discovery.Connection | None:
@@ -238,6 +246,13 @@ class Agent:
             self.peek(msg)
         elif isinstance(msg, wire.InterruptRanks):
             self.interrupt(msg.actor, msg.ranks)
+        elif isinstance(msg, wire.BreakRanks):
+            self.set_breakpoints(msg)
+
+    def log(self, owner: bytes, ident: Identity, text: str) -> None:
+        """A log point's message, for the editor that set it."""
+        self.link.post(wire.Logged(owner=owner, job=ident.job, actor=ident.actor, rank=ident.rank,
+                                   text=self.clip(text)))
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         pass
@@ -310,3 +325,20 @@ class Agent:
         running = self.threads.of(actor, ranks, self.presence.own())
         identities = self.presence.identities(actor, running)
         self.interrupts.ask(((running[rank], identities[rank]) for rank in running), time.monotonic())
+
+    def set_breakpoints(self, msg: wire.BreakRanks) -> None:
+        """An editor's breakpoints in this process's code, found on a thread of ours (finding a
+        file's code looks at every function of the process); the link answers."""
+        if msg.uncaught is not None:
+            self.breakpoints.uncaught = msg.uncaught
+
+        def change() -> list[str]:
+            try:
+                return self.breakpoints.change(msg.path, msg.spots, msg.owner) if msg.path else []
+            except Exception as error:  # the process's own code objects, or a tool of another debugger
+                return [f"{type(error).__name__}: {error}"] * len(msg.spots)
+
+        late = [f"still looking for the code of {msg.path} after {BREAKPOINTS_LIMIT:g} s"] * len(msg.spots)
+        self.evaluations.start([(0, change)], BREAKPOINTS_LIMIT,
+                               lambda answers, _: wire.BreakReport(ref=msg.ref, reasons=answers.get(0, late)),
+                               time.monotonic())

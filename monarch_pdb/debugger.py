@@ -282,6 +282,11 @@ class RemotePdb(ConfinedPdb):
         self.cmdqueue.append("continue")
         return default
 
+    def user_line(self, frame) -> None:
+        """pdb's stop at a line, but for the editor's log points, which print and go on."""
+        if not self.session.breakpoints.logged(self, frame):
+            super().user_line(frame)
+
     def set_continue(self) -> None:
         super().set_continue()
         if not self.breaks and self.session.call is None:
@@ -317,7 +322,7 @@ class Session:
                                                                       self.named or self.call is not None)
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
-        self.breakpoints = EditorBreakpoints()
+        self.breakpoints = EditorBreakpoints(lambda owner, text: self.agent.log(owner, self.identity, text))
         self.exception: BaseException | None = None
         """What a post-mortem stop caught, while it waits."""
         self.inspector = Inspector(self)
@@ -383,9 +388,9 @@ def _who() -> str:
 
 
 def process_agent() -> Agent:
-    """This process's agent, started on first use: an interrupt stops one of its threads in a
-    session opened here (`interrupt`)."""
-    return Agent.get(interrupt)
+    """This process's agent, started on first use: an interrupt, or an editor's breakpoint,
+    stops one of its threads in a session opened here (`interrupt`, `break_at`)."""
+    return Agent.get(interrupt, break_at)
 
 
 def _stopping(agent: Agent | None, header: str | None, commands: list[str] | None) -> Session | None:
@@ -444,7 +449,20 @@ def interrupt(frame, identity: Identity) -> None:
     agent = process_agent()
     session = session_for_this_thread(agent, identity)
     session.reason = wire.Stop.INTERRUPTED
-    debugger = session.debugger
+    _stop_at(session.debugger, frame)
+
+
+def break_at(frame) -> None:
+    """Stop this thread at `frame`, before the line it is about to run, in a session opened as
+    breakpoint()'s is: where an editor's breakpoint in a running rank found it."""
+    session = _stopping(None, None, None)
+    if session is not None:
+        _stop_at(session.debugger, frame)
+
+
+def _stop_at(debugger: RemotePdb, frame) -> None:
+    """pdb's prompt at `frame` now, not at a next line; afterwards `n`, `s` and breakpoints
+    work as after breakpoint()."""
     debugger.reset()
     caller = frame
     while caller is not None:

@@ -20,9 +20,13 @@ POST_MORTEM_POLICIES = ("after-breakpoint", "always", "never")
 
 def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     """MONARCH_PDB_POST_MORTEM's answer for `exc`, given whether a breakpoint stopped its scope
-    (the endpoint call, or the process when there is no call) before it was raised."""
+    (the endpoint call, or the process when there is no call) before it was raised; always yes
+    while an editor asks for every uncaught exception."""
     if not isinstance(exc, Exception) or isinstance(exc, bdb.BdbQuit):
         return False
+    agent = Agent.existing()
+    if agent is not None and agent.breakpoints.uncaught:
+        return True
     policy = settings.load().post_mortem
     if policy == "always":
         return True

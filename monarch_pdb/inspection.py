@@ -14,9 +14,10 @@ import itertools
 import linecache
 import reprlib
 import traceback
+from collections.abc import Callable
 from typing import Any
 
-from monarch_pdb import wire
+from monarch_pdb import log_points, wire
 from monarch_pdb.sources import program_code, source_file
 
 VALUE_LIMIT = 200
@@ -96,40 +97,58 @@ def children(value: Any, start: int, count: int) -> tuple[list[tuple[str, Any]],
 
 class EditorBreakpoints:
     """The breakpoints an editor set in one session, by file: pdb's own, set again after the
-    top-level continue clears those typed with `b`, and gone with the session."""
+    top-level continue clears those typed with `b`, and gone with the session. A log point is
+    a pdb breakpoint that prints its message to the editor (`tell`) instead of stopping."""
 
-    def __init__(self) -> None:
+    def __init__(self, tell: Callable[[bytes, str], None]) -> None:
+        self.tell = tell
         self.files: dict[str, list[wire.Spot]] = {}
+        self.owner = b""
+        """The editor's connection, whom log points tell."""
+        self.logs: dict[int, wire.Spot] = {}
+        """The log points among pdb's breakpoints, by number."""
 
-    def change(self, debugger, path: str, spots: list[wire.Spot]) -> list[wire.Item]:
+    def change(self, debugger, path: str, spots: list[wire.Spot], owner: bytes = b"") -> list[wire.Item]:
         """Make `spots` the file's breakpoints; an item per spot, `value` why it is not set."""
         for spot in self.files.pop(path, []):
             debugger.clear_break(path, spot.line)
         self.files[path] = spots
+        self.owner = owner
         return [wire.Item(name=str(spot.line), value=self.set(debugger, path, spot) or "", line=spot.line)
                 for spot in spots]
 
     def restore(self, debugger) -> None:
+        """Set them again, once pdb's own are cleared."""
+        self.logs.clear()
         for path, spots in self.files.items():
             for spot in spots:
                 self.set(debugger, path, spot)
 
-    @staticmethod
-    def set(debugger, path: str, spot: wire.Spot) -> str | None:
+    def set(self, debugger, path: str, spot: wire.Spot) -> str | None:
         """pdb's reason when it cannot break there (no such file, no code on that line)."""
-        if spot.condition:
-            try:
-                compile(spot.condition, "<condition>", "eval")
-            except SyntaxError as error:
-                return f"the condition is not a Python expression: {error.msg}"
+        problem = log_points.problem(spot)
+        if problem:
+            return problem
         if not debugger.checkline(path, spot.line):
             return f"line {spot.line} of {path} holds no code to stop at"
         failed = debugger.set_break(path, spot.line, cond=spot.condition or None)
         if failed:
             return failed
+        made = debugger.get_breaks(path, spot.line)[-1]
         if spot.hits > 1:
-            debugger.get_breaks(path, spot.line)[-1].ignore = spot.hits - 1
+            made.ignore = spot.hits - 1
+        if spot.log:
+            self.logs[made.number] = spot
         return None
+
+    def logged(self, debugger, frame) -> bool:
+        """Whether pdb stopped at a log point: its message goes to the editor, and the rank on."""
+        spot = self.logs.get(getattr(debugger, "currentbp", 0))
+        if spot is None:
+            return False
+        debugger.currentbp = 0
+        self.tell(self.owner, log_points.message(spot.log, frame))
+        return True
 
 
 class Inspector:
@@ -166,7 +185,7 @@ class Inspector:
             page, total = children(self.handles[ask.handle], ask.start, ask.count or PAGE)
             return [self.item(name, value) for name, value in page], total
         if ask.query == wire.Query.BREAKPOINTS:
-            items = self.session.breakpoints.change(self.debugger, ask.expression, ask.spots)
+            items = self.session.breakpoints.change(self.debugger, ask.expression, ask.spots, ask.owner)
             return items, len(items)
         if ask.query == wire.Query.EXCEPTION:
             caught = self.session.exception

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from monarch_pdb.identity import Identity
+from monarch_pdb.line_events import LineEvents
 from monarch_pdb.rank_threads import Running
 from monarch_pdb.sources import debugger_code, own_code, program_code
 from monarch_pdb.stacks import awaited_frames, program_frames, waits_in_await
@@ -253,37 +254,13 @@ class _Monitoring:
 
     def __init__(self, reached: Reached, stop: Stop) -> None:
         self._reached, self._stop = reached, stop
-        self._tool: int | None = None
-        self._codes: frozenset = frozenset()
+        self._events = LineEvents(self._line)
 
     def watch(self, thread: int, codes: frozenset) -> bool:
-        monitoring = sys.monitoring  # type: ignore[attr-defined]
-        if self._tool is None:
-            free = [t for t in range(monitoring.DEBUGGER_ID, monitoring.OPTIMIZER_ID) if monitoring.get_tool(t) is None]
-            if not free:
-                return False
-            self._tool = free[0]
-            monitoring.use_tool_id(self._tool, "monarch-pdb")
-            monitoring.register_callback(self._tool, monitoring.events.LINE, self._line)
-        self._set(codes)
-        return True
+        return self._events.watch(codes)
 
     def unwatch(self, codes: frozenset) -> None:
-        if self._tool is None:
-            return
-        self._set(codes)
-        if not codes:
-            sys.monitoring.register_callback(self._tool, sys.monitoring.events.LINE, None)  # type: ignore[attr-defined]
-            sys.monitoring.free_tool_id(self._tool)  # type: ignore[attr-defined]
-            self._tool = None
-
-    def _set(self, codes: frozenset) -> None:
-        monitoring = sys.monitoring  # type: ignore[attr-defined]
-        for code in self._codes - codes:
-            monitoring.set_local_events(self._tool, code, 0)
-        for code in codes - self._codes:
-            monitoring.set_local_events(self._tool, code, monitoring.events.LINE)
-        self._codes = codes
+        self._events.watch(codes)
 
     def _line(self, code, line: int) -> None:
         frame = sys._getframe(1)

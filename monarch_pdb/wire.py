@@ -1065,12 +1065,15 @@ class Item(Record):
 
 @record
 class Spot(Record):
-    """An editor's breakpoint on a line: it stops when `condition` (a Python expression, ""
-    for always) holds, from the `hits`-th time on (0: the first)."""
+    """An editor's breakpoint on a line: it stops (or logs) when `condition` (a Python
+    expression, "" for always) holds, from the `hits`-th time on (0: the first)."""
 
     line: int
     condition: str = ""
     hits: int = 0
+    log: str = ""
+    """A log point's message, `{expression}`s replaced by their values: it prints, and never
+    stops ("" for a breakpoint that stops)."""
 
 
 @message("inspect")
@@ -1094,6 +1097,8 @@ class Inspect(Message):
     spots: list[Spot] = field(default_factory=list)
     mine: bool = False
     name: str = ""
+    owner: bytes = b""
+    """(Broker to agent.) The asker's connection, which `Logged` names for the log points it sets."""
 
 
 @message("inspection")
@@ -1105,6 +1110,81 @@ class Inspection(Message):
     items: list[Item]
     total: int = 0
     error: str = ""
+
+
+# --- an editor's breakpoints in running ranks ----------------------------------------------
+
+
+@message("breakpoints")
+class Breakpoints(Message):
+    """Shell (an editor) to broker: in the process of each selected rank that runs, make
+    `spots` the editor's breakpoints in the file `path` ("" leaves every file's as they are),
+    and, in that of each selected live rank, paused or not, with `uncaught` set, stop in
+    post-mortem on every uncaught exception (True) or as the job's own setting says (False).
+    Answered with `BreakpointsResult`."""
+
+    ref: int
+    job: str = ""
+    actor: str = ""
+    """"" for every actor."""
+    selector: str = ""
+    path: str = ""
+    spots: list[Spot] = field(default_factory=list)
+    uncaught: bool | None = None
+    timeout: float = 5.0
+
+
+@message("break_ranks")
+class BreakRanks(Message):
+    """Broker to agent: `Breakpoints` for the whole process (a breakpoint is in its code, which
+    all its ranks share); `owner` is the editor's connection, named in each `Logged`. Answered
+    with `BreakReport`."""
+
+    ref: int
+    path: str
+    spots: list[Spot]
+    uncaught: bool | None
+    owner: bytes
+
+
+@message("break_report")
+class BreakReport(Message):
+    """Agent to broker: for each spot, "" when it is set, else why not (no code at that line,
+    a file this process has not loaded, a Python that sets it only at the next stop)."""
+
+    ref: int
+    reasons: list[str]
+
+
+@record
+class BreakGroup(Record):
+    """Ranks of one actor whose processes answered a `Breakpoints` alike: a reason for each
+    spot ("" when set), or, in `missing`, why they gave no answer."""
+
+    actor: str
+    ranks: list[int]
+    reasons: list[str]
+    missing: str = ""
+
+
+@message("breakpoints_result")
+class BreakpointsResult(Message):
+    """Broker to shell: the answers to a `Breakpoints`, grouped."""
+
+    ref: int
+    groups: list[BreakGroup]
+
+
+@message("logged")
+class Logged(Message):
+    """Agent to broker, and broker to the editor that set the log point (`owner`): what it
+    printed in a rank."""
+
+    owner: bytes
+    job: str
+    actor: str
+    rank: int
+    text: str
 
 
 # --- between brokers: a broker with an upstream, and its parent ----------------------------

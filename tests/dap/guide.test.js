@@ -5,11 +5,36 @@
 const assert = require('node:assert/strict');
 const { test } = require('node:test');
 const { DebugClient } = require('@vscode/debugadapter-testsupport');
-const { Events, Job, MONARCH_PDB, ROOT } = require('./job');
+const cp = require('node:child_process');
+const { Events, Job, MONARCH_PDB, PYTHON, ROOT } = require('./job');
 
 const EXAMPLE = `${ROOT}/examples/debugging.py`;
 const RUNS_ON = `${__dirname}/runs_on.py`;
 const PAUSED = `${__dirname}/paused.py`;
+
+const LOOPS = `
+import time
+from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+def visit(rank, round):
+    return rank + round
+
+class Looper(Actor):
+    @endpoint
+    def work(self):
+        breakpoint()
+        round = 0
+        while True:
+            round += 1
+            visit(current_rank().rank, round)
+            time.sleep(0.01)
+
+if __name__ == "__main__":
+    this_host().spawn_procs(per_host={"gpu": 4}).spawn("looper", Looper).work.call().get()
+`;
+const VISIT_LINE = 6;
+const MONITORING = cp.spawnSync(PYTHON, ['-c', 'import sys; print(sys.version_info >= (3, 12))'],
+  { encoding: 'utf8' }).stdout.trim() === 'True';
 
 async function attached(job) {
   const dc = new DebugClient(MONARCH_PDB, 'dap', 'monarch-pdb', { env: job.env });
@@ -104,6 +129,30 @@ test('pause stops a running rank', { timeout: 180000 }, async () => {
     await dc.pauseRequest({ threadId: byRank.get(1) });
     const paused = await events.take('stopped', 1, (e) => e.body.reason === 'pause');
     assert.equal(paused[0].body.threadId, byRank.get(1));
+    await dc.disconnectRequest({});
+    dc.stopAdapter();
+  } finally {
+    job.end();
+  }
+});
+
+test('a breakpoint set while ranks run stops them all', { timeout: 180000,
+  skip: !MONITORING && 'a running rank stops at a breakpoint from Python 3.12 on (sys.monitoring)' }, async () => {
+  const job = new Job();
+  try {
+    job.write('loops.py', LOOPS);
+    job.run(`${job.dir}/loops.py`);
+    job.waitFor('looper', 4);
+    const { dc, events } = await attached(job);
+    await events.take('stopped', 4, (e) => e.body.reason === 'entry');
+    const byRank = await threadsByRank(dc);
+    await dc.continueRequest({ threadId: byRank.get(0) });
+    const set = await dc.setBreakpointsRequest({ source: { path: `${job.dir}/loops.py` },
+      breakpoints: [{ line: VISIT_LINE }] });
+    assert.deepEqual(set.body.breakpoints, [{ verified: true, line: VISIT_LINE }]);
+    const hits = await events.take('stopped', 4, (e) => e.body.reason === 'breakpoint');
+    assert.deepEqual(new Set(hits.map((e) => e.body.threadId)), new Set(byRank.values()));
+    for (const id of byRank.values()) assert.equal(await topLine(dc, id), VISIT_LINE);
     await dc.disconnectRequest({});
     dc.stopAdapter();
   } finally {

@@ -99,4 +99,4 @@ class Events {
   }
 }
 
-module.exports = { Events, Job, MONARCH_PDB, ROOT };
+module.exports = { Events, Job, MONARCH_PDB, PYTHON, ROOT };

@@ -1,0 +1,112 @@
+"""An editor's breakpoints in a running process, and its wish for post-mortem on every
+uncaught exception.
+
+From Python 3.12 on, a breakpoint is a `sys.monitoring` LINE event enabled on the code objects
+that hold its line only (PEP 669): every other function runs at full speed, and in the watched
+ones each other line is disabled the first time it is reached. When the line is reached and
+the condition and hit count hold, the thread stops in a session as at a `breakpoint()`, on
+that line; a log point prints its message to the editor and goes on. A thread a session's pdb
+traces is left to that pdb, whose breakpoints (the editor's among them) stand for these.
+Before 3.12 there is no such event: the editor sets its breakpoints when the rank next stops.
+"""
+
+from __future__ import annotations
+
+import bdb
+import sys
+import threading
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from monarch_pdb import code_lines, log_points, wire
+from monarch_pdb.line_events import LineEvents
+
+MONITORING = sys.version_info >= (3, 12)
+NEXT_STOP = (f"set when the rank next stops: Python {sys.version_info[0]}.{sys.version_info[1]} cannot stop a "
+             "running rank at a line (sys.monitoring comes with 3.12)")
+
+
+@dataclass(eq=False)
+class Armed:
+    """A spot as the process keeps it, with how many times its condition held."""
+
+    spot: wire.Spot
+    owner: bytes
+    count: int = 0
+
+
+Tell = Callable[[bytes, str], None]
+"""How a log point's message reaches the editor that set it (its connection, the text)."""
+
+
+class RunningBreakpoints:
+    """The editors' breakpoints in this process's code, by file.
+
+    Locking: `_lock` serialises changes; the line callback reads `_at` without it, a table that
+    is replaced whole and never changed in place."""
+
+    def __init__(self, tell: Tell, stop: Callable[[types.FrameType], None] | None) -> None:
+        """`stop` opens a session at a frame (the debugger's `break_at`); a process without
+        one (a load generator's) sets no breakpoints."""
+        self.tell = tell
+        self.stop = stop
+        self.uncaught = False
+        """Whether an editor wants post-mortem for every uncaught exception (endpoint.py asks)."""
+        self._files: dict[str, list[tuple[Armed, list[types.CodeType]]]] = {}
+        self._at: dict[types.CodeType, dict[int, list[Armed]]] = {}
+        self._events = LineEvents(self._line)
+        self._lock = threading.Lock()
+
+    def change(self, path: str, spots: list[wire.Spot], owner: bytes) -> list[str]:
+        """Make `spots` the file's breakpoints; for each, "" when set, else why not."""
+        if not MONITORING:
+            return [NEXT_STOP] * len(spots)
+        if self.stop is None:
+            return ["this process stops at no breakpoint"] * len(spots)
+        with self._lock:
+            codes = code_lines.code_of(path) if spots else []
+            kept, reasons = [], []
+            for spot in spots:
+                holders = code_lines.holding(codes, spot.line)
+                reason = log_points.problem(spot) or (
+                    f"{path} is not loaded in this process" if not codes else
+                    f"line {spot.line} of {path} holds no code to stop at" if not holders else "")
+                if not reason:
+                    kept.append((Armed(spot, owner), holders))
+                reasons.append(reason)
+            files = {name: armed for name, armed in self._files.items() if name != path}
+            if kept:
+                files[path] = kept
+            at: dict[types.CodeType, dict[int, list[Armed]]] = {}
+            for armed_spots in files.values():
+                for armed, holders in armed_spots:
+                    for code in holders:
+                        at.setdefault(code, {}).setdefault(armed.spot.line, []).append(armed)
+            if not self._events.watch(frozenset(at)):
+                return ["every sys.monitoring tool id of this process is taken"] * len(spots)
+            self._files, self._at = files, at
+            sys.monitoring.restart_events()  # lines disabled before may hold a breakpoint now
+        return reasons
+
+    def _line(self, code: types.CodeType, line: int) -> object:
+        here = self._at.get(code, {}).get(line)
+        if here is None:
+            return sys.monitoring.DISABLE
+        if isinstance(getattr(sys.gettrace(), "__self__", None), bdb.Bdb):
+            return None
+        frame = sys._getframe(1)
+        stop = False
+        for armed in here:
+            if not log_points.holds(armed.spot.condition, frame):
+                continue
+            armed.count += 1
+            if armed.count < armed.spot.hits:
+                continue
+            if armed.spot.log:
+                self.tell(armed.owner, log_points.message(armed.spot.log, frame))
+            else:
+                stop = True
+        if stop:
+            self.stop(frame)
+        return None
