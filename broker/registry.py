@@ -216,8 +216,15 @@ class LiveRank:
     job: str
     actor: str
     rank: int
-    coords: dict
+    dims: tuple[str, ...]
+    values: tuple[int, ...]
+    """Its coordinates, as a session keeps them: made a dict only for a selector that filters
+    on them, not for each of a million ranks that `stacks` looks at."""
     instance: str = ""
+
+    @property
+    def coords(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.values))
 
 
 @dataclass
@@ -790,19 +797,20 @@ class Registry:
         for peer in self.peers.values():
             for j, a, rank, dims, values, _ in peer.present:
                 if a == actor and (not job or j == job):
-                    found[(j, rank)] = LiveRank(peer.identity, j, a, rank, dict(zip(dims, values)))
+                    found[(j, rank)] = LiveRank(peer.identity, j, a, rank, dims, values)
         for peer in self.branches():
             for row in peer.below:
                 if row.actor == actor and (not job or row.job == job) and row.state in LIVE:
-                    found[(row.job, row.rank)] = LiveRank(peer.identity, row.job, actor, row.rank, row.coords)
+                    found[(row.job, row.rank)] = LiveRank(peer.identity, row.job, actor, row.rank,
+                                                            tuple(row.coords), tuple(row.coords.values()))
         for sess in self.sessions.values():
             if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
-                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.coords,
-                                                        sess.instance)
+                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.dims,
+                                                        sess.values, sess.instance)
         if not found:
             raise Refused(f"No running rank of actor {actor} is known to the broker")
         in_one_job(actor, {j for j, _ in found})
-        return sorted(found.values(), key=lambda r: r.rank)
+        return sorted(found.values(), key=attrgetter("rank"))
 
     def without_session(self, job: str, actor: str, wanted: list[int]) -> list[wire.Missing]:
         """A `Missing` for each of `wanted` that has no session: it runs, its process is gone

@@ -37,6 +37,8 @@ from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
 from monarch_pdb.settings import Settings
 
 PROGRESS_EVERY = 0.25
+PROGRESS_UP_EVERY = 1.0
+"""Seconds between two words to the broker above on how far one of its casts got here."""
 FREEZE_AFTER = 65536
 """New sessions since the broker last froze what it holds that make it freeze again."""
 TOLD_UNSIGNED = 4096
@@ -520,7 +522,7 @@ class Broker:
         for table in (self.casts, self.stacks, self.peeks.table, self.breakpoints.table):
             for request in table.overdue(now):
                 self.settle(table, request, expired=True)
-        for cast in self.casts.progress_due(now, PROGRESS_EVERY):
+        for cast in self.casts.progress_due(now, PROGRESS_EVERY, PROGRESS_UP_EVERY):
             self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.expected))
 
     # --- sending -----------------------------------------------------------------------
@@ -978,7 +980,8 @@ class Broker:
         cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
                             total=len(picked.sessions) + len(picked.absent) + sum(
                                 len(asked) for asked in picked.below.values() if asked is not None),
-                            missing=picked.absent, next_progress=now + PROGRESS_EVERY, estimate=picked.estimate)
+                            missing=picked.absent, estimate=picked.estimate,
+                            next_progress=now + (PROGRESS_UP_EVERY if shell == UPSTREAM else PROGRESS_EVERY))
         if evaluated_below:
             branches = {peer.identity: peer for peer in self.registry.branches()}
             cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,

@@ -12,6 +12,7 @@ from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
 from monarch_pdb.broker.registry import Peer, Registry, Session
 from monarch_pdb.broker.stacks import StacksInFlight
+from monarch_pdb.broker.upstream import UPSTREAM
 from monarch_pdb.ranks import RankSet
 
 pytestmark = pytest.mark.timeout(10)
@@ -128,9 +129,23 @@ def test_progress_is_due_once_per_interval():
     casts = Casts(part_size=1 << 20)
     cast = cast_of(sessions)
     casts.start(cast, "n", sessions)
-    assert casts.progress_due(1.0, every=0.25) == [cast]
-    assert casts.progress_due(1.2, every=0.25) == []
-    assert casts.progress_due(1.25, every=0.25) == [cast]
+    assert casts.progress_due(1.0, every=0.25, upstream_every=1.0) == [cast]
+    assert casts.progress_due(1.2, every=0.25, upstream_every=1.0) == []
+    assert casts.progress_due(1.25, every=0.25, upstream_every=1.0) == [cast]
+
+
+def test_a_broker_above_is_told_the_progress_of_its_cast_less_often_and_only_when_it_changed():
+    _, sessions = paused(2)
+    casts = Casts(part_size=1 << 20)
+    cast = dataclasses.replace(cast_of(sessions), shell=UPSTREAM)
+    casts.start(cast, "n", sessions)
+    assert casts.progress_due(1.0, every=0.25, upstream_every=1.0) == [cast], "its first word, 0 answered"
+    assert casts.progress_due(1.5, every=0.25, upstream_every=1.0) == []
+    assert casts.progress_due(2.0, every=0.25, upstream_every=1.0) == [], "nothing changed: no word"
+    sessions[0].log.add("1\n")
+    casts.stopped(sessions[0])
+    assert casts.progress_due(2.5, every=0.25, upstream_every=1.0) == [], "a change waits for the interval"
+    assert casts.progress_due(3.0, every=0.25, upstream_every=1.0) == [cast] and cast.answered == 1
 
 
 def test_a_large_result_comes_in_parts_and_only_the_last_names_the_missing():
