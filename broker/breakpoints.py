@@ -79,6 +79,7 @@ class Breakpoints:
             return registry.select(msg.job, msg.actor, selector, live=True)[0]
         actors = {a for peer in registry.peers.values() for j, a, *_ in peer.present if not msg.job or j == msg.job}
         actors |= {s.actor for s in registry.sessions.values() if not msg.job or s.job == msg.job}
+        actors |= {row.actor for peer in registry.branches() for row in peer.below if not msg.job or row.job == msg.job}
         found = []
         for actor in sorted(actors):
             try:

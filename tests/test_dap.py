@@ -549,6 +549,24 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
     assert not [e for e in editor.events if e["event"] == "stopped"], "the breakpoint removed stops no rank"
 
 
+@pytest.mark.timeout(180)
+def test_running_ranks_below_a_host_broker_are_told_to_connect_to_it_for_breakpoints(tree, env, editor, tmp_path):
+    tree.start_root()
+    tree.host_broker("host0")
+    script = tmp_path / "loops.py"
+    script.write_text(LOOPS.replace("PAUSED", "[]"))
+    program = Program(tree.host_env("host0"), script, str(tmp_path / "stop-"))
+    try:
+        wait_for_lines(program, "RUNNING", 2)
+        editor.attach()
+        shown = editor.request("setBreakpoints", source={"path": str(script)},
+                               breakpoints=[{"line": VISIT_LINE}])["breakpoints"]
+        assert shown == [{"verified": False, "line": VISIT_LINE,
+                          "message": "looper 0,1: below another broker: connect to that broker"}]
+    finally:
+        program.stop()
+
+
 @pytest.mark.each_python
 @pytest.mark.timeout(120)
 def test_log_points_print_in_the_console_naming_the_rank_with_conditions_and_hit_counts(loops, editor):
