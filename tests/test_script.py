@@ -235,7 +235,7 @@ def test_a_shell_the_broker_refuses_says_so_in_json_too(env, tmp_path):
         stop_broker(broker)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)  # eleven shells, one after another
 def test_time_limits_must_be_positive_finite_seconds(env, broker):
     for value in ("-5", "0", "nan", "inf", "soon"):
         done = shell(env, "-c", f"set cast_timeout {value}")
