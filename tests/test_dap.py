@@ -561,8 +561,9 @@ def test_running_ranks_below_a_host_broker_are_told_to_connect_to_it_for_breakpo
         editor.attach()
         shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": VISIT_LINE}])["breakpoints"]
-        assert shown == [{"verified": False, "line": VISIT_LINE,
-                          "message": "looper 0,1: below another broker: connect to that broker"}]
+        [spot] = shown  # the ranks the root knows of by now: one or both
+        assert not spot["verified"] and spot["line"] == VISIT_LINE, shown
+        assert re.fullmatch(r"looper (0|1|0,1): below another broker: connect to that broker", spot["message"]), shown
     finally:
         program.stop()
 
