@@ -9,6 +9,10 @@
 # process): the tests mostly wait on processes and sockets, and each has its own ports, runtime
 # directory and process marker, so they run side by side.
 # `make test-dap` drives `monarch-pdb dap` with Microsoft's DAP test client (Node.js, npm ci).
+# Each test starts many Python processes, and each compiles what it imports (the stdlib of an
+# unpacked CPython, this checkout) unless it may write bytecode caches, which some CI images
+# forbid with PYTHONDONTWRITEBYTECODE: on 2 cores that doubled the matrix's 3.14 and 3.15.
+unexport PYTHONDONTWRITEBYTECODE
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
