@@ -301,6 +301,8 @@ class Link:
                         sent = time.monotonic()
                 now = time.monotonic()
                 if now >= beat_due(sent, beaten, heard, beat):
+                    if not self.ready.is_set() and not self._still_located(conn):
+                        return  # a broker replacing a dead one holds its lock before it rewrites the file
                     send(wire.Heartbeat() if self.ready.is_set() else self._hello())
                     sent = beaten = now
                 if now - heard > silent_limit:
