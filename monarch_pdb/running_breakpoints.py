@@ -44,7 +44,7 @@ class RunningBreakpoints:
     """The editors' breakpoints in this process's code, by file.
 
     Locking: `_lock` serialises changes; the line callback reads `_at` without it, a table that
-    is replaced whole and never changed in place."""
+    is replaced whole, never changed in place, and replaced before the events are restarted."""
 
     def __init__(self, tell: Tell, stop: Callable[[types.FrameType], None] | None) -> None:
         """`stop` opens a session at a frame (the debugger's `break_at`); a process without
@@ -90,9 +90,13 @@ class RunningBreakpoints:
         return reasons
 
     def _line(self, code: types.CodeType, line: int) -> object:
-        here = self._at.get(code, {}).get(line)
+        at = self._at
+        here = at.get(code, {}).get(line)
         if here is None:
-            return sys.monitoring.DISABLE
+            # Only while the table we read is still the one in force: a change made since
+            # (this thread may have been switched out after reading it) restarted the events
+            # already, and a line disabled after that restart would never be seen again.
+            return sys.monitoring.DISABLE if self._at is at else None
         if isinstance(getattr(sys.gettrace(), "__self__", None), bdb.Bdb):
             return None
         frame = sys._getframe(1)
