@@ -1,26 +1,27 @@
 """An editor's breakpoints through the broker: asked of each process that runs some of the
 selected ranks, paused or not, since a breakpoint lives in a process's code, which all its
-ranks share; and each log point's message on its way back to the editor that set it.
+ranks share, and of each broker below that holds some, which selects its own; and each log
+point's message on its way back to the editor that set it.
 
-The handlers of its messages live here, one for each peer that takes part: the editor that
-asks and the agents that answer.
+The handlers of its messages live here, one for each peer that takes part: the editor (or
+the broker above) that asks, the agents and brokers below that answer.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
-from monarch_pdb.broker.inflight import InFlight, Request
+from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
 from monarch_pdb.broker.registry import Refused
+from monarch_pdb.broker.upstream import UPSTREAM
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.registry import LiveRank
     from monarch_pdb.broker.server import Broker
 
-BELOW = "below another broker: connect to that broker"
 NO_ANSWER = "its process sent no answer in time"
 
 
@@ -39,6 +40,13 @@ class BreakpointsInFlight(Request):
     def take(self, peer: bytes, reasons: list[str], missing: str = "") -> None:
         for actor, rank in self.waiting.pop(peer, ()):
             self.answers.setdefault((actor, tuple(reasons), missing), []).append(rank)
+
+    def take_below(self, peer: bytes, groups: list[wire.BreakGroup]) -> None:
+        """A broker below answers for the ranks it selected itself (those it found paused
+        take the breakpoints as pdb's, and are not among them)."""
+        if self.waiting.pop(peer, None) is not None:
+            for group in groups:
+                self.answers.setdefault((group.actor, tuple(group.reasons), group.missing), []).extend(group.ranks)
 
     def lost(self, peer: bytes, reason: str = wire.Ending.LOST) -> None:
         self.take(peer, [], reason)
@@ -69,7 +77,7 @@ class Breakpoints:
 
     def handlers(self) -> dict:
         return {wire.Breakpoints: self.on_breakpoints, wire.BreakReport: self.on_break_report,
-                wire.Logged: self.on_logged}
+                wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged}
 
     def chosen(self, msg: wire.Breakpoints) -> list[LiveRank]:
         """The live ranks the editor selects: of its actor, else of every actor of the job."""
@@ -91,13 +99,17 @@ class Breakpoints:
         return found
 
     def on_breakpoints(self, shell: bytes, msg: wire.Breakpoints) -> None:
-        """From an editor: each selected rank's process is asked once; for a file's
-        breakpoints, only those of ranks that run (a paused one takes them as pdb's, asked of
-        its session with `Inspect`)."""
+        """From an editor, or the broker above: each selected rank's process is asked once,
+        and each broker below that holds some, for its own; for a file's breakpoints, only
+        those of ranks that run (a paused one takes them as pdb's, asked of its session with
+        `Inspect`)."""
         try:
             chosen = self.chosen(msg)
         except Refused as refusal:
-            self.broker.send(shell, wire.Error(text=str(refusal)))
+            if shell == UPSTREAM:
+                self.broker.send(shell, wire.BreakpointsResult(ref=msg.ref, groups=[]))
+            else:
+                self.broker.send(shell, wire.Error(text=str(refusal)))
             return
         request = self.table.open(BreakpointsInFlight(shell=shell, ref=msg.ref, actor=msg.actor,
                                                       deadline=time.monotonic() + msg.timeout))
@@ -105,13 +117,15 @@ class Breakpoints:
         for live in chosen:
             if not msg.path or not registry.is_paused(live.job, live.actor, live.rank):
                 request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
-        for peer in list(request.waiting):
-            if self.broker.registry.is_branch(peer):
-                request.take(peer, [], BELOW)
+        self.broker.skip_unreachable(request)
         self.broker.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
+        owner = UPSTREAM + msg.owner if shell == UPSTREAM else shell
         for peer in request.waiting:
-            self.broker.send(peer, wire.BreakRanks(ref=request.id, path=msg.path, spots=msg.spots,
-                                                   uncaught=msg.uncaught, owner=shell))
+            if registry.is_branch(peer):
+                self.broker.send(peer, replace(msg, ref=request.id, owner=owner, timeout=below_timeout(msg.timeout)))
+            else:
+                self.broker.send(peer, wire.BreakRanks(ref=request.id, path=msg.path, spots=msg.spots,
+                                                       uncaught=msg.uncaught, owner=owner))
         self.broker.settle(self.table, request)
 
     def on_break_report(self, identity: bytes, msg: wire.BreakReport) -> None:
@@ -121,7 +135,18 @@ class Breakpoints:
             request.take(identity, msg.reasons)
             self.broker.settle(self.table, request)
 
+    def on_breakpoints_result(self, identity: bytes, msg: wire.BreakpointsResult) -> None:
+        """From a broker below: its ranks' answers, grouped there."""
+        request = self.table.get(msg.ref)
+        if request is not None and self.broker.registry.is_branch(identity) and identity in request.waiting:
+            request.take_below(identity, msg.groups)
+            self.broker.settle(self.table, request)
+
     def on_logged(self, identity: bytes, msg: wire.Logged) -> None:
-        """From an agent: to the editor that set the log point, if it is still connected."""
-        if self.broker.registry.peer(msg.owner) is not None:
+        """From an agent, or a broker below: to the editor that set the log point, if it is
+        still connected."""
+        if msg.owner.startswith(UPSTREAM):
+            if self.broker.upstream is not None:
+                self.broker.send(UPSTREAM, replace(msg, owner=msg.owner[len(UPSTREAM):]))
+        elif self.broker.registry.peer(msg.owner) is not None:
             self.broker.send(msg.owner, msg)

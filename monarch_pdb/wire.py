@@ -1132,6 +1132,11 @@ class Breakpoints(Message):
     spots: list[Spot] = field(default_factory=list)
     uncaught: bool | None = None
     timeout: float = 5.0
+    owner: bytes = b""
+    """(Broker to a broker below, which selects its own ranks and answers for them with a
+    `BreakpointsResult`.) The editor as the broker above names it: its connection there, or,
+    from further up, `UPSTREAM` before the name the broker above that uses, and so on; the
+    broker below names it so in `BreakRanks`, and each `Logged` finds its way up by it."""
 
 
 @message("break_ranks")
@@ -1177,8 +1182,8 @@ class BreakpointsResult(Message):
 
 @message("logged")
 class Logged(Message):
-    """Agent to broker, and broker to the editor that set the log point (`owner`): what it
-    printed in a rank."""
+    """Agent to broker, broker below to broker above, and broker to the editor that set the
+    log point (`owner`): what it printed in a rank."""
 
     owner: bytes
     job: str

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from dap_client import DAP, DapClient
-from programs import (DEBUG_SHELL, EXAMPLES, Program, debug, start_broker, stop_broker, stop_line, wait_for_lines,
-                      wait_for_sessions)
+from programs import (DEBUG_SHELL, EXAMPLES, Program, debug, start_broker, stop_broker, stop_line, wait_for_all_rows,
+                      wait_for_lines, wait_for_sessions)
 from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
@@ -549,8 +549,9 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
     assert not [e for e in editor.events if e["event"] == "stopped"], "the breakpoint removed stops no rank"
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(180)
-def test_running_ranks_below_a_host_broker_are_told_to_connect_to_it_for_breakpoints(tree, env, editor, tmp_path):
+def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_and_log_points(tree, env, editor, tmp_path):
     tree.start_root()
     tree.host_broker("host0")
     script = tmp_path / "loops.py"
@@ -558,12 +559,25 @@ def test_running_ranks_below_a_host_broker_are_told_to_connect_to_it_for_breakpo
     program = Program(tree.host_env("host0"), script, str(tmp_path / "stop-"))
     try:
         wait_for_lines(program, "RUNNING", 2)
+        wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "running"), (1, "running")])
         editor.attach()
         shown = editor.request("setBreakpoints", source={"path": str(script)},
+                               breakpoints=[{"line": LOOP_LINE, "logMessage": "round {round} of {rank}",
+                                             "condition": "rank == 1"}])["breakpoints"]
+        if not MONITORING:  # both processes below the host broker answered
+            assert shown[0]["message"].startswith("looper 0,1: set when the rank next stops"), shown
+            return
+        assert shown == [{"verified": True, "line": LOOP_LINE}], "set in both processes below the host broker"
+        printed = console_lines(editor, 3)
+        assert all(line.startswith("looper 1: round ") and line.endswith(" of 1\n") for line in printed), printed
+        shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": VISIT_LINE}])["breakpoints"]
-        [spot] = shown  # the ranks the root knows of by now: one or both
-        assert not spot["verified"] and spot["line"] == VISIT_LINE, shown
-        assert re.fullmatch(r"looper (0|1|0,1): below another broker: connect to that broker", spot["message"]), shown
+        assert shown == [{"verified": True, "line": VISIT_LINE}]
+        stops = editor.take_events("stopped", 2, reason="breakpoint")
+        by_rank = threads_by_rank(editor)
+        assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank.values()) and len(by_rank) == 2
+        for thread in by_rank.values():
+            assert (top_frame(editor, thread)["name"], top_frame(editor, thread)["line"]) == ("visit", VISIT_LINE)
     finally:
         program.stop()
 
