@@ -551,7 +551,8 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
 
 @pytest.mark.each_python
 @pytest.mark.timeout(180)
-def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_and_log_points(tree, env, editor, tmp_path):
+def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_points_and_uncaught_filter(
+        tree, env, editor, tmp_path):
     tree.start_root()
     tree.host_broker("host0")
     script = tmp_path / "loops.py"
@@ -561,23 +562,26 @@ def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_and_log_
         wait_for_lines(program, "RUNNING", 2)
         wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "running"), (1, "running")])
         editor.attach()
+        assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
+        (tmp_path / "stop-0").touch()
+        stop = editor.take_events("stopped", reason="exception")[0]["body"]
+        assert threads_by_rank(editor) == {0: stop["threadId"]}, "rank 0 raised below the host broker"
         shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": LOOP_LINE, "logMessage": "round {round} of {rank}",
                                              "condition": "rank == 1"}])["breakpoints"]
-        if not MONITORING:  # both processes below the host broker answered
-            assert shown[0]["message"].startswith("looper 0,1: set when the rank next stops"), shown
+        if not MONITORING:  # the running rank's process answered from below the host broker
+            assert shown[0]["message"].startswith("looper 1: set when the rank next stops"), shown
             return
-        assert shown == [{"verified": True, "line": LOOP_LINE}], "set in both processes below the host broker"
+        assert shown == [{"verified": True, "line": LOOP_LINE}], "set in the running rank's process below the host broker"
         printed = console_lines(editor, 3)
         assert all(line.startswith("looper 1: round ") and line.endswith(" of 1\n") for line in printed), printed
         shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": VISIT_LINE}])["breakpoints"]
         assert shown == [{"verified": True, "line": VISIT_LINE}]
-        stops = editor.take_events("stopped", 2, reason="breakpoint")
-        by_rank = threads_by_rank(editor)
-        assert sorted(e["body"]["threadId"] for e in stops) == sorted(by_rank.values()) and len(by_rank) == 2
-        for thread in by_rank.values():
-            assert (top_frame(editor, thread)["name"], top_frame(editor, thread)["line"]) == ("visit", VISIT_LINE)
+        [stopped] = editor.take_events("stopped", reason="breakpoint")
+        thread = stopped["body"]["threadId"]
+        assert threads_by_rank(editor)[1] == thread
+        assert (top_frame(editor, thread)["name"], top_frame(editor, thread)["line"]) == ("visit", VISIT_LINE)
     finally:
         program.stop()
 
