@@ -18,7 +18,7 @@ from monarch_pdb.ranks import RankSet, format_ranks
 if TYPE_CHECKING:
     from monarch_pdb.broker.registry import Session
 
-KEY = attrgetter("job", "actor", "function", "lineno", "state")
+KEY = attrgetter("job", "actor", "function", "lineno", "state", "attached")
 """What the ranks of one group share."""
 
 
@@ -33,9 +33,9 @@ class Members:
 
 
 def group_rows(rows: Iterable[wire.SessionRow]) -> list[wire.SessionGroup]:
-    """A group per job, actor, function, line and state, in the order of each group's first
-    row: its ranks, each coordinate's values and its hosts (131,072 rows at the root of a tree
-    for each `list`)."""
+    """A group per job, actor, function, line, state and holder, in the order of each group's
+    first row: its ranks, each coordinate's values and its hosts (131,072 rows at the root of a
+    tree for each `list`)."""
     groups: dict[tuple, Members] = {}
     for row in rows:
         key = KEY(row)
@@ -49,13 +49,13 @@ def group_rows(rows: Iterable[wire.SessionRow]) -> list[wire.SessionGroup]:
             coords[dim].add(value)
     return [wire.SessionGroup(job, actor, function, lineno, state, ranks=format_ranks(m.ranks),
                               count=len(set(m.ranks)), coords={dim: format_ranks(v) for dim, v in m.coords.items()},
-                              hosts=list(m.hosts))
-            for (job, actor, function, lineno, state), m in groups.items()]
+                              hosts=list(m.hosts), attached=attached)
+            for (job, actor, function, lineno, state, attached), m in groups.items()]
 
 
-PLACE = attrgetter("job", "actor", "function", "lineno", "reason", "host")
+PLACE = attrgetter("job", "actor", "function", "lineno", "reason", "attached", "host")
 """Where a paused session stands, as its group knows it (a paused session's state is its stop),
-and its host."""
+who holds it, and its host."""
 RANK, DIMS, VALUES = attrgetter("rank"), attrgetter("dims"), attrgetter("values")
 
 
@@ -71,7 +71,7 @@ def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.Ran
         ranks = list(map(RANK, members))
         places[tuple(place)].append((min(ranks), host, members, ranks))
     made = []
-    for (job, actor, function, lineno, reason), on_hosts in places.items():
+    for (job, actor, function, lineno, reason, attached), on_hosts in places.items():
         on_hosts.sort(key=lambda item: item[0])  # hosts in the order of their lowest rank
         coords: dict[str, set[int]] = {}
         for _, _, members, _ in on_hosts:
@@ -89,7 +89,7 @@ def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.Ran
         made.append((on_hosts[0][0], wire.SessionGroup(
             job, actor, function, lineno, states[reason], ranks=ranks.text(), count=len(ranks),
             coords={dim: format_ranks(values) for dim, values in coords.items()},
-            hosts=[host for _, host, _, _ in on_hosts])))
+            hosts=[host for _, host, _, _ in on_hosts], attached=attached)))
     made.sort(key=lambda item: (item[1].job, item[1].actor, item[0]))
     return [group for _, group in made]
 
@@ -102,6 +102,7 @@ def group_weight(group: wire.SessionGroup) -> int:
     """About the bytes a group takes in a message: its texts, and a few for each field, host
     and coordinate."""
     return (len(group.job) + len(group.actor) + len(group.function) + len(group.state) + len(group.ranks)
+            + len(group.attached)
             + sum(len(dim) + len(values) + 2 for dim, values in group.coords.items())
             + sum(len(host) + 2 for host in group.hosts) + GROUP_FIXED)
 

@@ -23,6 +23,9 @@ LEGEND = (wire.RankState.BREAKPOINT, wire.RankState.RUNNING, wire.RankState.POST
           wire.RankState.FINISHED)
 OCCASIONAL = (wire.RankState.QUIT,)
 """States in the legend only when some rank is in one."""
+ATTACHED = "attached"
+"""The legend's word for ranks a shell or an editor holds (as `list`'s Attached column says):
+their state's letter in lower case."""
 ABSENT = "."
 ROW_WITHOUT_COORDS = 16
 """Ranks without coordinates (plain processes) are laid out this many to a row."""
@@ -38,10 +41,16 @@ def layout(rows: list[wire.SessionRow]) -> tuple[list[str], dict[tuple[int, ...]
     return dims, {tuple(r.coords.get(d, 0) for d in dims): r for r in rows}
 
 
-def cell(state: str | None, colour: bool) -> str:
-    if state is None:
+def mark(row: wire.SessionRow) -> tuple[str, str, str]:
+    """A rank's letter, its word in the legend and its colour."""
+    letter, word, code = STATES.get(row.state, ("?", "other", "0"))
+    return (letter.lower(), ATTACHED, code) if row.attached else (letter, word, code)
+
+
+def cell(shown: tuple[str, str, str] | None, colour: bool) -> str:
+    if shown is None:
         return ABSENT
-    letter, _, code = STATES.get(state, ("?", "", "0"))
+    letter, _, code = shown
     return f"\x1b[{code}m{letter}\x1b[0m" if colour else letter
 
 
@@ -63,16 +72,18 @@ def picture(actor: str, rows: list[wire.SessionRow], colour: bool, columns: int)
                 lines.append(", ".join(named) + ":")
             lines.append(" " * (lead + 2) + " ".join(str(c).rjust(width) for c in page))
             for r in range(extent[0]):
-                states = [at[key].state if (key := (r, c, *fixed)) in at else None for c in page]
-                lines.append(str(r).rjust(lead) + "  " + " ".join(" " * (width - 1) + cell(s, colour) for s in states))
-    counts = Counter(STATES.get(r.state, ("?", "other", ""))[1] for r in rows)
-    shown = LEGEND + tuple(state for state in OCCASIONAL if counts[STATES[state][1]])
-    legend = [f"{cell(state, colour)} {STATES[state][1]} ({counts[STATES[state][1]]})" for state in shown]
+                marks = [mark(at[key]) if (key := (r, c, *fixed)) in at else None for c in page]
+                lines.append(str(r).rjust(lead) + "  " + " ".join(" " * (width - 1) + cell(m, colour) for m in marks))
+    counts = Counter(mark(r)[1] for r in rows)
+    shown = [STATES[state] for state in LEGEND + tuple(s for s in OCCASIONAL if counts[STATES[s][1]])]
+    legend = [f"{cell(m, colour)} {m[1]} ({counts[m[1]]})" for m in shown]
+    held = sorted({mark(r)[0] for r in rows if r.attached})
+    legend += [f"{'/'.join(held)} {ATTACHED} ({counts[ATTACHED]})"] if held else []
     lines.append("  ".join(legend + [f"{ABSENT} no rank"]))
     return "\n".join(lines) + "\n"
 
 
 def document(actor: str, rows: list[wire.SessionRow]) -> dict:
     return {"actor": actor, "dims": layout(rows)[0],
-            "ranks": [{"rank": r.rank, "coords": r.coords, "state": r.state} for r in rows],
+            "ranks": [{"rank": r.rank, "coords": r.coords, "state": r.state, "attached": r.attached} for r in rows],
             "counts": dict(Counter(r.state for r in rows))}

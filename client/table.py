@@ -67,15 +67,19 @@ def sessions_table(rows: list[wire.SessionRow], with_state: bool = False) -> str
 
 
 def groups_table(groups: list[wire.SessionGroup], with_state: bool = False) -> str:
-    """A row per group of ranks sharing job, actor, function, line and state, as the broker
-    grouped them: their rank set, each coordinate's values and their hosts, compactly. A State
+    """A row per group of ranks sharing job, actor, function, line, state and holder, as the
+    broker grouped them: their rank set, each coordinate's values and their hosts, compactly. An
+    Attached column when a shell or an editor holds some, as `sessions_table` has; a State
     column when asked for, or when states alone tell two groups apart."""
     with_job = len({g.job for g in groups}) > 1
+    with_attached = any(g.attached for g in groups)
     with_state = with_state or len({g.state for g in groups}) > 1
-    header = [*(["Job"] if with_job else []), *GROUP_COLUMNS, *(["State"] if with_state else [])]
+    header = [*(["Job"] if with_job else []), *GROUP_COLUMNS, *(["Attached"] if with_attached else []),
+              *(["State"] if with_state else [])]
     cells = [[*([g.job] if with_job else []), g.actor, f"{shortened(g.ranks, CELL_SHOWN)} ({g.count})",
               coords_ranges(g.coords), shortened(compress(g.hosts), CELL_SHOWN),
-              g.function, str(g.lineno) if g.lineno else "", *([g.state] if with_state else [])]
+              g.function, str(g.lineno) if g.lineno else "", *([g.attached] if with_attached else []),
+              *([g.state] if with_state else [])]
              for g in groups]
     ranks = sum(g.count for g in groups)
     count = f"{ranks} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''}; 'list --rows' shows each rank"

@@ -330,6 +330,9 @@ class SessionGroup(Record):
     """Each dimension's values as a rank set, dimensions in the order first seen."""
     hosts: list[str]
     """Each host once, in the order first seen."""
+    attached: str = ""
+    """Who holds these ranks, as a row's `attached` says: ranks a shell or an editor holds
+    are a group of their own."""
 
 
 @record

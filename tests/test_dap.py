@@ -345,6 +345,13 @@ def test_the_shell_sees_the_editors_ranks_as_held_and_its_lines_and_continue_rea
     assert len(re.findall(r"^\| debugee .*\| editor +\|$", table, re.M)) == 16, table
     listed = json.loads(debug(env, "list", flags=("--json",)).stdout)
     assert {row["attached"] for row in listed} == {"editor"}
+    sh.command("set list_rows 8")
+    grouped = sh.command("list")
+    groups = re.findall(r"^\| debugee .*\| editor +\|$", grouped, re.M)
+    assert groups and f"16 ranks in {len(groups)} groups;" in grouped, grouped
+    sh.command("set list_rows 40")
+    pictured = sh.command("mesh debugee")
+    assert re.search(r"^0  s s s s$", pictured, re.M) and "  s attached (16)  . no rank" in pictured, pictured
     refused = sh.command("attach debugee 3")
     assert re.search(r"debugee 3 is attached in an editor \(\S+ pid \d+\); use 'attach --force' to take it over$",
                      refused, re.M), refused

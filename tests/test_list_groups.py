@@ -35,6 +35,13 @@ def test_rows_group_by_job_actor_function_line_and_state_in_the_order_each_group
     ]
 
 
+def test_ranks_a_shell_or_an_editor_holds_are_a_group_of_their_own_that_says_who_holds_them():
+    rows = [row(r, {"gpu": r}, "node1") for r in range(4)]
+    rows[1] = dataclasses.replace(rows[1], attached=wire.Client.EDITOR)
+    rows[3] = dataclasses.replace(rows[3], attached=wire.Client.SHELL)
+    assert [(g.ranks, g.attached) for g in group_rows(rows)] == [("0,2", ""), ("1", "editor"), ("3", "shell")]
+
+
 def test_a_group_has_its_ranks_each_coordinate_and_each_host_once_in_the_order_first_seen():
     rows = [row(r, {"host": r // 8, "gpu": r % 8}, f"node{r // 8 + 1:03d}") for r in (*range(8, 64), *range(8))]
     rows.append(row(99, {"host": 12, "gpu": 3, "slot": 1}, "node013"))
@@ -67,5 +74,9 @@ def test_groups_made_straight_from_the_sessions_are_those_made_from_their_rows()
         registry.prompt(identity, dataclasses.replace(
             stop, sid=rank + 1, rank=rank, coords=coords, host=host, lineno=9 if rank % 5 == 0 else 7,
             actor="eval" if rank == 70 else "train", reason=wire.Stop.POST_MORTEM if rank == 3 else wire.Stop.BREAKPOINT))
+    registry.join(Peer(identity=b"e", role="shell", name=wire.Client.EDITOR, host="h", pid=1, user="u", last_seen=0.0))
+    for sess in list(registry.sessions.values())[:3]:
+        registry.hold(b"e", sess)
     assert group_sessions(registry.paused(), STOP_STATES) == group_rows(registry.rows())
+    assert any(g.attached == wire.Client.EDITOR for g in group_rows(registry.rows()))
     assert group_sessions([], STOP_STATES) == []
