@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
+from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
 from monarch_pdb.broker.registry import Refused
 from monarch_pdb.broker.upstream import UPSTREAM
@@ -55,8 +55,8 @@ class BreakpointsInFlight(Request):
         for peer in list(self.waiting):
             self.take(peer, [], NO_ANSWER)
         return [wire.BreakpointsResult(ref=self.ref, groups=[
-            wire.BreakGroup(actor, sorted(ranks), list(reasons), missing)
-            for (actor, reasons, missing), ranks in self.answers.items()])]
+            wire.BreakGroup(actor, sorted(answered), list(reasons), missing)
+            for (actor, reasons, missing), answered in self.answers.items()])]
 
 
 def audited(msg: wire.Breakpoints) -> str:
@@ -67,24 +67,48 @@ def audited(msg: wire.Breakpoints) -> str:
     return f"breakpoints {msg.path} [{spots}]{uncaught}" if msg.path else f"breakpoints{uncaught}"
 
 
+@dataclass
+class Standing:
+    """The latest breakpoints of one file (or the latest `uncaught` filter), kept for the
+    processes that start later: the request as this broker was asked, the editor as it names
+    it, and the processes that were asked already."""
+
+    ask: wire.Breakpoints
+    owner: bytes
+    asked: set[bytes]
+
+
 class Breakpoints:
-    """The editors' breakpoint requests in flight through one broker, and the handlers of
-    their messages."""
+    """The editors' breakpoint requests in flight through one broker, the latest of each file
+    for processes that start later, and the handlers of their messages."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.table: InFlight[BreakpointsInFlight] = InFlight(part_size=broker.settings.max_message // 2)
+        self.standing: dict[str, Standing] = {}
+        """By file; "" for the `uncaught` filter. As in a process, the latest editor to set a
+        file's breakpoints sets them for all."""
+        self.started: set[bytes] = set()
+        """The processes that said which ranks they run since the standing ones were last given."""
 
     def handlers(self) -> dict:
         return {wire.Breakpoints: self.on_breakpoints, wire.BreakReport: self.on_break_report,
                 wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged}
 
     def chosen(self, msg: wire.Breakpoints) -> list[LiveRank]:
-        """The live ranks the editor selects: of its actor, else of every actor of the job."""
+        """The live ranks the editor selects: of its actor, else of every actor of the job.
+        None yet is no refusal (the request stands for the ranks that start later); a selector
+        that cannot be read, or an actor's that picks none of its running ranks, is."""
         registry = self.broker.registry
         selector = msg.selector or "ranks(:)"
+        ranks.parse_selector(selector)  # SelectorError, for the editor to tell
         if msg.actor:
-            return registry.select(msg.job, msg.actor, selector, live=True)[0]
+            try:
+                return registry.select(msg.job, msg.actor, selector, live=True)[0]
+            except Refused:
+                if registry.live_ranks(msg.job, msg.actor):
+                    raise
+                return []
         actors = {a for peer in registry.peers.values() for j, a, *_ in peer.present if not msg.job or j == msg.job}
         actors |= {s.actor for s in registry.sessions.values() if not msg.job or s.job == msg.job}
         actors |= {row.actor for peer in registry.branches() for row in peer.below if not msg.job or row.job == msg.job}
@@ -94,8 +118,6 @@ class Breakpoints:
                 found += registry.select(msg.job, actor, selector, live=True)[0]
             except Refused:
                 continue
-        if not found:
-            raise Refused("no running rank is known to the broker")
         return found
 
     def on_breakpoints(self, shell: bytes, msg: wire.Breakpoints) -> None:
@@ -103,9 +125,10 @@ class Breakpoints:
         and each broker below that holds some, for its own; for a file's breakpoints, only
         those of ranks that run (a paused one takes them as pdb's, asked of its session with
         `Inspect`)."""
+        owner = UPSTREAM + msg.owner if shell == UPSTREAM else shell
         try:
             chosen = self.chosen(msg)
-        except Refused as refusal:
+        except (Refused, ranks.SelectorError) as refusal:
             if shell == UPSTREAM:
                 self.broker.send(shell, wire.BreakpointsResult(ref=msg.ref, groups=[]))
             else:
@@ -119,14 +142,54 @@ class Breakpoints:
                 request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
         self.broker.skip_unreachable(request)
         self.broker.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
-        owner = UPSTREAM + msg.owner if shell == UPSTREAM else shell
         for peer in request.waiting:
-            if registry.is_branch(peer):
-                self.broker.send(peer, replace(msg, ref=request.id, owner=owner, timeout=below_timeout(msg.timeout)))
-            else:
-                self.broker.send(peer, wire.BreakRanks(ref=request.id, path=msg.path, spots=msg.spots,
-                                                       uncaught=msg.uncaught, owner=owner))
+            self.broker.send(peer, self.ask_of(peer, request.id, msg, owner))
+        self.keep(msg, owner, set(request.waiting))
         self.broker.settle(self.table, request)
+
+    def ask_of(self, peer: bytes, ref: int, msg: wire.Breakpoints, owner: bytes) -> wire.Message:
+        """The request as a process is asked (for all its code), or a broker below (which
+        selects its own ranks)."""
+        if self.broker.registry.is_branch(peer):
+            return replace(msg, ref=ref, owner=owner, timeout=below_timeout(msg.timeout))
+        return wire.BreakRanks(ref=ref, path=msg.path, spots=msg.spots, uncaught=msg.uncaught, owner=owner)
+
+    def keep(self, msg: wire.Breakpoints, owner: bytes, asked: set[bytes]) -> None:
+        """The request stands for processes that start later, until a file's breakpoints are
+        all removed or the filter is cleared (each broker below keeps what it was asked)."""
+        key = msg.path if msg.path else "" if msg.uncaught is not None else None
+        if key is None:
+            return
+        if msg.spots or msg.uncaught:
+            self.standing[key] = Standing(msg, owner, asked)
+        else:
+            self.standing.pop(key, None)
+
+    def started_process(self, identity: bytes) -> None:
+        """A process (or a broker below) said which ranks it runs: it may hold some that a
+        standing request selects and was not asked for."""
+        if any(identity not in wish.asked for wish in self.standing.values()):
+            self.started.add(identity)
+
+    def give_standing(self) -> None:
+        """Ask each process, or broker below, that started since of each standing request
+        that selects some of its ranks, once (a broker below keeps the request, for the
+        processes that start below it later); the answers go to no editor, which was answered
+        when it asked."""
+        started, self.started = self.started, set()
+        registry = self.broker.registry
+        for wish in self.standing.values():
+            try:
+                chosen = [live for live in self.chosen(wish.ask) if live.peer in started and live.peer not in wish.asked
+                          and not (wish.ask.path and registry.is_paused(live.job, live.actor, live.rank))]
+            except Refused:
+                continue
+            for peer in {live.peer: None for live in chosen}:
+                self.broker.send(peer, self.ask_of(peer, 0, wish.ask, wish.owner))
+                wish.asked.add(peer)
+            if chosen:
+                self.broker.record(UPSTREAM if wish.owner.startswith(UPSTREAM) else wish.owner, wish.ask.job,
+                                   wish.ask.actor, [live.rank for live in chosen], audited(wish.ask))
 
     def on_break_report(self, identity: bytes, msg: wire.BreakReport) -> None:
         """From an agent."""

@@ -339,7 +339,7 @@ class DebugSession:
             reason = reasons.get(spot_number)
             entry = {"verified": reason is None and bool(paused or running), "line": spots[spot_number].line}
             if reason or not (paused or running):
-                entry["message"] = reason or "no selected rank is paused or runs: set when one stops"
+                entry["message"] = reason or "no selected rank is paused or runs yet: set in each as it starts or stops"
             shown.append(entry)
             spot_number += 1
         return {"breakpoints": shown}

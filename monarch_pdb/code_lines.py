@@ -18,11 +18,12 @@ from collections.abc import Iterator
 from monarch_pdb.sources import SHIPPED_CODE, source_file
 
 
-def _nested(code: types.CodeType) -> Iterator[types.CodeType]:
+def nested(code: types.CodeType) -> Iterator[types.CodeType]:
+    """A code object, and every one nested in it: its functions', classes', comprehensions'."""
     yield code
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            yield from _nested(const)
+            yield from nested(const)
 
 
 def _running() -> Iterator[tuple[types.CodeType, str]]:
@@ -47,7 +48,7 @@ def code_of(path: str) -> list[types.CodeType]:
         if filename not in same:
             same[filename] = not filename.startswith("<") and os.path.realpath(filename) == wanted
         if same[filename]:
-            found.update(dict.fromkeys(_nested(code)))
+            found.update(dict.fromkeys(nested(code)))
     return list(found)
 
 

@@ -13,6 +13,7 @@ Before 3.12 there is no such event: the editor sets its breakpoints when the ran
 from __future__ import annotations
 
 import bdb
+import os
 import sys
 import threading
 import types
@@ -56,38 +57,69 @@ class RunningBreakpoints:
         self._files: dict[str, list[tuple[Armed, list[types.CodeType]]]] = {}
         self._at: dict[types.CodeType, dict[int, list[Armed]]] = {}
         self._events = LineEvents(self._line)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        """An RLock: the audit hook runs in whatever thread imports, this one's too."""
+        self._unloaded: dict[str, tuple[str, list[wire.Spot], bytes]] = {}
+        """The breakpoints of files this process has not loaded, by real path."""
+        self._hooked = False
 
     def change(self, path: str, spots: list[wire.Spot], owner: bytes) -> list[str]:
-        """Make `spots` the file's breakpoints; for each, "" when set, else why not."""
+        """Make `spots` the file's breakpoints; for each, "" when set, else why not. A file
+        this process has not loaded yet has them set as it loads (a rank asked as it starts
+        has imported little of the program)."""
         if not MONITORING:
             return [NEXT_STOP] * len(spots)
         if self.stop is None:
             return ["this process stops at no breakpoint"] * len(spots)
         with self._lock:
-            codes = code_lines.code_of(path) if spots else []
-            kept, reasons = [], []
-            for spot in spots:
-                holders = code_lines.holding(codes, spot.line)
-                reason = log_points.problem(spot) or (
-                    f"{path} is not loaded in this process" if not codes else
-                    f"line {spot.line} of {path} holds no code to stop at" if not holders else "")
-                if not reason:
-                    kept.append((Armed(spot, owner), holders))
-                reasons.append(reason)
-            files = {name: armed for name, armed in self._files.items() if name != path}
-            if kept:
-                files[path] = kept
-            at: dict[types.CodeType, dict[int, list[Armed]]] = {}
-            for armed_spots in files.values():
-                for armed, holders in armed_spots:
-                    for code in holders:
-                        at.setdefault(code, {}).setdefault(armed.spot.line, []).append(armed)
-            if not self._events.watch(frozenset(at)):
-                return ["every sys.monitoring tool id of this process is taken"] * len(spots)
-            self._files, self._at = files, at
-            sys.monitoring.restart_events()  # lines disabled before may hold a breakpoint now
+            return self._arm(path, spots, owner, code_lines.code_of(path) if spots else [])
+
+    def _arm(self, path: str, spots: list[wire.Spot], owner: bytes, codes: list[types.CodeType]) -> list[str]:
+        real = os.path.realpath(path)
+        self._unloaded.pop(real, None)
+        if spots and not codes:
+            self._unloaded[real] = (path, spots, owner)
+            if not self._hooked:
+                sys.addaudithook(self._loading)  # for as long as the process runs: hooks stay
+                self._hooked = True
+        kept, reasons = [], []
+        for spot in spots:
+            holders = code_lines.holding(codes, spot.line)
+            reason = log_points.problem(spot) or (
+                f"line {spot.line} of {path} holds no code to stop at" if codes and not holders else "")
+            if holders and not reason:
+                kept.append((Armed(spot, owner), holders))
+            reasons.append(reason)
+        files = {name: armed for name, armed in self._files.items() if name != path}
+        if kept:
+            files[path] = kept
+        at: dict[types.CodeType, dict[int, list[Armed]]] = {}
+        for armed_spots in files.values():
+            for armed, holders in armed_spots:
+                for code in holders:
+                    at.setdefault(code, {}).setdefault(armed.spot.line, []).append(armed)
+        if not self._events.watch(frozenset(at)):
+            return ["every sys.monitoring tool id of this process is taken"] * len(spots)
+        self._files, self._at = files, at
+        sys.monitoring.restart_events()  # lines disabled before may hold a breakpoint now
         return reasons
+
+    def _loading(self, event: str, args: tuple) -> None:
+        """The `exec` audit event, raised as a module's code is about to run: the breakpoints
+        waiting for its file are set in its code, nested functions' included, before any of it
+        runs. An audit hook that raised would fail the import, so nothing may."""
+        if event != "exec" or not self._unloaded:
+            return
+        try:
+            code = args[0]
+            if not isinstance(code, types.CodeType) or code.co_filename.startswith("<"):
+                return
+            with self._lock:
+                waiting = self._unloaded.get(os.path.realpath(code.co_filename))
+                if waiting is not None:
+                    self._arm(*waiting, list(code_lines.nested(code)))
+        except Exception:
+            return
 
     def _line(self, code: types.CodeType, line: int) -> object:
         at = self._at

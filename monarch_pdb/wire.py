@@ -1157,8 +1157,9 @@ class BreakRanks(Message):
 
 @message("break_report")
 class BreakReport(Message):
-    """Agent to broker: for each spot, "" when it is set, else why not (no code at that line,
-    a file this process has not loaded, a Python that sets it only at the next stop)."""
+    """Agent to broker: for each spot, "" when it is set (in a file the process has not loaded
+    yet: as it loads), else why not (no code at that line, a Python that sets it only at the
+    next stop)."""
 
     ref: int
     reasons: list[str]

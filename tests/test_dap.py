@@ -653,6 +653,84 @@ def test_the_uncaught_filter_stops_ranks_that_raise_in_post_mortem_until_it_is_c
     assert not [e for e in editor.events if e["event"] == "stopped"], "cleared, the filter stops no rank"
 
 
+@pytest.mark.each_python
+@pytest.mark.timeout(120)
+def test_ranks_that_start_after_the_editor_set_its_breakpoints_and_filter_take_them(env, tmp_path, editor):
+    broker, _ = start_broker(env)
+    script = tmp_path / "loops.py"
+    script.write_text(LOOPS.replace("PAUSED", "[]"))
+    program = None
+    try:
+        editor.attach()
+        shown = editor.request("setBreakpoints", source={"path": str(script)},
+                               breakpoints=[{"line": VISIT_LINE, "condition": "rank == 1"}])["breakpoints"]
+        assert shown == [{"verified": False, "line": VISIT_LINE,
+                          "message": "no selected rank is paused or runs yet: set in each as it starts or stops"}]
+        assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
+        program = Program(env, script, str(tmp_path / "stop-"))
+        wait_for_lines(program, "RUNNING", 2)
+        (tmp_path / "stop-0").touch()
+        raised = editor.take_events("stopped", reason="exception")[0]["body"]
+        assert threads_by_rank(editor)[0] == raised["threadId"], "the filter reached the rank that started later"
+        if MONITORING:
+            stop = editor.take_events("stopped", reason="breakpoint")[0]["body"]
+            assert threads_by_rank(editor)[1] == stop["threadId"]
+            assert top_frame(editor, stop["threadId"])["line"] == VISIT_LINE
+    finally:
+        if program is not None:
+            program.stop()
+        stop_broker(broker)
+
+
+LATE = textwrap.dedent("""
+    import os
+    import sys
+    import time
+    import monarch_pdb
+
+    monarch_pdb.install()
+    print("INSTALLED", flush=True)
+    while not os.path.exists(sys.argv[1] + "import"):
+        time.sleep(0.01)
+    import late
+    late.run(sys.argv[1])
+""")
+LATE_MODULE = textwrap.dedent("""
+    import os
+
+    def step(n):
+        return n + 1
+
+    def run(stop):
+        n = 0
+        while not os.path.exists(stop + "end"):
+            n = step(n)
+""")
+STEP_LINE = 5
+
+
+@pytest.mark.each_python
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring comes with Python 3.12")
+@pytest.mark.timeout(120)
+def test_a_breakpoint_in_a_file_the_running_rank_has_not_imported_yet_stops_it_once_it_does(env, tmp_path, editor):
+    (tmp_path / "late.py").write_text(LATE_MODULE)
+    (tmp_path / "main.py").write_text(LATE)
+    program = Program(env, tmp_path / "main.py", str(tmp_path / "go-"))
+    try:
+        wait_for_lines(program, "INSTALLED", 1)
+        wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running"])
+        editor.attach()
+        shown = editor.request("setBreakpoints", source={"path": str(tmp_path / "late.py")},
+                               breakpoints=[{"line": STEP_LINE}])["breakpoints"]
+        assert shown == [{"verified": True, "line": STEP_LINE}], "set as the file loads"
+        (tmp_path / "go-import").touch()
+        stop = editor.take_events("stopped", reason="breakpoint")[0]["body"]
+        assert (top_frame(editor, stop["threadId"])["name"], top_frame(editor, stop["threadId"])["line"]) == (
+            "step", STEP_LINE)
+    finally:
+        program.stop()
+
+
 @pytest.mark.timeout(120)
 def test_the_audit_log_names_the_breakpoints_an_editor_sets_in_running_ranks(env, tmp_path, loops, editor):
     audit = tmp_path / "audit.log"
