@@ -38,6 +38,7 @@ const MONITORING = cp.spawnSync(PYTHON, ['-c', 'import sys; print(sys.version_in
 
 async function attached(job) {
   const dc = new DebugClient(MONARCH_PDB, 'dap', 'monarch-pdb', { env: job.env });
+  job.adapter = dc;
   dc.defaultTimeout = 60000;
   const events = new Events(dc, ['initialized', 'stopped', 'thread', 'output']);
   await dc.start();
@@ -95,11 +96,16 @@ test('16 ranks are 16 threads: step one, break them all, continue all, post-mort
     assert.ok(set.body.breakpoints.every((b) => b.verified));
     const go = await dc.continueRequest({ threadId: byRank.get(0) });
     assert.equal(go.body.allThreadsContinued, true);
-    // Rank 4 stood on line 12 already: it returns; every other rank stops at the line it reaches.
-    const hits = await events.take('stopped', 15, (e) => e.body.reason === 'breakpoint');
-    assert.deepEqual(new Set(hits.map((e) => e.body.threadId)),
-      new Set([...byRank].filter(([rank]) => rank !== 4).map(([, id]) => id)));
-    await events.take('thread', 1, (e) => e.body.reason === 'exited' && e.body.threadId === byRank.get(4));
+    // Every rank stops at the line it reaches, but one that stood on such a line already: rank 4,
+    // one line after its stop, stands on line 12 where Python stops after breakpoint(), and
+    // returns; from 3.14, which stops at the call, it is on line 11 and stops too.
+    const fourReturns = before.get(4) + 1 === 12;
+    const stopping = [...byRank].filter(([rank]) => rank !== 4 || !fourReturns).map(([, id]) => id);
+    const hits = await events.take('stopped', stopping.length, (e) => e.body.reason === 'breakpoint');
+    assert.deepEqual(new Set(hits.map((e) => e.body.threadId)), new Set(stopping));
+    if (fourReturns) {
+      await events.take('thread', 1, (e) => e.body.reason === 'exited' && e.body.threadId === byRank.get(4));
+    }
 
     await dc.continueRequest({ threadId: byRank.get(0) });
     const raised = await events.take('stopped', 4, (e) => e.body.reason === 'exception');
@@ -109,7 +115,6 @@ test('16 ranks are 16 threads: step one, break them all, continue all, post-mort
     assert.equal(info.body.description, 'bad rank');
 
     await dc.disconnectRequest({});
-    dc.stopAdapter();
     job.waitFor('debugee', 4);
     assert.equal(job.list().length, 4, 'the post-mortem ranks stay paused for the shell');
   } finally {
@@ -130,7 +135,6 @@ test('pause stops a running rank', { timeout: 180000 }, async () => {
     const paused = await events.take('stopped', 1, (e) => e.body.reason === 'pause');
     assert.equal(paused[0].body.threadId, byRank.get(1));
     await dc.disconnectRequest({});
-    dc.stopAdapter();
   } finally {
     job.end();
   }
@@ -154,7 +158,6 @@ test('a breakpoint set while ranks run stops them all', { timeout: 180000,
     assert.deepEqual(new Set(hits.map((e) => e.body.threadId)), new Set(byRank.values()));
     for (const id of byRank.values()) assert.equal(await topLine(dc, id), VISIT_LINE);
     await dc.disconnectRequest({});
-    dc.stopAdapter();
   } finally {
     job.end();
   }
@@ -178,7 +181,6 @@ test('1,024 paused ranks answer threads in under 100 ms', { timeout: 300000 }, a
     assert.ok(Math.min(...times) < 100, `threads took ${times.map((t) => t.toFixed(1)).join(', ')} ms`);
     console.log(`threads of 1,024 paused ranks: ${times.map((t) => t.toFixed(1)).join(', ')} ms`);
     await dc.disconnectRequest({});
-    dc.stopAdapter();
   } finally {
     job.end();
   }

@@ -28,6 +28,7 @@ class Job {
       PYTHONUNBUFFERED: '1',
     });
     this.program = null;
+    this.adapter = null;
   }
 
   write(name, text) {
@@ -54,7 +55,10 @@ class Job {
     return JSON.parse(this.shell(['list'], ['--json']));
   }
 
+  /** Ends the adapter, the program and its brokers, whether the test passed or not: a test that
+   * failed with its adapter running would keep the test runner waiting for it. */
   end() {
+    if (this.adapter) this.adapter.stopAdapter();
     if (this.program && this.program.exitCode === null) {
       try { process.kill(-this.program.pid, 'SIGKILL'); } catch (e) { /* gone already */ }
     }
