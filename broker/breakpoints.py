@@ -67,6 +67,11 @@ def audited(msg: wire.Breakpoints) -> str:
     return f"breakpoints {msg.path} [{spots}]{uncaught}" if msg.path else f"breakpoints{uncaught}"
 
 
+def standing_key(msg: wire.Breakpoints) -> str | None:
+    """Where a request stands: by its file, "" for the `uncaught` filter."""
+    return msg.path if msg.path else "" if msg.uncaught is not None else None
+
+
 @dataclass
 class Standing:
     """The latest breakpoints of one file (or the latest `uncaught` filter), kept for the
@@ -88,8 +93,6 @@ class Breakpoints:
         self.standing: dict[str, Standing] = {}
         """By file; "" for the `uncaught` filter. As in a process, the latest editor to set a
         file's breakpoints sets them for all."""
-        self.started: set[bytes] = set()
-        """The processes that said which ranks they run since the standing ones were last given."""
 
     def handlers(self) -> dict:
         return {wire.Breakpoints: self.on_breakpoints, wire.BreakReport: self.on_break_report,
@@ -140,6 +143,10 @@ class Breakpoints:
         for live in chosen:
             if not msg.path or not registry.is_paused(live.job, live.actor, live.rank):
                 request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
+        before = self.standing.get(standing_key(msg))
+        for peer in before.asked if before is not None else ():
+            if registry.peer(peer) is not None:  # had the last ones: its ranks may all be paused now
+                request.waiting.setdefault(peer, [])
         self.broker.skip_unreachable(request)
         self.broker.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
         for peer in request.waiting:
@@ -157,7 +164,7 @@ class Breakpoints:
     def keep(self, msg: wire.Breakpoints, owner: bytes, asked: set[bytes]) -> None:
         """The request stands for processes that start later, until a file's breakpoints are
         all removed or the filter is cleared (each broker below keeps what it was asked)."""
-        key = msg.path if msg.path else "" if msg.uncaught is not None else None
+        key = standing_key(msg)
         if key is None:
             return
         if msg.spots or msg.uncaught:
@@ -165,29 +172,23 @@ class Breakpoints:
         else:
             self.standing.pop(key, None)
 
-    def started_process(self, identity: bytes) -> None:
-        """A process (or a broker below) said which ranks it runs: it may hold some that a
-        standing request selects and was not asked for."""
-        if any(identity not in wish.asked for wish in self.standing.values()):
-            self.started.add(identity)
-
-    def give_standing(self) -> None:
-        """Ask each process, or broker below, that started since of each standing request
-        that selects some of its ranks, once (a broker below keeps the request, for the
-        processes that start below it later); the answers go to no editor, which was answered
-        when it asked."""
-        started, self.started = self.started, set()
+    def started(self, identity: bytes) -> None:
+        """A process (or a broker below) said which ranks it runs: it is asked of each standing
+        request that selects some of them, once, and at once, so that what a shell asks of it
+        next comes after (a broker below keeps the request, for the processes that start below
+        it later). The answers go to no editor: it was answered when it asked."""
         registry = self.broker.registry
         for wish in self.standing.values():
-            try:
-                chosen = [live for live in self.chosen(wish.ask) if live.peer in started and live.peer not in wish.asked
-                          and not (wish.ask.path and registry.is_paused(live.job, live.actor, live.rank))]
-            except Refused:
+            if identity in wish.asked:
                 continue
-            for peer in {live.peer: None for live in chosen}:
-                self.broker.send(peer, self.ask_of(peer, 0, wish.ask, wish.owner))
-                wish.asked.add(peer)
+            try:
+                chosen = [live for live in self.chosen(wish.ask) if live.peer == identity
+                          and not (wish.ask.path and registry.is_paused(live.job, live.actor, live.rank))]
+            except (Refused, ranks.SelectorError):
+                continue
             if chosen:
+                self.broker.send(identity, self.ask_of(identity, 0, wish.ask, wish.owner))
+                wish.asked.add(identity)
                 self.broker.record(UPSTREAM if wish.owner.startswith(UPSTREAM) else wish.owner, wish.ask.job,
                                    wish.ask.actor, [live.rank for live in chosen], audited(wish.ask))
 

@@ -532,8 +532,6 @@ class Broker:
         self.outbox.setdefault(identity, []).append(msg)
 
     def flush(self, now: float | None = None, ticked: bool = False) -> None:
-        if self.breakpoints.started:
-            self.breakpoints.give_standing()
         for event in self.events.take():
             self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(event)])
         if self.upstream is not None:
@@ -762,7 +760,7 @@ class Broker:
     def on_branch_ranks(self, identity: bytes, msg: wire.BranchRanks) -> None:
         if self.registry.is_branch(identity):
             self.registry.set_below(identity, msg.rows, msg.jobs, msg.added)
-            self.breakpoints.started_process(identity)
+            self.breakpoints.started(identity)
             self.below_changed()
 
     def on_branch_ended(self, identity: bytes, msg: wire.BranchEnded) -> None:
@@ -1048,7 +1046,7 @@ class Broker:
 
     def on_present(self, identity: bytes, msg: wire.Present) -> None:
         self.registry.set_present(identity, msg.ranks, msg.added)
-        self.breakpoints.started_process(identity)
+        self.breakpoints.started(identity)
         self.below_changed()
 
     def on_list_all(self, identity: bytes, msg: wire.ListAll) -> None:

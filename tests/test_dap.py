@@ -669,6 +669,9 @@ def test_ranks_that_start_after_the_editor_set_its_breakpoints_and_filter_take_t
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         program = Program(env, script, str(tmp_path / "stop-"))
         wait_for_lines(program, "RUNNING", 2)
+        wait_for_all_rows(env, lambda rows: len(rows) == 2)  # rank 1 may have stopped at its breakpoint by now
+        # Asked of each process after the broker asked it the standing requests, as it started.
+        assert debug(env, "peek looper ranks(:) rank").stdout.startswith("looper ranks[0] (1)\n0\n")
         (tmp_path / "stop-0").touch()
         raised = editor.take_events("stopped", reason="exception")[0]["body"]
         assert threads_by_rank(editor)[0] == raised["threadId"], "the filter reached the rank that started later"
