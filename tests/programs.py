@@ -116,7 +116,7 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
             return [r for r in rows if state is None or r.state == state]
 
         rows = chosen(conn.wait_for_rows(lambda rows: len(chosen(rows)) >= count, timeout))
-        assert len(rows) >= count, f"expected {count} sessions, saw {len(rows)}: {rows}"
+        assert len(rows) >= count, f"expected {count} sessions, saw {len(rows)}: {rows[:8]}"
         return rows
     finally:
         conn.close()

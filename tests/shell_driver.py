@@ -24,6 +24,12 @@ def plain(raw: str) -> str:
     return ANSI.sub("", raw).replace("\r", "")
 
 
+def without_progress(text: str) -> str:
+    """A command's output as the terminal shows it once done: a slow cast's progress
+    (`answered 2/4`), which the shell erases, taken out."""
+    return re.sub(r"answered \d+/\d+", "", text)
+
+
 class ShellDriver:
     def __init__(self, env: dict[str, str], *args: str, command: list[str] | None = None,
                  timeout: float = 20.0, preexec_fn: Callable[[], None] | None = None) -> None:
