@@ -511,7 +511,7 @@ class Broker:
     def settle(self, table: InFlight, request: Request, expired: bool = False) -> None:
         """Send a request's result to its shell once it is done (or `expired`)."""
         parts = table.settle(request, expired)
-        if parts and isinstance(request, CastInFlight) and request.refusal and request.picked_nothing:
+        if parts and request.refusal and request.picked_nothing:
             parts = [wire.Error(text=request.refusal())]
         for part in parts:
             self.send(request.shell, part)
@@ -846,20 +846,28 @@ class Broker:
             return
         if not msg.selector:
             chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks))
-            self.start_cast(identity, msg.ref, msg.actor, Picked(msg.job, chosen, absent, {}, ranks.Selection()),
-                            msg.line, msg.timeout)
-            return
-        try:
-            picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
-        except Refused:
-            picked = Picked(msg.job, [], [], {}, ranks.Selection())
+            picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
+        else:
+            try:
+                picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
+            except Refused:
+                picked = Picked(msg.job, [], [], {}, ranks.Selection())
         self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector)
 
     def on_take_stacks(self, identity: bytes, msg: wire.TakeStacks) -> None:
-        if identity == UPSTREAM:
-            chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
-            self.start_stacks(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.timeout, msg.threads,
-                              msg.locals)
+        """The parent's stacks, of the ranks it names here or of the live ranks its selector
+        picks here; a selector that picks none here is answered with no groups."""
+        if identity != UPSTREAM:
+            return
+        if msg.selector:
+            try:
+                picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
+            except Refused:
+                picked = Picked(msg.job, [], [], {}, ranks.Selection())
+        else:
+            chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks), live=True)
+            picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
+        self.start_stacks(identity, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
 
     def on_interrupt_ranks(self, identity: bytes, msg: wire.InterruptRanks) -> None:
         if identity == UPSTREAM:
@@ -1001,9 +1009,12 @@ class Broker:
                                             selector=selector if asked is None else ""))
         self.settle(self.casts, cast)
 
-    def nothing_picked(self, job: str, actor: str, selection: ranks.Selection) -> str:
-        """Why a selector evaluated below picked no session anywhere, as `Registry.select` says."""
+    def nothing_picked(self, job: str, actor: str, selection: ranks.Selection, live: bool = False) -> str:
+        """Why a selector evaluated below picked no session (with `live`, no live rank)
+        anywhere, as `Registry.select` says."""
         try:
+            if live:
+                return no_match(actor, selection, self.registry.live_ranks(job, actor), "that runs")
             return no_match(actor, selection, self.registry.actor_sessions(job, actor), "with a session")
         except Refused as refusal:
             return str(refusal)
@@ -1051,23 +1062,37 @@ class Broker:
         self.send_list(identity, self.registry.all_rows(), msg.groups_above)
 
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
-        chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
-        if chosen:
-            self.start_stacks(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.timeout, msg.threads,
-                              msg.locals)
+        try:
+            picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
+        except Refused as refusal:
+            self.send(identity, wire.Error(text=str(refusal)))
+            return
+        self.start_stacks(identity, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
 
-    def start_stacks(self, shell: bytes, ref: int, job: str, actor: str, chosen: list[LiveRank],
-                     absent: list[wire.Missing], timeout: float, threads: wire.Threads, with_locals: bool) -> None:
-        """Ask each process (or broker below) for its chosen ranks' stacks (and their locals),
-        merged as they come."""
+    def start_stacks(self, shell: bytes, ref: int, actor: str, picked: Picked, timeout: float, threads: wire.Threads,
+                     with_locals: bool, selector: str = "") -> None:
+        """Ask each process (or broker below) for its picked ranks' stacks (and their locals),
+        merged as they come: a broker below that evaluates the selector is sent the selector.
+        A shell whose selector picked nothing anywhere is told why, as when it picks nothing here."""
+        job = picked.job
         request = self.stacks.open(StacksInFlight(shell=shell, ref=ref, actor=actor,
-                                                  deadline=time.monotonic() + timeout, missing=absent))
-        for live in chosen:
+                                                  deadline=time.monotonic() + timeout, missing=picked.absent))
+        for live in picked.sessions:
             request.waiting.setdefault(live.peer, []).append(live.rank)
+        if picked.below:
+            branches = {peer.identity: peer for peer in self.registry.branches()}
+            request.picked_there = lambda branch: self.registry.picked_live_below(branches[branch], job, actor,
+                                                                                  picked.selection)
+            if shell != UPSTREAM:
+                request.refusal = lambda: self.nothing_picked(job, actor, picked.selection, live=True)
+            for branch in picked.below:
+                request.pick_there(branch)
         self.skip_unreachable(request)
         for peer, asked in request.waiting.items():
-            self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
-                                            timeout=below_timeout(timeout), locals=with_locals))
+            there = peer in request.picking
+            self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=ranks.RankSet.of(asked),
+                                            threads=threads, job=job, timeout=below_timeout(timeout),
+                                            locals=with_locals, selector=selector if there else ""))
         self.settle(self.stacks, request)
 
     def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:
