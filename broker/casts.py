@@ -61,6 +61,8 @@ class CastInFlight(Request):
     estimate: int = 0
     """The sessions of the actor below, until every broker below says how many it picked."""
     next_progress: float = 0.0
+    progress_every: float = 0.0
+    """At most how often a broker above wants to hear of the cast's progress."""
     reported: int = -1
     """How many answers a broker above was last told of: it is told again only of a change."""
     RESULT = wire.CastResult
@@ -231,14 +233,15 @@ class Casts(InFlight[CastInFlight]):
     def progress_due(self, now: float, every: float, upstream_every: float) -> list[CastInFlight]:
         """Casts whose shell is due a word on how far they got, every `every` seconds. A broker
         above hears it from each of its brokers below, so it is told every `upstream_every`
-        seconds, and only when the count changed: 64 brokers below reporting four times a
-        second during a long cast were most of the root's work for a cast of one answer."""
+        seconds, or as seldom as it asked, and only when the count changed: 64 brokers below
+        reporting four times a second during a long cast were most of the root's work for a
+        cast of one answer."""
         due = []
         for cast in self.requests.values():
             if now < cast.next_progress:
                 continue
             above = cast.shell == UPSTREAM
-            cast.next_progress = now + (upstream_every if above else every)
+            cast.next_progress = now + (max(upstream_every, cast.progress_every) if above else every)
             if above:
                 if cast.answered == cast.reported:
                     continue

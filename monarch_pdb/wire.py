@@ -1308,6 +1308,9 @@ class CastDown(Message):
     line: str
     timeout: float
     selector: str = ""
+    progress_every: float = 0.0
+    """Tell the cast's progress up at most this often, in seconds (and only when it changed):
+    a parent with many brokers below spreads their reports, as it hears them all."""
 
 
 # --- encoding ------------------------------------------------------------------------------

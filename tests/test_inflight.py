@@ -152,6 +152,19 @@ def test_a_broker_above_is_told_the_progress_of_its_cast_less_often_and_only_whe
     assert casts.progress_due(3.0, every=0.25, upstream_every=1.0) == [cast] and cast.answered == 1
 
 
+def test_a_broker_above_with_many_brokers_below_is_told_of_progress_as_seldom_as_it_asked():
+    _, sessions = paused(2)
+    casts = Casts(part_size=1 << 20)
+    cast = dataclasses.replace(cast_of(sessions), shell=UPSTREAM, progress_every=4.0)
+    casts.start(cast, "n", sessions)
+    assert casts.progress_due(1.0, every=0.25, upstream_every=1.0) == [cast], "its first word, 0 answered"
+    sessions[0].log.add("1\n")
+    casts.stopped(sessions[0])
+    assert casts.progress_due(2.0, every=0.25, upstream_every=1.0) == [], "a change waits for what it asked"
+    assert casts.progress_due(4.9, every=0.25, upstream_every=1.0) == []
+    assert casts.progress_due(5.0, every=0.25, upstream_every=1.0) == [cast] and cast.answered == 1
+
+
 def test_a_large_result_comes_in_parts_and_only_the_last_names_the_missing():
     _, sessions = paused(4)
     cast = cast_of(sessions)
