@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import getpass
+import math
 import os
 import resource
 import signal
@@ -38,7 +39,7 @@ from monarch_pdb.settings import Settings
 
 PROGRESS_EVERY = 0.25
 PROGRESS_UP_EVERY = 1.0
-PROGRESS_HEARD_PER_SECOND = 16
+PROGRESS_HEARD_PER_SECOND = 8
 """About how many words of progress a broker asks to hear a second from its brokers below
 together, however many they are: 64 telling it each second through a cast that takes 19 s on
 two cores were most of the root's CPU for a cast of one answer."""
@@ -188,10 +189,9 @@ class Broker:
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
-            # each due at its deadline, not a tick late
             in_flight = self.casts or self.stacks or self.peeks.table or self.breakpoints.table
             self.collect_between_requests(bool(in_flight))
-            ready = dict(poller.poll((PROGRESS_EVERY / 2 if in_flight else tick) * 1000))
+            ready = dict(poller.poll(math.ceil(self.sleep_for(tick) * 1000)))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
             if woken in ready:
@@ -232,6 +232,16 @@ class Broker:
 
     def stop(self, *_: object) -> None:
         self.stopping = True
+
+    def sleep_for(self, most: float) -> float:
+        """How long the poll may wait for a message: until the first request is due to expire
+        or to tell its progress (each at its deadline, not a tick late), at most `most`. A
+        broker that woke at a fixed pace while a cast was in flight woke eight times a second
+        through a long one, for nothing."""
+        due = [request.deadline for table in (self.casts, self.stacks, self.peeks.table, self.breakpoints.table)
+               for request in table]
+        due += [cast.next_progress for cast in self.casts]
+        return min(most, max(0.0, min(due, default=math.inf) - time.monotonic()))
 
     def collect_between_requests(self, in_flight: bool) -> None:
         """The cyclic garbage collector passes only while no request is in flight. A cast's
@@ -1003,7 +1013,8 @@ class Broker:
                             total=len(picked.sessions) + len(picked.absent) + sum(
                                 len(asked) for asked in picked.below.values() if asked is not None),
                             missing=picked.absent, estimate=picked.estimate, progress_every=progress_every,
-                            next_progress=now + (PROGRESS_UP_EVERY if shell == UPSTREAM else PROGRESS_EVERY))
+                            next_progress=now + (max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM
+                                                 else PROGRESS_EVERY))
         if evaluated_below:
             branches = {peer.identity: peer for peer in self.registry.branches()}
             cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,
