@@ -1,7 +1,8 @@
 """Benchmark monarch-pdb against raw pyzmq floors measured in the same run.
 
     .venv/bin/python benchmarks/run.py [--quick] [--scale]      (or: make bench [QUICK=1])
-    .venv/bin/python benchmarks/run.py --tree-large             (or: make bench-tree-large)
+    .venv/bin/python benchmarks/run.py --tree-large [--ranks N] [--profile DIR]
+                                                                (or: make bench-tree-large)
 
 Prints a table and writes benchmarks/results/latest.json. The targets are DESIGN.md's
 "Performance targets" for 16 ranks: an attached `p` within 2x of the raw relay floor, a cast
@@ -11,7 +12,9 @@ to 16 ranks under 5 ms, `list` under 200 ms. `--scale` then adds thousands of em
 under 16 host brokers and 1,048,576 under 64, ranks emulated at the wire (wire_ranks.py), on two
 cores, and writes benchmarks/results/tree-large.json; each row has its wall time here and its
 critical path (the root's CPU plus the slowest host broker's), and a measure that fails is a MISS
-with its reason in its row.
+with its reason in its row. `--ranks` runs one of the two trees only (131,072 takes a few
+minutes, 1,048,576 loads two cores for a quarter of an hour); `--profile` runs every broker under
+cProfile and leaves each one's statistics in DIR (root.prof, host-0.prof, ...).
 
 The editor's `next` on one rank, request to `stopped` event (editor.py), is measured beside the
 same `n` typed in the shell, attached, in a terminal: its target is within 2x of that.
@@ -70,9 +73,18 @@ def main() -> int:
     parser.add_argument("--scale", action="store_true", help="add the emulated-rank scale measures")
     parser.add_argument("--tree-large", action="store_true",
                         help="only the trees of 131,072 and 1,048,576 ranks emulated at the wire")
+    parser.add_argument("--ranks", type=int, choices=[shape.ranks for shape in scale.TREE_LARGE],
+                        help="with --tree-large: only the tree of this many ranks")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="with --tree-large: run each broker under cProfile, its statistics to DIR/NAME.prof")
     args = parser.parse_args()
     if args.tree_large:
-        return tree_large()
+        shapes = [shape for shape in scale.TREE_LARGE if args.ranks in (None, shape.ranks)]
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        return tree_large(shapes, args.profile.resolve() if args.profile else None)
+    if args.ranks or args.profile:
+        parser.error("--ranks and --profile go with --tree-large")
     mode = "quick" if args.quick else "full"
 
     with contextlib.ExitStack() as stack:
@@ -144,7 +156,7 @@ def main() -> int:
     return 0
 
 
-def measure_scale(shapes: list[scale.Shape]) -> tuple[list[Result], list[dict]]:
+def measure_scale(shapes: list[scale.Shape], profile: Path | None = None) -> tuple[list[Result], list[dict]]:
     """Each shape's results and resource row; a tree's root CPU beside the direct broker's."""
     scaled: list[Result] = []
     resources: list[dict] = []
@@ -152,7 +164,8 @@ def measure_scale(shapes: list[scale.Shape]) -> tuple[list[Result], list[dict]]:
         for number, shape in enumerate(shapes):
             say(f"scale: {shape.label} emulated ranks")
             try:
-                results, row = scale.measure_shape(shape, Path(workdir) / f"shape-{number}", say)
+                results, row = scale.measure_shape(shape, Path(workdir) / f"shape-{number}", say,
+                                                   profile / f"shape-{number}" if profile else None)
             except RuntimeError as failure:  # a shape the product cannot take is a finding, not the end
                 say(f"scale: {shape.label} failed: {failure}")
                 resources.append({"ranks": shape.ranks, "shape": shape.label, "failed": str(failure)})
@@ -169,17 +182,17 @@ def print_resources(resources: list[dict]) -> None:
         print(report.table(resources, scale.RESOURCE_COLUMNS))
 
 
-def tree_large(shapes: list[scale.Shape] = scale.TREE_LARGE) -> int:
-    """The trees of 131,072 and 1,048,576 ranks emulated at the wire, where the machine can
-    run them: each row with its wall time here and its critical path, and the verdict on the
-    one its target applies to; a measure that failed is a MISS with its reason."""
+def tree_large(shapes: list[scale.Shape], profile: Path | None = None) -> int:
+    """The trees of 131,072 and 1,048,576 ranks emulated at the wire (or one of them), where the
+    machine can run them: each row with its wall time here and its critical path, and the verdict
+    on the one its target applies to; a measure that failed is a MISS with its reason."""
     biggest = max(shapes, key=lambda shape: shape.ranks)
     lacking = scale.cannot_run(biggest, scale.TREE_LARGE_NEEDS)
     if lacking:
         say(f"monarch-pdb benchmark: this machine cannot run the {biggest.ranks:,}-rank tree ({biggest.label}): "
             f"{lacking}. Nothing was run.")
         return 2
-    results, resources = measure_scale(shapes)
+    results, resources = measure_scale(shapes, profile)
     scale.compare_root_cpu(resources)
     rows = [result.row() for result in results]
     print(report.table(rows, report.TREE_COLUMNS))

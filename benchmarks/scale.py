@@ -166,7 +166,7 @@ class Broker:
     the environment of the ranks and shells of its host: the broker's secret file is not in it."""
 
     def __init__(self, workdir: Path, name: str, heartbeat: float, secret_file: Path | None = None,
-                 upstream: str = "") -> None:
+                 upstream: str = "", profile: Path | None = None) -> None:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
         self.env.update({
             "MONARCH_PDB_RUNTIME_DIR": str(workdir / name), "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
@@ -178,7 +178,9 @@ class Broker:
         broker_env = dict(self.env, **({"MONARCH_PDB_SECRET_FILE": str(secret_file)} if secret_file else {}))
         self.log_path = workdir / f"{name}.log"
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker",
+        # cProfile writes its file when the broker ends as `stop` asks it to (SIGTERM).
+        profiler = ["-m", "cProfile", "-o", str(profile / f"{name}.prof")] if profile else []
+        self.proc = subprocess.Popen([sys.executable, *profiler, "-m", "monarch_pdb.broker",
                                       *(["--upstream", upstream] if upstream else [])],
                                      env=broker_env, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_us)
@@ -222,19 +224,20 @@ class Brokers:
     """The brokers of a shape: one, which the ranks and the shell talk to; or a root, which
     the shell talks to, and one broker per host below it, which the ranks talk to."""
 
-    def __init__(self, shape: Shape, workdir: Path) -> None:
+    def __init__(self, shape: Shape, workdir: Path, profile: Path | None = None) -> None:
         self.hosts: list[Broker] = []
         if not shape.hosts:
-            self.root = Broker(workdir, "broker", shape.heartbeat)
+            self.root = Broker(workdir, "broker", shape.heartbeat, profile=profile)
             self.hosts = [self.root]
             return
         secret_file = workdir / "secret"
         secret_file.touch(0o600)
         secret_file.write_text(secrets.token_hex(32))
-        self.root = Broker(workdir, "root", shape.heartbeat, secret_file)
+        self.root = Broker(workdir, "root", shape.heartbeat, secret_file, profile=profile)
         try:
             for host in range(shape.hosts):
-                self.hosts.append(Broker(workdir, f"host-{host}", shape.heartbeat, secret_file, self.root.address))
+                self.hosts.append(Broker(workdir, f"host-{host}", shape.heartbeat, secret_file, self.root.address,
+                                         profile))
             self._wait_for_branches(shape.hosts)
         except BaseException:
             self.stop()
@@ -427,9 +430,10 @@ def wait_for_paused(conn: ShellConnection, enough: Callable[[int], bool], timeou
         conn.changed.wait(min(left, 1.0))
 
 
-def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]:
+def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None) -> tuple[list[Result], dict]:
     """The results of one shape, and its resource row; every process it starts ends with it.
-    A measure that fails is a MISS in its row, with the reason, and the others go on."""
+    A measure that fails is a MISS in its row, with the reason, and the others go on. With
+    `profile`, each broker runs under cProfile and leaves its statistics there (NAME.prof)."""
     n = shape.ranks
     timeout = shape.answer_timeout
     storms: list[int] = []
@@ -437,7 +441,9 @@ def measure_shape(shape: Shape, workdir: Path, say) -> tuple[list[Result], dict]
                  "own_connections": shape.own_connections, "hosts": shape.hosts, "at_wire": shape.at_wire,
                  "failed": None}
     workdir.mkdir()
-    brokers = Brokers(shape, workdir)
+    if profile:
+        profile.mkdir()
+    brokers = Brokers(shape, workdir, profile)
     measures = Measures(brokers)
     root = brokers.root
     emulators: Emulators | None = None

@@ -33,6 +33,7 @@ import zmq
 from monarch_pdb import discovery, wire
 from monarch_pdb.identity import job_name
 from monarch_pdb.link import Link
+from monarch_pdb.ranks import RankSet
 from monarch_pdb.settings import load as load_settings
 
 from floors import die_with_parent
@@ -106,7 +107,8 @@ class Ranks:
         elif isinstance(msg, wire.TakeStacks) and msg.actor == ACTOR:
             mine = [rank for rank in msg.ranks if 0 <= rank - self.first < self.count
                     and self.cmds[rank - self.first] >= 0]
-            self.outgoing.append(wire.StackReport(ref=msg.ref, groups=[wire.StackGroup(STACK, mine)] if mine else []))
+            self.outgoing.append(wire.StackReport(ref=msg.ref, groups=[wire.StackGroup(STACK, RankSet.of(mine))]
+                                                  if mine else []))
 
     def published(self, msg: wire.Message) -> None:
         pass

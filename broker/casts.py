@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
-from monarch_pdb.broker.inflight import InFlight, Request
+from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request
 from monarch_pdb.broker.upstream import UPSTREAM
 from monarch_pdb.ranks import RankSet
 
@@ -17,15 +18,15 @@ if TYPE_CHECKING:
     from monarch_pdb.broker.registry import Session
 
 
+COUNT = attrgetter("count")
+"""How many ranks a rank set holds, read in C: summed over the answers of each broker below."""
+
+
 def question(prompt: str) -> str:
     """As a line, the prompt a session waits at where it is not pdb's at any depth ("(Pdb) ",
     "((Pdb)) "): a question such as "Clear all breaks? ", or `commands`' "(com) ", which the
     next line answers."""
     return "" if prompt.strip("() ") in ("", "Pdb") else prompt.rstrip() + "\n"
-
-
-PICKED_THERE = None
-"""What a broker below owes when the cast's selector is evaluated there: the ranks it picks."""
 
 
 @dataclass(kw_only=True)
@@ -36,8 +37,12 @@ class CastInFlight(Request):
     """Session id -> rank, for each session whose answer is awaited."""
     answers: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
     """Our own sessions' answers."""
-    below: dict[tuple[str, str], list[RankSet]] = field(default_factory=lambda: defaultdict(list))
-    """The answers from brokers below, as the rank sets they sent: merged as runs, not ranks."""
+    below: dict[tuple[str, str], wire.CastGroup] = field(default_factory=dict)
+    """The answers from brokers below, each as the first group of it that came: at the root of
+    a tree whose every answer differs, each is passed on as it came, made only once."""
+    again: dict[tuple[str, str], list[RankSet]] = field(default_factory=lambda: defaultdict(list))
+    """The ranks of an answer that came again (from another broker below, or in another part),
+    besides the first group's: merged as runs, not ranks."""
     owed: dict[bytes, RankSet | None] = field(default_factory=dict)
     """What each broker below still owes: these ranks, or (PICKED_THERE) whichever its
     selector picks; it sends them grouped, in one `CastResult`."""
@@ -60,10 +65,9 @@ class CastInFlight(Request):
     when it fails us, to name them."""
     estimate: int = 0
     """The sessions of the actor below, until every broker below says how many it picked."""
-    refusal: Callable[[], str] | None = None
-    """Why nothing was picked, for a shell whose selector was evaluated below and picked
-    nothing there either (the shell is told this instead of an empty result)."""
     next_progress: float = 0.0
+    progress_every: float = 0.0
+    """At most how often a broker above wants to hear of the cast's progress."""
     reported: int = -1
     """How many answers a broker above was last told of: it is told again only of a change."""
     RESULT = wire.CastResult
@@ -103,19 +107,25 @@ class CastInFlight(Request):
         if branch not in self.owed:
             return
         owed = self.owed[branch]
+        if owed is not PICKED_THERE:
+            groups = [wire.CastGroup(group.output, group.outcome, RankSet.of(r for r in owed if r in group.ranks))
+                      for group in groups]
+        below, again, merged = self.below, self.again, self.merged[branch]
         for group in groups:
-            mine = group.ranks if owed is PICKED_THERE else RankSet.of(r for r in owed if r in group.ranks)
-            if mine:
-                self.below[(group.output, group.outcome)].append(mine)
-                self.merged[branch].append(mine)
-                self.merged_count += len(mine)
+            if not group.ranks.count:
+                continue
+            key = (group.output, group.outcome)
+            if below.setdefault(key, group) is not group:
+                again[key].append(group.ranks)
+            merged.append(group.ranks)
+            self.merged_count += group.ranks.count
         gone = [missed for missed in missing if owed is PICKED_THERE or missed.rank in owed]
         self.missing += gone
         if owed is not PICKED_THERE:
             self.owed[branch] = RankSet.of(set(owed).difference(*self.merged[branch], (missed.rank for missed in gone)))
         if not more:
             if owed is PICKED_THERE:
-                self.picked_below[branch] = sum(map(len, self.merged[branch])) + len(missing)
+                self.picked_below[branch] = sum(map(COUNT, self.merged[branch])) + len(missing)
                 self.owed.pop(branch)
             self.lost(branch, f"no answer from the broker on {self.hosts[branch]}")
 
@@ -123,7 +133,9 @@ class CastInFlight(Request):
         """The ranks a broker below has not answered for yet."""
         owed = self.owed.get(branch)
         ranks = self.picked_there(branch) if owed is PICKED_THERE else list(owed or ())
-        answered = set().union(*self.merged.get(branch, ())) if branch in self.merged else set()
+        if not ranks:
+            return []
+        answered = set().union(*self.merged.get(branch, ()))
         return sorted(rank for rank in ranks if rank not in answered)
 
     def lost(self, peer: bytes, reason: str) -> None:
@@ -145,16 +157,22 @@ class CastInFlight(Request):
         if rank is not None:
             self.missing.append(wire.Missing(rank, reason))
 
-    def groups(self) -> list[tuple[wire.CastGroup, int]]:
-        """Our answers and those from below, each answer's rank sets joined (one set from one
-        broker below, the most common case at the root, is taken as it came)."""
+    def groups(self) -> list[wire.CastGroup]:
+        """Our answers and those from below, each answer's rank sets joined (an answer that
+        came once from below, the most common case at the root, is taken as it came)."""
         own = {key: RankSet.of(ranks) for key, ranks in self.answers.items()}
+        if not own and not self.again:
+            return list(self.below.values())
         found = []
-        for key, sets in self.below.items():
-            here = own.pop(key, None)
-            ranks = sets[0] if len(sets) == 1 and here is None else RankSet.joined([*sets, *([here] if here else [])])
-            found.append((wire.CastGroup(*key, ranks), len(key[0]) + 8 * len(ranks.spans)))
-        return found + [(wire.CastGroup(*key, ranks), len(key[0]) + 8 * len(ranks.spans)) for key, ranks in own.items()]
+        for key, group in self.below.items():
+            here, again = own.pop(key, None), self.again.get(key)
+            if here is not None or again is not None:
+                group = wire.CastGroup(*key, RankSet.joined([group.ranks, *(again or ()), *([here] if here else [])]))
+            found.append(group)
+        return found + [wire.CastGroup(*key, ranks) for key, ranks in own.items()]
+
+    def weight(self, group: wire.CastGroup) -> int:
+        return len(group.output) + 8 * len(group.ranks.spans)
 
     def unanswered(self) -> list[wire.Missing]:
         below = [wire.Missing(rank, f"no answer in time from the broker on {self.hosts[branch]}")
@@ -220,14 +238,15 @@ class Casts(InFlight[CastInFlight]):
     def progress_due(self, now: float, every: float, upstream_every: float) -> list[CastInFlight]:
         """Casts whose shell is due a word on how far they got, every `every` seconds. A broker
         above hears it from each of its brokers below, so it is told every `upstream_every`
-        seconds, and only when the count changed: 64 brokers below reporting four times a
-        second during a long cast were most of the root's work for a cast of one answer."""
+        seconds, or as seldom as it asked, and only when the count changed: 64 brokers below
+        reporting four times a second during a long cast were most of the root's work for a
+        cast of one answer."""
         due = []
         for cast in self.requests.values():
             if now < cast.next_progress:
                 continue
             above = cast.shell == UPSTREAM
-            cast.next_progress = now + (upstream_every if above else every)
+            cast.next_progress = now + (max(upstream_every, cast.progress_every) if above else every)
             if above:
                 if cast.answered == cast.reported:
                     continue

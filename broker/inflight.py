@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import ClassVar, Generic, Iterable, Iterator, TypeVar
+from typing import Callable, ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
@@ -18,8 +18,17 @@ BELOW_MARGIN = 0.1
 its answer, late ranks named, arrives before ours is due."""
 
 
+RUNS = attrgetter("ranks.spans")
+"""A group's ranks as runs: groups share no rank, so these order them by their lowest."""
+HOW_MANY = attrgetter("ranks.count")
+
+
 def below_timeout(timeout: float) -> float:
     return timeout - min(0.5, timeout * BELOW_MARGIN)
+
+
+PICKED_THERE = None
+"""What a broker below owes when a request's selector is evaluated there: the ranks it picks."""
 
 
 @dataclass(kw_only=True)
@@ -34,6 +43,9 @@ class Request:
     missing: list[wire.Missing] = field(default_factory=list)
     """Each rank that will give no answer, and why."""
     id: int = 0
+    refusal: Callable[[], str] | None = None
+    """Why nothing was picked, for a shell whose selector was evaluated below and picked
+    nothing there either (the shell is told this instead of an empty result)."""
     RESULT: ClassVar[type]
     """The message type that carries the result: wire.CastResult, StacksResult, PeekResult."""
 
@@ -41,8 +53,17 @@ class Request:
     def done(self) -> bool:
         raise NotImplementedError
 
-    def groups(self) -> list[tuple[wire.CastGroup | wire.StackGroup, int]]:
-        """(group, weight in bytes) for each distinct answer, its ranks sorted."""
+    @property
+    def picked_nothing(self) -> bool:
+        """Nothing answered and nothing is missing: the selector picked no rank anywhere."""
+        return False
+
+    def groups(self) -> list[wire.CastGroup | wire.StackGroup]:
+        """A group for each distinct answer."""
+        raise NotImplementedError
+
+    def weight(self, group: wire.CastGroup | wire.StackGroup) -> int:
+        """About the bytes a group takes in a message."""
         raise NotImplementedError
 
     def unanswered(self) -> list[wire.Missing]:
@@ -56,10 +77,14 @@ class Request:
     def result(self, part_size: int) -> list[wire.Message]:
         """Most common answer first, in parts of about `part_size` bytes; the last part names
         the ranks without an answer and has `more` false."""
-        ordered = sorted(self.groups(), key=lambda item: (-len(item[0].ranks), first_rank(item[0].ranks)))
+        ordered = self.groups()
+        # Two stable sorts on keys read in C, not a key made in Python for each of a million
+        # answers: the lowest rank first, then the most ranks first.
+        ordered.sort(key=RUNS)
+        ordered.sort(key=HOW_MANY, reverse=True)
         missing = sorted(self.missing + self.unanswered(), key=lambda m: (m.rank, m.reason))
         return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=[] if more else missing, more=more)
-                for groups, more in in_parts(ordered, part_size)]
+                for groups, more in in_parts(zip(ordered, map(self.weight, ordered)), part_size)]
 
 
 @dataclass(kw_only=True)
@@ -81,7 +106,7 @@ class AskedOfEach(Request):
         perhaps in parts: `more`); only the ranks asked of it count."""
         asked = set(self.waiting.pop(peer, ()))
         for group in groups:
-            mine = [r for r in group.ranks if r in asked]
+            mine = RankSet.of(r for r in group.ranks if r in asked)
             asked.difference_update(mine)
             self.take(group, mine)
         for gone in missing:
@@ -93,7 +118,7 @@ class AskedOfEach(Request):
         else:
             self.missing += [wire.Missing(rank, self.LEFT_OUT) for rank in sorted(asked)]
 
-    def take(self, group, mine: list[int]) -> None:
+    def take(self, group, mine: RankSet) -> None:
         """Fold in one group a peer sent, for `mine`, those of its ranks it was asked for."""
         raise NotImplementedError
 
@@ -133,11 +158,6 @@ def row_weight(row: wire.SessionRow) -> int:
     """About the bytes a list row takes in a message: its strings, and a few for each field
     (131,072 rows are weighed for each `list` at the root)."""
     return sum(map(len, ROW_TEXTS(row))) + ROW_FIXED + 16 * len(row.coords)
-
-
-def first_rank(ranks: RankSet | list[int]) -> int:
-    """The lowest of a group's ranks: a set's first run starts with it."""
-    return ranks.first if isinstance(ranks, RankSet) else min(ranks)
 
 
 R = TypeVar("R", bound=Request)

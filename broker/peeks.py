@@ -34,13 +34,15 @@ class PeekInFlight(AskedOfEach):
     RESULT = wire.PeekResult
     LEFT_OUT = "its process sent no answer for it"
 
-    def take(self, group: wire.CastGroup, mine: list[int]) -> None:
+    def take(self, group: wire.CastGroup, mine: RankSet) -> None:
         if mine:
             self.answers.setdefault(group.output, []).extend(mine)
 
-    def groups(self) -> list[tuple[wire.CastGroup, int]]:
-        return [(wire.CastGroup(output, "", RankSet.of(ranks)), len(output) + 8 * len(ranks))
-                for output, ranks in self.answers.items()]
+    def groups(self) -> list[wire.CastGroup]:
+        return [wire.CastGroup(output, "", RankSet.of(ranks)) for output, ranks in self.answers.items()]
+
+    def weight(self, group: wire.CastGroup) -> int:
+        return len(group.output) + 8 * len(group.ranks)
 
     def unanswered(self) -> list[wire.Missing]:
         return [wire.Missing(rank, HOLDS_THE_GIL) for ranks in self.waiting.values() for rank in ranks]

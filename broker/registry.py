@@ -790,27 +790,72 @@ class Registry:
         while len(self.departed) > self.departed_kept:
             self.departed.popitem(last=False)
 
-    def live_ranks(self, job: str, actor: str) -> list[LiveRank]:
+    def live_ranks(self, job: str, actor: str) -> list[LiveRank | Session]:
         """Every rank of one actor that a connected process runs (or holds a session of), in
-        rank order."""
-        found: dict[tuple[str, int], LiveRank] = {}
+        rank order: a rank with a session is its session, which has all a live rank has (no
+        copy of each of a million sessions)."""
+        found: dict[tuple[str, int], LiveRank | Session] = {}
         for peer in self.peers.values():
-            for j, a, rank, dims, values, _ in peer.present:
-                if a == actor and (not job or j == job):
-                    found[(j, rank)] = LiveRank(peer.identity, j, a, rank, dims, values)
+            found.update(self._present_live(peer, job, actor))
         for peer in self.branches():
-            for row in peer.below:
-                if row.actor == actor and (not job or row.job == job) and row.state in LIVE:
-                    found[(row.job, row.rank)] = LiveRank(peer.identity, row.job, actor, row.rank,
-                                                            tuple(row.coords), tuple(row.coords.values()))
+            found.update(self._rows_live(peer, job, actor))
         for sess in self.sessions.values():
-            if sess.actor == actor and (not job or sess.job == job) and (sess.job, sess.rank) not in found:
-                found[(sess.job, sess.rank)] = LiveRank(sess.peer, sess.job, sess.actor, sess.rank, sess.dims,
-                                                        sess.values, sess.instance)
+            if sess.actor == actor and (not job or sess.job == job):
+                found.setdefault((sess.job, sess.rank), sess)
         if not found:
             raise Refused(f"No running rank of actor {actor} is known to the broker")
         in_one_job(actor, {j for j, _ in found})
         return sorted(found.values(), key=attrgetter("rank"))
+
+    def _present_live(self, peer: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
+        """The ranks of one actor a process says it runs."""
+        return {(j, rank): LiveRank(peer.identity, j, a, rank, dims, values)
+                for j, a, rank, dims, values, _ in peer.present if a == actor and (not job or j == job)}
+
+    def _rows_live(self, branch: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
+        """The ranks of one actor a broker below runs without a session."""
+        return {(row.job, row.rank): LiveRank(branch.identity, row.job, actor, row.rank, tuple(row.coords),
+                                              tuple(row.coords.values()), row.instance)
+                for row in branch.below if row.actor == actor and (not job or row.job == job) and row.state in LIVE}
+
+    def pick_live(self, job: str, actor: str, selector: str) -> Picked:
+        """What `stacks`' selector picks among the live ranks, as `pick_for_cast` does among the
+        sessions: a slice or filter goes down as it is, and each broker below evaluates it over
+        its own live ranks, so the time here grows with the brokers below, not with their ranks.
+        Ranks named one by one are found here, as `select` finds them."""
+        try:
+            selection = ranks.parse_selector(selector)
+        except ranks.SelectorError as error:
+            raise Refused(str(error)) from None
+        branches = self.branches()
+        if not branches or ranks.named(selection):
+            chosen, absent = self.select(job, actor, selector, live=True)
+            return Picked(chosen[0].job, chosen, absent, {}, selection)
+        jobs = {j for j, a in self.by_rank if a == actor}
+        jobs.update(j for peer in self.peers.values() for j, a, *_ in peer.present if a == actor)
+        jobs.update(row.job for peer in branches for row in peer.below if row.actor == actor and row.state in LIVE)
+        jobs = {j for j in jobs if not job or j == job}
+        if not jobs:
+            raise Refused(f"No running rank of actor {actor} is known to the broker")
+        in_one_job(actor, jobs)
+        (job,) = jobs
+        own: dict[tuple[str, int], LiveRank | Session] = {}
+        for peer in self.peers.values():
+            if peer.role == wire.Role.AGENT:
+                own.update(self._present_live(peer, job, actor))
+                for sess in peer.owned.values():
+                    if sess.actor == actor and sess.job == job:
+                        own.setdefault((job, sess.rank), sess)
+        return Picked(job, self.picked(selection, list(own.values())), [], {branch.identity: None for branch in branches},
+                      selection)
+
+    def picked_live_below(self, branch: Peer, job: str, actor: str, selection: ranks.Selection) -> list[int]:
+        """The live ranks of a broker below (as it told us of them) a selection picks."""
+        found: dict[tuple[str, int], LiveRank | Session] = self._rows_live(branch, job, actor)
+        for sess in branch.owned.values():
+            if sess.actor == actor and sess.job == job:
+                found.setdefault((job, sess.rank), sess)
+        return [r.rank for r in self.picked(selection, list(found.values()))]
 
     def without_session(self, job: str, actor: str, wanted: list[int]) -> list[wire.Missing]:
         """A `Missing` for each of `wanted` that has no session: it runs, its process is gone

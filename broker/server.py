@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import getpass
+import math
 import os
 import resource
 import signal
@@ -38,6 +39,10 @@ from monarch_pdb.settings import Settings
 
 PROGRESS_EVERY = 0.25
 PROGRESS_UP_EVERY = 1.0
+PROGRESS_HEARD_PER_SECOND = 8
+"""About how many words of progress a broker asks to hear a second from its brokers below
+together, however many they are: 64 telling it each second through a cast that takes 19 s on
+two cores were most of the root's CPU for a cast of one answer."""
 """Seconds between two words to the broker above on how far one of its casts got here."""
 FREEZE_AFTER = 65536
 """New sessions since the broker last froze what it holds that make it freeze again."""
@@ -184,9 +189,9 @@ class Broker:
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
         while not self.stopping:
-            # each due at its deadline, not a tick late
             in_flight = self.casts or self.stacks or self.peeks.table or self.breakpoints.table
-            ready = dict(poller.poll((PROGRESS_EVERY / 2 if in_flight else tick) * 1000))
+            self.collect_between_requests(bool(in_flight))
+            ready = dict(poller.poll(math.ceil(self.sleep_for(tick) * 1000)))
             if time.monotonic() - polled > self.settings.heartbeat_interval + tick:
                 self.listening_since = time.monotonic()  # we were stopped or starved (see reap)
             if woken in ready:
@@ -227,6 +232,25 @@ class Broker:
 
     def stop(self, *_: object) -> None:
         self.stopping = True
+
+    def sleep_for(self, most: float) -> float:
+        """How long the poll may wait for a message: until the first request is due to expire
+        or to tell its progress (each at its deadline, not a tick late), at most `most`. A
+        broker that woke at a fixed pace while a cast was in flight woke eight times a second
+        through a long one, for nothing."""
+        due = [request.deadline for table in (self.casts, self.stacks, self.peeks.table, self.breakpoints.table)
+               for request in table]
+        due += [cast.next_progress for cast in self.casts]
+        return min(most, max(0.0, min(due, default=math.inf) - time.monotonic()))
+
+    def collect_between_requests(self, in_flight: bool) -> None:
+        """The cyclic garbage collector passes only while no request is in flight. A cast's
+        answers hold no cycles and live until it settles, and the collector going over them
+        again and again as they came (a million at the root of a tree) cost as much as taking
+        them in. What a request leaves is freed by reference counting as it settles; a cycle
+        made meanwhile waits for the next pass."""
+        if in_flight == gc.isenabled():
+            (gc.disable if in_flight else gc.enable)()
 
     def freeze_long_lived(self) -> None:
         """Once many sessions have come, put what the broker holds out of the cyclic garbage
@@ -511,7 +535,7 @@ class Broker:
     def settle(self, table: InFlight, request: Request, expired: bool = False) -> None:
         """Send a request's result to its shell once it is done (or `expired`)."""
         parts = table.settle(request, expired)
-        if parts and isinstance(request, CastInFlight) and request.refusal and request.picked_nothing:
+        if parts and request.refusal and request.picked_nothing:
             parts = [wire.Error(text=request.refusal())]
         for part in parts:
             self.send(request.shell, part)
@@ -847,20 +871,28 @@ class Broker:
             return
         if not msg.selector:
             chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks))
-            self.start_cast(identity, msg.ref, msg.actor, Picked(msg.job, chosen, absent, {}, ranks.Selection()),
-                            msg.line, msg.timeout)
-            return
-        try:
-            picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
-        except Refused:
-            picked = Picked(msg.job, [], [], {}, ranks.Selection())
-        self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector)
+            picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
+        else:
+            try:
+                picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
+            except Refused:
+                picked = Picked(msg.job, [], [], {}, ranks.Selection())
+        self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector, msg.progress_every)
 
     def on_take_stacks(self, identity: bytes, msg: wire.TakeStacks) -> None:
-        if identity == UPSTREAM:
-            chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
-            self.start_stacks(identity, msg.ref, msg.job, msg.actor, chosen, absent, msg.timeout, msg.threads,
-                              msg.locals)
+        """The parent's stacks, of the ranks it names here or of the live ranks its selector
+        picks here; a selector that picks none here is answered with no groups."""
+        if identity != UPSTREAM:
+            return
+        if msg.selector:
+            try:
+                picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
+            except Refused:
+                picked = Picked(msg.job, [], [], {}, ranks.Selection())
+        else:
+            chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks), live=True)
+            picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
+        self.start_stacks(identity, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
 
     def on_interrupt_ranks(self, identity: bytes, msg: wire.InterruptRanks) -> None:
         if identity == UPSTREAM:
@@ -968,7 +1000,7 @@ class Broker:
         self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector)
 
     def start_cast(self, shell: bytes, ref: int, actor: str, picked: Picked, line: str, timeout: float,
-                   selector: str = "") -> None:
+                   selector: str = "", progress_every: float = 0.0) -> None:
         """Run one line on the picked sessions: ours one by one, each broker below's in one
         message (the ranks it names there, or the selector to evaluate there); the answers go to
         `shell` grouped, once all are in or the time is up. A shell whose selector picked
@@ -981,8 +1013,9 @@ class Broker:
         cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
                             total=len(picked.sessions) + len(picked.absent) + sum(
                                 len(asked) for asked in picked.below.values() if asked is not None),
-                            missing=picked.absent, estimate=picked.estimate,
-                            next_progress=now + (PROGRESS_UP_EVERY if shell == UPSTREAM else PROGRESS_EVERY))
+                            missing=picked.absent, estimate=picked.estimate, progress_every=progress_every,
+                            next_progress=now + (max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM
+                                                 else PROGRESS_EVERY))
         if evaluated_below:
             branches = {peer.identity: peer for peer in self.registry.branches()}
             cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,
@@ -999,12 +1032,16 @@ class Broker:
                 continue
             self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=asked or ranks.RankSet(),
                                             line=line, timeout=below_timeout(timeout),
-                                            selector=selector if asked is None else ""))
+                                            selector=selector if asked is None else "",
+                                            progress_every=len(picked.below) / PROGRESS_HEARD_PER_SECOND))
         self.settle(self.casts, cast)
 
-    def nothing_picked(self, job: str, actor: str, selection: ranks.Selection) -> str:
-        """Why a selector evaluated below picked no session anywhere, as `Registry.select` says."""
+    def nothing_picked(self, job: str, actor: str, selection: ranks.Selection, live: bool = False) -> str:
+        """Why a selector evaluated below picked no session (with `live`, no live rank)
+        anywhere, as `Registry.select` says."""
         try:
+            if live:
+                return no_match(actor, selection, self.registry.live_ranks(job, actor), "that runs")
             return no_match(actor, selection, self.registry.actor_sessions(job, actor), "with a session")
         except Refused as refusal:
             return str(refusal)
@@ -1053,23 +1090,37 @@ class Broker:
         self.send_list(identity, self.registry.all_rows(), msg.groups_above)
 
     def on_stacks(self, identity: bytes, msg: wire.Stacks) -> None:
-        chosen, absent = self.selected(identity, msg.job, msg.actor, msg.selector, live=True)
-        if chosen:
-            self.start_stacks(identity, msg.ref, chosen[0].job, msg.actor, chosen, absent, msg.timeout, msg.threads,
-                              msg.locals)
+        try:
+            picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
+        except Refused as refusal:
+            self.send(identity, wire.Error(text=str(refusal)))
+            return
+        self.start_stacks(identity, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
 
-    def start_stacks(self, shell: bytes, ref: int, job: str, actor: str, chosen: list[LiveRank],
-                     absent: list[wire.Missing], timeout: float, threads: wire.Threads, with_locals: bool) -> None:
-        """Ask each process (or broker below) for its chosen ranks' stacks (and their locals),
-        merged as they come."""
+    def start_stacks(self, shell: bytes, ref: int, actor: str, picked: Picked, timeout: float, threads: wire.Threads,
+                     with_locals: bool, selector: str = "") -> None:
+        """Ask each process (or broker below) for its picked ranks' stacks (and their locals),
+        merged as they come: a broker below that evaluates the selector is sent the selector.
+        A shell whose selector picked nothing anywhere is told why, as when it picks nothing here."""
+        job = picked.job
         request = self.stacks.open(StacksInFlight(shell=shell, ref=ref, actor=actor,
-                                                  deadline=time.monotonic() + timeout, missing=absent))
-        for live in chosen:
+                                                  deadline=time.monotonic() + timeout, missing=picked.absent))
+        for live in picked.sessions:
             request.waiting.setdefault(live.peer, []).append(live.rank)
+        if picked.below:
+            branches = {peer.identity: peer for peer in self.registry.branches()}
+            request.picked_there = lambda branch: self.registry.picked_live_below(branches[branch], job, actor,
+                                                                                  picked.selection)
+            if shell != UPSTREAM:
+                request.refusal = lambda: self.nothing_picked(job, actor, picked.selection, live=True)
+            for branch in picked.below:
+                request.pick_there(branch)
         self.skip_unreachable(request)
         for peer, asked in request.waiting.items():
-            self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=asked, threads=threads, job=job,
-                                            timeout=below_timeout(timeout), locals=with_locals))
+            there = peer in request.picking
+            self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=ranks.RankSet.of(asked),
+                                            threads=threads, job=job, timeout=below_timeout(timeout),
+                                            locals=with_locals, selector=selector if there else ""))
         self.settle(self.stacks, request)
 
     def on_stack_report(self, identity: bytes, msg: wire.StackReport) -> None:

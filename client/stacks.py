@@ -221,7 +221,7 @@ def document(result: wire.StacksResult, every_thread: bool = False, full: bool =
     return {
         "actor": result.actor,
         "common": [frame_document(f) for f in common],
-        "groups": [{"ranks": group.ranks, "threads": [{"name": thread.name, "frames": [
+        "groups": [{"ranks": list(group.ranks), "threads": [{"name": thread.name, "frames": [
             frame_document(f) for f in thread.frames[len(common):]]} for thread in group.threads],
             **({"locals": [{"name": v.name, "value": v.value, "ranks": v.ranks} for v in group.locals]}
                if group.locals else {})}

@@ -113,15 +113,23 @@ class Selection:
         return render_selector(self)
 
 
-@dataclass(frozen=True, slots=True)
 class RankSet:
     """Ranks as ascending runs, each its first and last rank: how rank sets travel in bulk
     (a broker's share of a cast, the ranks of an answer), so that the 16,384 ranks of a host are
-    two numbers to send, check, merge and count, not 16,384. Iterating gives each rank."""
+    two numbers to send, check, merge and count, not 16,384. Iterating gives each rank.
 
-    spans: tuple[int, ...] = ()
-    """first, last, first, last, ...: ascending, non-negative, runs neither overlapping nor
-    touching (`of` and `joined` make them so; `from_wire` refuses any other)."""
+    A value, never changed once made. Not a frozen dataclass: the root of a tree makes one for
+    each of a million answers, and a frozen one costs four times as much to make; its length is
+    counted once, as it is made, since merging and ordering answers ask for it again and again."""
+
+    __slots__ = ("spans", "count")
+
+    def __init__(self, spans: tuple[int, ...] = ()) -> None:
+        self.spans = spans
+        """first, last, first, last, ...: ascending, non-negative, runs neither overlapping nor
+        touching (`of` and `joined` make them so; `from_wire` refuses any other)."""
+        self.count = sum(spans[1::2]) - sum(spans[::2]) + len(spans) // 2
+        """How many ranks: `len` of the set."""
 
     @classmethod
     def of(cls, ranks: Iterable[int]) -> RankSet:
@@ -155,7 +163,9 @@ class RankSet:
             first, last = spans
             if type(first) is not int or type(last) is not int or not 0 <= first <= last:
                 raise ValueError("not a run of ranks")
-            return cls((first, last))
+            one = cls.__new__(cls)
+            one.spans, one.count = (first, last), last - first + 1
+            return one
         if len(spans) % 2 or not all(type(n) is int for n in spans):
             raise ValueError("not pairs of ranks")
         previous = -2
@@ -164,6 +174,15 @@ class RankSet:
                 raise ValueError("runs out of order")
             previous = last
         return cls(tuple(spans))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RankSet) and self.spans == other.spans
+
+    def __hash__(self) -> int:
+        return hash(self.spans)
+
+    def __repr__(self) -> str:
+        return f"RankSet({self.spans!r})"
 
     def runs(self) -> Iterator[tuple[int, int]]:
         """(first, last) of each run."""
@@ -174,10 +193,7 @@ class RankSet:
         return self.spans[0]
 
     def __len__(self) -> int:
-        spans = self.spans
-        if len(spans) == 2:
-            return spans[1] - spans[0] + 1
-        return sum(spans[1::2]) - sum(spans[::2]) + len(spans) // 2
+        return self.count
 
     def __bool__(self) -> bool:
         return bool(self.spans)

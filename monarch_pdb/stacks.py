@@ -18,6 +18,7 @@ from typing import Any
 
 from monarch_pdb import wire
 from monarch_pdb.rank_threads import Running
+from monarch_pdb.ranks import RankSet
 from monarch_pdb.sources import debugger_code, own_code, source_file
 
 ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
@@ -88,15 +89,11 @@ def take(ranks: Iterable[int], running: Mapping[int, Running], every_thread: boo
         return walked[ident]
 
     idle = [t for t in sorted(current) if t != me and t not in busy] if every_thread else []
-    groups: dict[tuple, wire.StackGroup] = {}
+    groups: dict[tuple, tuple[list[wire.ThreadStack], list[int]]] = {}
     for rank in ranks:
         own, coro = running[rank].thread, running[rank].coroutine
         taken = [thread(t) for t in [own, *(t for t in idle if t != own)] if t in current]
         if taken and waits_in_await(coro):
             taken[0] = wire.ThreadStack(taken[0].name, awaiting(taken[0].frames, coro))
-        key = tuple(t.key() for t in taken)
-        if key in groups:
-            groups[key].ranks.append(rank)
-        else:
-            groups[key] = wire.StackGroup(taken, [rank])
-    return list(groups.values())
+        groups.setdefault(tuple(t.key() for t in taken), (taken, []))[1].append(rank)
+    return [wire.StackGroup(taken, RankSet.of(alike)) for taken, alike in groups.values()]

@@ -29,6 +29,7 @@ import typing
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import attrgetter
 from typing import Any, Callable, ClassVar
 
 import msgpack
@@ -75,9 +76,11 @@ class Record:
 Check = Callable[[Any], Any]
 REGISTRY: dict[str, type[Message]] = {}
 _SCHEMAS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
-_RECORDS: dict[type, tuple[int, tuple[Check, ...]]] = {}
-"""For each record, how many fields it must have, and each field's check in order (a list of
-131,072 rows is 131,072 records to build)."""
+_BUILDERS: dict[type, Check] = {}
+"""For each record, the function that builds one from the array it travelled as (a list of
+131,072 rows, or the root's million answers of a cast, is that many records to build)."""
+_FLATTENERS: dict[type, Callable[[Any], tuple]] = {}
+"""For each record, its fields in order as it travels, a rank set's as its runs: one call in C."""
 
 
 def _wrong(value: Any) -> Any:
@@ -110,7 +113,7 @@ def _checker(annotation: Any) -> Check:
             return lambda value: (value if isinstance(value, list) and all(type(item) in exact for item in value)
                                   else _wrong(value))
         check_item = _checker(item_type)
-        return lambda value: [check_item(item) for item in value] if isinstance(value, list) else _wrong(value)
+        return lambda value: list(map(check_item, value)) if isinstance(value, list) else _wrong(value)
     if origin is dict:
         key_type, value_type = typing.get_args(annotation)
         if (keys := _exact_types(key_type)) and (values := _exact_types(value_type)):
@@ -126,7 +129,7 @@ def _checker(annotation: Any) -> Check:
         words = {member.value: member for member in annotation}
         return lambda value: words[value] if isinstance(value, str) and value in words else _wrong(value)
     if isinstance(annotation, type) and issubclass(annotation, Record):
-        return lambda value: _build_record(annotation, value)
+        return _BUILDERS[annotation]
     if annotation is ranks.RankSet:
         return _rank_set
     exact = _exact_types(annotation)
@@ -137,7 +140,7 @@ def _checker(annotation: Any) -> Check:
 
 def _rank_set(value: Any) -> ranks.RankSet:
     """A rank set travels as its runs, flat (`ranks.RankSet.spans`)."""
-    if not isinstance(value, list):
+    if type(value) is not list:
         return _wrong(value)
     try:
         return ranks.RankSet.from_wire(value)
@@ -181,8 +184,46 @@ def record(cls):
     """Declare a record: a slotted dataclass whose fields are checked as they arrive."""
     cls = dataclass(slots=True)(cls)
     _SCHEMAS[cls] = schema = _schema(cls)
-    _RECORDS[cls] = (sum(required for _, _, required in schema), tuple(check for _, check, _ in schema))
+    _BUILDERS[cls] = _record_builder(cls, schema)
+    hints = typing.get_type_hints(cls)
+    names = [f"{name}.spans" if hints[name] is ranks.RankSet else name for name, _, _ in schema]
+    get = attrgetter(*names)
+    _FLATTENERS[cls] = get if len(names) > 1 else lambda value: (get(value),)
     return cls
+
+
+def _record_builder(cls: type, schema: tuple[tuple[str, Check, bool], ...]) -> Check:
+    """How a record is built from the array it travelled as. Where each field is of one plain
+    type or a rank set (a cast's answer, a frame, a rank that did not answer), the types of
+    all its fields are compared at once and only the rank sets are made by a call; otherwise
+    each field is checked by its own."""
+    fewest, checks = sum(required for _, _, required in schema), tuple(check for _, check, _ in schema)
+    hints = typing.get_type_hints(cls)
+    plain = [_exact_types(hints[name]) for name, _, _ in schema]
+    made = [at for at, (name, _, _) in enumerate(schema) if hints[name] is ranks.RankSet]
+    if all(exact is not None and len(exact) == 1 or at in made for at, exact in enumerate(plain)):
+        wire_types = tuple(list if exact is None else exact[0] for exact in plain)
+        expected = {length: wire_types[:length] for length in range(fewest, len(schema) + 1)}
+
+        def build_plain(value: Any) -> Any:
+            if type(value) is not list or tuple(map(type, value)) != expected.get(len(value)):
+                return _wrong(value)
+            try:
+                for at in made:
+                    if at < len(value):
+                        value[at] = ranks.RankSet.from_wire(value[at])
+            except ValueError:
+                return _wrong(value)
+            return cls(*value)
+
+        return build_plain
+
+    def build_checked(value: Any) -> Any:
+        if not isinstance(value, list) or not fewest <= len(value) <= len(checks):
+            return _wrong(value)
+        return cls(*[check(item) for check, item in zip(checks, value)])
+
+    return build_checked
 
 
 # --- the words that travel ----------------------------------------------------------------
@@ -400,7 +441,8 @@ class StackGroup(Record):
     and, when asked for (`stacks --locals`), the locals of their program's frame."""
 
     threads: list[ThreadStack]
-    ranks: list[int]
+    ranks: ranks.RankSet
+    """As runs, as a cast's answers: the stack of 1,048,576 ranks is a few numbers."""
     locals: list[LocalValue] = field(default_factory=list)
 
 
@@ -901,16 +943,18 @@ class Stacks(Message):
 @message("take_stacks")
 class TakeStacks(Message):
     """Broker to agent, or to a broker below: report the stacks of these ranks of one actor,
-    without stopping them. An agent answers `StackReport`; a broker, `StacksResult` by `timeout`."""
+    without stopping them, or, to a broker below with a `selector`, of the live ranks it picks
+    there (as `CastDown`). An agent answers `StackReport`; a broker, `StacksResult` by `timeout`."""
 
     ref: int
     actor: str
-    ranks: list[int]
+    ranks: ranks.RankSet
     threads: Threads
     job: str = ""
     timeout: float = 0.0
     locals: bool = False
     """Each group's locals too: read on a thread of the agent's own, as a `peek` is."""
+    selector: str = ""
 
 
 @message("stack_report")
@@ -1273,6 +1317,9 @@ class CastDown(Message):
     line: str
     timeout: float
     selector: str = ""
+    progress_every: float = 0.0
+    """Tell the cast's progress up at most this often, in seconds (and only when it changed):
+    a parent with many brokers below spreads their reports, as it hears them all."""
 
 
 # --- encoding ------------------------------------------------------------------------------
@@ -1406,19 +1453,13 @@ def build(cls: type[Message], fields: dict) -> Message:
     return cls(**values)
 
 
-def _build_record(cls: type, value: Any) -> Any:
-    fewest, checks = _RECORDS[cls]
-    if not isinstance(value, list) or not fewest <= len(value) <= len(checks):
-        raise Refused("wrong field type")
-    return cls(*[check(item) for check, item in zip(checks, value)])
-
-
-def _flatten(value: Any) -> list:
-    """A record as it travels: its fields in order."""
-    if isinstance(value, Record):
-        return [getattr(value, name) for name, _, _ in _SCHEMAS[type(value)]]
+def _flatten(value: Any) -> tuple:
+    """A record as it travels: its fields in order; a rank set as its runs."""
+    flatten = _FLATTENERS.get(type(value))
+    if flatten is not None:
+        return flatten(value)
     if isinstance(value, ranks.RankSet):
-        return list(value.spans)
+        return value.spans
     raise TypeError(f"cannot send {type(value).__name__}")
 
 

@@ -28,6 +28,10 @@ def G(output: str, outcome: str, ranks: list[int]) -> wire.CastGroup:
     return wire.CastGroup(output, outcome, RankSet.of(ranks))
 
 
+def S(threads: list[wire.ThreadStack], ranks: list[int]) -> wire.StackGroup:
+    return wire.StackGroup(threads, RankSet.of(ranks))
+
+
 def paused(count: int) -> tuple[Registry, list[Session]]:
     registry = Registry()
     registry.join(Peer(identity=b"agent", role="agent", name="job", host="h", pid=100, user="u", last_seen=0.0))
@@ -148,6 +152,19 @@ def test_a_broker_above_is_told_the_progress_of_its_cast_less_often_and_only_whe
     assert casts.progress_due(3.0, every=0.25, upstream_every=1.0) == [cast] and cast.answered == 1
 
 
+def test_a_broker_above_with_many_brokers_below_is_told_of_progress_as_seldom_as_it_asked():
+    _, sessions = paused(2)
+    casts = Casts(part_size=1 << 20)
+    cast = dataclasses.replace(cast_of(sessions), shell=UPSTREAM, progress_every=4.0)
+    casts.start(cast, "n", sessions)
+    assert casts.progress_due(1.0, every=0.25, upstream_every=1.0) == [cast], "its first word, 0 answered"
+    sessions[0].log.add("1\n")
+    casts.stopped(sessions[0])
+    assert casts.progress_due(2.0, every=0.25, upstream_every=1.0) == [], "a change waits for what it asked"
+    assert casts.progress_due(4.9, every=0.25, upstream_every=1.0) == []
+    assert casts.progress_due(5.0, every=0.25, upstream_every=1.0) == [cast] and cast.answered == 1
+
+
 def test_a_large_result_comes_in_parts_and_only_the_last_names_the_missing():
     _, sessions = paused(4)
     cast = cast_of(sessions)
@@ -188,19 +205,19 @@ def stacks_request(**waiting: list[int]) -> tuple[InFlight[StacksInFlight], Stac
 
 def test_identical_stacks_from_several_processes_share_one_entry():
     table, request = stacks_request(a=[0, 1], b=[2])
-    request.report(b"a", [wire.StackGroup(MAIN, [0]), wire.StackGroup(OTHER, [1])])
+    request.report(b"a", [S(MAIN, [0]), S(OTHER, [1])])
     assert table.settle(request) == []
-    request.report(b"b", [wire.StackGroup(MAIN, [2])])
+    request.report(b"b", [S(MAIN, [2])])
     [result] = table.settle(request)
-    assert result == wire.StacksResult(ref=3, actor="train", groups=[wire.StackGroup(MAIN, [0, 2]),
-                                                                     wire.StackGroup(OTHER, [1])], missing=[])
+    assert result == wire.StacksResult(ref=3, actor="train", groups=[S(MAIN, [0, 2]),
+                                                                     S(OTHER, [1])], missing=[])
 
 
 def test_only_the_ranks_asked_of_a_process_count_and_those_it_sent_no_stack_for_are_named():
     table, request = stacks_request(a=[0, 1])
-    request.report(b"a", [wire.StackGroup(MAIN, [0, 7])])
+    request.report(b"a", [S(MAIN, [0, 7])])
     [result] = table.settle(request)
-    assert result.groups == [wire.StackGroup(MAIN, [0])] and result.missing == [M(1, "its process sent no stack for it")]
+    assert result.groups == [S(MAIN, [0])] and result.missing == [M(1, "its process sent no stack for it")]
 
 
 def test_a_lost_process_and_a_silent_one_have_their_ranks_named():
@@ -255,10 +272,26 @@ def test_a_lost_broker_below_and_a_silent_one_have_their_ranks_named_with_their_
 
 def test_stacks_from_a_broker_below_come_merged_in_parts_with_the_ranks_it_has_none_for():
     table, request = stacks_request(a=[0], below=[1, 2, 3])
-    request.report(b"a", [wire.StackGroup(MAIN, [0])])
-    request.report(b"below", [wire.StackGroup(MAIN, [1])], [], more=True)
+    request.report(b"a", [S(MAIN, [0])])
+    request.report(b"below", [S(MAIN, [1])], [], more=True)
     assert table.settle(request) == []
-    request.report(b"below", [wire.StackGroup(OTHER, [2])], [M(3, "lost")], more=False)
+    request.report(b"below", [S(OTHER, [2])], [M(3, "lost")], more=False)
     [result] = table.settle(request)
-    assert result.groups == [wire.StackGroup(MAIN, [0, 1]), wire.StackGroup(OTHER, [2])]
+    assert result.groups == [S(MAIN, [0, 1]), S(OTHER, [2])]
     assert result.missing == [M(3, "lost")]
+
+
+def test_brokers_below_that_pick_with_the_selector_send_whatever_they_picked_and_a_lost_one_has_its_ranks_named():
+    table, request = stacks_request(a=[0])
+    request.picked_there = lambda branch: {b"one": [1, 2], b"two": [3, 4]}[branch]
+    request.pick_there(b"one")
+    request.pick_there(b"two")
+    request.report(b"a", [S(MAIN, [0])])
+    request.report(b"one", [S(MAIN, [1, 2])], [], more=True)
+    request.report(b"two", [S(OTHER, [3])], [], more=True)
+    request.lost(b"two", "lost with the broker on host2")
+    assert table.settle(request) == [], "the broker below that sent a part owes the rest"
+    request.report(b"one", [], [M(5, "lost")])
+    [result] = table.settle(request)
+    assert result.groups == [S(MAIN, [0, 1, 2]), S(OTHER, [3])]
+    assert result.missing == [M(4, "lost with the broker on host2"), M(5, "lost")]

@@ -508,6 +508,49 @@ def test_a_cast_goes_down_as_its_selector_and_each_broker_below_picks_its_own_ra
 
 
 @pytest.mark.timeout(120)
+def test_stacks_go_down_as_their_selector_and_each_broker_below_picks_its_own_live_ranks(tree, env, shell):
+    env["MONARCH_PDB_HEARTBEAT"] = "10"  # the broker below that this test plays is not lost however slow we are
+    tree.two_hosts()
+    sh = shell()
+    stop = stop_line(18)
+    assert sh.command("stacks rank ranks(host=1, gpu=0)") == (
+        f"rank ranks[2] (1): 1 distinct stack\nrank.py:{stop} <module>  ranks[2] (1)\n")
+    assert sh.command("stacks rank ranks(1:3)") == (
+        f"rank ranks[1,2] (2): 1 distinct stack\nrank.py:{stop} <module>  ranks[1,2] (2)\n")
+    assert sh.command("stacks rank ranks(gpu=5)").strip() == (
+        "Error processing command: ranks(gpu=5) matches no rank of rank that runs (those are ranks[0-3])")
+    assert sh.command("stacks rank ranks(zone=1)").strip() == (
+        "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
+    ctx = zmq.Context()
+    try:
+        # A third broker below, played here at the wire, to see what the root sends it.
+        codec = wire.Codec(env["MONARCH_PDB_SECRET"].encode())
+        below = ctx.socket(zmq.DEALER)
+        below.setsockopt(zmq.LINGER, 0)
+        below.connect(f"tcp://{tree.upstream}")
+        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1),
+                   wire.Welcome)
+        row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
+                              wire.RankState.BREAKPOINT, "")
+        below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
+        wait_for_sessions(env, 5)
+        sh.child.sendline("stacks rank ranks(gpu=1)")
+        while True:
+            assert below.poll(30_000), "the root sent the broker below nothing"
+            down = [m for m in codec.decode(below.recv_multipart()) if isinstance(m, wire.TakeStacks)]
+            if down:
+                break
+        assert (down[0].selector, down[0].ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
+        elsewhere = [wire.ThreadStack("MainThread", [wire.Frame("rank.py", 30, "<module>")])]
+        below.send_multipart(codec.encode(wire.StacksResult(ref=down[0].ref, actor="rank", missing=[],
+                                                            groups=[wire.StackGroup(elsewhere, RankSet.of([9]))])))
+        sh.expect(r"\nrank 9 is elsewhere: rank.py:30 <module>\n")
+        sh.wait_prompt()
+    finally:
+        ctx.destroy(linger=0)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.each_python
 def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tree, env, shell):
     env["MONARCH_PDB_HEARTBEAT"] = "10"  # the broker below, stopped a moment, is not lost however slow we are
@@ -546,8 +589,8 @@ def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tr
             sh.expect("answered 0/2")
             for ref in range(1, 9):
                 posing.send_multipart(codec.encode(wire.CastResult(
-                    ref=ref, actor="rank", groups=[wire.CastGroup(output="forged\n", outcome="", ranks=[0, 1])],
-                    missing=[])))
+                    ref=ref, actor="rank", missing=[],
+                    groups=[wire.CastGroup(output="forged\n", outcome="", ranks=RankSet.of([0, 1]))])))
             for msg in (*forged, wire.CastDown(ref=1, job=JOB, actor="rank", ranks=[0, 1], line="!import os; os._exit(3)",
                                               timeout=5.0)):
                 posing.send_multipart(codec.encode(msg))

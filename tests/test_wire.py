@@ -147,15 +147,17 @@ def typed(t: str, **fields) -> Frames:
 @pytest.mark.timeout(10)
 def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
     frame = wire.Frame(__file__, 9, "step")
-    report = wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], [0, 2])])
+    report = wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])],
+                                                             RankSet.of([0, 2]))])
     assert roundtrip(report) == report
     result = wire.CastResult(ref=1, actor="a", groups=[wire.CastGroup("1\n", "", RankSet.of([0]))],
                              missing=[wire.Missing(3, "lost")])
     assert roundtrip(result) == result
     present = wire.Present(ranks=[wire.PresentRank("job", "a", 0, {"gpu": 0})])
     assert roundtrip(present) == present
-    [decoded] = wire.Codec(KEY).decode(typed("stack_report", ref=1, groups=[[[THREAD], [0]]])())
-    assert decoded == wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], [0])])
+    [decoded] = wire.Codec(KEY).decode(typed("stack_report", ref=1, groups=[[[THREAD], [0, 0]]])())
+    assert decoded == wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])],
+                                                                      RankSet.of([0]))])
 
 
 @pytest.mark.timeout(60)  # a million ranks made into a set in Python, on a busy machine
