@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, groupby
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
@@ -61,11 +61,12 @@ RANK, DIMS, VALUES = attrgetter("rank"), attrgetter("dims"), attrgetter("values"
 
 def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.RankState]) -> list[wire.SessionGroup]:
     """The groups `group_rows` makes of the paused sessions' rows, made from the sessions
-    themselves: one step of Python per session (1,048,576 at the root of a tree), and no row
-    made for any, nor any sort of them. `states` is how each stop reads in `list`."""
+    themselves: a step of Python per run of sessions that stand at one place on one host (the
+    sessions of a host come in batches), none per session (1,048,576 at the root of a tree),
+    and no row made for any, nor any sort of them. `states` is how each stop reads in `list`."""
     by_host: defaultdict[tuple, list] = defaultdict(list)
-    for sess in sessions:
-        by_host[PLACE(sess)].append(sess)
+    for place, run in groupby(zip(map(PLACE, sessions), sessions), key=itemgetter(0)):
+        by_host[place].extend(map(itemgetter(1), run))
     places: defaultdict[tuple, list[tuple[int, str, list]]] = defaultdict(list)
     for (*place, host), members in by_host.items():
         ranks = list(map(RANK, members))
@@ -85,7 +86,7 @@ def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.Ran
             for names, values in by_dims.items():
                 for i, dim in enumerate(names):  # column by column: zip(*values) costs more than the rest together
                     coords.setdefault(dim, set()).update(map(itemgetter(i), values))
-        ranks = RankSet.of(chain.from_iterable(item[3] for item in on_hosts))
+        ranks = RankSet.of(list(chain.from_iterable(item[3] for item in on_hosts)))
         made.append((on_hosts[0][0], wire.SessionGroup(
             job, actor, function, lineno, states[reason], ranks=ranks.text(), count=len(ranks),
             coords={dim: format_ranks(values) for dim, values in coords.items()},

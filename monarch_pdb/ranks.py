@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 import string
 from bisect import bisect_right
-from itertools import count, groupby
-from operator import sub
+from itertools import count, groupby, islice
+from operator import lt, sub
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
@@ -113,6 +113,23 @@ class Selection:
         return render_selector(self)
 
 
+def _runs_by_bisection(ordered: list[int]) -> Iterator[int]:
+    """first, last of each run of distinct ascending ranks, a bisection each."""
+    at, size = 0, len(ordered)
+    while at < size:
+        offset = ordered[at] - at
+        low, high = at + 1, size
+        while low < high:  # the first place past the run
+            middle = (low + high) // 2
+            if ordered[middle] - middle == offset:
+                low = middle + 1
+            else:
+                high = middle
+        yield ordered[at]
+        yield ordered[low - 1]
+        at = low
+
+
 class RankSet:
     """Ranks as ascending runs, each its first and last rank: how rank sets travel in bulk
     (a broker's share of a cast, the ranks of an answer), so that the 16,384 ranks of a host are
@@ -133,10 +150,18 @@ class RankSet:
 
     @classmethod
     def of(cls, ranks: Iterable[int]) -> RankSet:
-        ordered = sorted(set(ranks))
-        # Within a run, a rank less its place in the order is the same number: the runs are the
-        # groups of those differences, found without a step of Python per rank.
-        spans: list[int] = []
+        if isinstance(ranks, list) and all(map(lt, ranks, islice(ranks, 1, None))):
+            ordered = ranks  # ascending already: a host's ranks as their sessions came, mostly
+        else:
+            ordered = sorted(set(ranks))
+        if not ordered:
+            return cls()
+        # Within a run, a rank less its place in the order is the same number, and that number
+        # only grows along the order.
+        holes = ordered[-1] - ordered[0] + 1 - len(ordered)
+        if holes * 256 < len(ordered):  # few runs, each found by bisection: no step per rank
+            return cls(tuple(_runs_by_bisection(ordered)))
+        spans: list[int] = []  # many: the groups of those numbers, found without a step of Python per rank
         at = 0
         for _, run in groupby(map(sub, ordered, count())):
             length = len(list(run))

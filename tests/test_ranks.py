@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from monarch_pdb.ranks import (
     DimFilter,
     RankList,
+    RankSet,
     RankSlice,
     SelectorError,
     Selection,
@@ -526,3 +527,23 @@ def test_compact_round_trip(ranks: set[int]) -> None:
         assert after[0] > before[-1] + 1 or (len(before) == len(after) == 1), text
     for first, second, third in zip(items, items[1:], items[2:]):
         assert not (len(first) == len(second) == len(third) == 1 and third[0] - first[0] == 2), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3000), st.integers(0, 3000), st.lists(st.integers(0, 6000), max_size=12),
+       st.sampled_from(["ascending", "shuffled", "with repeats", "iterator"]), st.randoms())
+def test_a_rank_set_holds_its_ranks_once_as_ascending_runs_however_they_come(start, length, holes, order, rng):
+    wanted = sorted(set(range(start, start + length)) - set(holes))
+    came = list(wanted)
+    if order == "shuffled":
+        rng.shuffle(came)
+    elif order == "with repeats":
+        came += wanted[: len(wanted) // 3]
+    made = RankSet.of(iter(came) if order == "iterator" else came)
+    runs, first = [], None
+    for at, rank in enumerate(wanted):  # brute force: a run ends where the next rank is not one more
+        first = rank if first is None else first
+        if at + 1 == len(wanted) or wanted[at + 1] != rank + 1:
+            runs.append((first, rank))
+            first = None
+    assert list(made.runs()) == runs and len(made) == len(wanted) and list(made) == wanted
