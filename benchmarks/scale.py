@@ -153,9 +153,6 @@ RESOURCE_COLUMNS = (
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 SETTLED = 0.01
 SETTLE_LIMIT = 30.0
-IDLE_WINDOW = 2.0
-"""Seconds the root's CPU is read with nothing asked of it: what its brokers below cost it
-(their heartbeats) while a cast waits, and not the cast's."""
 
 
 def _die_with_us() -> None:
@@ -261,13 +258,6 @@ class Brokers:
 
     def below_cpu_seconds(self) -> float:
         return sum(host.cpu_seconds() for host in self.below)
-
-    def root_idle_rate(self) -> float:
-        """The root's CPU seconds per second while nothing is asked, once settled."""
-        self.settle()
-        before, start = self.root.cpu_seconds(), time.monotonic()
-        time.sleep(IDLE_WINDOW)  # a window of measure, not a wait for an event
-        return (self.root.cpu_seconds() - before) / (time.monotonic() - start)
 
     def settle(self) -> None:
         """Until the brokers are idle (under SETTLED of CPU together in a tenth of a second, or
@@ -488,7 +478,6 @@ def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None)
                         target = ROOT_MEMORY_TARGET_KB if shape.hosts else MEMORY_TARGET_KB
                         met = "PASS" if resources["kb_per_session"] < target else "MISS"
                         resources["memory_verdict"] = f"< {target:g} KB: {met}"
-                        resources["root_idle_cpu_ms_per_s"] = round(brokers.root_idle_rate() * 1e3, 2)
                         say(f"  N={n}: casts and lists")
                         _alternate(conn, measures, fan_out, n, shape)
                         say(f"  N={n}: stacks")
@@ -513,10 +502,6 @@ def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None)
         "cpu_ms_same": measures.cpu_ms("same", measures.root_cpu),
         "hosts_cpu_ms_same": measures.cpu_ms("same", measures.below_cpu) if brokers.below else None,
     })
-    if resources.get("cpu_ms_same") is not None and resources.get("root_idle_cpu_ms_per_s") is not None:
-        waited_s = sum(measures.samples["same"]) / len(measures.samples["same"]) / 1e9
-        resources["cpu_ms_same_beyond_idle"] = round(
-            max(0.0, resources["cpu_ms_same"] - resources["root_idle_cpu_ms_per_s"] * waited_s), 1)
     tree = report.CRITICAL if shape.at_wire else report.WALL
     floor = Result(f"raw fan-out/gather, {shape.label} (floor)", measures.samples.get("fan_out", []),
                    failed=measures.failed.get("fan_out", ""))
@@ -622,8 +607,6 @@ TREE_RESOURCE_COLUMNS = (
     ("root_peak_rss_mb", "root peak MB", ">"), ("host_peak_rss_mb", "largest host broker peak MB", ">"),
     ("hosts_peak_rss_mb", "host brokers' peak MB", ">"), ("emulators_peak_rss_mb", "emulators' peak MB", ">"),
     ("cpu_ms_cast", "root CPU ms `p rank`", ">"), ("cpu_ms_same", "root CPU ms one answer", ">"),
-    ("root_idle_cpu_ms_per_s", "root idle CPU ms/s", ">"),
-    ("cpu_ms_same_beyond_idle", "root CPU ms one answer beyond idle", ">"),
     ("hosts_cpu_ms_same", "host brokers' CPU ms one answer", ">"), ("root_cpu_growth", "vs 131,072", ">"),
     ("root_cpu_verdict", f"<= {ROOT_CPU_GROWTH:g}x", "<"), ("failed", "failed", "<"),
 )
@@ -631,14 +614,12 @@ TREE_RESOURCE_COLUMNS = (
 
 def compare_root_cpu(rows: list[dict]) -> None:
     """The root's CPU for a cast of one answer at each larger tree, as a multiple of the
-    smallest's in the same run: it should grow with host brokers and answers, not ranks. Each is
-    its CPU beyond what it spends idle for as long (its brokers' heartbeats), since on two cores
-    the emulators take seconds to answer, and a root waits longer at a million ranks."""
-    measured = [row for row in rows if row.get("cpu_ms_same_beyond_idle")]
+    smallest's in the same run: it should grow with host brokers and answers, not ranks."""
+    measured = [row for row in rows if row.get("cpu_ms_same")]
     if len(measured) < 2:
         return
     base = min(measured, key=lambda row: row["ranks"])
     for row in measured:
         if row is not base:
-            row["root_cpu_growth"] = round(row["cpu_ms_same_beyond_idle"] / base["cpu_ms_same_beyond_idle"], 2)
+            row["root_cpu_growth"] = round(row["cpu_ms_same"] / base["cpu_ms_same"], 2)
             row["root_cpu_verdict"] = "PASS" if row["root_cpu_growth"] <= ROOT_CPU_GROWTH else "MISS"
