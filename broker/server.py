@@ -997,14 +997,16 @@ class Broker:
         except Refused as refusal:
             self.send(identity, wire.Error(text=str(refusal)))
             return
-        self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector)
+        self.start_cast(identity, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector,
+                        0.0 if msg.progress else math.inf)
 
     def start_cast(self, shell: bytes, ref: int, actor: str, picked: Picked, line: str, timeout: float,
                    selector: str = "", progress_every: float = 0.0) -> None:
         """Run one line on the picked sessions: ours one by one, each broker below's in one
         message (the ranks it names there, or the selector to evaluate there); the answers go to
         `shell` grouped, once all are in or the time is up. A shell whose selector picked
-        nothing anywhere is told why, as when it picks nothing here."""
+        nothing anywhere is told why, as when it picks nothing here. Progress goes to `shell`
+        as often as `progress_every` says (never when infinite), and from below as seldom."""
         job = picked.job
         evaluated_below = any(asked is None for asked in picked.below.values())
         self.record(shell, job, actor, [s.rank for s in picked.sessions], line, selector if evaluated_below else "")
@@ -1015,7 +1017,7 @@ class Broker:
                                 len(asked) for asked in picked.below.values() if asked is not None),
                             missing=picked.absent, estimate=picked.estimate, progress_every=progress_every,
                             next_progress=now + (max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM
-                                                 else PROGRESS_EVERY))
+                                                 else PROGRESS_EVERY if progress_every != math.inf else math.inf))
         if evaluated_below:
             branches = {peer.identity: peer for peer in self.registry.branches()}
             cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,
@@ -1033,7 +1035,8 @@ class Broker:
             self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=asked or ranks.RankSet(),
                                             line=line, timeout=below_timeout(timeout),
                                             selector=selector if asked is None else "",
-                                            progress_every=len(picked.below) / PROGRESS_HEARD_PER_SECOND))
+                                            progress_every=math.inf if progress_every == math.inf else
+                                            len(picked.below) / PROGRESS_HEARD_PER_SECOND))
         self.settle(self.casts, cast)
 
     def nothing_picked(self, job: str, actor: str, selection: ranks.Selection, live: bool = False) -> str:

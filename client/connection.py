@@ -217,13 +217,16 @@ class ShellConnection:
         """Send one pdb command to the selected ranks; return all their answers, every part
         of a large result joined. Raises RequestFailed with the broker's one-line reason.
         `waiting` is told, once, when the broker stops answering meanwhile."""
-        ref = self.start_cast(actor, selector, line, timeout, job)
+        ref = self.start_cast(actor, selector, line, timeout, job, progress is not None)
         return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress, waiting)
 
-    def start_cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "") -> int:
-        """Send a cast without waiting for it; its answers come as replies with the number returned."""
+    def start_cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
+                   progress: bool = False) -> int:
+        """Send a cast without waiting for it; its answers come as replies with the number
+        returned (and, with `progress`, how far it got)."""
         ref = next(self._refs)
-        self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job))
+        self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job,
+                            progress=progress))
         return ref
 
     def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "",

@@ -908,17 +908,17 @@ class DebugShell(cmd2.Cmd):
 
         def progress(msg: wire.CastProgress) -> None:
             nonlocal shown
-            if self.terminal_input:
-                sys.stderr.write(f"\ranswered {msg.answered}/{msg.total}")
-                sys.stderr.flush()
-                shown = True
+            sys.stderr.write(f"\ranswered {msg.answered}/{msg.total}")
+            sys.stderr.flush()
+            shown = True
 
         def waiting(why: str) -> None:
             if self.terminal_input:
                 self.note(f"\r({why})")
 
         try:
-            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job, progress, waiting)
+            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job,
+                                    progress if self.terminal_input else None, waiting)
         except KeyboardInterrupt:
             raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
         finally:

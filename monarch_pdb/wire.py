@@ -765,6 +765,9 @@ class Cast(Message):
     line: str
     timeout: float
     job: str = ""
+    progress: bool = True
+    """Whether the shell shows how far the cast got (at a terminal). Without it, no broker
+    tells it, nor any broker below tells the one above: a script's cast costs none of that."""
 
 
 @message("cast_progress")
@@ -1319,7 +1322,8 @@ class CastDown(Message):
     selector: str = ""
     progress_every: float = 0.0
     """Tell the cast's progress up at most this often, in seconds (and only when it changed):
-    a parent with many brokers below spreads their reports, as it hears them all."""
+    a parent with many brokers below spreads their reports, as it hears them all; never when
+    infinite (its shell shows none)."""
 
 
 # --- encoding ------------------------------------------------------------------------------

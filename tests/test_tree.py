@@ -24,6 +24,7 @@ from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, BrokerLog, Pro
 from shell_driver import without_progress
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.ranks import RankSet
 
 RANK = textwrap.dedent('''
@@ -694,3 +695,19 @@ def test_host_brokers_in_their_own_network_namespaces_register_with_a_root_on_a_
     brokers[1].wait()
     sh.expect(r"the broker on sim-host-1 stopped answering: its 2 ranks are lost")
     assert sh.command("cast rank ranks(0,1,2,3) p rank").endswith("no answer from rank ranks[2,3] (2): lost\n")
+
+
+@pytest.mark.timeout(120)
+def test_a_cast_whose_shell_shows_no_progress_hears_none_from_the_root_or_the_brokers_below(tree, env):
+    """A script's cast (no terminal to show `answered 2/4` on) costs no broker a word of progress."""
+    tree.two_hosts()
+    conn = ShellConnection.open(settings_for(env))
+    try:
+        for shown in (True, False):
+            heard: list[wire.CastProgress] = []
+            ref = conn.start_cast("rank", "ranks(:)", "!import time; time.sleep(1.5); print(rank)", 60, progress=shown)
+            result = conn._parts(ref, wire.CastResult, 60, "finish the cast", heard.append)
+            assert sorted(rank for group in result.groups for rank in group.ranks) == [0, 1, 2, 3]
+            assert bool(heard) == shown, heard
+    finally:
+        conn.close()
