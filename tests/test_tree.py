@@ -469,6 +469,30 @@ def round_trip(sock: zmq.Socket, codec: wire.Codec, msg: wire.Message, answer: t
             return
 
 
+def play_a_third_broker_below(ctx: zmq.Context, env: dict[str, str], tree: Tree) -> tuple[zmq.Socket, wire.Codec]:
+    """A third broker below the root of `two_hosts`, played here at the wire to see what the
+    root sends it, with rank 9 (host 2, gpu 1) paused below it."""
+    codec = wire.Codec(env["MONARCH_PDB_SECRET"].encode())
+    below = ctx.socket(zmq.DEALER)
+    below.setsockopt(zmq.LINGER, 0)
+    below.connect(f"tcp://{tree.upstream}")
+    round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1), wire.Welcome)
+    row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
+                          wire.RankState.BREAKPOINT, "")
+    below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
+    wait_for_sessions(env, 5)
+    return below, codec
+
+
+def first_sent(below: zmq.Socket, codec: wire.Codec, kind: type[wire.Message]) -> wire.Message:
+    """The first message of `kind` the root sends the broker played below."""
+    while True:
+        assert below.poll(30_000), f"the root sent the broker below no {kind.__name__}"
+        sent = [m for m in codec.decode(below.recv_multipart()) if isinstance(m, kind)]
+        if sent:
+            return sent[0]
+
+
 @pytest.mark.timeout(120)
 def test_a_cast_goes_down_as_its_selector_and_each_broker_below_picks_its_own_ranks(tree, env, shell):
     env["MONARCH_PDB_HEARTBEAT"] = "10"  # the broker below that this test plays is not lost however slow we are
@@ -482,25 +506,11 @@ def test_a_cast_goes_down_as_its_selector_and_each_broker_below_picks_its_own_ra
         "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
     ctx = zmq.Context()
     try:
-        # A third broker below, played here at the wire, to see what the root sends it.
-        codec = wire.Codec(env["MONARCH_PDB_SECRET"].encode())
-        below = ctx.socket(zmq.DEALER)
-        below.setsockopt(zmq.LINGER, 0)
-        below.connect(f"tcp://{tree.upstream}")
-        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1),
-                   wire.Welcome)
-        row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
-                              wire.RankState.BREAKPOINT, "")
-        below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
-        wait_for_sessions(env, 5)
+        below, codec = play_a_third_broker_below(ctx, env, tree)
         sh.child.sendline("cast rank ranks(gpu=1) p rank")
-        while True:
-            assert below.poll(30_000), "the root sent the broker below nothing"
-            down = [m for m in codec.decode(below.recv_multipart()) if isinstance(m, wire.CastDown)]
-            if down:
-                break
-        assert (down[0].selector, down[0].ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
-        below.send_multipart(codec.encode(wire.CastResult(ref=down[0].ref, actor="rank", missing=[],
+        down = first_sent(below, codec, wire.CastDown)
+        assert (down.selector, down.ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
+        below.send_multipart(codec.encode(wire.CastResult(ref=down.ref, actor="rank", missing=[],
                                                           groups=[wire.CastGroup("9\n", "", RankSet.of([9]))])))
         sh.expect(r"\nrank ranks\[1\] \(1\)\n1\nrank ranks\[3\] \(1\)\n3\nrank ranks\[9\] \(1\)\n9\n")
         sh.wait_prompt()
@@ -524,26 +534,12 @@ def test_stacks_go_down_as_their_selector_and_each_broker_below_picks_its_own_li
         "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
     ctx = zmq.Context()
     try:
-        # A third broker below, played here at the wire, to see what the root sends it.
-        codec = wire.Codec(env["MONARCH_PDB_SECRET"].encode())
-        below = ctx.socket(zmq.DEALER)
-        below.setsockopt(zmq.LINGER, 0)
-        below.connect(f"tcp://{tree.upstream}")
-        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1),
-                   wire.Welcome)
-        row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
-                              wire.RankState.BREAKPOINT, "")
-        below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
-        wait_for_sessions(env, 5)
+        below, codec = play_a_third_broker_below(ctx, env, tree)
         sh.child.sendline("stacks rank ranks(gpu=1)")
-        while True:
-            assert below.poll(30_000), "the root sent the broker below nothing"
-            down = [m for m in codec.decode(below.recv_multipart()) if isinstance(m, wire.TakeStacks)]
-            if down:
-                break
-        assert (down[0].selector, down[0].ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
+        down = first_sent(below, codec, wire.TakeStacks)
+        assert (down.selector, down.ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
         elsewhere = [wire.ThreadStack("MainThread", [wire.Frame("rank.py", 30, "<module>")])]
-        below.send_multipart(codec.encode(wire.StacksResult(ref=down[0].ref, actor="rank", missing=[],
+        below.send_multipart(codec.encode(wire.StacksResult(ref=down.ref, actor="rank", missing=[],
                                                             groups=[wire.StackGroup(elsewhere, RankSet.of([9]))])))
         sh.expect(r"\nrank 9 is elsewhere: rank.py:30 <module>\n")
         sh.wait_prompt()
