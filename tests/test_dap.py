@@ -517,6 +517,7 @@ def loops(env, tmp_path):
         if paused:
             wait_for_sessions(env, len(paused))
         wait_for_lines(program, "RUNNING", 2 - len(paused))
+        wait_for_all_rows(env, lambda rows: len(rows) == 2)  # the broker knows both ranks, running or not
         return program, script
 
     yield run
