@@ -442,7 +442,9 @@ def test_await_works_at_the_prompt_of_pdb_set_trace_async(env, tmp_path, shell):
         wait_for_sessions(env, 1)
         sh = shell()
         attached = sh.command("attach fetcher 0")
-        assert "\n8\n" in attached and "-> await pdb.set_trace_async(" in attached, "its commands ran first"
+        assert "-> await pdb.set_trace_async(" in attached
+        if "\n8\n" not in attached:  # attached between the stop line and its commands' answer, on a busy machine
+            sh.expect(r"(?m)^8$")
         assert sh.command("p $_asynctask").startswith("<Task pending name=")
         sh.command("!tenfolded = await tenfold(value)")
         assert sh.command("p tenfolded").strip() == "40"
