@@ -1012,12 +1012,13 @@ class Broker:
         self.record(shell, job, actor, [s.rank for s in picked.sessions], line, selector if evaluated_below else "")
         self.tell_holders([sess for sess in picked.sessions if sess.paused], shell)
         now = time.monotonic()
+        quiet = progress_every == math.inf
         cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
                             total=len(picked.sessions) + len(picked.absent) + sum(
                                 len(asked) for asked in picked.below.values() if asked is not None),
                             missing=picked.absent, estimate=picked.estimate, progress_every=progress_every,
-                            next_progress=now + (max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM
-                                                 else PROGRESS_EVERY if progress_every != math.inf else math.inf))
+                            next_progress=math.inf if quiet else now + (
+                                max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM else PROGRESS_EVERY))
         if evaluated_below:
             branches = {peer.identity: peer for peer in self.registry.branches()}
             cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,
@@ -1035,7 +1036,7 @@ class Broker:
             self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=asked or ranks.RankSet(),
                                             line=line, timeout=below_timeout(timeout),
                                             selector=selector if asked is None else "",
-                                            progress_every=math.inf if progress_every == math.inf else
+                                            progress_every=math.inf if quiet else
                                             len(picked.below) / PROGRESS_HEARD_PER_SECOND))
         self.settle(self.casts, cast)
 
