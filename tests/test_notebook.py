@@ -4,7 +4,9 @@ ranks are debugged from the notebook's own magics and from a terminal's shell.""
 
 from __future__ import annotations
 
+import queue
 import re
+import signal
 import textwrap
 import time
 
@@ -28,14 +30,22 @@ class Kernel:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
+        self.threads = cwd / "kernel-threads.txt"
+        self.run(f"import faulthandler, signal; faulthandler.register(signal.SIGUSR1, open({str(self.threads)!r}, 'w'), "
+                 "all_threads=True)", silent=True)
 
-    def run(self, code: str, timeout: float = 60.0) -> Cell:
-        """Run a cell; what it showed, once the kernel is idle again."""
-        msg_id = self.client.execute(code)
+    def run(self, code: str, timeout: float = 60.0, silent: bool = False) -> Cell:
+        """Run a cell; what it showed, once the kernel is idle again. A cell that does not end
+        in time fails the test with what each of the kernel's threads was doing."""
+        msg_id = self.client.execute(code, silent=silent)
         cell = Cell()
         deadline = time.monotonic() + timeout
         while True:
-            msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            try:
+                msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the kernel was not idle {timeout:g} s after the cell {code!r}; "
+                                     f"its threads:\n{self.stacks()}") from None
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
@@ -49,6 +59,13 @@ class Kernel:
                 cell.error = f"{content['ename']}: {content['evalue']}"
             elif kind == "status" and content["execution_state"] == "idle":
                 return cell
+
+    def stacks(self) -> str:
+        self.manager.signal_kernel(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not self.threads.read_text():
+            time.sleep(0.05)  # a poll on a file the kernel writes, with a deadline
+        return self.threads.read_text() or "(the kernel wrote none in 10 s)"
 
     def close(self) -> None:
         self.client.stop_channels()
