@@ -35,19 +35,18 @@ class Kernel:
                  "all_threads=True)", silent=True)
 
     def run(self, code: str, timeout: float = 60.0, silent: bool = False) -> Cell:
-        """Run a cell; what it showed, once the kernel is idle again. A cell that does not end
-        in time fails the test with what each of the kernel's threads was doing."""
+        """Run a cell; what it showed, once the kernel is idle again and has replied.
+
+        The reply is waited for as well as the idle status, since ipykernel 7.3 (the last for
+        Python 3.10) can strand a request that comes while it sends the reply before it, and
+        the idle status may come first. A cell that does not end in time fails the test with
+        what each of the kernel's threads was doing."""
         msg_id = self.client.execute(code, silent=silent)
         cell = Cell()
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"the kernel was not idle {timeout:g} s after the cell {code!r}; "
-                                     f"its threads:\n{self.stacks()}") from None
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
+        idle = False
+        while not idle:
+            msg = self.next(self.client.get_iopub_msg, msg_id, deadline, code)
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
                 setattr(cell, content["name"], getattr(cell, content["name"]) + content["text"])
@@ -57,8 +56,20 @@ class Kernel:
                 cell.number = content["execution_count"]
             elif kind == "error":
                 cell.error = f"{content['ename']}: {content['evalue']}"
-            elif kind == "status" and content["execution_state"] == "idle":
-                return cell
+            idle = kind == "status" and content["execution_state"] == "idle"
+        self.next(self.client.get_shell_msg, msg_id, deadline, code)
+        return cell
+
+    def next(self, channel, msg_id: str, deadline: float, code: str) -> dict:
+        """The channel's next message about the request msg_id."""
+        while True:
+            try:
+                msg = channel(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the kernel had not ended the cell {code!r} by its deadline; "
+                                     f"its threads:\n{self.stacks()}") from None
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
 
     def stacks(self) -> str:
         self.manager.signal_kernel(signal.SIGUSR1)
