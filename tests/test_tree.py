@@ -4,6 +4,7 @@ is told once and mended."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -469,19 +471,25 @@ def round_trip(sock: zmq.Socket, codec: wire.Codec, msg: wire.Message, answer: t
             return
 
 
-def play_a_third_broker_below(ctx: zmq.Context, env: dict[str, str], tree: Tree) -> tuple[zmq.Socket, wire.Codec]:
+@contextlib.contextmanager
+def a_third_broker_below(env: dict[str, str], tree: Tree) -> Iterator[tuple[zmq.Socket, wire.Codec]]:
     """A third broker below the root of `two_hosts`, played here at the wire to see what the
     root sends it, with rank 9 (host 2, gpu 1) paused below it."""
-    codec = wire.Codec(env["MONARCH_PDB_SECRET"].encode())
-    below = ctx.socket(zmq.DEALER)
-    below.setsockopt(zmq.LINGER, 0)
-    below.connect(f"tcp://{tree.upstream}")
-    round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1), wire.Welcome)
-    row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
-                          wire.RankState.BREAKPOINT, "")
-    below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
-    wait_for_sessions(env, 5)
-    return below, codec
+    ctx = zmq.Context()
+    try:
+        codec = wire.Codec(env["MONARCH_PDB_SECRET"].encode())
+        below = ctx.socket(zmq.DEALER)
+        below.setsockopt(zmq.LINGER, 0)
+        below.connect(f"tcp://{tree.upstream}")
+        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1),
+                   wire.Welcome)
+        row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
+                              wire.RankState.BREAKPOINT, "")
+        below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
+        wait_for_sessions(env, 5)
+        yield below, codec
+    finally:
+        ctx.destroy(linger=0)
 
 
 def first_sent(below: zmq.Socket, codec: wire.Codec, kind: type[wire.Message]) -> wire.Message:
@@ -504,9 +512,7 @@ def test_a_cast_goes_down_as_its_selector_and_each_broker_below_picks_its_own_ra
         "Error processing command: ranks(gpu=5) matches no rank of rank with a session (those are ranks[0-3])")
     assert sh.command("cast rank ranks(zone=1) p rank").strip() == (
         "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
-    ctx = zmq.Context()
-    try:
-        below, codec = play_a_third_broker_below(ctx, env, tree)
+    with a_third_broker_below(env, tree) as (below, codec):
         sh.child.sendline("cast rank ranks(gpu=1) p rank")
         down = first_sent(below, codec, wire.CastDown)
         assert (down.selector, down.ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
@@ -514,8 +520,6 @@ def test_a_cast_goes_down_as_its_selector_and_each_broker_below_picks_its_own_ra
                                                           groups=[wire.CastGroup("9\n", "", RankSet.of([9]))])))
         sh.expect(r"\nrank ranks\[1\] \(1\)\n1\nrank ranks\[3\] \(1\)\n3\nrank ranks\[9\] \(1\)\n9\n")
         sh.wait_prompt()
-    finally:
-        ctx.destroy(linger=0)
 
 
 @pytest.mark.timeout(120)
@@ -532,9 +536,7 @@ def test_stacks_go_down_as_their_selector_and_each_broker_below_picks_its_own_li
         "Error processing command: ranks(gpu=5) matches no rank of rank that runs (those are ranks[0-3])")
     assert sh.command("stacks rank ranks(zone=1)").strip() == (
         "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
-    ctx = zmq.Context()
-    try:
-        below, codec = play_a_third_broker_below(ctx, env, tree)
+    with a_third_broker_below(env, tree) as (below, codec):
         sh.child.sendline("stacks rank ranks(gpu=1)")
         down = first_sent(below, codec, wire.TakeStacks)
         assert (down.selector, down.ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
@@ -543,8 +545,6 @@ def test_stacks_go_down_as_their_selector_and_each_broker_below_picks_its_own_li
                                                             groups=[wire.StackGroup(elsewhere, RankSet.of([9]))])))
         sh.expect(r"\nrank 9 is elsewhere: rank.py:30 <module>\n")
         sh.wait_prompt()
-    finally:
-        ctx.destroy(linger=0)
 
 
 @pytest.mark.timeout(120)
