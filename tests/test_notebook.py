@@ -46,7 +46,7 @@ class Kernel:
         deadline = time.monotonic() + timeout
         idle = False
         while not idle:
-            msg = self.next(self.client.get_iopub_msg, msg_id, deadline, code)
+            msg = self.message_about(self.client.get_iopub_msg, msg_id, deadline, code)
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
                 setattr(cell, content["name"], getattr(cell, content["name"]) + content["text"])
@@ -57,10 +57,10 @@ class Kernel:
             elif kind == "error":
                 cell.error = f"{content['ename']}: {content['evalue']}"
             idle = kind == "status" and content["execution_state"] == "idle"
-        self.next(self.client.get_shell_msg, msg_id, deadline, code)
+        self.message_about(self.client.get_shell_msg, msg_id, deadline, code)
         return cell
 
-    def next(self, channel, msg_id: str, deadline: float, code: str) -> dict:
+    def message_about(self, channel, msg_id: str, deadline: float, code: str) -> dict:
         """The channel's next message about the request msg_id."""
         while True:
             try:
