@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import pexpect
 
+from conftest import wait_for_exit
+
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>78]|\x07")
 PROMPT_ON = "\x1b[?2004h"
 PROMPT_OFF = "\x1b[?2004l"
@@ -139,6 +141,17 @@ class ShellDriver:
                 raise AssertionError(f"{line!r} did not end the shell; it printed:\n{self.text[-3000:]}")
         self.child.close()
         return plain(self.raw[start:])
+
+    def close_terminal(self, timeout: float) -> int | None:
+        """Close the terminal, as closing its window does: the kernel hangs the shell up (SIGHUP,
+        and its reads end). Its exit status once it has left, None if it has not by the deadline.
+        (A bare SIGHUP is not the same: one that lands as readline draws its prompt, before it
+        waits for a key, is acted on only at the next key.)"""
+        self.child.ptyproc.fileobj.close()
+        wait_for_exit([self.child.pid], timeout)
+        if self.child.isalive():
+            return None
+        return self.child.exitstatus if self.child.signalstatus is None else -self.child.signalstatus
 
     def kill(self) -> None:
         if self.child.isalive():

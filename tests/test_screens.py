@@ -57,6 +57,11 @@ def line_of(text: str, code: str) -> int:
     return next(n for n, line in enumerate(text.splitlines(), 1) if line.strip() == code)
 
 
+STORM = re.compile(r"^trainer (\d+|ranks\[[\d,-]+\] \(\d+\)) stopped at many\.py:[\d,]+\n", re.M)
+"""A line announcing ranks of the storm that stopped: on a busy machine some come in after
+the broker has counted every rank, above the prompt of a later command."""
+
+
 def fake_pager(tmp_path) -> tuple[str, object]:
     """A pager that keeps what it was given, in the order given; returns it and its record."""
     record = tmp_path / "paged.txt"
@@ -110,7 +115,7 @@ def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, 
         ''')
         assert not paged.exists(), "a table that fits on the screen is not paged"
 
-        assert sh.command("list --rows") == "", "a table taller than the terminal goes to the pager"
+        assert STORM.sub("", sh.command("list --rows")) == "", "a table taller than the terminal goes to the pager"
         every = run_debug(env, "-c", "list --rows")
         assert every.returncode == 0 and every.stdout.count("\n| trainer ") == 1024
         assert paged.read_text() == every.stdout, "the pager gets the table a script prints, whole"
@@ -118,7 +123,7 @@ def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, 
                          every.stdout, re.M)
 
         sh.command("set list_rows 1024")
-        assert sh.command("list") == ""
+        assert STORM.sub("", sh.command("list")) == ""
         assert paged.read_text() == 2 * every.stdout, "up to list_rows ranks, a row each"
         sh.command("set list_rows 1023")
         assert sh.command("list").endswith("1024 ranks in 3 groups; 'list --rows' shows each rank\n")
