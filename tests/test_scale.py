@@ -54,12 +54,18 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
         wait_for_sessions(env, RANKS, timeout=120)
         follower = ShellConnection.open(settings_for(env))
         followed: dict[int, list[str]] = {}
+        both_heard: set[int] = set()
         all_followed = threading.Event()
 
         def seen(actor: str, rank: int, text: str) -> None:
-            followed.setdefault(rank, []).append(text)
-            if len(followed) == RANKS and all("".join(parts) == 2 * expected(r) for r, parts in followed.items()):
-                all_followed.set()
+            """Counts the ranks heard twice as they come: a check of every rank at each chunk
+            kept the connection's thread from reading for seconds past the casts' end."""
+            parts = followed.setdefault(rank, [])
+            parts.append(text)
+            if len(parts) == 2:
+                both_heard.add(rank)
+                if len(both_heard) == RANKS:
+                    all_followed.set()
 
         follower.follow("emu", "ranks(:)", "", seen)
         results: dict[str, object] = {}
@@ -78,8 +84,6 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
             shell.start()
         for shell in shells:
             shell.join()
-        assert all_followed.wait(60), "the following shell saw both casts' answers of every rank"
-        follower.close()
         for name, result in results.items():
             assert not isinstance(result, Exception), f"{name} shell: {result}"
             assert result.missing == [], f"{name} shell: {result.missing[:5]}"
@@ -87,6 +91,10 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
             assert len(result.groups) == RANKS and sorted(answers) == list(range(RANKS)), name
             wrong = [r for r, output in answers.items() if output != expected(r)]
             assert not wrong, f"{name} shell: rank {wrong[0]} answered {answers[wrong[0]][:80]!r}..."
+        assert all_followed.wait(60), f"the following shell heard both casts' answers of {len(both_heard)} of {RANKS} ranks"
+        follower.close()
+        wrong = [r for r, parts in followed.items() if "".join(parts) != 2 * expected(r)]
+        assert not wrong, f"the following shell heard rank {wrong[0]} say {''.join(followed[wrong[0]])[:80]!r}..."
 
         conn = ShellConnection.open(settings_for(env))
         try:
