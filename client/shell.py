@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import ctypes
 import functools
 import json
 import math
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -27,7 +29,9 @@ from dataclasses import asdict, dataclass, field
 from typing import NoReturn, TypeVar
 
 import cmd2
-from cmd2.rl_utils import RlType, readline, rl_type
+from cmd2 import rl_utils
+from cmd2.rl_utils import RlType, readline, rl_force_redisplay, rl_get_display_prompt, rl_get_point, rl_type
+from cmd2.terminal_utils import async_alert_str
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
@@ -404,6 +408,21 @@ def readline_history() -> list[str]:
     return [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
 
 
+RL_STATE_CALLBACK, RL_STATE_ENDED, RL_STATE_ACTING = 0x0080000, 0x2000000 | 0x8000000, 0x0000020 | 0x0004000 | 0x1000000
+"""GNU readline's state bits (readline.h): a line begun through the callback interface, as
+CPython's input() begins one; that line accepted or ended; a key being acted on (dispatching,
+completing) or the screen being drawn."""
+ALERT_SIGNAL = signal.SIGUSR1
+"""How the connection's thread asks the shell's own to print lines above the prompt: readline's
+wait for a key ends on a signal, and its handler runs on readline's thread, between two keys."""
+RETRY_ALERT_AFTER = 0.05
+"""Seconds until lines that came while readline acted on a key (a completion) are tried again."""
+
+
+def readline_state() -> int:
+    return ctypes.c_ulong.in_dll(rl_utils.readline_lib, "rl_readline_state").value
+
+
 @dataclass
 class TypedAhead:
     """Lines typed at the terminal while the shell waits for a broker: they run once it answers,
@@ -447,6 +466,8 @@ class DebugShell(cmd2.Cmd):
         self.prompt = TOP_PROMPT
         self.intro = BANNER
         self.readline_terminal = rl_type == RlType.GNU and sys.stdin.isatty()
+        self.alerts_above_prompt = self.readline_terminal and self.stdout.isatty()
+        """Whether lines that come at the prompt can go above it; else they follow the next command."""
         self.pdb_history = PdbHistory.load(history_file)
         atexit.register(self.pdb_history.save)
         self._attached: Attachment | None = None
@@ -478,11 +499,14 @@ class DebugShell(cmd2.Cmd):
         """Learn the actor names for completion before the first prompt. A paste arrives as one
         line, each of its lines then run in turn, so none is taken for keys typed while a rank
         runs (CPython turns readline's bracketed paste off)."""
-        self.interactive = True
         if self.terminal_input and self.stdout.isatty() and not self.report.as_json:
             self.report.page = self.pager.page
         if self.readline_terminal:
             readline.parse_and_bind("set enable-bracketed-paste on")
+        if self.alerts_above_prompt:
+            readline.set_pre_input_hook(self.print_alerts)
+            signal.signal(ALERT_SIGNAL, lambda signum, frame: self.print_alerts())
+        self.interactive = True
         try:
             reply = self.conn.request(wire.ListSessions(), wire.SessionList)
         except Timeout:
@@ -549,21 +573,42 @@ class DebugShell(cmd2.Cmd):
         self.alert(lines)
 
     def alert(self, lines: list[str]) -> None:
-        """Runs on the connection's thread. At a prompt the lines go above it at once; while a
-        command runs (cmd2's terminal lock is held) they wait for the command's end."""
+        """Runs on the connection's thread. At a prompt the lines go above it at once, printed
+        by the shell's thread; while a command runs (cmd2's terminal lock is held) they wait
+        for the command's end. (cmd2's async_alert prints from this thread, which can meet
+        readline as it accepts a line and draw a prompt that is not there.)"""
         if not self.interactive:
             return
         with self.alerts_lock:
             self.alerts += lines
-        if self.terminal_input and self.terminal_lock.acquire(blocking=False):
-            try:
-                text = self.take_alerts()
-                if text:
-                    self.async_alert(text)
-            finally:
-                self.terminal_lock.release()
+        if self.alerts_above_prompt and self.terminal_lock.acquire(blocking=False):
+            self.terminal_lock.release()
+            signal.pthread_kill(threading.main_thread().ident, ALERT_SIGNAL)
         else:
             self.conn.wake()
+
+    def print_alerts(self) -> None:
+        """On the shell's thread (readline's pre-input hook, or the alert signal's handler):
+        the lines that wait go above the prompt while readline waits for a key. Before it has
+        drawn the prompt they wait for its hook, once it has accepted the line for the command's
+        end, and while it acts on a key, a moment. The signal waits meanwhile, so that its
+        handler cannot print inside the hook's printing."""
+        if not self.alerts:
+            return
+        signal.pthread_sigmask(signal.SIG_BLOCK, {ALERT_SIGNAL})
+        try:
+            state = readline_state()
+            if not state & RL_STATE_CALLBACK or state & RL_STATE_ENDED:
+                self.conn.wake()
+            elif state & RL_STATE_ACTING:
+                threading.Timer(RETRY_ALERT_AFTER, self.alert, ([],)).start()
+            else:
+                self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns,
+                                               prompt=rl_get_display_prompt(), line=readline.get_line_buffer(),
+                                               cursor_offset=rl_get_point(), alert_msg=self.take_alerts() + "\n"))
+                rl_force_redisplay()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {ALERT_SIGNAL})
 
     def take_alerts(self) -> str:
         with self.alerts_lock:

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 
 import pexpect
 import pytest
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.each_python
 UP = "\x1b[A"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 MONARCH = os.path.join(os.path.dirname(sys.executable), "monarch")
+FOLLOWED = re.compile(r"^\[debugee 0\] 0\n", re.M)
 
 
 @pytest.mark.timeout(90)
@@ -190,3 +192,37 @@ def test_pdb_lines_are_kept_when_the_terminal_closes_while_attached(example, env
         assert second.command(UP, shown="p rank * 7").strip() == "42"
     finally:
         second.kill()
+
+
+@pytest.mark.timeout(120)
+def test_lines_that_come_as_keys_are_typed_go_above_the_prompt_and_never_redraw_it_below(example, env, shell):
+    """A followed rank prints about as often as lines are typed and completed; each line goes
+    above the prompt, whole and once, however it meets the Enter key or a Tab."""
+    sh = shell()
+    sh.command("follow debugee ranks(0)")
+    sh.command("set list_rows 5")
+    other = ShellDriver(env)
+    casts = 0
+    typing = threading.Event()
+
+    def cast_until_typing_ends() -> None:
+        nonlocal casts
+        other.wait_prompt()
+        while not typing.is_set():
+            other.command("cast debugee ranks(0) p rank")
+            casts += 1
+        other.command("cast debugee ranks(0) p 'last'")
+
+    caster = threading.Thread(target=cast_until_typing_ends)
+    caster.start()
+    try:
+        for n in range(200):
+            line, shown = ("set list_r\t5", "set list_rows 5") if n % 10 == 0 else ("set list_rows 5", None)
+            out = sh.command(line, shown=shown)
+            assert FOLLOWED.sub("", out) == "list_rows - was: 5\nnow: 5\n", f"line {n} printed {out!r}"
+    finally:
+        typing.set()
+        caster.join(timeout=60)
+        other.kill()
+    sh.expect(r"\[debugee 0\] 'last'\n")
+    assert casts > 20 and plain(sh.raw).count("[debugee 0] 0\n") == casts, "every line once"
