@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import sys
@@ -423,6 +424,13 @@ def readline_state() -> int:
     return ctypes.c_ulong.in_dll(rl_utils.readline_lib, "rl_readline_state").value
 
 
+def hung_up(fd: int) -> bool:
+    """Whether the terminal on `fd` has gone (its window closed), rather than sent Ctrl-D."""
+    poller = select.poll()
+    poller.register(fd, 0)
+    return any(events & select.POLLHUP for _, events in poller.poll(0))
+
+
 @dataclass
 class TypedAhead:
     """Lines typed at the terminal while the shell waits for a broker: they run once it answers,
@@ -636,7 +644,9 @@ class DebugShell(cmd2.Cmd):
         """A line typed ahead, shown after its prompt, or one read now. Ctrl-C at a prompt drops
         the line being typed and draws a fresh prompt below it, as pdb does. (cmd2 would write
         `^C` over the prompt, readline having gone back to its start, and hand on an empty line,
-        which pdb takes for its last command again.)"""
+        which pdb takes for its last command again.) A terminal that closes ends the shell
+        as its SIGHUP does, whichever of the two the kernel delivers first: the end of input is
+        not Ctrl-D, and there is no terminal left to say goodbye on."""
         if self.typed_ahead:
             line = self.typed_ahead.pop(0)
             self.write_out(f"{prompt}{line}\n")
@@ -649,6 +659,10 @@ class DebugShell(cmd2.Cmd):
             except KeyboardInterrupt:
                 with self.terminal_lock:
                     self.write_out("\n")
+            except EOFError:
+                if self.terminal_input and hung_up(self.stdin.fileno()):
+                    sys.exit(128 + signal.SIGHUP)
+                raise
 
     def onecmd_plus_hooks(self, line: str, **kwargs) -> bool:
         """One line typed, pasted or read from a script; a paste of several lines runs each, up to

@@ -174,10 +174,17 @@ def test_a_history_file_of_an_older_release_is_replaced_not_fatal(env, broker, t
         second.kill()
 
 
+def hangup_waits() -> None:
+    """In the shell: a SIGHUP waits, as one does on a busy machine when the kernel wakes the
+    shell's read with the end of input first."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+
+
 @pytest.mark.timeout(150)
-def test_pdb_lines_are_kept_when_the_terminal_closes_while_attached(example, env, tmp_path):
+@pytest.mark.parametrize("first_news", ["SIGHUP", "end of input"])
+def test_pdb_lines_are_kept_when_the_terminal_closes_while_attached(example, env, tmp_path, first_news):
     with_history = dict(env, MONARCH_PDB_HISTORY=str(tmp_path / "history"))
-    first = ShellDriver(with_history)
+    first = ShellDriver(with_history, preexec_fn=hangup_waits if first_news == "end of input" else None)
     try:
         first.wait_prompt()
         first.command("attach debugee 6")
