@@ -4,9 +4,12 @@ ranks are debugged from the notebook's own magics and from a terminal's shell.""
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import shutil
 import signal
+import tempfile
 import textwrap
 import time
 
@@ -22,10 +25,15 @@ RANK_1_STOP = stop_line(15)
 
 
 class Kernel:
-    """An IPython kernel, as a notebook front end runs one; each cell waited on with a deadline."""
+    """An IPython kernel, as a notebook front end runs one; each cell waited on with a deadline.
+
+    Its channels are Unix sockets in a directory of its own: TCP ports that jupyter_client picks
+    free are bound by the kernel only later, and on a busy machine another test took one first."""
 
     def __init__(self, env: dict[str, str], cwd) -> None:
-        self.manager = jupyter_client.KernelManager(kernel_name="python3")
+        self.sockets = tempfile.mkdtemp(prefix="kernel-")  # short: a Unix socket's path has ~100 bytes
+        self.manager = jupyter_client.KernelManager(kernel_name="python3", transport="ipc",
+                                                    ip=os.path.join(self.sockets, "channel"))
         self.manager.start_kernel(env=env, cwd=str(cwd))
         self.client = self.manager.client()
         self.client.start_channels()
@@ -81,6 +89,7 @@ class Kernel:
     def close(self) -> None:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 class Cell:
