@@ -417,7 +417,9 @@ ALERT_SIGNAL = signal.SIGUSR1
 """How the connection's thread asks the shell's own to print lines above the prompt: readline's
 wait for a key ends on a signal, and its handler runs on readline's thread, between two keys."""
 RETRY_ALERT_AFTER = 0.05
-"""Seconds until lines that came while readline acted on a key (a completion) are tried again."""
+"""Seconds until lines still waiting at a free prompt are signalled again: a signal that lands
+while readline acts on a key, or just before it waits, is handled only once Python runs again
+on its thread."""
 
 
 def readline_state() -> int:
@@ -487,6 +489,7 @@ class DebugShell(cmd2.Cmd):
         self.interactive = False
         self.alerts: list[str] = []
         self.alerts_lock = threading.Lock()
+        self.alerts_retry: threading.Timer | None = None
         self.collected: list[str] = []
         self.typed_ahead: list[str] = []
         """Lines typed before the first prompt (while waiting for a broker), read as if typed at it."""
@@ -592,14 +595,25 @@ class DebugShell(cmd2.Cmd):
         if self.alerts_above_prompt and self.terminal_lock.acquire(blocking=False):
             self.terminal_lock.release()
             signal.pthread_kill(threading.main_thread().ident, ALERT_SIGNAL)
+            with self.alerts_lock:
+                if self.alerts_retry is None:
+                    self.alerts_retry = threading.Timer(RETRY_ALERT_AFTER, self.retry_alerts)
+                    self.alerts_retry.daemon = True
+                    self.alerts_retry.start()
         else:
             self.conn.wake()
+
+    def retry_alerts(self) -> None:
+        with self.alerts_lock:
+            self.alerts_retry = None
+        if self.alerts:
+            self.alert([])
 
     def print_alerts(self) -> None:
         """On the shell's thread (readline's pre-input hook, or the alert signal's handler):
         the lines that wait go above the prompt while readline waits for a key. Before it has
         drawn the prompt they wait for its hook, once it has accepted the line for the command's
-        end, and while it acts on a key, a moment. The signal waits meanwhile, so that its
+        end, and while it acts on a key, the next try. The signal waits meanwhile, so that its
         handler cannot print inside the hook's printing."""
         if not self.alerts:
             return
@@ -608,9 +622,7 @@ class DebugShell(cmd2.Cmd):
             state = readline_state()
             if not state & RL_STATE_CALLBACK or state & RL_STATE_ENDED:
                 self.conn.wake()
-            elif state & RL_STATE_ACTING:
-                threading.Timer(RETRY_ALERT_AFTER, self.alert, ([],)).start()
-            else:
+            elif not state & RL_STATE_ACTING:
                 self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns,
                                                prompt=rl_get_display_prompt(), line=readline.get_line_buffer(),
                                                cursor_offset=rl_get_point(), alert_msg=self.take_alerts() + "\n"))
