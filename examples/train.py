@@ -8,6 +8,7 @@ TRAIN_TIMEOUT sets the process group's timeout in seconds (torch's default other
 """
 
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -35,7 +36,10 @@ def main() -> None:
             param.grad = average(param.grad)
         optimizer.step()
         mean_loss = average(loss.detach().clone())
-        print(f"rank {rank} step {step} loss {loss.item():.6f}", flush=True)
+        # One write for the whole line: unbuffered (PYTHONUNBUFFERED), print writes the text and its
+        # newline apart, and the ranks' lines, which share torchrun's stdout, then run together.
+        sys.stdout.write(f"rank {rank} step {step} loss {loss.item():.6f}\n")
+        sys.stdout.flush()
         if step == 1:
             breakpoint()
     dist.destroy_process_group()
