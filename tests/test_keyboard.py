@@ -232,4 +232,4 @@ def test_lines_that_come_as_keys_are_typed_go_above_the_prompt_and_never_redraw_
         caster.join(timeout=60)
         other.kill()
     sh.expect(r"\[debugee 0\] 'last'\n")
-    assert casts > 20 and plain(sh.raw).count("[debugee 0] 0\n") == casts, "every line once"
+    assert casts > 20 and sh.text.count("[debugee 0] 0\n") == casts, "every line once"
