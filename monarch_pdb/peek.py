@@ -116,11 +116,13 @@ def shown_locals(frame) -> dict[str, str]:
 
 def with_locals(groups: list[wire.StackGroup], answers: dict[int, dict[str, str]], late: list[int],
                 limit: float) -> list[wire.StackGroup]:
-    """Each group with its ranks' locals, identical values folded."""
+    """Each group with its ranks' locals, identical values folded; a frame without any says so."""
     for group in groups:
         values: dict[tuple[str, str], list[int]] = {}
         for rank in group.ranks:
-            if rank in answers:
+            if rank in answers and not answers[rank]:
+                values.setdefault(("(locals)", "none"), []).append(rank)
+            elif rank in answers:
                 for name, value in answers[rank].items():
                     values.setdefault((name, value), []).append(rank)
             elif rank in late:
