@@ -518,3 +518,26 @@ def test_a_post_mortem_ranks_stack_is_its_tracebacks_down_to_the_raise_with_its_
     assert lines[2:] == [f"debugging.py:{line} {function}  ranks[2,6,10,14] (4)"
                          for line, function in ((31, "to_debug"), (20, "_debugee_actor_internal"), (5, "_bad_rank"))] + [
         "locals of debugging.py:5 _bad_rank  ranks[2,6,10,14] (4)", "  (locals) = none"]
+
+
+@pytest.mark.timeout(90)
+def test_ranks_that_are_process_ids_draw_a_row_each_not_the_ranks_between(env, tmp_path):
+    script = tmp_path / "solo.py"
+    script.write_text("breakpoint()\nprint('resumed')\n")
+    programs = [Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace"), script, cwd=tmp_path) for _ in range(3)]
+    try:
+        pids = sorted(r.rank for r in wait_for_sessions(env, 3))
+        assert pids == sorted(p.proc.pid for p in programs), "with no launcher, a rank is its process id"
+        shown = debug(env, "mesh")
+        assert shown.returncode == 0, shown.stderr
+        pictures = shown.stdout.split("\n\n")
+        assert len(pictures) == 3 and len(shown.stdout.splitlines()) == 3 * 4 + 2, shown.stdout
+        for picture in pictures:
+            pid = int(re.match(r"solo-(\d+):solo: ranks, 16 a row \(rank = row \+ column\)", picture).group(1))
+            row = str(pid - pid % 16)
+            assert picture.splitlines()[1:3] == [
+                " " * (len(row) + 2) + " ".join(f"{c:2}" for c in range(16)),
+                f"{row}  " + " ".join(f" {'S' if c == pid % 16 else '.'}" for c in range(16))]
+    finally:
+        for program in programs:
+            program.stop()
