@@ -70,7 +70,8 @@ def choose_frame(frames: list, function: str = "", up: int = 0, paused: bool = F
     else:
         at = 0 if paused else next((i for i, f in enumerate(frames) if program_code(source_file(f))), 0)
     if at + up >= len(frames):
-        return f"*** --up {up}: only {len(frames) - 1 - at} frames above {frames[at].f_code.co_name}"
+        above = len(frames) - 1 - at
+        return f"*** --up {up}: only {above} frame{'s' if above != 1 else ''} above {frames[at].f_code.co_name}"
     return frames[at + up]
 
 
