@@ -9,6 +9,7 @@ the broker (which would die and be replaced under a new secret) nor `make` (whic
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -55,8 +56,9 @@ def run_shell() -> int:
     signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # to hand the terminal over from the background
     try:
         while True:
-            os.tcsetpgrp(tty, shell.pid)
-            os.killpg(shell.pid, signal.SIGCONT)  # one that read the terminal before it had it waits
+            with contextlib.suppress(OSError):  # unless it has ended already
+                os.tcsetpgrp(tty, shell.pid)
+                os.killpg(shell.pid, signal.SIGCONT)  # one that read the terminal before it had it waits
             _, status = os.waitpid(shell.pid, os.WUNTRACED)
             if not os.WIFSTOPPED(status):
                 shell.returncode = os.waitstatus_to_exitcode(status)
