@@ -199,6 +199,8 @@ def locals_lines(result: wire.StacksResult) -> list[str]:
 
 def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> str:
     """The tree, its trunk folded unless `full`, then the locals of each group if asked for."""
+    if not result.groups:
+        return missing_lines(result)
     total = sorted({r for group in result.groups for r in group.ranks})
     odd = elsewhere(result.groups)
     head = [f"{result.actor} {rank_text(total)}: {len(result.groups)} distinct stack{'s' if len(result.groups) != 1 else ''}"]
@@ -207,7 +209,7 @@ def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> s
         rest = sum(len(r) for r, _ in odd[ELSEWHERE_SHOWN:])
         head.append(f"... and {rest} more ranks in {len(odd) - ELSEWHERE_SHOWN} other places")
     common = [] if full else trunk(result.groups, every_thread)
-    body = draw(tree(result.groups, every_thread, common)) if result.groups else []
+    body = draw(tree(result.groups, every_thread, common))
     return "\n".join(head + body + locals_lines(result)) + "\n" + missing_lines(result)
 
 

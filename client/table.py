@@ -13,16 +13,23 @@ COLUMNS = ("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.")
 GROUP_COLUMNS = ("Actor Name", "Ranks", "Coords", "Hosts", "Function", "Line No.")
 CELL_SHOWN = 48
 """Characters of a group's rank set, coordinate set or host list shown; --json has every row."""
+JOB_SHOWN = 24
+"""Characters of a job's name shown in a table of sessions (torchrun's names a job by its run's
+uuid: `train-torchrun-6a76c0...`); `jobs` and --json show it whole."""
 
 
 def coords_text(coords: dict) -> str:
     return "{" + ", ".join(f"'{k}': {v}" for k, v in coords.items()) + "}"
 
 
+def job_text(job: str) -> str:
+    return job if len(job) <= JOB_SHOWN else job[:JOB_SHOWN - 3] + "..."
+
+
 def session_cells(row: wire.SessionRow, with_job: bool) -> list[str]:
     cells = [row.actor, str(row.rank), coords_text(row.coords), row.host, row.function,
              str(row.lineno) if row.lineno else ""]
-    return [row.job, *cells] if with_job else cells
+    return [job_text(row.job), *cells] if with_job else cells
 
 
 def display_width(text: str) -> int:
@@ -76,7 +83,7 @@ def groups_table(groups: list[wire.SessionGroup], with_state: bool = False) -> s
     with_state = with_state or len({g.state for g in groups}) > 1
     header = [*(["Job"] if with_job else []), *GROUP_COLUMNS, *(["Attached"] if with_attached else []),
               *(["State"] if with_state else [])]
-    cells = [[*([g.job] if with_job else []), g.actor, f"{shortened(g.ranks, CELL_SHOWN)} ({g.count})",
+    cells = [[*([job_text(g.job)] if with_job else []), g.actor, f"{shortened(g.ranks, CELL_SHOWN)} ({g.count})",
               coords_ranges(g.coords), shortened(compress(g.hosts), CELL_SHOWN),
               g.function, str(g.lineno) if g.lineno else "", *([g.attached] if with_attached else []),
               *([g.state] if with_state else [])]

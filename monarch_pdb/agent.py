@@ -182,12 +182,12 @@ class Agent:
             self._printing.add(sid)
         self.link.post()
 
-    def wait_for_input(self, prompt: wire.Prompt, frame: Any = None) -> None:
-        """Announce that a session waits (its pdb at `frame`); kept so a new broker learns of
-        it after a restart."""
+    def wait_for_input(self, prompt: wire.Prompt, frame: Any = None, raised: Any = None) -> None:
+        """Announce that a session waits (its pdb at `frame`; in post-mortem of the traceback
+        `raised`); kept so a new broker learns of it after a restart."""
         with self._lock:
             self._waiting[prompt.sid] = prompt
-            self.threads.paused(prompt.sid, prompt.actor, prompt.rank, frame)
+            self.threads.paused(prompt.sid, prompt.actor, prompt.rank, frame, raised)
             self._unsent.append(prompt.sid)
             if prompt.sid not in self._by_thread:
                 self.presence.paused_as(wire.PresentRank(prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance))

@@ -1,13 +1,20 @@
 """Entry points `monarch-pdb` and `monarch`: the one place that knows all three roles.
 
 Each subcommand's module is imported only when chosen, so a shell never loads the broker and
-the broker never loads cmd2.
+the broker never loads cmd2. torchmonarch installs a `monarch` command of its own (`apply`,
+`exec`, `kill`, ...), which ours replaces when installed after it: `monarch` runs Monarch's
+own command for every subcommand but ours.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
+
+COMMANDS = ("debug", "broker", "join", "dap")
+MONARCH_MAIN = "monarch_pdb.cli:monarch_main"
+"""Our `monarch` console script's entry point; any other is Monarch's own."""
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -22,9 +29,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = _parser(prog)
-    if not argv or argv[0] not in ("debug", "broker", "join", "dap"):
-        parser.parse_args(argv)
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        print(f"{prog}: {argv[0]!r} is not a command of monarch-pdb ({', '.join(COMMANDS)})"
+              + (", and torchmonarch, whose `monarch` runs Monarch's own, is not installed" if prog == "monarch" else ""),
+              file=sys.stderr)
+        return 2
+    if not argv or argv[0] not in COMMANDS:
+        _parser(prog).parse_args(argv)
         return 2
     if argv[0] == "debug":
         from monarch_pdb.client import cli as chosen
@@ -38,6 +49,19 @@ def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
     return chosen.run(sub.parse_args(argv[1:]))
 
 
-def monarch_main() -> int:
-    """`monarch debug`, as Monarch's guide spells it."""
-    return main(prog="monarch")
+def monarch_command() -> metadata.EntryPoint | None:
+    """torchmonarch's `monarch` console script (any `monarch` script but ours), if installed."""
+    return next((ep for ep in metadata.entry_points(group="console_scripts", name="monarch")
+                 if ep.value.replace(" ", "") != MONARCH_MAIN), None)
+
+
+def monarch_main() -> int | None:
+    """`monarch debug`, as Monarch's guide spells it, and our other commands; anything else
+    runs Monarch's own `monarch`, as its console script would, where torchmonarch is installed."""
+    argv = sys.argv[1:]
+    if argv and argv[0] in COMMANDS:
+        return main(argv, prog="monarch")
+    theirs = monarch_command()
+    if theirs is None:
+        return main(argv, prog="monarch")
+    return theirs.load()()

@@ -165,6 +165,11 @@ class ConfinedPdb(pdb.Pdb):
         finally:
             self._post_mortem_of = None
 
+    def raised(self):
+        """The whole traceback of the exception a post-mortem stop shows (`bt` leaves out its
+        leading frames of this package and of the mesh runtime); None at any other stop."""
+        return None if self._post_mortem_of is None else self._post_mortem_of.__traceback__
+
     def setup(self, f, tb):
         """pdb's, with a post-mortem traceback (every one of a chain) shown from the program's
         first frame."""
@@ -338,7 +343,7 @@ class Session:
             function=describe_function(frame) if frame else "", filename=source_file(frame) if frame else "",
             lineno=(frame.f_lineno or 0) if frame else 0, output=self.agent.clip(output), prompt=prompt,
             reason=self.reason, exc=self.exc, instance=ident.instance,
-        ), frame)
+        ), frame, self.debugger.raised())
         line = self.inbox.get()
         while isinstance(line, wire.Inspect):
             self.agent.link.post(self.inspector.answer(line))

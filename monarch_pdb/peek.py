@@ -70,7 +70,8 @@ def choose_frame(frames: list, function: str = "", up: int = 0, paused: bool = F
     else:
         at = 0 if paused else next((i for i, f in enumerate(frames) if program_code(source_file(f))), 0)
     if at + up >= len(frames):
-        return f"*** --up {up}: only {len(frames) - 1 - at} frames above {frames[at].f_code.co_name}"
+        above = len(frames) - 1 - at
+        return f"*** --up {up}: only {above} frame{'s' if above != 1 else ''} above {frames[at].f_code.co_name}"
     return frames[at + up]
 
 
@@ -116,11 +117,13 @@ def shown_locals(frame) -> dict[str, str]:
 
 def with_locals(groups: list[wire.StackGroup], answers: dict[int, dict[str, str]], late: list[int],
                 limit: float) -> list[wire.StackGroup]:
-    """Each group with its ranks' locals, identical values folded."""
+    """Each group with its ranks' locals, identical values folded; a frame without any says so."""
     for group in groups:
         values: dict[tuple[str, str], list[int]] = {}
         for rank in group.ranks:
-            if rank in answers:
+            if rank in answers and not answers[rank]:
+                values.setdefault(("(locals)", "none"), []).append(rank)
+            elif rank in answers:
                 for name, value in answers[rank].items():
                     values.setdefault((name, value), []).append(rank)
             elif rank in late:

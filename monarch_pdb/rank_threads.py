@@ -28,6 +28,8 @@ class Running:
     coroutine: Any = None
     frame: Any = None
     """A paused session's frame, where its pdb stands: what `peek` reads."""
+    raised: Any = None
+    """A post-mortem session's traceback: its frames down to the one that raised no longer run."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,10 +83,11 @@ class RankThreads:
         finally:
             self.ended(call)
 
-    def paused(self, sid: int, actor: str, rank: int, frame: Any = None) -> None:
-        """Session `sid` of (actor, rank) waits for input in the calling thread, its pdb at `frame`."""
+    def paused(self, sid: int, actor: str, rank: int, frame: Any = None, raised: Any = None) -> None:
+        """Session `sid` of (actor, rank) waits for input in the calling thread, its pdb at
+        `frame`; in post-mortem of the traceback `raised`."""
         with self._lock:
-            self._paused[sid] = ((actor, rank), Running(threading.get_ident(), frame=frame))
+            self._paused[sid] = ((actor, rank), Running(threading.get_ident(), frame=frame, raised=raised))
 
     def closed(self, sid: int) -> None:
         with self._lock:

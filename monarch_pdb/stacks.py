@@ -50,6 +50,24 @@ def frames_of(frame) -> list[wire.Frame]:
     return [record(f) for f in reversed(program_frames(frame))]
 
 
+def post_mortem_frames(frame, raised) -> list[wire.Frame]:
+    """A post-mortem rank's stack, outermost first: the frames its thread runs (from `frame`,
+    its innermost) down to the first that the traceback `raised` passed through, then the
+    traceback's from there to the frame that raised. The thread itself runs the code that
+    caught the exception (a context manager's exit), which is no place of the program's."""
+    passed: list[tuple[Any, int]] = []
+    while raised is not None:
+        if not own_code(raised.tb_frame.f_code.co_filename):
+            passed.append((raised.tb_frame, raised.tb_lineno))
+        raised = raised.tb_next
+    running = list(reversed(program_frames(frame)))
+    depth = {id(f): n for n, (f, _) in enumerate(passed)}
+    joint = next((n for n, f in enumerate(running) if id(f) in depth), len(running))
+    below = passed[depth[id(running[joint])]:] if joint < len(running) else passed
+    return [record(f) for f in running[:joint]] + [
+        wire.Frame(source_file(f), line or 0, f.f_code.co_name) for f, line in below]
+
+
 def waits_in_await(coro: Any) -> bool:
     """Whether `coro` is suspended in an `await` (a compiled coroutine that does not say counts
     as running)."""
@@ -93,7 +111,9 @@ def take(ranks: Iterable[int], running: Mapping[int, Running], every_thread: boo
     for rank in ranks:
         own, coro = running[rank].thread, running[rank].coroutine
         taken = [thread(t) for t in [own, *(t for t in idle if t != own)] if t in current]
-        if taken and waits_in_await(coro):
+        if taken and running[rank].raised is not None:
+            taken[0] = wire.ThreadStack(taken[0].name, post_mortem_frames(current[own], running[rank].raised))
+        elif taken and waits_in_await(coro):
             taken[0] = wire.ThreadStack(taken[0].name, awaiting(taken[0].frames, coro))
         groups.setdefault(tuple(t.key() for t in taken), (taken, []))[1].append(rank)
     return [wire.StackGroup(taken, RankSet.of(alike)) for taken, alike in groups.values()]

@@ -8,7 +8,10 @@ actor's thread, are seen and stopped there. Needs torchmonarch (`make test-engin
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from programs import DEBUG_SHELL, EXAMPLES, Program, interrupt_running_ranks, wait_for_all_rows, wait_for_sessions
@@ -112,3 +115,25 @@ def test_running_monarch_ranks_are_seen_and_stopped_on_their_actors_thread(env, 
         assert code == 0 and "LOADED [True, True] FETCHED [True, True]" in output, output
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(120)
+def test_monarch_runs_monarchs_own_commands_and_ours_runs_debug(env, broker, tmp_path):
+    ours = Path(sys.executable).parent / "monarch"
+    if "monarch_pdb" not in ours.read_text():
+        pytest.skip("torchmonarch's `monarch` was installed after ours: it runs Monarch's commands itself")
+
+    def monarch(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ours), *args], env=dict(env, MONARCH_PDB_HISTORY=""), cwd=tmp_path,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+    listed = monarch("context", "ls")
+    assert (listed.returncode, listed.stdout) == (0, "No contexts.\n"), listed.stderr
+    applied = monarch("apply")
+    assert applied.returncode == 1 and "No spec found at .monarch/default/spec" in applied.stderr, applied.stderr
+    unknown = monarch("bogus")
+    assert unknown.returncode == 2 and "invalid choice: 'bogus' (choose from 'context', 'apply'" in unknown.stderr
+    for shell in ([str(ours), "debug"], DEBUG_SHELL):
+        jobs = subprocess.run([*shell, "-c", "jobs"], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+        assert (jobs.returncode, jobs.stderr) == (0, ""), jobs.stderr

@@ -214,7 +214,7 @@ def test_the_frame_read_and_the_expression_run_in_it_change_nothing_in_process()
     assert choose_frame(frames) is frame and choose_frame(frames, up=1) is outer[0]
     assert choose_frame(frames, "inner") is frame and choose_frame(frames, "nosuch") == "*** no frame of nosuch on the rank's stack"
     assert choose_frame(frames, up=-1) == "*** --up -1: a number of frames, not below 0", "never a frame from the other end"
-    assert choose_frame(frames, up=2) == "*** --up 2: only 1 frames above inner"
+    assert choose_frame(frames, up=2) == "*** --up 2: only 1 frame above inner"
     assert evaluate("[loss * s for s in range(step)]", frame) == "[0.0, 0.5, 1.0]", "a comprehension sees the frame's locals"
     assert evaluate("(loss := 7)", frame) == "7" and frame.f_locals["loss"] == 0.5
     assert evaluate("undefined", frame) == "*** NameError: name 'undefined' is not defined"

@@ -550,6 +550,22 @@ def test_a_secret_from_the_environment_reaches_a_broker_by_address_alone(env, tm
 
 
 @pytest.mark.timeout(90)
+def test_torchrun_jobs_named_by_their_run_id_keep_the_list_readable_and_jobs_names_them_whole(env, tmp_path, shell):
+    runs = ["6a76c0f1-2d34-4b5e-9f7a-0123456789ab", "9c1de2f3-4a5b-4c6d-8e7f-0123456789ab"]
+    programs = [run_train(env, tmp_path, 0, TORCHELASTIC_RUN_ID=run) for run in runs]
+    try:
+        wait_for_sessions(env, 2)
+        sh = shell()
+        listing = sh.command("list")
+        assert "| train-torchrun-6a76c0... | train " in listing and "| train-torchrun-9c1de2... | train " in listing
+        jobs = sh.command("jobs")
+        assert all(f"| train-torchrun-{run} |" in jobs for run in runs), jobs
+    finally:
+        for program in programs:
+            program.stop()
+
+
+@pytest.mark.timeout(90)
 def test_two_jobs_share_one_broker_and_are_told_apart(env, tmp_path, shell):
     first = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="alpha")
     second = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="beta")

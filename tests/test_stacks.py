@@ -502,3 +502,42 @@ def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(examp
         [stop_line(line)] for line in (11, 15, 19, 23)]
     whole = json.loads(sh.command("stacks debugee --json --full"))
     assert whole["common"] == [] and whole["groups"][0]["threads"][0]["frames"][:len(doc["common"])] == doc["common"]
+
+
+@pytest.mark.each_python
+@pytest.mark.timeout(120)
+def test_a_post_mortem_ranks_stack_is_its_tracebacks_down_to_the_raise_with_its_locals(env, example):
+    assert debug(env, "continue").returncode == 0
+    wait_for_sessions(env, 4, state="post-mortem")
+    shown = debug(env, "stacks debugee ranks(2,6,10,14) --locals")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "debugee ranks[2,6,10,14] (4): 1 distinct stack"
+    assert re.fullmatch(rf"{RUNPY} … worker\.py:\d+ _awaited \(\d+ frames\)  ranks\[2,6,10,14\] \(4\)", lines[1]), \
+        "the runtime's frames down to the one that awaited the endpoint, not those that caught its exception"
+    assert lines[2:] == [f"debugging.py:{line} {function}  ranks[2,6,10,14] (4)"
+                         for line, function in ((31, "to_debug"), (20, "_debugee_actor_internal"), (5, "_bad_rank"))] + [
+        "locals of debugging.py:5 _bad_rank  ranks[2,6,10,14] (4)", "  (locals) = none"]
+
+
+@pytest.mark.timeout(90)
+def test_ranks_that_are_process_ids_draw_a_row_each_not_the_ranks_between(env, tmp_path):
+    script = tmp_path / "solo.py"
+    script.write_text("breakpoint()\nprint('resumed')\n")
+    programs = [Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace"), script, cwd=tmp_path) for _ in range(3)]
+    try:
+        pids = sorted(r.rank for r in wait_for_sessions(env, 3))
+        assert pids == sorted(p.proc.pid for p in programs), "with no launcher, a rank is its process id"
+        shown = debug(env, "mesh")
+        assert shown.returncode == 0, shown.stderr
+        pictures = shown.stdout.split("\n\n")
+        assert len(pictures) == 3 and len(shown.stdout.splitlines()) == 3 * 4 + 2, shown.stdout
+        for picture in pictures:
+            pid = int(re.match(r"solo-(\d+):solo: ranks, 16 a row \(rank = row \+ column\)", picture).group(1))
+            row = str(pid - pid % 16)
+            assert picture.splitlines()[1:3] == [
+                " " * (len(row) + 2) + " ".join(f"{c:2}" for c in range(16)),
+                f"{row}  " + " ".join(f" {'S' if c == pid % 16 else '.'}" for c in range(16))]
+    finally:
+        for program in programs:
+            program.stop()

@@ -359,6 +359,8 @@ def test_a_host_broker_that_stalls_leaves_its_ranks_unreachable_then_as_they_wer
             f"no answer from rank ranks[2,3] (2): {unreachable}\n"), cast
         assert other.command("attach rank 2").strip() == f"Error processing command: rank 2 is {unreachable}"
         assert other.command("stacks rank").endswith(f"\nno answer from rank ranks[2,3] (2): {unreachable}\n")
+        assert other.command("stacks rank ranks(2,3)") == f"no answer from rank ranks[2,3] (2): {unreachable}\n", \
+            "no header over no stacks"
         assert [state for _, _, state in listed(other.command("list --all"))] == ["breakpoint"] * 4
     finally:
         os.kill(stalled.pid, signal.SIGCONT)
