@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -74,6 +75,16 @@ Answer = TypeVar("Answer", bound=wire.Message)
 
 class CommandError(Exception):
     """A command that cannot be carried out; its text is printed after Monarch's prefix."""
+
+
+@dataclass
+class Left:
+    """A session the shell left while lines typed for it may still wait to run."""
+
+    session: str
+    """The session and why it was left: `debugee 3 (host), whose session ended`."""
+    prompt: str
+    """Its pdb prompt, which the lines typed for it are shown after."""
 
 
 @dataclass
@@ -433,6 +444,12 @@ def hung_up(fd: int) -> bool:
     return any(events & select.POLLHUP for _, events in poller.poll(0))
 
 
+def typed_lines(text: str) -> list[str]:
+    """The lines of what the terminal handed over: Enter ends one as CR, or as NL where the
+    terminal turns one into the other (CR NL, a pasted Windows line, ends one line)."""
+    return re.split(r"\r\n|\r|\n", text.removesuffix("\n").removesuffix("\r"))
+
+
 @dataclass
 class TypedAhead:
     """Lines typed at the terminal while the shell waits for a broker: they run once it answers,
@@ -492,7 +509,11 @@ class DebugShell(cmd2.Cmd):
         self.alerts_retry: threading.Timer | None = None
         self.collected: list[str] = []
         self.typed_ahead: list[str] = []
-        """Lines typed before the first prompt (while waiting for a broker), read as if typed at it."""
+        """Lines typed before the prompt could read them (while waiting for a broker, or while an
+        attached rank runs), read in turn as if typed at it."""
+        self.typed_for: Left | None = None
+        """The session the shell left other than by a `detach` line, while lines typed for it
+        may wait: they are not sent, up to a `detach`."""
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
@@ -661,10 +682,12 @@ class DebugShell(cmd2.Cmd):
         not Ctrl-D, and there is no terminal left to say goodbye on."""
         if self.typed_ahead:
             line = self.typed_ahead.pop(0)
-            self.write_out(f"{prompt}{line}\n")
-            if self.readline_terminal:
+            prompt = self.typed_for.prompt if self.typed_for is not None else prompt
+            self.write_out(f"{prompt}{'' if line == EOF else line}\n")
+            if self.readline_terminal and line.strip() and line != EOF:
                 readline.add_history(line)
             return line
+        self.typed_for = None
         while True:
             try:
                 return super().read_input(prompt, **kwargs)
@@ -694,9 +717,13 @@ class DebugShell(cmd2.Cmd):
         self.report.start("" if line == EOF else line)
         was_attached = self.attached is not None
         self.settle_aside()
-        if was_attached and self.attached is None:
-            if line.strip() and line != EOF:
-                self.fail(f"not sent: {line.strip()!r} was typed for a session that is gone")
+        if not (self.interactive or was_attached):
+            self.typed_for = None  # a script's lines after its session's end are commands again
+        if self.typed_for is not None:
+            if line.strip() == "detach" or line == EOF:
+                self.typed_for = None
+            elif line.strip():
+                self.fail(f"not sent: {line.strip()!r} was typed for {self.typed_for.session}")
             return False
         if self.attached is not None:
             self.attached_line(line)
@@ -738,10 +765,7 @@ class DebugShell(cmd2.Cmd):
                 got = self.next_input_or_message(timeout=RUNNING_HINT_AFTER)
                 self.show_alerts()
                 if isinstance(got, str):
-                    if got.strip() == "detach":
-                        self.detach()
-                    elif got.strip():
-                        self.note(self.waiting_for())
+                    self.typed_while_running(got)
                 elif got is not None:
                     self.session_message(got)
                 if self.attached is None or self.attached.paused:
@@ -755,12 +779,39 @@ class DebugShell(cmd2.Cmd):
                     said = self.waiting_for()
                     self.note(f"({said})")
         except KeyboardInterrupt:
-            self.detach()
+            self.leave(notify_broker=True, gone="which you left running (Ctrl-C)")
+
+    def typed_while_running(self, text: str) -> None:
+        """Keys typed while the held rank runs, whole lines as the terminal hands them over:
+        each waits its turn at the prompt, in order, but a `detach` (or Ctrl-D) that no line
+        waits before leaves at once."""
+        if not text:
+            if hung_up(self.stdin.fileno()):
+                sys.exit(128 + signal.SIGHUP)
+            lines = [EOF]
+        else:
+            lines = typed_lines(text)
+        for line in lines:
+            if self.attached is not None and not self.typed_ahead and (line.strip() == "detach" or line == EOF):
+                self.detach()
+            else:
+                self.typed_ahead.append(line)
+
+    def keep_typed_lines(self) -> None:
+        """Take the whole lines typed that no one has read yet (the terminal holds them until
+        read) into the lines that wait, so that they count as typed before now."""
+        fd = self.stdin.fileno()
+        while self.terminal_input and readable([fd], 0) and (chunk := os.read(fd, 4096)):
+            self.typed_ahead += typed_lines(chunk.decode(errors="replace"))
 
     def waiting_for(self) -> str:
         assert self.attached is not None
         if not self.conn.link.ready.is_set():
             return "the broker does not answer; waiting for it; type 'detach' to leave"
+        if self.typed_ahead:
+            count = len(self.typed_ahead)
+            return (f"{self.attached.label} is running; {count} line{'s' if count != 1 else ''} typed "
+                    f"wait{'' if count != 1 else 's'} for its prompt; Ctrl-C leaves it running")
         return f"{self.attached.label} is running; type 'detach' to leave it running"
 
     def next_input_or_message(self, timeout: float) -> wire.Message | str | None:
@@ -791,11 +842,14 @@ class DebugShell(cmd2.Cmd):
                 return
             self.collected.append(msg.text)
             self.report.stream(visible(msg.text))
+            gone = "whose session ended"
             if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
+                gone = "which was lost"
             elif msg.reason == wire.Ending.TAKEN:
                 self.fail(f"another shell took over {att.actor} {att.rank} (attach --force)")
-            self.leave(notify_broker=False)
+                gone = "which another shell took over"
+            self.leave(notify_broker=False, gone=gone)
 
     def reattach(self, att: Attachment) -> bool:
         """The broker no longer knows our session (it restarted): find the rank again and
@@ -815,10 +869,15 @@ class DebugShell(cmd2.Cmd):
     def detach(self) -> None:
         self.leave(notify_broker=True)
 
-    def leave(self, notify_broker: bool) -> None:
+    def leave(self, notify_broker: bool, gone: str = "") -> None:
+        """Detach; `gone` says why, when no `detach` line asked it: then the lines typed before
+        now and not yet run were meant for the session, and are not sent (see `typed_for`)."""
         att = self.attached
         if att is None:
             return
+        if gone:
+            self.keep_typed_lines()
+            self.typed_for = Left(f"{att.label}, {gone}", att.prompt or "(Pdb) ")
         self.report.stream(f"Detaching from debug session for {att.label}\n")
         if notify_broker:
             try:

@@ -233,3 +233,32 @@ def test_lines_that_come_as_keys_are_typed_go_above_the_prompt_and_never_redraw_
         other.kill()
     sh.expect(r"\[debugee 0\] 'last'\n")
     assert casts > 20 and sh.text.count("[debugee 0] 0\n") == casts, "every line once"
+
+
+@pytest.mark.timeout(90)
+def test_lines_typed_ahead_at_pdb_each_run_in_order_once_the_rank_is_at_its_prompt(example, shell):
+    sh = shell()
+    sh.command("attach debugee 3")
+    sh.child.send("p 101\rp 202\rp 303\r")
+    sh.expect(r"\n101\n\(Pdb\) p 202\n202\n\(Pdb\) p 303\n303\n")
+    assert sh.wait_prompt() == "(Pdb)"
+    assert "is running" not in sh.text, "a rank that answers at once is not said to run"
+
+    sh.command("detach")
+    sh.command("attach debugee 0")
+    sh.child.send("b 12\rc\rp rank * 100\r")
+    sh.expect(r"\(Pdb\) p rank \* 100\n100\n")
+    assert sh.wait_prompt() == "(Pdb)", "a line after c waits for the rank's next stop"
+    sh.child.send("c\rp 'lost'\rdetach\rjobs\r")
+    sh.expect(r"not sent: \"p 'lost'\" was typed for debugee 0 \(.+\), whose session ended")
+    sh.expect(r"monarch_dbg> jobs\n\+")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    assert "not attached" not in sh.text and "unknown command" not in sh.text, "the detach met its session's end"
+
+    sh.command("attach debugee 4")
+    sh.child.send(f"{PASTE_START}p 404\nc\np 'lost too'\ndetach\njobs\n{PASTE_END}\r")
+    sh.expect(r"\n404\n")
+    sh.expect(r"not sent: \"p 'lost too'\" was typed for debugee 4 \(.+\), whose session ended")
+    sh.expect(r"\| debugging-\d+ +\| 16 ")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    assert "not attached" not in sh.text and "unknown command" not in sh.text
