@@ -32,7 +32,8 @@ from typing import NoReturn, TypeVar
 
 import cmd2
 from cmd2 import rl_utils
-from cmd2.rl_utils import RlType, readline, rl_force_redisplay, rl_get_display_prompt, rl_get_point, rl_type
+from cmd2.rl_utils import (RlType, readline, rl_force_redisplay, rl_get_display_prompt, rl_get_point, rl_set_prompt,
+                           rl_type)
 from cmd2.terminal_utils import async_alert_str
 
 from monarch_pdb import wire
@@ -479,6 +480,8 @@ class DebugShell(cmd2.Cmd):
     def __init__(self, conn: ShellConnection, history_file: str = "", as_json: bool = False,
                  transcript: Transcript | None = None, **kwargs) -> None:
         self.colour_errors = sys.stderr.isatty()
+        self.captured: list[str] | None = None
+        """While not None, what the shell prints is kept here, to go above the prompt."""
         self.report = Reporter(self.write_out, self.write_err, as_json, transcript)
         """Before cmd2's own start, which reports a history file it cannot read through `perror`."""
         super().__init__(
@@ -514,6 +517,10 @@ class DebugShell(cmd2.Cmd):
         self.typed_for: Left | None = None
         """The session the shell left other than by a `detach` line, while lines typed for it
         may wait: they are not sent, up to a `detach`."""
+        self.taken: tuple[str, str, int] | None = None
+        """The rank another shell last took from this one: it said so itself, not by the event."""
+        self.session_news = False
+        """The held session ended while the prompt waited: the prompt's thread acts on it."""
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
@@ -526,6 +533,7 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
                                         "past it a row per group of ranks", self))
         conn.on_events = self.show_events
+        conn.on_reply = self.reply_came
 
     def preloop(self) -> None:
         """Learn the actor names for completion before the first prompt. A paste arrives as one
@@ -567,16 +575,24 @@ class DebugShell(cmd2.Cmd):
             return shutil.get_terminal_size()
 
     def write_out(self, text: str) -> None:
+        if self.captured is not None:
+            self.captured.append(text)
+            return
         self.stdout.write(text)
         self.stdout.flush()
 
     def write_err(self, text: str) -> None:
-        sys.stderr.write(f"{ERROR_COLOUR}{text.rstrip(chr(10))}{PLAIN}\n" if self.colour_errors else text)
-        sys.stderr.flush()
+        self.write_stderr(f"{ERROR_COLOUR}{text.rstrip(chr(10))}{PLAIN}\n" if self.colour_errors else text)
 
     def note(self, text: str) -> None:
         """A line for the person at the terminal, not part of any result."""
-        sys.stderr.write(text + "\n")
+        self.write_stderr(text + "\n")
+
+    def write_stderr(self, text: str) -> None:
+        if self.captured is not None:
+            self.captured.append(text)
+            return
+        sys.stderr.write(text)
         sys.stderr.flush()
 
     def fail(self, text: str) -> None:
@@ -593,7 +609,7 @@ class DebugShell(cmd2.Cmd):
         """Runs on the connection's thread: fold the events into lines above the prompt."""
         self.actors.update(e.actor for e in events if e.kind in STOPS)
         att = self.attached
-        lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank))
+        lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank), self.taken)
         if lines:
             self.report.background("event", lines)
             self.alert(lines)
@@ -636,20 +652,53 @@ class DebugShell(cmd2.Cmd):
         drawn the prompt they wait for its hook, once it has accepted the line for the command's
         end, and while it acts on a key, the next try. The signal waits meanwhile, so that its
         handler cannot print inside the hook's printing."""
-        if not self.alerts:
+        if not (self.alerts or self.session_news):
             return
         signal.pthread_sigmask(signal.SIG_BLOCK, {ALERT_SIGNAL})
         try:
-            state = readline_state()
-            if not state & RL_STATE_CALLBACK or state & RL_STATE_ENDED:
+            if not self.reading_line():
                 self.conn.wake()
-            elif not state & RL_STATE_ACTING:
-                self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns,
-                                               prompt=rl_get_display_prompt(), line=readline.get_line_buffer(),
-                                               cursor_offset=rl_get_point(), alert_msg=self.take_alerts() + "\n"))
+            elif not readline_state() & RL_STATE_ACTING:
+                shown = rl_get_display_prompt()
+                text = "".join(self.settle_at_prompt()) + self.take_alerts()
+                if self.prompt != shown:
+                    rl_set_prompt(self.prompt)
+                if text:
+                    self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns, prompt=shown,
+                                                   line=readline.get_line_buffer(), cursor_offset=rl_get_point(),
+                                                   alert_msg=text.rstrip("\n") + "\n"))
                 rl_force_redisplay()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {ALERT_SIGNAL})
+
+    def reading_line(self) -> bool:
+        """Whether readline waits for the keys of a line it has begun (its prompt is on screen)."""
+        if not self.readline_terminal:
+            return False
+        state = readline_state()
+        return bool(state & RL_STATE_CALLBACK) and not state & RL_STATE_ENDED
+
+    def reply_came(self, msg: wire.Message) -> None:
+        """Runs on the connection's thread: the held session's end reaches an idle `(Pdb)`
+        prompt at once (the shell says why above it and returns to `monarch_dbg>`), not when
+        the next line is typed. A broker that forgot the session (it restarted) waits for that
+        line, which is then sent again."""
+        att = self.attached
+        if (att is not None and isinstance(msg, wire.SessionEnded) and msg.session == att.session
+                and msg.reason != wire.Ending.UNKNOWN):
+            self.session_news = True
+            self.alert([])
+
+    def settle_at_prompt(self) -> list[str]:
+        """On the prompt's thread, while it waits: act on what the broker said of the held
+        session, and give back what that printed."""
+        self.session_news = False
+        self.captured = []
+        try:
+            self.settle_aside()
+            return self.captured
+        finally:
+            self.captured = None
 
     def take_alerts(self) -> str:
         with self.alerts_lock:
@@ -692,6 +741,7 @@ class DebugShell(cmd2.Cmd):
             try:
                 return super().read_input(prompt, **kwargs)
             except KeyboardInterrupt:
+                self.typed_for = None
                 with self.terminal_lock:
                     self.write_out("\n")
             except EOFError:
@@ -847,8 +897,9 @@ class DebugShell(cmd2.Cmd):
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
                 gone = "which was lost"
             elif msg.reason == wire.Ending.TAKEN:
-                self.fail(f"another shell took over {att.actor} {att.rank} (attach --force)")
+                self.fail(f"{msg.by or 'another shell'} took over {att.actor} {att.rank} (attach --force)")
                 gone = "which another shell took over"
+                self.taken = (att.job, att.actor, att.rank)
             self.leave(notify_broker=False, gone=gone)
 
     def reattach(self, att: Attachment) -> bool:
@@ -876,8 +927,11 @@ class DebugShell(cmd2.Cmd):
         if att is None:
             return
         if gone:
-            self.keep_typed_lines()
-            self.typed_for = Left(f"{att.label}, {gone}", att.prompt or "(Pdb) ")
+            at_prompt = self.reading_line()
+            if not at_prompt:
+                self.keep_typed_lines()
+            if not at_prompt or readline.get_line_buffer().strip():  # at the prompt, the line begun if any
+                self.typed_for = Left(f"{att.label}, {gone}", att.prompt or "(Pdb) ")
         self.report.stream(f"Detaching from debug session for {att.label}\n")
         if notify_broker:
             try:
@@ -960,10 +1014,12 @@ class DebugShell(cmd2.Cmd):
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
+        self.taken = None
+        taken = f", taken over from {reply.taken_from}" if reply.taken_from else ""
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
         on_screen = self.interactive and self.terminal_input and self.stdout.isatty() and not self.report.as_json
         replay = reply.replay if full or not on_screen else self.screenful(reply.replay, job, att)
-        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(replay)}",
+        self.report.result(f"Attached to debug session for {att.label}{taken}\n{header}{visible(replay)}",
                            {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "
