@@ -78,6 +78,12 @@ class CommandError(Exception):
     """A command that cannot be carried out; its text is printed after Monarch's prefix."""
 
 
+class OutputClosed(BaseException):
+    """Whoever read the results stopped reading (`monarch-pdb debug -c list | head`): the run
+    ends, quietly. Not an Exception, so that no command's error handling (cmd2 prints every
+    Exception with its traceback hint) takes it for a failed command."""
+
+
 @dataclass
 class Left:
     """A session the shell left while lines typed for it may still wait to run."""
@@ -578,8 +584,11 @@ class DebugShell(cmd2.Cmd):
         if self.captured is not None:
             self.captured.append(text)
             return
-        self.stdout.write(text)
-        self.stdout.flush()
+        try:
+            self.stdout.write(text)
+            self.stdout.flush()
+        except BrokenPipeError:
+            raise OutputClosed from None
 
     def write_err(self, text: str) -> None:
         self.write_stderr(f"{ERROR_COLOUR}{text.rstrip(chr(10))}{PLAIN}\n" if self.colour_errors else text)
