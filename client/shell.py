@@ -549,6 +549,7 @@ class DebugShell(cmd2.Cmd):
             self.report.page = self.pager.page
         if self.readline_terminal:
             readline.parse_and_bind("set enable-bracketed-paste on")
+            signal.signal(signal.SIGTSTP, self.suspend)
         if self.alerts_above_prompt:
             readline.set_pre_input_hook(self.print_alerts)
             signal.signal(ALERT_SIGNAL, lambda signum, frame: self.print_alerts())
@@ -679,6 +680,24 @@ class DebugShell(cmd2.Cmd):
                 rl_force_redisplay()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {ALERT_SIGNAL})
+
+    def suspend(self, signum: int, frame: object) -> None:
+        """Ctrl-Z: stop, as any program does. At a prompt, the terminal is first set back as it
+        was before readline took it (the shell that resumes us does not set it again), and on
+        `fg` set for readline again, the prompt and the line being typed drawn anew. (readline's
+        own handler is in place only while it acts on a key, not while it waits for one.)"""
+        at_prompt = self.reading_line() and not readline_state() & RL_STATE_ACTING
+        if at_prompt:
+            rl_utils.readline_lib.rl_deprep_terminal()
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(os.getpid(), signal.SIGTSTP)
+        finally:
+            signal.signal(signal.SIGTSTP, self.suspend)
+        if at_prompt:
+            rl_utils.readline_lib.rl_prep_terminal(1)
+            self.write_out("\r\x1b[K")  # where a process group no one can resume was never stopped
+            rl_force_redisplay()
 
     def reading_line(self) -> bool:
         """Whether readline waits for the keys of a line it has begun (its prompt is on screen)."""

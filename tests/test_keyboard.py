@@ -262,3 +262,29 @@ def test_lines_typed_ahead_at_pdb_each_run_in_order_once_the_rank_is_at_its_prom
     sh.expect(r"\| debugging-\d+ +\| 16 ")
     assert sh.wait_prompt() == "monarch_dbg>"
     assert "not attached" not in sh.text and "unknown command" not in sh.text
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_z_then_fg_draws_the_prompt_and_the_half_typed_line_again(example, env):
+    """In a job-control shell, as a user runs it: Ctrl-Z stops the shell, `fg` brings it back
+    to where it was, the line half typed at `(Pdb)` still there to finish."""
+    sh = ShellDriver(dict(env, PS1="job$ "), command=["bash", "--norc", "--noprofile", "-i"])
+    try:
+        sh.expect(r"job\$ ")
+        sh.child.sendline(f"{MONARCH} debug")
+        sh.wait_prompt()
+        sh.command("attach debugee 3")
+        sh.child.send("p ra")
+        sh.expect("p ra")
+        sh.child.send("\x1a")
+        sh.expect(r"Stopped.*\njob\$ ")
+        sh.child.sendline("fg")
+        sh.expect(r"\n\(Pdb\) p ra$")
+        assert sh.command("nk * 2", shown="p rank * 2").strip() == "6", "the keys after fg go to the same line"
+        sh.command("detach")
+        sh.child.sendline("quit")
+        sh.expect(r"Quitting debug session\.\.\.\n.*job\$ ")
+        sh.child.sendline("exit")
+        sh.child.expect(pexpect.EOF)
+    finally:
+        sh.kill()
