@@ -288,3 +288,32 @@ def test_ctrl_z_then_fg_draws_the_prompt_and_the_half_typed_line_again(example, 
         sh.child.expect(pexpect.EOF)
     finally:
         sh.kill()
+
+
+@pytest.mark.timeout(90)
+def test_lines_typed_while_the_rank_runs_wait_for_its_prompt_or_are_named_when_ctrl_c_leaves_it(example, shell, tmp_path):
+    sh = shell()
+    sh.command("attach debugee 5")
+    go = tmp_path / "go"
+    wait_for_go = (f"![__import__('time').sleep(0.02) for _ in iter(lambda: __import__('os').path.exists({str(go)!r}), "
+                   "True)]")
+    sh.child.send(wait_for_go + "\r")
+    sh.expect(r"\(debugee 5 \(.+\) is running; type 'detach' to leave it running\)")
+    sh.child.send("p 505\r")
+    sh.expect(r"\(debugee 5 \(.+\) is running; 1 line typed waits for its prompt; Ctrl-C leaves it running\)")
+    sh.child.send("p 606\r")
+    sh.expect(r"\(debugee 5 \(.+\) is running; 2 lines typed wait for its prompt; Ctrl-C leaves it running\)")
+    go.touch()
+    sh.expect(r"\(Pdb\) p 505\n505\n\(Pdb\) p 606\n606\n")
+    assert sh.wait_prompt() == "(Pdb)"
+
+    go.unlink()
+    sh.child.send(wait_for_go + "\r")
+    sh.expect(r"is running; type 'detach' to leave it running\)")
+    sh.child.send("p 707\r")
+    sh.expect(r"1 line typed waits for its prompt")
+    sh.child.sendintr()
+    sh.expect(r"Detached from debug session for debugee 5 .*\n\(Pdb\) p 707\nError processing command: not sent: "
+              r"'p 707' was typed for debugee 5 \(.+\), which you left running \(Ctrl-C\)\n")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    go.touch()
