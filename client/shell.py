@@ -620,6 +620,8 @@ class DebugShell(cmd2.Cmd):
         self.actors.update(e.actor for e in events if e.kind in STOPS)
         att = self.attached
         lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank), self.taken)
+        if any(e.kind == wire.EventKind.TAKEN for e in events):
+            self.taken = None  # the event of our own take-over came, and was left out
         if lines:
             self.report.background("event", lines)
             self.alert(lines)
@@ -653,7 +655,7 @@ class DebugShell(cmd2.Cmd):
     def retry_alerts(self) -> None:
         with self.alerts_lock:
             self.alerts_retry = None
-        if self.alerts:
+        if self.alerts or self.session_news:
             self.alert([])
 
     def print_alerts(self) -> None:
@@ -670,8 +672,8 @@ class DebugShell(cmd2.Cmd):
                 self.conn.wake()
             elif not readline_state() & RL_STATE_ACTING:
                 shown = rl_get_display_prompt()
-                text = "".join(self.settle_at_prompt()) + self.take_alerts()
-                if self.prompt != shown:
+                text = self.settle_at_prompt() + self.take_alerts()
+                if self.need_prompt_refresh():
                     rl_set_prompt(self.prompt)
                 if text:
                     self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns, prompt=shown,
@@ -717,14 +719,16 @@ class DebugShell(cmd2.Cmd):
             self.session_news = True
             self.alert([])
 
-    def settle_at_prompt(self) -> list[str]:
-        """On the prompt's thread, while it waits: act on what the broker said of the held
-        session, and give back what that printed."""
+    def settle_at_prompt(self) -> str:
+        """On the prompt's thread, while it waits: act on the held session's end, if it came,
+        and give back what that printed."""
+        if not self.session_news:
+            return ""
         self.session_news = False
         self.captured = []
         try:
             self.settle_aside()
-            return self.captured
+            return "".join(self.captured)
         finally:
             self.captured = None
 
