@@ -882,8 +882,10 @@ class DebugShell(cmd2.Cmd):
     def keep_typed_lines(self) -> None:
         """Take the whole lines typed that no one has read yet (the terminal holds them until
         read) into the lines that wait, so that they count as typed before now."""
+        if not self.terminal_input:
+            return
         fd = self.stdin.fileno()
-        while self.terminal_input and readable([fd], 0) and (chunk := os.read(fd, 4096)):
+        while readable([fd], 0) and (chunk := os.read(fd, 4096)):
             self.typed_ahead += typed_lines(chunk.decode(errors="replace"))
 
     def waiting_for(self) -> str:
