@@ -824,20 +824,20 @@ class Broker:
         waiting = self.attaching.get(identity)
         if not waiting:
             return
-        shell, sess_id = waiting.popleft()
+        shell, sess_id, taken_from = waiting.popleft()
         sess = self.registry.session_of(identity, msg.session)
         if sess is None or sess.id != sess_id or sess.holder != shell:
             self.send(identity, wire.Detach(session=msg.session))
             return
         self.send(shell, wire.Attached(session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank,
                                        host=sess.host, replay=msg.replay, resumed=msg.resumed, paused=msg.paused,
-                                       prompt=msg.prompt))
+                                       prompt=msg.prompt, taken_from=taken_from or msg.taken_from))
 
     def on_branch_error(self, identity: bytes, msg: wire.Error) -> None:
         """A broker below refused an attach (the session ended meanwhile): tell the shell."""
         waiting = self.attaching.get(identity)
         if waiting:
-            shell, sess_id = waiting.popleft()
+            shell, sess_id, _ = waiting.popleft()
             self.registry.release(shell, sess_id)
             self.send(shell, msg)
 
@@ -853,7 +853,7 @@ class Broker:
         if sess is not None and sess.holder is not None and msg.reason in (wire.Ending.TAKEN, wire.Ending.UNKNOWN):
             holder = sess.holder
             self.registry.release(holder, sess.id)
-            self.send(holder, wire.SessionEnded(session=sess.id, text=msg.text, reason=msg.reason))
+            self.send(holder, wire.SessionEnded(session=sess.id, text=msg.text, reason=msg.reason, by=msg.by))
 
     def on_ended(self, identity: bytes, msg: wire.Ended) -> None:
         sess = self.registry.session_of(identity, msg.sid)
@@ -950,20 +950,24 @@ class Broker:
             self.send(identity, wire.Error(text=str(refusal)))
             return
         if taken_from is not None:
-            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN))
-            self.publish(wire.EventKind.TAKEN, sess, self.registry.peer(identity).describe())
-        self.now_held(identity, sess)
+            taker = self.registry.peer(identity)
+            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN,
+                                                             by=taker.attached_in()))
+            self.publish(wire.EventKind.TAKEN, sess, taker.describe())
+        self.now_held(identity, sess, taken_from.attached_in() if taken_from is not None else "")
 
-    def now_held(self, identity: bytes, sess: Session) -> None:
-        """Tell `identity` it holds `sess`, once the broker below that has it holds it for us."""
+    def now_held(self, identity: bytes, sess: Session, taken_from: str = "") -> None:
+        """Tell `identity` it holds `sess` (taken from whom, if anyone), once the broker below
+        that has it holds it for us."""
         if self.registry.is_branch(sess.peer):
             # Held here; below, it is held by us for whichever shell up here holds it.
-            self.attaching[sess.peer].append((identity, sess.id))
+            self.attaching[sess.peer].append((identity, sess.id, taken_from))
             self.send(sess.peer, wire.Attach(job=sess.job, actor=sess.actor, rank=sess.rank, force=True))
             return
         self.send(identity, wire.Attached(
             session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
             replay=sess.log.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
+            taken_from=taken_from,
         ))
 
     def on_detach(self, identity: bytes, msg: wire.Detach) -> None:

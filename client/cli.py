@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -63,7 +64,7 @@ def shorten(text: str, width: int = 200) -> str:
 
 def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = None) -> int:
     """The shell, or the lines of args' scripts and -c; or the `given` lines (a notebook's magic)."""
-    from monarch_pdb.client.shell import DebugShell, TypedAhead
+    from monarch_pdb.client.shell import DebugShell, OutputClosed, TypedAhead
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
     interactive = given is None and not (args.script or args.commands)
@@ -113,6 +114,10 @@ def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = Non
             if stop:
                 break
         return 0
+    except OutputClosed:
+        # What is still buffered for the closed pipe goes nowhere, instead of failing again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     finally:
         conn.close()
         if transcript is not None:

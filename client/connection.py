@@ -68,6 +68,8 @@ class ShellConnection:
                  client: wire.Client = wire.Client.SHELL) -> None:
         self.settings = settings
         self.on_events = on_events
+        self.on_reply: Callable[[wire.Message], None] | None = None
+        """Told of each reply or session message as it arrives, on the link's thread."""
         self._replies: queue.SimpleQueue[wire.Message] = queue.SimpleQueue()
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_r, False)
@@ -317,6 +319,8 @@ class ShellConnection:
             return
         self._replies.put(msg)
         self.wake()
+        if self.on_reply is not None:
+            self.on_reply(msg)
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         if isinstance(msg, wire.Printed):

@@ -70,9 +70,11 @@ def phrase(event: wire.Event) -> tuple[str, str]:
     return PHRASES[event.kind], "" if event.detail == wire.Ending.RETURNED else f" ({event.detail})"
 
 
-def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | None = None) -> list[str]:
+def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | None = None,
+                    taken: tuple[str, str, int] | None = None) -> list[str]:
     """One line per actor and kind of event (and exception, for post-mortem), in order seen.
-    The `attached` rank's stops are left out: its own prompt says them."""
+    The `attached` rank's stops are left out: its own prompt says them; and so is the take-over
+    of the attached rank, or of the one `taken` from this shell: the shell said it already."""
     groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
     brokers = [broker_line(e) for e in events if e.kind in BROKER_EVENTS]
     for e in events:
@@ -80,6 +82,9 @@ def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | N
             told = e.rank_list()
             if attached is not None and e.kind in STOPS and (e.job, e.actor) == attached[:2]:
                 told = [rank for rank in told if rank != attached[2]]
+            for own in (attached, taken):
+                if own is not None and e.kind == wire.EventKind.TAKEN and (e.job, e.actor) == own[:2]:
+                    told = [rank for rank in told if rank != own[2]]
             if not told:
                 continue
             ranks, wheres = groups[(e.job, e.actor, *phrase(e))]

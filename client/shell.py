@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -31,7 +32,8 @@ from typing import NoReturn, TypeVar
 
 import cmd2
 from cmd2 import rl_utils
-from cmd2.rl_utils import RlType, readline, rl_force_redisplay, rl_get_display_prompt, rl_get_point, rl_type
+from cmd2.rl_utils import (RlType, readline, rl_force_redisplay, rl_get_display_prompt, rl_get_point, rl_set_prompt,
+                           rl_type)
 from cmd2.terminal_utils import async_alert_str
 
 from monarch_pdb import wire
@@ -74,6 +76,22 @@ Answer = TypeVar("Answer", bound=wire.Message)
 
 class CommandError(Exception):
     """A command that cannot be carried out; its text is printed after Monarch's prefix."""
+
+
+class OutputClosed(BaseException):
+    """Whoever read the results stopped reading (`monarch-pdb debug -c list | head`): the run
+    ends, quietly. Not an Exception, so that no command's error handling (cmd2 prints every
+    Exception with its traceback hint) takes it for a failed command."""
+
+
+@dataclass
+class Left:
+    """A session the shell left while lines typed for it may still wait to run."""
+
+    session: str
+    """The session and why it was left: `debugee 3 (host), whose session ended`."""
+    prompt: str
+    """Its pdb prompt, which the lines typed for it are shown after."""
 
 
 @dataclass
@@ -433,6 +451,12 @@ def hung_up(fd: int) -> bool:
     return any(events & select.POLLHUP for _, events in poller.poll(0))
 
 
+def typed_lines(text: str) -> list[str]:
+    """The lines of what the terminal handed over: Enter ends one as CR, or as NL where the
+    terminal turns one into the other (CR NL, a pasted Windows line, ends one line)."""
+    return re.split(r"\r\n|\r|\n", text.removesuffix("\n").removesuffix("\r"))
+
+
 @dataclass
 class TypedAhead:
     """Lines typed at the terminal while the shell waits for a broker: they run once it answers,
@@ -462,6 +486,8 @@ class DebugShell(cmd2.Cmd):
     def __init__(self, conn: ShellConnection, history_file: str = "", as_json: bool = False,
                  transcript: Transcript | None = None, **kwargs) -> None:
         self.colour_errors = sys.stderr.isatty()
+        self.captured: list[str] | None = None
+        """While not None, what the shell prints is kept here, to go above the prompt."""
         self.report = Reporter(self.write_out, self.write_err, as_json, transcript)
         """Before cmd2's own start, which reports a history file it cannot read through `perror`."""
         super().__init__(
@@ -492,7 +518,15 @@ class DebugShell(cmd2.Cmd):
         self.alerts_retry: threading.Timer | None = None
         self.collected: list[str] = []
         self.typed_ahead: list[str] = []
-        """Lines typed before the first prompt (while waiting for a broker), read as if typed at it."""
+        """Lines typed before the prompt could read them (while waiting for a broker, or while an
+        attached rank runs), read in turn as if typed at it."""
+        self.typed_for: Left | None = None
+        """The session the shell left other than by a `detach` line, while lines typed for it
+        may wait: they are not sent, up to a `detach`."""
+        self.taken: tuple[str, str, int] | None = None
+        """The rank another shell last took from this one: it said so itself, not by the event."""
+        self.session_news = False
+        """The held session ended while the prompt waited: the prompt's thread acts on it."""
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
         self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
@@ -505,6 +539,7 @@ class DebugShell(cmd2.Cmd):
         self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
                                         "past it a row per group of ranks", self))
         conn.on_events = self.show_events
+        conn.on_reply = self.reply_came
 
     def preloop(self) -> None:
         """Learn the actor names for completion before the first prompt. A paste arrives as one
@@ -514,6 +549,7 @@ class DebugShell(cmd2.Cmd):
             self.report.page = self.pager.page
         if self.readline_terminal:
             readline.parse_and_bind("set enable-bracketed-paste on")
+            signal.signal(signal.SIGTSTP, self.suspend)
         if self.alerts_above_prompt:
             readline.set_pre_input_hook(self.print_alerts)
             signal.signal(ALERT_SIGNAL, lambda signum, frame: self.print_alerts())
@@ -546,16 +582,27 @@ class DebugShell(cmd2.Cmd):
             return shutil.get_terminal_size()
 
     def write_out(self, text: str) -> None:
-        self.stdout.write(text)
-        self.stdout.flush()
+        if self.captured is not None:
+            self.captured.append(text)
+            return
+        try:
+            self.stdout.write(text)
+            self.stdout.flush()
+        except BrokenPipeError:
+            raise OutputClosed from None
 
     def write_err(self, text: str) -> None:
-        sys.stderr.write(f"{ERROR_COLOUR}{text.rstrip(chr(10))}{PLAIN}\n" if self.colour_errors else text)
-        sys.stderr.flush()
+        self.write_stderr(f"{ERROR_COLOUR}{text.rstrip(chr(10))}{PLAIN}\n" if self.colour_errors else text)
 
     def note(self, text: str) -> None:
         """A line for the person at the terminal, not part of any result."""
-        sys.stderr.write(text + "\n")
+        self.write_stderr(text + "\n")
+
+    def write_stderr(self, text: str) -> None:
+        if self.captured is not None:
+            self.captured.append(text)
+            return
+        sys.stderr.write(text)
         sys.stderr.flush()
 
     def fail(self, text: str) -> None:
@@ -572,7 +619,9 @@ class DebugShell(cmd2.Cmd):
         """Runs on the connection's thread: fold the events into lines above the prompt."""
         self.actors.update(e.actor for e in events if e.kind in STOPS)
         att = self.attached
-        lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank))
+        lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank), self.taken)
+        if any(e.kind == wire.EventKind.TAKEN for e in events):
+            self.taken = None  # the event of our own take-over came, and was left out
         if lines:
             self.report.background("event", lines)
             self.alert(lines)
@@ -606,7 +655,7 @@ class DebugShell(cmd2.Cmd):
     def retry_alerts(self) -> None:
         with self.alerts_lock:
             self.alerts_retry = None
-        if self.alerts:
+        if self.alerts or self.session_news:
             self.alert([])
 
     def print_alerts(self) -> None:
@@ -615,20 +664,73 @@ class DebugShell(cmd2.Cmd):
         drawn the prompt they wait for its hook, once it has accepted the line for the command's
         end, and while it acts on a key, the next try. The signal waits meanwhile, so that its
         handler cannot print inside the hook's printing."""
-        if not self.alerts:
+        if not (self.alerts or self.session_news):
             return
         signal.pthread_sigmask(signal.SIG_BLOCK, {ALERT_SIGNAL})
         try:
-            state = readline_state()
-            if not state & RL_STATE_CALLBACK or state & RL_STATE_ENDED:
+            if not self.reading_line():
                 self.conn.wake()
-            elif not state & RL_STATE_ACTING:
-                self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns,
-                                               prompt=rl_get_display_prompt(), line=readline.get_line_buffer(),
-                                               cursor_offset=rl_get_point(), alert_msg=self.take_alerts() + "\n"))
+            elif not readline_state() & RL_STATE_ACTING:
+                shown = rl_get_display_prompt()
+                text = self.settle_at_prompt() + self.take_alerts()
+                if self.need_prompt_refresh():
+                    rl_set_prompt(self.prompt)
+                if text:
+                    self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns, prompt=shown,
+                                                   line=readline.get_line_buffer(), cursor_offset=rl_get_point(),
+                                                   alert_msg=text.rstrip("\n") + "\n"))
                 rl_force_redisplay()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {ALERT_SIGNAL})
+
+    def suspend(self, signum: int, frame: object) -> None:
+        """Ctrl-Z: stop, as any program does. At a prompt, the terminal is first set back as it
+        was before readline took it (the shell that resumes us does not set it again), and on
+        `fg` set for readline again, the prompt and the line being typed drawn anew. (readline's
+        own handler is in place only while it acts on a key, not while it waits for one.)"""
+        at_prompt = self.reading_line() and not readline_state() & RL_STATE_ACTING
+        if at_prompt:
+            rl_utils.readline_lib.rl_deprep_terminal()
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(os.getpid(), signal.SIGTSTP)
+        finally:
+            signal.signal(signal.SIGTSTP, self.suspend)
+        if at_prompt:
+            rl_utils.readline_lib.rl_prep_terminal(1)
+            self.write_out("\r\x1b[K")  # where a process group no one can resume was never stopped
+            rl_force_redisplay()
+
+    def reading_line(self) -> bool:
+        """Whether readline waits for the keys of a line it has begun (its prompt is on screen)."""
+        if not self.readline_terminal:
+            return False
+        state = readline_state()
+        return bool(state & RL_STATE_CALLBACK) and not state & RL_STATE_ENDED
+
+    def reply_came(self, msg: wire.Message) -> None:
+        """Runs on the connection's thread: the held session's end reaches an idle `(Pdb)`
+        prompt at once (the shell says why above it and returns to `monarch_dbg>`), not when
+        the next line is typed. A broker that forgot the session (it restarted) waits for that
+        line, which is then sent again."""
+        att = self.attached
+        if (att is not None and isinstance(msg, wire.SessionEnded) and msg.session == att.session
+                and msg.reason != wire.Ending.UNKNOWN):
+            self.session_news = True
+            self.alert([])
+
+    def settle_at_prompt(self) -> str:
+        """On the prompt's thread, while it waits: act on the held session's end, if it came,
+        and give back what that printed."""
+        if not self.session_news:
+            return ""
+        self.session_news = False
+        self.captured = []
+        try:
+            self.settle_aside()
+            return "".join(self.captured)
+        finally:
+            self.captured = None
 
     def take_alerts(self) -> str:
         with self.alerts_lock:
@@ -661,14 +763,17 @@ class DebugShell(cmd2.Cmd):
         not Ctrl-D, and there is no terminal left to say goodbye on."""
         if self.typed_ahead:
             line = self.typed_ahead.pop(0)
-            self.write_out(f"{prompt}{line}\n")
-            if self.readline_terminal:
+            prompt = self.typed_for.prompt if self.typed_for is not None else prompt
+            self.write_out(f"{prompt}{'' if line == EOF else line}\n")
+            if self.readline_terminal and line.strip() and line != EOF:
                 readline.add_history(line)
             return line
+        self.typed_for = None
         while True:
             try:
                 return super().read_input(prompt, **kwargs)
             except KeyboardInterrupt:
+                self.typed_for = None
                 with self.terminal_lock:
                     self.write_out("\n")
             except EOFError:
@@ -694,9 +799,13 @@ class DebugShell(cmd2.Cmd):
         self.report.start("" if line == EOF else line)
         was_attached = self.attached is not None
         self.settle_aside()
-        if was_attached and self.attached is None:
-            if line.strip() and line != EOF:
-                self.fail(f"not sent: {line.strip()!r} was typed for a session that is gone")
+        if not (self.interactive or was_attached):
+            self.typed_for = None  # a script's lines after its session's end are commands again
+        if self.typed_for is not None:
+            if line.strip() == "detach" or line == EOF:
+                self.typed_for = None
+            elif line.strip():
+                self.fail(f"not sent: {line.strip()!r} was typed for {self.typed_for.session}")
             return False
         if self.attached is not None:
             self.attached_line(line)
@@ -738,10 +847,7 @@ class DebugShell(cmd2.Cmd):
                 got = self.next_input_or_message(timeout=RUNNING_HINT_AFTER)
                 self.show_alerts()
                 if isinstance(got, str):
-                    if got.strip() == "detach":
-                        self.detach()
-                    elif got.strip():
-                        self.note(self.waiting_for())
+                    self.typed_while_running(got)
                 elif got is not None:
                     self.session_message(got)
                 if self.attached is None or self.attached.paused:
@@ -755,12 +861,41 @@ class DebugShell(cmd2.Cmd):
                     said = self.waiting_for()
                     self.note(f"({said})")
         except KeyboardInterrupt:
-            self.detach()
+            self.leave(notify_broker=True, gone="which you left running (Ctrl-C)")
+
+    def typed_while_running(self, text: str) -> None:
+        """Keys typed while the held rank runs, whole lines as the terminal hands them over:
+        each waits its turn at the prompt, in order, but a `detach` (or Ctrl-D) that no line
+        waits before leaves at once."""
+        if not text:
+            if hung_up(self.stdin.fileno()):
+                sys.exit(128 + signal.SIGHUP)
+            lines = [EOF]
+        else:
+            lines = typed_lines(text)
+        for line in lines:
+            if self.attached is not None and not self.typed_ahead and (line.strip() == "detach" or line == EOF):
+                self.detach()
+            else:
+                self.typed_ahead.append(line)
+
+    def keep_typed_lines(self) -> None:
+        """Take the whole lines typed that no one has read yet (the terminal holds them until
+        read) into the lines that wait, so that they count as typed before now."""
+        if not self.terminal_input:
+            return
+        fd = self.stdin.fileno()
+        while readable([fd], 0) and (chunk := os.read(fd, 4096)):
+            self.typed_ahead += typed_lines(chunk.decode(errors="replace"))
 
     def waiting_for(self) -> str:
         assert self.attached is not None
         if not self.conn.link.ready.is_set():
             return "the broker does not answer; waiting for it; type 'detach' to leave"
+        if self.typed_ahead:
+            count = len(self.typed_ahead)
+            return (f"{self.attached.label} is running; {count} line{'s' if count != 1 else ''} typed "
+                    f"wait{'' if count != 1 else 's'} for its prompt; Ctrl-C leaves it running")
         return f"{self.attached.label} is running; type 'detach' to leave it running"
 
     def next_input_or_message(self, timeout: float) -> wire.Message | str | None:
@@ -791,11 +926,15 @@ class DebugShell(cmd2.Cmd):
                 return
             self.collected.append(msg.text)
             self.report.stream(visible(msg.text))
+            gone = "whose session ended"
             if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
+                gone = "which was lost"
             elif msg.reason == wire.Ending.TAKEN:
-                self.fail(f"another shell took over {att.actor} {att.rank} (attach --force)")
-            self.leave(notify_broker=False)
+                self.fail(f"{msg.by or 'another shell'} took over {att.actor} {att.rank} (attach --force)")
+                gone = "which another shell took over"
+                self.taken = (att.job, att.actor, att.rank)
+            self.leave(notify_broker=False, gone=gone)
 
     def reattach(self, att: Attachment) -> bool:
         """The broker no longer knows our session (it restarted): find the rank again and
@@ -815,10 +954,18 @@ class DebugShell(cmd2.Cmd):
     def detach(self) -> None:
         self.leave(notify_broker=True)
 
-    def leave(self, notify_broker: bool) -> None:
+    def leave(self, notify_broker: bool, gone: str = "") -> None:
+        """Detach; `gone` says why, when no `detach` line asked it: then the lines typed before
+        now and not yet run were meant for the session, and are not sent (see `typed_for`)."""
         att = self.attached
         if att is None:
             return
+        if gone:
+            at_prompt = self.reading_line()
+            if not at_prompt:
+                self.keep_typed_lines()
+            if not at_prompt or readline.get_line_buffer().strip():  # at the prompt, the line begun if any
+                self.typed_for = Left(f"{att.label}, {gone}", att.prompt or "(Pdb) ")
         self.report.stream(f"Detaching from debug session for {att.label}\n")
         if notify_broker:
             try:
@@ -901,10 +1048,12 @@ class DebugShell(cmd2.Cmd):
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
+        self.taken = None
+        taken = f", taken over from {reply.taken_from}" if reply.taken_from else ""
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
         on_screen = self.interactive and self.terminal_input and self.stdout.isatty() and not self.report.as_json
         replay = reply.replay if full or not on_screen else self.screenful(reply.replay, job, att)
-        self.report.result(f"Attached to debug session for {att.label}\n{header}{visible(replay)}",
+        self.report.result(f"Attached to debug session for {att.label}{taken}\n{header}{visible(replay)}",
                            {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "

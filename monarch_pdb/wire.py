@@ -704,6 +704,8 @@ class Attached(Message):
     resumed: bool
     paused: bool
     prompt: str
+    taken_from: str = ""
+    """Whom `attach --force` took it from (`another shell (ann@gpu7 pid 812)`), if anyone."""
 
 
 @message("detach")
@@ -753,6 +755,8 @@ class SessionEnded(Message):
     session: int
     text: str
     reason: str
+    by: str = ""
+    """Of `TAKEN`: who took it over (`another shell (bob@gpu7 pid 913)`)."""
 
 
 @message("cast")

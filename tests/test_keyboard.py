@@ -233,3 +233,87 @@ def test_lines_that_come_as_keys_are_typed_go_above_the_prompt_and_never_redraw_
         other.kill()
     sh.expect(r"\[debugee 0\] 'last'\n")
     assert casts > 20 and sh.text.count("[debugee 0] 0\n") == casts, "every line once"
+
+
+@pytest.mark.timeout(90)
+def test_lines_typed_ahead_at_pdb_each_run_in_order_once_the_rank_is_at_its_prompt(example, shell):
+    sh = shell()
+    sh.command("attach debugee 3")
+    sh.child.send("p 101\rp 202\rp 303\r")
+    sh.expect(r"\n101\n\(Pdb\) p 202\n202\n\(Pdb\) p 303\n303\n")
+    assert sh.wait_prompt() == "(Pdb)"
+    assert "is running" not in sh.text, "a rank that answers at once is not said to run"
+
+    sh.command("detach")
+    sh.command("attach debugee 0")
+    sh.child.send("b 12\rc\rp rank * 100\r")
+    sh.expect(r"\(Pdb\) p rank \* 100\n100\n")
+    assert sh.wait_prompt() == "(Pdb)", "a line after c waits for the rank's next stop"
+    sh.child.send("c\rp 'lost'\rdetach\rjobs\r")
+    sh.expect(r"not sent: \"p 'lost'\" was typed for debugee 0 \(.+\), whose session ended")
+    sh.expect(r"monarch_dbg> jobs\n\+")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    assert "not attached" not in sh.text and "unknown command" not in sh.text, "the detach met its session's end"
+
+    sh.command("attach debugee 4")
+    sh.child.send(f"{PASTE_START}p 404\nc\np 'lost too'\ndetach\njobs\n{PASTE_END}\r")
+    sh.expect(r"\n404\n")
+    sh.expect(r"not sent: \"p 'lost too'\" was typed for debugee 4 \(.+\), whose session ended")
+    sh.expect(r"\| debugging-\d+ +\| 16 ")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    assert "not attached" not in sh.text and "unknown command" not in sh.text
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_z_then_fg_draws_the_prompt_and_the_half_typed_line_again(example, env):
+    """In a job-control shell, as a user runs it: Ctrl-Z stops the shell, `fg` brings it back
+    to where it was, the line half typed at `(Pdb)` still there to finish."""
+    sh = ShellDriver(dict(env, PS1="job$ "), command=["bash", "--norc", "--noprofile", "-i"])
+    try:
+        sh.expect(r"job\$ ")
+        sh.child.sendline(f"{MONARCH} debug")
+        sh.wait_prompt()
+        sh.command("attach debugee 3")
+        sh.child.send("p ra")
+        sh.expect("p ra")
+        sh.child.send("\x1a")
+        sh.expect(r"Stopped.*\njob\$ ")
+        sh.child.sendline("fg")
+        sh.expect(r"\n\(Pdb\) p ra$")
+        assert sh.command("nk * 2", shown="p rank * 2").strip() == "6", "the keys after fg go to the same line"
+        sh.command("detach")
+        sh.child.sendline("quit")
+        sh.expect(r"Quitting debug session\.\.\.\n.*job\$ ")
+        sh.child.sendline("exit")
+        sh.child.expect(pexpect.EOF)
+    finally:
+        sh.kill()
+
+
+@pytest.mark.timeout(90)
+def test_lines_typed_while_the_rank_runs_wait_for_its_prompt_or_are_named_when_ctrl_c_leaves_it(example, shell, tmp_path):
+    sh = shell()
+    sh.command("attach debugee 5")
+    go = tmp_path / "go"
+    wait_for_go = (f"![__import__('time').sleep(0.02) for _ in iter(lambda: __import__('os').path.exists({str(go)!r}), "
+                   "True)]")
+    sh.child.send(wait_for_go + "\r")
+    sh.expect(r"\(debugee 5 \(.+\) is running; type 'detach' to leave it running\)")
+    sh.child.send("p 505\r")
+    sh.expect(r"\(debugee 5 \(.+\) is running; 1 line typed waits for its prompt; Ctrl-C leaves it running\)")
+    sh.child.send("p 606\r")
+    sh.expect(r"\(debugee 5 \(.+\) is running; 2 lines typed wait for its prompt; Ctrl-C leaves it running\)")
+    go.touch()
+    sh.expect(r"\(Pdb\) p 505\n505\n\(Pdb\) p 606\n606\n")
+    assert sh.wait_prompt() == "(Pdb)"
+
+    go.unlink()
+    sh.child.send(wait_for_go + "\r")
+    sh.expect(r"is running; type 'detach' to leave it running\)")
+    sh.child.send("p 707\r")
+    sh.expect(r"1 line typed waits for its prompt")
+    sh.child.sendintr()
+    sh.expect(r"Detached from debug session for debugee 5 .*\n\(Pdb\) p 707\nError processing command: not sent: "
+              r"'p 707' was typed for debugee 5 \(.+\), which you left running \(Ctrl-C\)\n")
+    assert sh.wait_prompt() == "monarch_dbg>"
+    go.touch()

@@ -261,3 +261,16 @@ def test_a_long_command_is_refused_at_once_and_one_under_the_limit_runs(env, exa
     done = shell(env, "--script", str(script))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "debugee ranks[0] (1)\n60000\n"
+
+
+@pytest.mark.timeout(60)
+def test_output_piped_into_a_reader_that_stops_early_ends_the_run_quietly(env, broker):
+    """`monarch-pdb debug -c ... | head`: the shell stops at the first write nobody reads, as a
+    program killed by SIGPIPE does, with no traceback."""
+    commands = " ".join(["-c jobs"] * 2000)
+    piped = subprocess.run(["bash", "-c", f"{' '.join(DEBUG_SHELL)} {commands} | head -n 2; exit ${{PIPESTATUS[0]}}"],
+                           env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=30)
+    assert piped.stderr == ""
+    assert len(piped.stdout.splitlines()) == 2
+    assert piped.returncode == 128 + signal.SIGPIPE

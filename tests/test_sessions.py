@@ -425,11 +425,8 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         sh = shell()
         sh.command("attach train 5")
         os.kill(row.pid, signal.SIGKILL)
-        sh.expect(r"train 5 was lost \(its process stopped answering\)", timeout=5)
-        out = sh.command("p loss")
-        assert "was lost" in out and "Detached from debug session for train 5" in out
-        assert "not sent: 'p loss'" in out
-        assert sh.prompt == "monarch_dbg>"
+        sh.expect(r"train 5 was lost: its process stopped answering\nDetaching from debug session for train 5 .*\n"
+                  r"Detached from debug session for train 5 .*\nmonarch_dbg> $", timeout=10)
         assert sh.command("list").strip() == "No active breakpoints."
     finally:
         program.stop()
@@ -601,19 +598,34 @@ def test_one_holder_per_session_force_takes_over_and_a_killed_shell_lets_go(env,
         refused = second.command("attach train 0").strip()
         assert re.fullmatch(r"Error processing command: train 0 is attached in another shell \(\w+@.+ pid \d+\); "
                             r"use 'attach --force' to take it over", refused)
-        assert "Attached to debug session for train 0" in second.command("attach train 0 --force")
-        first.expect(r"train 0 was taken over by the shell of \w+@.+ pid \d+ \(attach --force\)", timeout=10)
-        out = first.command("c")
-        assert "another shell took over train 0 (attach --force)" in out and "Detached from debug session" in out
-        assert "not sent: 'c' was typed for a session that is gone" in out, "never a top-level continue"
-        assert first.prompt == "monarch_dbg>"
+        taking = second.command("attach train 0 --force")
+        assert re.match(r"Attached to debug session for train 0 \(.+\), taken over from another shell "
+                        r"\(\w+@.+ pid \d+\)\n", taking), taking
+        first.expect(r"another shell \(\w+@.+ pid \d+\) took over train 0 \(attach --force\)\n"
+                     r"Detaching from debug session for train 0 .*\nDetached from debug session for train 0 .*\n"
+                     r"monarch_dbg> $", timeout=10)
+        assert first.command("jobs").startswith("+"), "the shell that lost the rank is back at its own prompt"
+        second.child.send("c")
+        second.expect("c")
+        first.command("attach train 0 --force")
+        second.expect(r"another shell \(.+\) took over train 0 \(attach --force\)\n(.*\n){2}monarch_dbg> c$")
+        out = second.command("", shown="c")
+        assert re.fullmatch(r"Error processing command: not sent: 'c' was typed for train 0 \(.+\), which another "
+                            r"shell took over\n", out), "a line begun for the rank is never a top-level continue"
+        first.expect_absent("was taken over by", 1.5)
+        second.expect_absent("was taken over by", 0)
+        assert first.command("p loss").strip() == "0.25"
 
-        assert second.command("p loss").strip() == "0.25"
         third = shell()
-        second.kill()
+        first.kill()
         third.expect(r"train 0 is free again \(the shell attached to it went away\)", timeout=10)
         out = third.command("attach train 0")
         assert "<last pdb output for train 0 follows>\n0.25\n" in out
+        third.child.send("detach")
+        second.command("cast train ranks(0) c")
+        third.expect(r"Detached from debug session for train 0 .*\nmonarch_dbg> detach$", timeout=10)
+        third.command("", shown="detach")
+        assert "Error" not in third.text, "a detach that meets its session's end has nothing to say"
     finally:
         program.stop()
 
