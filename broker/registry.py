@@ -69,6 +69,9 @@ STOP_STATES = {stop: wire.RankState(stop.value) for stop in wire.Stop}
 """How a session's stop reads in `list` (looked up: an enum made from a value costs more than
 the rest of a row)."""
 LIVE = frozenset((wire.RankState.RUNNING, wire.RankState.QUIT))
+CALL_ENDED = frozenset((wire.RankState.FINISHED, wire.RankState.QUIT))
+"""How a rank whose process runs on is listed while its last call, ended with a session, has no
+successor."""
 
 
 class State(enum.Enum):
@@ -761,7 +764,10 @@ class Registry:
             job, actor, rank = intern(item.job), intern(item.actor), item.rank
             present.append((job, actor, rank, self.dims_of(item.coords), tuple(item.coords.values()), item.instance))
             self.departed.pop((job, actor, rank), None)
-            self.ended.pop((job, actor, rank), None)
+            if item.state in CALL_ENDED:
+                self.ended[(job, actor, rank)] = wire.RankState(item.state)
+            else:
+                self.ended.pop((job, actor, rank), None)
         if added:
             known = {p[:3] for p in peer.present}
             peer.present.extend(p for p in present if p[:3] not in known)

@@ -478,6 +478,9 @@ class PresentRank(Record):
     rank: int
     coords: dict[str, int]
     instance: str = ""
+    state: str = ""
+    """`finished` or `quit` while its last call, which ended with a session, has no successor
+    yet (a `RankState` word); "" while it runs."""
 
 
 THREAD = "thread"

@@ -116,6 +116,17 @@ def test_a_rank_whose_call_ended_is_finished_until_its_next_call_and_one_continu
     assert [row.state for row in registry.all_rows()] == ["running", "running"]
 
 
+def test_a_rank_announced_as_finished_or_quit_is_listed_so_until_announced_running():
+    registry = Registry()  # a broker that restarted: the process tells it how its ranks stand
+    agent(registry, b"agent", ranks=())
+    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {}, state="finished"),
+                                    wire.PresentRank("job", "train", 1, {}, state="quit"),
+                                    wire.PresentRank("job", "train", 2, {}, state="breakpoint")], added=False)
+    assert [row.state for row in registry.all_rows()] == ["finished", "quit", "running"]
+    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {})], added=True)
+    assert [row.state for row in registry.all_rows()] == ["running", "quit", "running"]
+
+
 def test_the_ranks_of_a_process_gone_with_only_its_sessions_stay_listed_as_lost():
     registry = Registry()
     agent(registry, b"agent")

@@ -373,6 +373,73 @@ def states(env: dict[str, str]) -> dict[int, str]:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.each_python
+def test_a_rank_in_post_mortem_stays_in_post_mortem_after_lines_cast_or_typed(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "fragile.py", RAISES, MONARCH_PDB_POST_MORTEM="always")
+    try:
+        wait_for_sessions(env, 2, state="post-mortem")
+        sh = shell()
+        assert sh.command("cast fragile ranks(0) p 1 + 1").endswith("\n2\n")
+        sh.command("attach fragile 1")
+        assert sh.command("p 3 + 3").strip() == "6"
+        sh.command("detach")
+        assert states(env) == {0: "post-mortem", 1: "post-mortem"}
+        assert "P post-mortem (2)" in run_debug(env, "-c", "mesh fragile").stdout
+        assert sh.command("continue").strip() == "Continued 2 ranks: fragile ranks[0,1]"
+        assert program.finish()[0] != 0
+    finally:
+        program.stop()
+
+
+FINISHES = textwrap.dedent('''
+    import sys
+
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    class Worker(Actor):
+        @endpoint
+        def step(self):
+            breakpoint()
+            return 1
+
+
+    if __name__ == "__main__":
+        workers = this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker)
+        try:
+            workers.step.call().get()
+        except Exception as error:
+            print("CALL FAILED", type(error).__name__, flush=True)
+        print("CALL DONE", flush=True)
+        with open(sys.argv[1]) as fifo:  # until the test lets the program end
+            fifo.read()
+''')
+
+
+@pytest.mark.timeout(90)
+def test_ranks_whose_calls_ended_are_listed_so_after_a_broker_restart(env, tmp_path):
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    program = run_script(env, tmp_path, "finishes.py", FINISHES, str(fifo))
+    try:
+        wait_for_sessions(env, 2)
+        assert run_debug(env, "-c", "attach worker 0", "-c", "q").returncode == 0
+        assert run_debug(env, "-c", "continue").returncode == 0
+        wait_for_lines(program, "CALL DONE", 1)
+        assert states(env) == {0: "quit", 1: "finished"}
+        [(pid, _)] = [(p, c) for p, c in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in c]
+        os.kill(pid, signal.SIGKILL)
+        wait_for_exit([pid], timeout=10)
+        rows = wait_for_all_rows(env, lambda rows: len(rows) == 2)
+        assert {row.rank: row.state for row in rows} == {0: "quit", 1: "finished"}
+        with open(fifo, "w") as release:
+            release.write("go")
+        assert program.finish()[0] == 0
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
 def test_a_rank_that_quit_is_listed_as_quit_until_its_next_call(env, tmp_path):
     fifo = tmp_path / "release"
     os.mkfifo(fifo)
