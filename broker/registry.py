@@ -14,7 +14,7 @@ import socket
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from sys import intern
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from monarch_pdb import ranks, wire
@@ -941,4 +941,8 @@ def no_match(actor: str, selection: ranks.Selection, found: list[Session] | list
         have = ", ".join(dims) if dims else "none"
         return f"no dimension {unknown[0]!r} in {actor} (its dimensions: {have})"
     stopped = ranks.format_ranks(s.rank for s in found)
-    return f"{ranks.render_selector(selection)} matches no rank of {actor} {having} (those are ranks[{stopped}])"
+    why = f"{ranks.render_selector(selection)} matches no rank of {actor} {having}"
+    with_threads = replace(selection, threads=True)
+    if not selection.threads and ranks.select(with_threads, ((s.rank, s.coords) for s in found)):
+        return f"{why}: those are other threads' (ranks[{stopped}]); {ranks.render_selector(with_threads)} picks them"
+    return f"{why} (those are ranks[{stopped}])"

@@ -336,6 +336,17 @@ def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_no
     assert [r.rank for r in registry.select("", "train", "ranks(1)", live=True)[0]] == [1]
 
 
+def test_a_slice_that_picks_none_of_an_actors_thread_sessions_names_the_selector_that_does():
+    registry = Registry()
+    agent(registry, b"agent")
+    stop(registry, sid=1, rank=4001, instance="thread loader")
+    stop(registry, sid=2, rank=4002, instance="thread saver")
+    with pytest.raises(Refused, match=r"^ranks\(:\) matches no rank of train with a session: those are other "
+                                      r"threads' \(ranks\[4001,4002\]\); ranks\(:, threads\) picks them$"):
+        registry.select("", "train", "ranks(:)")
+    assert [s.rank for s in registry.select("", "train", "ranks(:, threads)")[0]] == [4001, 4002]
+
+
 # --- a broker below ----------------------------------------------------------------------------
 
 

@@ -348,6 +348,10 @@ def test_the_rank_is_its_main_thread_whichever_thread_stops_first_and_a_slice_pi
     try:
         [loader] = wait_for_sessions(env, 1)
         assert loader.instance == "thread loader" and loader.rank != 5
+        refused = run_debug(env, "-c", "cast train ranks(:) p batch")
+        assert refused.returncode != 0 and refused.stderr.strip().endswith(
+            f"ranks(:) matches no rank of train with a session: those are other threads' (ranks[{loader.rank}]); "
+            "ranks(:, threads) picks them"), refused.stderr
         with open(fifo, "w") as go:
             go.write("go")
         rows = wait_for_sessions(env, 2)
