@@ -1038,6 +1038,11 @@ class Broker:
                                             selector=selector if asked is None else "",
                                             progress_every=math.inf if quiet else
                                             len(picked.below) / PROGRESS_HEARD_PER_SECOND))
+        if shell != UPSTREAM and not cast.done:
+            sent = ranks.RankSet.joined([ranks.RankSet.of(cast.pending.values()),
+                                         *(asked for asked in cast.owed.values() if asked is not None)])
+            self.send(shell, wire.CastStarted(ref=ref, ranks=sent,
+                                              below=sorted({cast.hosts[b] for b, asked in cast.owed.items() if asked is None})))
         self.settle(self.casts, cast)
 
     def nothing_picked(self, job: str, actor: str, selection: ranks.Selection, live: bool = False) -> str:

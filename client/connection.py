@@ -20,6 +20,7 @@ from collections.abc import Callable
 from monarch_pdb import discovery, wire
 from monarch_pdb.client.follow import Deliver, Follower
 from monarch_pdb.link import Link
+from monarch_pdb.ranks import format_ranks
 from monarch_pdb.settings import Settings
 
 EVENT_QUIET = 0.1
@@ -63,6 +64,17 @@ def add_part(whole: wire.Message, part: wire.Message) -> None:
     whole.more = part.more  # type: ignore[attr-defined]
 
 
+def lost_answers(started: wire.CastStarted, result: wire.CastResult | None, actor: str) -> str:
+    """What a shell says of a cast whose broker restarted: where the line went and no answer
+    came, so the user knows where it may have run."""
+    came = set() if result is None else {missed.rank for missed in result.missing}.union(*(g.ranks for g in result.groups))
+    lost = [rank for rank in started.ranks if rank not in came]
+    where = [f"{actor} ranks[{format_ranks(lost)}] ({len(lost)})"] if lost else []
+    where += [f"the ranks its selector picks below, on {', '.join(started.below)}"] if started.below else []
+    return (f"the broker restarted during the cast; the answers of {' and '.join(where)} were lost "
+            "(the line may have run there)")
+
+
 class ShellConnection:
     def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None,
                  client: wire.Client = wire.Client.SHELL) -> None:
@@ -78,6 +90,10 @@ class ShellConnection:
         self.changed = threading.Event()
         self.follower = Follower()
         self._refs = itertools.count(1)
+        self._started: dict[int, wire.CastStarted] = {}
+        """Casts under way, as the broker said it started them (written on the link's thread)."""
+        self._cut_short: set[int] = set()
+        """Those of them a broker that restarted will never answer."""
         self.link = Link(settings, wire.Role.SHELL, client, self, lambda: discovery.locate(settings), events=True)
 
     @classmethod
@@ -218,7 +234,11 @@ class ShellConnection:
         of a large result joined. Raises RequestFailed with the broker's one-line reason.
         `waiting` is told, once, when the broker stops answering meanwhile."""
         ref = self.start_cast(actor, selector, line, timeout, job, progress is not None)
-        return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress, waiting)
+        try:
+            return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress, waiting, actor)
+        finally:
+            self._started.pop(ref, None)
+            self._cut_short.discard(ref)
 
     def start_cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
                    progress: bool = False) -> int:
@@ -250,12 +270,13 @@ class ShellConnection:
     def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult] | type[wire.PeekResult],
                timeout: float, doing: str,
                progress: Callable[[wire.CastProgress], None] | None = None,
-               waiting: Callable[[str], None] | None = None):
+               waiting: Callable[[str], None] | None = None, actor: str = ""):
         """The answer to request `ref`, its `groups` and `missing` joined over every part (a
         large answer comes in several, the last with `more` false). Its clock stops while the
         broker does not answer, for as long as its time again at most: a broker stopped or
         starved answers when it goes on, with what arrived and who did not answer, and a
-        shell that gave up meanwhile would show nothing of it."""
+        shell that gave up meanwhile would show nothing of it. A cast the broker started and
+        then lost to its restart fails at once, naming the ranks whose answers went with it."""
         left = patience = timeout + ANSWER_GRACE
         told = False
         result = None
@@ -273,6 +294,8 @@ class ShellConnection:
                     waiting(NOT_ANSWERING)
                     told = True
             last = now
+            if msg is None and ref in self._cut_short:
+                raise RequestFailed(lost_answers(self._started[ref], result, actor))
             if msg is None:
                 if left <= 0:
                     raise RequestFailed(f"the broker did not {doing} in time")
@@ -309,11 +332,19 @@ class ShellConnection:
     # --- link.Peer, on the link's thread -----------------------------------------------
 
     def welcomed(self) -> list[wire.Message]:
+        """A broker that does not know us: the casts the last one started will never be
+        answered (what it had not answered yet, the link sends this one)."""
+        if self._started:
+            self._cut_short.update(self._started)
+            self.wake()
         return []
 
     def received(self, msg: wire.Message) -> None:
         if isinstance(msg, wire.OutputLog):
             self.follower.caught_up(msg)
+            return
+        if isinstance(msg, wire.CastStarted):
+            self._started[msg.ref] = msg
             return
         self._replies.put(msg)
         self.wake()

@@ -773,6 +773,17 @@ class Cast(Message):
     tells it, nor any broker below tells the one above: a script's cast costs none of that."""
 
 
+@message("cast_started")
+class CastStarted(Message):
+    """The ranks a cast's line went to (those named below included), and the hosts of the
+    brokers below that pick their own with the selector: a shell whose broker restarts before
+    the answers come can say where the line may have run."""
+
+    ref: int
+    ranks: ranks.RankSet
+    below: list[str]
+
+
 @message("cast_progress")
 class CastProgress(Message):
     ref: int

@@ -781,6 +781,31 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         stop_broker(broker)
 
 
+@pytest.mark.timeout(120)
+def test_a_cast_whose_broker_restarts_names_the_ranks_whose_answers_were_lost(env):
+    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()))
+    broker, _ = start_broker(env)
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        wait_for_sessions(env, 16)
+        sh = ShellDriver(env)
+        sh.wait_prompt()
+        sh.child.sendline("cast debugee ranks(0:3) p __import__('time').sleep(3) or rank")
+        wait_for_all_rows(env, lambda rows: {r.rank for r in rows if r.state == "running"} == {0, 1, 2})
+        broker.kill()
+        broker.wait()
+        broker, _ = start_broker(env)
+        sh.expect(r"the broker restarted during the cast; the answers of debugee ranks\[0-2\] \(3\) were lost "
+                  r"\(the line may have run there\)")
+        sh.wait_prompt()
+        wait_for_sessions(env, 16)
+        assert sh.command("cast debugee ranks(0,1) p rank").startswith("debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n")
+        sh.kill()
+    finally:
+        program.stop()
+        stop_broker(broker)
+
+
 @pytest.mark.timeout(90)
 def test_history_and_sessions_per_connection_are_bounded_and_say_so(env, tmp_path, shell):
     limited = dict(env, MONARCH_PDB_SESSION_HISTORY="20000", MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION="60")
