@@ -26,6 +26,8 @@ from monarch_pdb.settings import Settings
 EVENT_QUIET = 0.1
 REJECTION_CHECK = 0.05
 EVENT_FOLD_LIMIT = 1.0
+EVENTS_HANDED_WAIT = 0.5
+"""Seconds a command waits at most for the link's thread to hand over the events it received."""
 ANSWER_GRACE = 5.0
 """Seconds past a request's own time limit for its answer to arrive."""
 STALL_CHECK = 0.25
@@ -86,6 +88,10 @@ class ShellConnection:
         os.set_blocking(self._signal_w, False)
         self._events: list[wire.Event] = []
         self._first_event = self._last_event = 0.0
+        self._hand_over = 0
+        """Ticks of the link's thread until it hands over every event it holds, without waiting
+        for their fold to be due (0: none asked for); see `hand_over_events`."""
+        self._handed = threading.Event()
         self.aside: list[wire.Message] = []
         self.changed = threading.Event()
         self.follower = Follower()
@@ -366,16 +372,35 @@ class ShellConnection:
         """Deliver once events pause for a moment, or a second after the first at the latest."""
         return min(self._last_event + EVENT_QUIET, self._first_event + EVENT_FOLD_LIMIT)
 
+    def hand_over_events(self) -> None:
+        """Have every event that reached this connection before now delivered at once, rather
+        than when its fold is due: a command typed after them shows them first, not after its
+        own answer. The link's thread delivers them on its second tick from now: the pass of its
+        loop after the first reads what its event socket holds."""
+        if not self.link.ready.is_set() or self.on_events is None:
+            return
+        self._handed.clear()
+        self._hand_over = 2
+        self.link.post()
+        self._handed.wait(EVENTS_HANDED_WAIT)
+
     def idle_delay(self) -> float | None:
-        if self.follower.has_requests():
+        if self.follower.has_requests() or self._hand_over:
             return 0.0
         if not self._events:
             return None
         return max(0.0, self._fold_due() - time.monotonic())
 
     def tick(self, now: float) -> list[wire.Message]:
-        if self._events and now >= self._fold_due():
+        due = bool(self._events) and now >= self._fold_due()
+        handed = False
+        if self._hand_over:
+            self._hand_over -= 1
+            handed = not self._hand_over
+        if due or handed and self._events:
             events, self._events = self._events, []
             if self.on_events is not None:
                 self.on_events(events)
+        if handed:
+            self._handed.set()
         return self.follower.requests()
