@@ -375,6 +375,8 @@ class Broker:
             handler = self.handlers.get(type(msg))
             if handler is not None:
                 handler(identity, msg)
+        for gone in self.registry.take_found_gone():
+            self.drop(gone, wire.Ending.LOST)
 
     def heard(self, identity: bytes, now: float) -> Peer | None:
         """A peer spoke (None for a stranger); a broker that was silent answers again, its

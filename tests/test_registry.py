@@ -336,6 +336,20 @@ def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_no
     assert [r.rank for r in registry.select("", "train", "ranks(1)", live=True)[0]] == [1]
 
 
+def test_a_job_whose_processes_here_are_gone_gives_its_actor_name_up_to_the_live_one_at_once():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    registry = Registry()
+    for identity, job, pid in ((b"old", "old", int(dead.stdout)), (b"new", "new", os.getpid())):
+        registry.join(Peer(identity=identity, role="agent", name=job, host=HERE, pid=pid, user="u", last_seen=0.0))
+        stop(registry, identity, job=job, pid=pid)
+    assert [(s.job, s.rank) for s in registry.select("", "train", "ranks(:)")[0]] == [("new", 0)]
+    assert [s.job for s in registry.paused()] == ["new"]
+    assert set(registry.take_found_gone()) == {b"old"} and registry.take_found_gone() == []
+    registry.peers[b"old"].host = "elsewhere"  # a process of another host may be alive: both count
+    with pytest.raises(Refused, match=r"^actor train exists in 2 jobs \(new, old\); name it as job:train$"):
+        registry.select("", "train", "ranks(:)")
+
+
 def test_a_slice_that_picks_none_of_an_actors_thread_sessions_names_the_selector_that_does():
     registry = Registry()
     agent(registry, b"agent")

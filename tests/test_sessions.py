@@ -735,6 +735,50 @@ def test_a_request_sent_to_a_broker_that_just_died_is_answered_by_the_next(env, 
         program.stop()
 
 
+WAITS = textwrap.dedent('''
+    import sys
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    print("RUNNING", flush=True)
+    with open(sys.argv[1]) as go:  # until the test lets it go on
+        go.read()
+    loss = 0.5
+    breakpoint()
+''')
+
+
+@pytest.mark.timeout(90)
+def test_a_job_that_just_died_leaves_its_actor_name_to_the_job_that_runs(env, tmp_path, shell):
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    first = run_train(env, tmp_path, 6, MONARCH_PDB_JOB="first")
+    second = None
+    try:
+        wait_for_sessions(env, 1)
+        second = run_script(env, tmp_path, "waits.py", WAITS, str(fifo), MONARCH_PDB_JOB="second",
+                            MONARCH_PDB_ACTOR="train", RANK="0")
+        wait_for_lines(second, "RUNNING", 1)
+        wait_for_all_rows(env, lambda rows: len(rows) == 2)
+        sh = shell()
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        assert re.search(r"waits\.py:\d+ <module>  ranks\[0\]", sh.command("stacks train")), "the live job's rank"
+        sh.child.sendline("wait train 1")
+        sh.expect_absent(r"ranks of train stopped", 1.0)
+        with open(fifo, "w") as go:
+            go.write("go")
+        sh.expect(r"1 ranks of train stopped")
+        sh.wait_prompt()
+        assert "Continued 1 rank" in sh.command("continue")
+        assert second.finish()[0] == 0
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 @pytest.mark.timeout(90)
 def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, shell):
     first = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="first")
