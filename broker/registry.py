@@ -967,8 +967,6 @@ class Registry:
         return rank_row(*key, dict(zip(dims, values)), peer.host, peer.pid, self.running_state(key), instance)
 
 
-
-
 def no_match(actor: str, selection: ranks.Selection, found: list[Session] | list[LiveRank], having: str) -> str:
     """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
     dims = list(dict.fromkeys(d for s in found for d in s.coords))
