@@ -96,8 +96,9 @@ class ShellConnection:
         self.changed = threading.Event()
         self.follower = Follower()
         self._refs = itertools.count(1)
-        self._started: dict[int, wire.CastStarted] = {}
-        """Casts under way, as the broker said it started them (written on the link's thread)."""
+        self._started: dict[int, wire.CastStarted | None] = {}
+        """The casts `cast` waits for, as the broker said it started them (None until it did;
+        written on the link's thread)."""
         self._cut_short: set[int] = set()
         """Those of them a broker that restarted will never answer."""
         self.link = Link(settings, wire.Role.SHELL, client, self, lambda: discovery.locate(settings), events=True)
@@ -239,7 +240,7 @@ class ShellConnection:
         """Send one pdb command to the selected ranks; return all their answers, every part
         of a large result joined. Raises RequestFailed with the broker's one-line reason.
         `waiting` is told, once, when the broker stops answering meanwhile."""
-        ref = self.start_cast(actor, selector, line, timeout, job, progress is not None)
+        ref = self.start_cast(actor, selector, line, timeout, job, progress is not None, awaited=True)
         try:
             return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress, waiting, actor)
         finally:
@@ -247,10 +248,13 @@ class ShellConnection:
             self._cut_short.discard(ref)
 
     def start_cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
-                   progress: bool = False) -> int:
+                   progress: bool = False, awaited: bool = False) -> int:
         """Send a cast without waiting for it; its answers come as replies with the number
-        returned (and, with `progress`, how far it got)."""
+        returned (and, with `progress`, how far it got). `awaited` by `cast`, which hears where
+        the broker sent its line, to name the ranks whose answers a broker restart loses."""
         ref = next(self._refs)
+        if awaited:
+            self._started[ref] = None
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job,
                             progress=progress))
         return ref
@@ -340,8 +344,9 @@ class ShellConnection:
     def welcomed(self) -> list[wire.Message]:
         """A broker that does not know us: the casts the last one started will never be
         answered (what it had not answered yet, the link sends this one)."""
-        if self._started:
-            self._cut_short.update(self._started)
+        started = [ref for ref, msg in list(self._started.items()) if msg is not None]
+        if started:
+            self._cut_short.update(started)
             self.wake()
         return []
 
@@ -350,7 +355,8 @@ class ShellConnection:
             self.follower.caught_up(msg)
             return
         if isinstance(msg, wire.CastStarted):
-            self._started[msg.ref] = msg
+            if msg.ref in self._started:
+                self._started[msg.ref] = msg
             return
         self._replies.put(msg)
         self.wake()
