@@ -14,7 +14,7 @@ import socket
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from sys import intern
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from monarch_pdb import ranks, wire
@@ -69,6 +69,9 @@ STOP_STATES = {stop: wire.RankState(stop.value) for stop in wire.Stop}
 """How a session's stop reads in `list` (looked up: an enum made from a value costs more than
 the rest of a row)."""
 LIVE = frozenset((wire.RankState.RUNNING, wire.RankState.QUIT))
+CALL_ENDED = frozenset((wire.RankState.FINISHED, wire.RankState.QUIT))
+"""How a rank whose process runs on is listed while its last call, ended with a session, has no
+successor."""
 
 
 class State(enum.Enum):
@@ -316,6 +319,8 @@ class Registry:
     looks for them among thousands of sessions only when there are some."""
     twins_named: set = field(default_factory=set)
     """(job, actor, rank) of the ranks named as run twice: each is named once."""
+    found_gone: list[bytes] = field(default_factory=list)
+    """Processes of this host found gone (`dead_jobs`) and not yet declared lost."""
     next_id: int = field(default_factory=lambda: secrets.randbits(40))
     """Session ids start at random, so an id from a broker before a restart never names a
     session of this one."""
@@ -556,9 +561,19 @@ class Registry:
         return sess is not None and sess.paused
 
     def paused(self, job: str = "") -> list[Session]:
-        """Every paused session (of one job, if named)."""
+        """Every paused session (of one job, if named), but those of a job found dead where
+        another job has an actor of the same name (`dead_jobs`): `wait` counts the live one's."""
         stopped, paused = State.STOPPED, State.PAUSED  # compared inline: 1,048,576 at the root of a tree
-        return [s for s in self.sessions.values() if (s.state is stopped or s.state is paused) and (not job or s.job == job)]
+        found = [s for s in self.sessions.values() if (s.state is stopped or s.state is paused) and (not job or s.job == job)]
+        dead = self.dead_jobs(self.shared_jobs())
+        return [s for s in found if s.job not in dead] if dead else found
+
+    def shared_jobs(self) -> set[str]:
+        """The jobs with sessions of an actor that another job has sessions of too."""
+        jobs_of: dict[str, set[str]] = {}
+        for job, actor in self.by_rank:
+            jobs_of.setdefault(actor, set()).add(job)
+        return {job for jobs in jobs_of.values() if len(jobs) > 1 for job in jobs}
 
     def end(self, sess: Session, reason: str = "") -> None:
         """Forget a session (over for `reason`). A rank whose call ended with it, and whose
@@ -627,7 +642,37 @@ class Registry:
         found = [s for s in self.sessions.values() if s.actor == actor and (not job or s.job == job)]
         if not found:
             raise Refused(f"No debug sessions for actor {actor}")
-        in_one_job(actor, {s.job for s in found})
+        named = {s.job for s in found}
+        jobs = self.in_one_job(actor, named)
+        return found if jobs == named else [s for s in found if s.job in jobs]
+
+    def in_one_job(self, actor: str, jobs: set[str]) -> set[str]:
+        """The one job of an actor named without its job, as a set, or refused. A job whose
+        processes all ran on this host and are gone (killed, their connections not yet timed
+        out) does not count: a job started again names its actor alone at once."""
+        if len(jobs) > 1:
+            jobs = jobs - self.dead_jobs(jobs)
+        if len(jobs) > 1:
+            raise Refused(f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}")
+        return jobs
+
+    def dead_jobs(self, jobs: set[str]) -> set[str]:
+        """Those of `jobs` whose every process ran on this host and is gone; their processes
+        wait in `found_gone` for the broker to declare them lost."""
+        if not jobs:
+            return set()
+        processes: dict[str, list[Peer]] = {}
+        for peer in self.peers.values():
+            if peer.role == wire.Role.AGENT and peer.name in jobs:
+                processes.setdefault(peer.name, []).append(peer)
+        dead = {job for job, peers in processes.items()
+                if all(peer.host == self.host and process_gone(peer.pid) for peer in peers)}
+        self.found_gone += [peer.identity for job in dead for peer in processes[job]]
+        return dead
+
+    def take_found_gone(self) -> list[bytes]:
+        """The processes found gone while names were looked up, to be declared lost."""
+        found, self.found_gone = self.found_gone, []
         return found
 
     def find(self, job: str, actor: str, rank: int) -> Session:
@@ -670,8 +715,7 @@ class Registry:
         jobs = {j for j, a in self.by_rank if a == actor and (not job or j == job)}
         if not jobs:
             raise Refused(f"No debug sessions for actor {actor}")
-        in_one_job(actor, jobs)
-        (job,) = jobs
+        (job,) = self.in_one_job(actor, jobs)
         of_actor = self.by_rank[(job, actor)]
         names = ranks.named(selection)
         if names:
@@ -761,7 +805,10 @@ class Registry:
             job, actor, rank = intern(item.job), intern(item.actor), item.rank
             present.append((job, actor, rank, self.dims_of(item.coords), tuple(item.coords.values()), item.instance))
             self.departed.pop((job, actor, rank), None)
-            self.ended.pop((job, actor, rank), None)
+            if item.state in CALL_ENDED:
+                self.ended[(job, actor, rank)] = wire.RankState(item.state)
+            else:
+                self.ended.pop((job, actor, rank), None)
         if added:
             known = {p[:3] for p in peer.present}
             peer.present.extend(p for p in present if p[:3] not in known)
@@ -804,8 +851,8 @@ class Registry:
                 found.setdefault((sess.job, sess.rank), sess)
         if not found:
             raise Refused(f"No running rank of actor {actor} is known to the broker")
-        in_one_job(actor, {j for j, _ in found})
-        return sorted(found.values(), key=attrgetter("rank"))
+        jobs = self.in_one_job(actor, {j for j, _ in found})
+        return sorted((r for (j, _), r in found.items() if j in jobs), key=attrgetter("rank"))
 
     def _present_live(self, peer: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
         """The ranks of one actor a process says it runs."""
@@ -837,8 +884,7 @@ class Registry:
         jobs = {j for j in jobs if not job or j == job}
         if not jobs:
             raise Refused(f"No running rank of actor {actor} is known to the broker")
-        in_one_job(actor, jobs)
-        (job,) = jobs
+        (job,) = self.in_one_job(actor, jobs)
         own: dict[tuple[str, int], LiveRank | Session] = {}
         for peer in self.peers.values():
             if peer.role == wire.Role.AGENT:
@@ -921,12 +967,6 @@ class Registry:
         return rank_row(*key, dict(zip(dims, values)), peer.host, peer.pid, self.running_state(key), instance)
 
 
-def in_one_job(actor: str, jobs: set[str]) -> None:
-    """An actor named without its job must be in one job only."""
-    if len(jobs) > 1:
-        raise Refused(f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}")
-
-
 def no_match(actor: str, selection: ranks.Selection, found: list[Session] | list[LiveRank], having: str) -> str:
     """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
     dims = list(dict.fromkeys(d for s in found for d in s.coords))
@@ -935,4 +975,8 @@ def no_match(actor: str, selection: ranks.Selection, found: list[Session] | list
         have = ", ".join(dims) if dims else "none"
         return f"no dimension {unknown[0]!r} in {actor} (its dimensions: {have})"
     stopped = ranks.format_ranks(s.rank for s in found)
-    return f"{ranks.render_selector(selection)} matches no rank of {actor} {having} (those are ranks[{stopped}])"
+    why = f"{ranks.render_selector(selection)} matches no rank of {actor} {having}"
+    with_threads = replace(selection, threads=True)
+    if not selection.threads and ranks.select(with_threads, ((s.rank, s.coords) for s in found)):
+        return f"{why}: those are other threads' (ranks[{stopped}]); {ranks.render_selector(with_threads)} picks them"
+    return f"{why} (those are ranks[{stopped}])"

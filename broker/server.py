@@ -375,6 +375,8 @@ class Broker:
             handler = self.handlers.get(type(msg))
             if handler is not None:
                 handler(identity, msg)
+        for gone in self.registry.take_found_gone():
+            self.drop(gone, wire.Ending.LOST)
 
     def heard(self, identity: bytes, now: float) -> Peer | None:
         """A peer spoke (None for a stranger); a broker that was silent answers again, its
@@ -1042,6 +1044,11 @@ class Broker:
                                             selector=selector if asked is None else "",
                                             progress_every=math.inf if quiet else
                                             len(picked.below) / PROGRESS_HEARD_PER_SECOND))
+        if shell != UPSTREAM and not cast.done:
+            sent = ranks.RankSet.joined([ranks.RankSet.of(cast.pending.values()),
+                                         *(asked for asked in cast.owed.values() if asked is not None)])
+            self.send(shell, wire.CastStarted(ref=ref, ranks=sent,
+                                              below=sorted({cast.hosts[b] for b, asked in cast.owed.items() if asked is None})))
         self.settle(self.casts, cast)
 
     def nothing_picked(self, job: str, actor: str, selection: ranks.Selection, live: bool = False) -> str:

@@ -20,11 +20,14 @@ from collections.abc import Callable
 from monarch_pdb import discovery, wire
 from monarch_pdb.client.follow import Deliver, Follower
 from monarch_pdb.link import Link
+from monarch_pdb.ranks import format_ranks
 from monarch_pdb.settings import Settings
 
 EVENT_QUIET = 0.1
 REJECTION_CHECK = 0.05
 EVENT_FOLD_LIMIT = 1.0
+EVENTS_HANDED_WAIT = 0.5
+"""Seconds a command waits at most for the link's thread to hand over the events it received."""
 ANSWER_GRACE = 5.0
 """Seconds past a request's own time limit for its answer to arrive."""
 STALL_CHECK = 0.25
@@ -63,6 +66,17 @@ def add_part(whole: wire.Message, part: wire.Message) -> None:
     whole.more = part.more  # type: ignore[attr-defined]
 
 
+def lost_answers(started: wire.CastStarted, result: wire.CastResult | None, actor: str) -> str:
+    """What a shell says of a cast whose broker restarted: where the line went and no answer
+    came, so the user knows where it may have run."""
+    came = set() if result is None else {missed.rank for missed in result.missing}.union(*(g.ranks for g in result.groups))
+    lost = [rank for rank in started.ranks if rank not in came]
+    where = [f"{actor} ranks[{format_ranks(lost)}] ({len(lost)})"] if lost else []
+    where += [f"the ranks its selector picks below, on {', '.join(started.below)}"] if started.below else []
+    return (f"the broker restarted during the cast; the answers of {' and '.join(where)} were lost "
+            "(the line may have run there)")
+
+
 class ShellConnection:
     def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None,
                  client: wire.Client = wire.Client.SHELL) -> None:
@@ -76,10 +90,19 @@ class ShellConnection:
         os.set_blocking(self._signal_w, False)
         self._events: list[wire.Event] = []
         self._first_event = self._last_event = 0.0
+        self._hand_over = 0
+        """Ticks of the link's thread until it hands over every event it holds, without waiting
+        for their fold to be due (0: none asked for); see `hand_over_events`."""
+        self._handed = threading.Event()
         self.aside: list[wire.Message] = []
         self.changed = threading.Event()
         self.follower = Follower()
         self._refs = itertools.count(1)
+        self._started: dict[int, wire.CastStarted | None] = {}
+        """The casts `cast` waits for, as the broker said it started them (None until it did;
+        written on the link's thread)."""
+        self._cut_short: set[int] = set()
+        """Those of them a broker that restarted will never answer."""
         self.link = Link(settings, wire.Role.SHELL, client, self, lambda: discovery.locate(settings), events=True)
 
     @classmethod
@@ -219,14 +242,21 @@ class ShellConnection:
         """Send one pdb command to the selected ranks; return all their answers, every part
         of a large result joined. Raises RequestFailed with the broker's one-line reason.
         `waiting` is told, once, when the broker stops answering meanwhile."""
-        ref = self.start_cast(actor, selector, line, timeout, job, progress is not None)
-        return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress, waiting)
+        ref = self.start_cast(actor, selector, line, timeout, job, progress is not None, awaited=True)
+        try:
+            return self._parts(ref, wire.CastResult, timeout, "finish the cast", progress, waiting, actor)
+        finally:
+            self._started.pop(ref, None)
+            self._cut_short.discard(ref)
 
     def start_cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
-                   progress: bool = False) -> int:
+                   progress: bool = False, awaited: bool = False) -> int:
         """Send a cast without waiting for it; its answers come as replies with the number
-        returned (and, with `progress`, how far it got)."""
+        returned (and, with `progress`, how far it got). `awaited` by `cast`, which hears where
+        the broker sent its line, to name the ranks whose answers a broker restart loses."""
         ref = next(self._refs)
+        if awaited:
+            self._started[ref] = None
         self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job,
                             progress=progress))
         return ref
@@ -252,12 +282,13 @@ class ShellConnection:
     def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult] | type[wire.PeekResult],
                timeout: float, doing: str,
                progress: Callable[[wire.CastProgress], None] | None = None,
-               waiting: Callable[[str], None] | None = None):
+               waiting: Callable[[str], None] | None = None, actor: str = ""):
         """The answer to request `ref`, its `groups` and `missing` joined over every part (a
         large answer comes in several, the last with `more` false). Its clock stops while the
         broker does not answer, for as long as its time again at most: a broker stopped or
         starved answers when it goes on, with what arrived and who did not answer, and a
-        shell that gave up meanwhile would show nothing of it."""
+        shell that gave up meanwhile would show nothing of it. A cast the broker started and
+        then lost to its restart fails at once, naming the ranks whose answers went with it."""
         left = patience = timeout + ANSWER_GRACE
         told = False
         result = None
@@ -275,6 +306,8 @@ class ShellConnection:
                     waiting(NOT_ANSWERING)
                     told = True
             last = now
+            if msg is None and ref in self._cut_short:
+                raise RequestFailed(lost_answers(self._started[ref], result, actor))
             if msg is None:
                 if left <= 0:
                     raise RequestFailed(f"the broker did not {doing} in time")
@@ -311,11 +344,21 @@ class ShellConnection:
     # --- link.Peer, on the link's thread -----------------------------------------------
 
     def welcomed(self) -> list[wire.Message]:
+        """A broker that does not know us: the casts the last one started will never be
+        answered (what it had not answered yet, the link sends this one)."""
+        started = [ref for ref, msg in list(self._started.items()) if msg is not None]
+        if started:
+            self._cut_short.update(started)
+            self.wake()
         return []
 
     def received(self, msg: wire.Message) -> None:
         if isinstance(msg, wire.OutputLog):
             self.follower.caught_up(msg)
+            return
+        if isinstance(msg, wire.CastStarted):
+            if msg.ref in self._started:
+                self._started[msg.ref] = msg
             return
         self._replies.put(msg)
         self.wake()
@@ -339,16 +382,35 @@ class ShellConnection:
         """Deliver once events pause for a moment, or a second after the first at the latest."""
         return min(self._last_event + EVENT_QUIET, self._first_event + EVENT_FOLD_LIMIT)
 
+    def hand_over_events(self) -> None:
+        """Have every event that reached this connection before now delivered at once, rather
+        than when its fold is due: a command typed after them shows them first, not after its
+        own answer. The link's thread delivers them on its second tick from now: the pass of its
+        loop after the first reads what its event socket holds."""
+        if not self.link.ready.is_set() or self.on_events is None:
+            return
+        self._handed.clear()
+        self._hand_over = 2
+        self.link.post()
+        self._handed.wait(EVENTS_HANDED_WAIT)
+
     def idle_delay(self) -> float | None:
-        if self.follower.has_requests():
+        if self.follower.has_requests() or self._hand_over:
             return 0.0
         if not self._events:
             return None
         return max(0.0, self._fold_due() - time.monotonic())
 
     def tick(self, now: float) -> list[wire.Message]:
-        if self._events and now >= self._fold_due():
+        due = bool(self._events) and now >= self._fold_due()
+        handed = False
+        if self._hand_over:
+            self._hand_over -= 1
+            handed = not self._hand_over
+        if due or handed and self._events:
             events, self._events = self._events, []
             if self.on_events is not None:
                 self.on_events(events)
+        if handed:
+            self._handed.set()
         return self.follower.requests()

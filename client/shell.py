@@ -813,6 +813,9 @@ class DebugShell(cmd2.Cmd):
             self.fail(f"a command of {len(line):,} characters is over the limit of {MAX_COMMAND_LINE:,}; "
                       "nothing was run (lines typed while attached have no such limit)")
         else:
+            if self.alerts_above_prompt:  # what happened before the command was typed goes before its answer
+                self.conn.hand_over_events()
+                self.show_alerts()
             return super().onecmd_plus_hooks(line, **kwargs)
         return False
 

@@ -169,7 +169,8 @@ class Agent:
             if self._holders.get(name) == sid:
                 del self._holders[name]
             if ended.reason != wire.Ending.CONTINUED and name is not None:
-                self.presence.call_ended(name)
+                self.presence.call_ended(name, wire.RankState.QUIT if ended.reason == wire.Ending.QUIT
+                                         else wire.RankState.FINISHED)
             self._by_thread.discard(sid)
             self.threads.closed(sid)
             if not self._inboxes:

@@ -287,6 +287,14 @@ class RemotePdb(ConfinedPdb):
         self.cmdqueue.append("continue")
         return default
 
+    def interaction(self, *args, **kwargs) -> None:
+        """pdb's prompt until a line lets the thread run on: every prompt of one stop says why
+        it stopped (post-mortem, interrupted), however many lines it answers first."""
+        try:
+            super().interaction(*args, **kwargs)
+        finally:
+            self.session.resumed()
+
     def user_line(self, frame) -> None:
         """pdb's stop at a line, but for the editor's log points, which print and go on."""
         if not self.session.breakpoints.logged(self, frame):
@@ -350,11 +358,15 @@ class Session:
             line = self.inbox.get()
         self.inspector = Inspector(self)
         self.cmd, self.released = line.cmd, line.release
-        self.reason, self.exc, self.exception = wire.Stop.BREAKPOINT, "", None
         if line.release:
             self.debugger.clear_all_breaks()
             self.breakpoints.restore(self.debugger)
         return line.text + "\n"
+
+    def resumed(self) -> None:
+        """The thread runs on from where it stopped: whatever stops it next is a breakpoint (or
+        a step), not the exception or the interrupt that stopped it here."""
+        self.reason, self.exc, self.exception = wire.Stop.BREAKPOINT, "", None
 
     def end(self, reason: str) -> None:
         """Close the session: forget interactive breakpoints and tell the broker."""

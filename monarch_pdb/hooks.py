@@ -33,7 +33,23 @@ def set_trace(*, header: str | None = None, commands: list[str] | None = None) -
     `commands` run first, as pdb.set_trace's do from Python 3.14 on."""
     from monarch_pdb import debugger
 
+    _known_from_first_stop()
     debugger.set_trace(sys._getframe(1), header=header, commands=commands)
+
+
+def _known_from_first_stop() -> None:
+    """A process that stops without having run `install` (PYTHONBREAKPOINT alone) is known to
+    the broker from its first stop on, as an installed one is: a rank continued out of the
+    debugger is still listed, drawn, and reached by `stacks`, `peek` and `interrupt`, and is
+    `finished` when its process ends."""
+    if getattr(sys.excepthook, _INSTALLED, False):
+        return
+    from monarch_pdb import debugger, interrupt
+
+    agent = debugger.process_agent()
+    if not agent.presence.own():
+        interrupt.arm(_stop_signalled)
+        agent.presence.host_self()
 
 
 async def set_trace_async(*, header: str | None = None, commands: list[str] | None = None) -> None:

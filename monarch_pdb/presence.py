@@ -55,9 +55,10 @@ class Presence:
         self._due = False
         self._announced: int | None = None
         """How many of `_hosted` the broker has (in order); None: it needs them all."""
-        self._ended: set[Rank] = set()
-        """Hosted ranks whose last call ended with a session (the broker lists them as finished,
-        or quit); each is announced again when its next call starts (then in `_again`)."""
+        self._ended: dict[Rank, str] = {}
+        """Hosted ranks whose last call ended with a session, and how the broker lists them
+        (finished, or quit): a broker that restarts learns it with them. Each is announced again
+        when its next call starts (then in `_again`)."""
         self._again: list[Rank] = []
         self._at = float("-inf")
 
@@ -69,7 +70,7 @@ class Presence:
         key = (job, actor, rank)
         with self._lock:
             if key in self._ended:
-                self._ended.discard(key)
+                del self._ended[key]
                 self._again.append(key)
             elif key in self._hosted:
                 return
@@ -104,12 +105,12 @@ class Presence:
                 self._stopped_as = identity
                 self._due = self._due or identity != self._own_as
 
-    def call_ended(self, key: Rank) -> None:
-        """A hosted rank's call ended with its session (it returned, raised, or quit the
-        debugger): the broker lists it as finished or quit until its next call starts."""
+    def call_ended(self, key: Rank, state: wire.RankState) -> None:
+        """A hosted rank's call ended with its session (it returned or raised: `finished`; it
+        quit the debugger: `quit`): the broker lists it so until its next call starts."""
         with self._lock:
             if key in self._hosted:
-                self._ended.add(key)
+                self._ended[key] = state
 
     def sessions_closed(self) -> None:
         """The process has no open session any more: its own rank goes by its call's name again."""
@@ -149,14 +150,15 @@ class Presence:
             hosted = list(self._hosted.items())
             self._announced = None if own else len(hosted)
             again, self._again = [(key, self._hosted[key]) for key in self._again], []
+            ended = dict(self._ended) if since is None else {}
         if own:
             own_as = self._own_identity(stopped_as)
             with self._lock:
                 self._own_as = own_as
             return wire.Present(ranks=[own_as])
         fresh = hosted if since is None else hosted[since:] + again
-        return wire.Present(ranks=[wire.PresentRank(job, actor, rank, coords) for (job, actor, rank), coords in fresh],
-                            added=since is not None)
+        return wire.Present(ranks=[wire.PresentRank(job, actor, rank, coords, state=ended.get((job, actor, rank), ""))
+                                   for (job, actor, rank), coords in fresh], added=since is not None)
 
     # --- whom a running rank is ------------------------------------------------------
 

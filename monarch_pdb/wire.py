@@ -478,6 +478,9 @@ class PresentRank(Record):
     rank: int
     coords: dict[str, int]
     instance: str = ""
+    state: str = ""
+    """`finished` or `quit` while its last call, which ended with a session, has no successor
+    yet (a `RankState` word); "" while it runs."""
 
 
 THREAD = "thread"
@@ -772,6 +775,17 @@ class Cast(Message):
     progress: bool = True
     """Whether the shell shows how far the cast got (at a terminal). Without it, no broker
     tells it, nor any broker below tells the one above: a script's cast costs none of that."""
+
+
+@message("cast_started")
+class CastStarted(Message):
+    """The ranks a cast's line went to (those named below included), and the hosts of the
+    brokers below that pick their own with the selector: a shell whose broker restarts before
+    the answers come can say where the line may have run."""
+
+    ref: int
+    ranks: ranks.RankSet
+    below: list[str]
 
 
 @message("cast_progress")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 import threading
 
 import pytest
@@ -123,3 +124,40 @@ def test_the_attached_ranks_own_stops_are_left_to_its_prompt():
     alone = [wire.Event(seq=2, kind="breakpoint", job="j", actor="debugee", ranks="2", count=1,
                         where="debugging.py:11")]
     assert describe_events(alone, attached=("j", "debugee", 2)) == []
+
+
+TRICKLE = textwrap.dedent('''
+    import threading
+    import time
+
+    import monarch_pdb
+
+
+    def rank_main(rank):
+        with monarch_pdb.endpoint_call("many", rank, {"gpu": rank}):
+            time.sleep(0.5 + rank * 0.05)  # a stop every 50 ms: the shell's fold stays open a second
+            value = rank
+            breakpoint()
+            return value
+
+
+    monarch_pdb.install()
+    for rank in range(40):
+        threading.Thread(target=rank_main, args=(rank,), daemon=True).start()
+    threading.Event().wait()
+''')
+
+
+@pytest.mark.timeout(90)
+def test_what_a_shell_heard_before_a_command_was_typed_is_shown_before_its_answer(env, tmp_path, broker, shell):
+    script = tmp_path / "trickle.py"
+    script.write_text(TRICKLE)
+    sh = shell()
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        wait_for_sessions(env, 1)
+        out = sh.command("cast many ranks(0) p value")
+        before, answer, _ = out.partition("many ranks[0] (1)\n0\n")
+        assert answer and re.search(r"^many ranks\[0[],-].* stopped at trickle\.py:\d+$", before, re.M), out
+    finally:
+        program.stop()

@@ -7,7 +7,7 @@ import re
 import textwrap
 
 import pytest
-from programs import Program, wait_for_sessions
+from programs import Program, wait_for_all_rows, wait_for_sessions
 
 PROBE = textwrap.dedent('''
     import os
@@ -167,3 +167,48 @@ def test_engine_releases_whose_insides_differ_are_named_and_the_program_still_ru
         ], output
     finally:
         program.stop()
+
+
+WAITING_RANK = textwrap.dedent('''
+    import os
+    import sys
+    import time
+
+    value = int(os.environ["RANK"]) + 100
+    breakpoint()
+    while not os.path.exists(sys.argv[1]):  # the other ranks' all-reduce
+        time.sleep(0.05)
+''')
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_continued_without_install_stays_known_as_an_installed_one(env, tmp_path, shell):
+    script = tmp_path / "train.py"
+    script.write_text(WAITING_RANK)
+    released = tmp_path / "released"
+    hooked = dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", TORCHELASTIC_RUN_ID="run8", WORLD_SIZE="2",
+                  LOCAL_WORLD_SIZE="2", GROUP_RANK="0")
+    programs = [Program(dict(hooked, RANK=str(r), LOCAL_RANK=str(r)), script, str(released), cwd=tmp_path)
+                for r in range(2)]
+    try:
+        wait_for_sessions(env, 2)
+        sh = shell()
+        sh.command("cast train ranks(0) c")
+        listed = sh.command("list --all")
+        assert re.search(r"^\| train +\| 0 .*\| running", listed, re.M), listed
+        assert re.search(r"^\| train +\| 1 .*\| breakpoint", listed, re.M), listed
+        drawn = sh.command("mesh train")
+        assert "\n0  R S\n" in drawn, drawn
+        assert re.search(r"train\.py:\d+ <module>  ranks\[0\]", sh.command("stacks train ranks(0)")), "stacks"
+        assert sh.command("peek train ranks(0) value") == "train ranks[0] (1)\n100\n"
+        assert "Interrupted 1 rank" in sh.command("interrupt train ranks(0)")
+        wait_for_sessions(env, 2)
+        sh.command("continue")
+        released.touch()
+        for program in programs:
+            assert program.finish()[0] == 0
+        rows = wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["finished"] * 2)
+        assert [(r.actor, r.rank) for r in rows] == [("train", 0), ("train", 1)]
+    finally:
+        for program in programs:
+            program.stop()

@@ -187,13 +187,24 @@ def test_a_rank_whose_call_ended_is_announced_again_when_its_next_call_starts() 
     presence, _, _ = new_presence()
     host(presence, 0, 1)
     presence.tick(T0)
-    presence.call_ended((JOB, "trainer", 1))
-    presence.call_ended((JOB, "trainer", 9))
+    presence.call_ended((JOB, "trainer", 1), wire.RankState.FINISHED)
+    presence.call_ended((JOB, "trainer", 9), wire.RankState.FINISHED)
     assert presence.delay(T0 + 60) is None
     host(presence, 1, 9)
     assert presence.tick(T0 + 60) == hosted(9, 1, added=True)
     host(presence, 1)
     assert presence.tick(T0 + 120) is None
+
+
+def test_a_broker_that_welcomes_us_again_learns_which_ranks_finished_or_quit() -> None:
+    presence, _, _ = new_presence()
+    host(presence, 0, 1, 2)
+    presence.tick(T0)
+    presence.call_ended((JOB, "trainer", 0), wire.RankState.FINISHED)
+    presence.call_ended((JOB, "trainer", 1), wire.RankState.QUIT)
+    presence.welcomed()
+    states = [(r.rank, r.state) for r in presence.tick(T0 + 60).ranks]
+    assert states == [(0, "finished"), (1, "quit"), (2, "")]
 
 
 def test_an_interrupted_rank_stops_as_the_rank_a_runtime_named_else_as_the_process() -> None:

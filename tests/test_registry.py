@@ -116,6 +116,17 @@ def test_a_rank_whose_call_ended_is_finished_until_its_next_call_and_one_continu
     assert [row.state for row in registry.all_rows()] == ["running", "running"]
 
 
+def test_a_rank_announced_as_finished_or_quit_is_listed_so_until_announced_running():
+    registry = Registry()  # a broker that restarted: the process tells it how its ranks stand
+    agent(registry, b"agent", ranks=())
+    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {}, state="finished"),
+                                    wire.PresentRank("job", "train", 1, {}, state="quit"),
+                                    wire.PresentRank("job", "train", 2, {}, state="breakpoint")], added=False)
+    assert [row.state for row in registry.all_rows()] == ["finished", "quit", "running"]
+    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {})], added=True)
+    assert [row.state for row in registry.all_rows()] == ["running", "quit", "running"]
+
+
 def test_the_ranks_of_a_process_gone_with_only_its_sessions_stay_listed_as_lost():
     registry = Registry()
     agent(registry, b"agent")
@@ -323,6 +334,31 @@ def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_no
     with pytest.raises(Refused, match=r"matches no rank of train with a session \(those are ranks\[0,2\]\)$"):
         registry.select("", "train", "ranks(1)")
     assert [r.rank for r in registry.select("", "train", "ranks(1)", live=True)[0]] == [1]
+
+
+def test_a_job_whose_processes_here_are_gone_gives_its_actor_name_up_to_the_live_one_at_once():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    registry = Registry()
+    for identity, job, pid in ((b"old", "old", int(dead.stdout)), (b"new", "new", os.getpid())):
+        registry.join(Peer(identity=identity, role="agent", name=job, host=HERE, pid=pid, user="u", last_seen=0.0))
+        stop(registry, identity, job=job, pid=pid)
+    assert [(s.job, s.rank) for s in registry.select("", "train", "ranks(:)")[0]] == [("new", 0)]
+    assert [s.job for s in registry.paused()] == ["new"]
+    assert set(registry.take_found_gone()) == {b"old"} and registry.take_found_gone() == []
+    registry.peers[b"old"].host = "elsewhere"  # a process of another host may be alive: both count
+    with pytest.raises(Refused, match=r"^actor train exists in 2 jobs \(new, old\); name it as job:train$"):
+        registry.select("", "train", "ranks(:)")
+
+
+def test_a_slice_that_picks_none_of_an_actors_thread_sessions_names_the_selector_that_does():
+    registry = Registry()
+    agent(registry, b"agent")
+    stop(registry, sid=1, rank=4001, instance="thread loader")
+    stop(registry, sid=2, rank=4002, instance="thread saver")
+    with pytest.raises(Refused, match=r"^ranks\(:\) matches no rank of train with a session: those are other "
+                                      r"threads' \(ranks\[4001,4002\]\); ranks\(:, threads\) picks them$"):
+        registry.select("", "train", "ranks(:)")
+    assert [s.rank for s in registry.select("", "train", "ranks(:, threads)")[0]] == [4001, 4002]
 
 
 # --- a broker below ----------------------------------------------------------------------------

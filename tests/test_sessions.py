@@ -348,6 +348,10 @@ def test_the_rank_is_its_main_thread_whichever_thread_stops_first_and_a_slice_pi
     try:
         [loader] = wait_for_sessions(env, 1)
         assert loader.instance == "thread loader" and loader.rank != 5
+        refused = run_debug(env, "-c", "cast train ranks(:) p batch")
+        assert refused.returncode != 0 and refused.stderr.strip().endswith(
+            f"ranks(:) matches no rank of train with a session: those are other threads' (ranks[{loader.rank}]); "
+            "ranks(:, threads) picks them"), refused.stderr
         with open(fifo, "w") as go:
             go.write("go")
         rows = wait_for_sessions(env, 2)
@@ -370,6 +374,73 @@ def states(env: dict[str, str]) -> dict[int, str]:
     done = run_debug(env, "--json", "-c", "list --all")
     assert done.returncode == 0, done.stderr
     return {row["rank"]: row["state"] for row in json.loads(done.stdout)}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.each_python
+def test_a_rank_in_post_mortem_stays_in_post_mortem_after_lines_cast_or_typed(env, tmp_path, shell):
+    program = run_script(env, tmp_path, "fragile.py", RAISES, MONARCH_PDB_POST_MORTEM="always")
+    try:
+        wait_for_sessions(env, 2, state="post-mortem")
+        sh = shell()
+        assert sh.command("cast fragile ranks(0) p 1 + 1").endswith("\n2\n")
+        sh.command("attach fragile 1")
+        assert sh.command("p 3 + 3").strip() == "6"
+        sh.command("detach")
+        assert states(env) == {0: "post-mortem", 1: "post-mortem"}
+        assert "P post-mortem (2)" in run_debug(env, "-c", "mesh fragile").stdout
+        assert sh.command("continue").strip() == "Continued 2 ranks: fragile ranks[0,1]"
+        assert program.finish()[0] != 0
+    finally:
+        program.stop()
+
+
+FINISHES = textwrap.dedent('''
+    import sys
+
+    from monarch_pdb.actor import Actor, endpoint, this_host
+
+
+    class Worker(Actor):
+        @endpoint
+        def step(self):
+            breakpoint()
+            return 1
+
+
+    if __name__ == "__main__":
+        workers = this_host().spawn_procs(per_host={"gpu": 2}).spawn("worker", Worker)
+        try:
+            workers.step.call().get()
+        except Exception as error:
+            print("CALL FAILED", type(error).__name__, flush=True)
+        print("CALL DONE", flush=True)
+        with open(sys.argv[1]) as fifo:  # until the test lets the program end
+            fifo.read()
+''')
+
+
+@pytest.mark.timeout(90)
+def test_ranks_whose_calls_ended_are_listed_so_after_a_broker_restart(env, tmp_path):
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    program = run_script(env, tmp_path, "finishes.py", FINISHES, str(fifo))
+    try:
+        wait_for_sessions(env, 2)
+        assert run_debug(env, "-c", "attach worker 0", "-c", "q").returncode == 0
+        assert run_debug(env, "-c", "continue").returncode == 0
+        wait_for_lines(program, "CALL DONE", 1)
+        assert states(env) == {0: "quit", 1: "finished"}
+        [(pid, _)] = [(p, c) for p, c in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in c]
+        os.kill(pid, signal.SIGKILL)
+        wait_for_exit([pid], timeout=10)
+        rows = wait_for_all_rows(env, lambda rows: len(rows) == 2)
+        assert {row.rank: row.state for row in rows} == {0: "quit", 1: "finished"}
+        with open(fifo, "w") as release:
+            release.write("go")
+        assert program.finish()[0] == 0
+    finally:
+        program.stop()
 
 
 @pytest.mark.timeout(90)
@@ -692,6 +763,50 @@ def test_a_request_sent_to_a_broker_that_just_died_is_answered_by_the_next(env, 
         program.stop()
 
 
+WAITS = textwrap.dedent('''
+    import sys
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+    print("RUNNING", flush=True)
+    with open(sys.argv[1]) as go:  # until the test lets it go on
+        go.read()
+    loss = 0.5
+    breakpoint()
+''')
+
+
+@pytest.mark.timeout(90)
+def test_a_job_that_just_died_leaves_its_actor_name_to_the_job_that_runs(env, tmp_path, shell):
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    first = run_train(env, tmp_path, 6, MONARCH_PDB_JOB="first")
+    second = None
+    try:
+        wait_for_sessions(env, 1)
+        second = run_script(env, tmp_path, "waits.py", WAITS, str(fifo), MONARCH_PDB_JOB="second",
+                            MONARCH_PDB_ACTOR="train", RANK="0")
+        wait_for_lines(second, "RUNNING", 1)
+        wait_for_all_rows(env, lambda rows: len(rows) == 2)
+        sh = shell()
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        assert re.search(r"waits\.py:\d+ <module>  ranks\[0\]", sh.command("stacks train")), "the live job's rank"
+        sh.child.sendline("wait train 1")
+        sh.expect_absent(r"ranks of train stopped", 1.0)
+        with open(fifo, "w") as go:
+            go.write("go")
+        sh.expect(r"1 ranks of train stopped")
+        sh.wait_prompt()
+        assert "Continued 1 rank" in sh.command("continue")
+        assert second.finish()[0] == 0
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 @pytest.mark.timeout(90)
 def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, shell):
     first = run_train(env, tmp_path, 0, MONARCH_PDB_JOB="first")
@@ -732,6 +847,31 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         assert "(the broker restarted; attached again to debugee 13" in out and out.endswith("13\n")
         sh.command("detach")
         assert sh.command("cast debugee ranks(0,1) p rank").startswith("debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n")
+        sh.kill()
+    finally:
+        program.stop()
+        stop_broker(broker)
+
+
+@pytest.mark.timeout(120)
+def test_a_cast_whose_broker_restarts_names_the_ranks_whose_answers_were_lost(env):
+    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()))
+    broker, _ = start_broker(env)
+    program = Program(env, EXAMPLES / "debugging.py")
+    try:
+        wait_for_sessions(env, 16)
+        sh = ShellDriver(env)
+        sh.wait_prompt()
+        sh.child.sendline("cast debugee ranks(0:3) p __import__('time').sleep(3) or rank")
+        wait_for_all_rows(env, lambda rows: {r.rank for r in rows if r.state == "running"} == {0, 1, 2})
+        broker.kill()
+        broker.wait()
+        broker, _ = start_broker(env)
+        sh.expect(r"the broker restarted during the cast; the answers of debugee ranks\[0-2\] \(3\) were lost "
+                  r"\(the line may have run there\)")
+        sh.wait_prompt()
+        wait_for_sessions(env, 16)
+        assert "\ndebugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n" in sh.command("cast debugee ranks(0,1) p rank")
         sh.kill()
     finally:
         program.stop()
