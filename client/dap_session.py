@@ -118,6 +118,8 @@ class Thread:
     meanwhile is their answer."""
     echo: bool = False
     """The answer to one of them came: its prompt's output, which follows, is that answer again."""
+    stop: int = 0
+    """The rank's number for the stop its frames were shown at (`Inspection.stop`)."""
 
 
 def thread_name(row: wire.SessionRow) -> str:
@@ -255,6 +257,7 @@ class DebugSession:
     def on_stackTrace(self, args: dict) -> dict:
         thread = self.thread(args)
         answer = self.inspect(thread, wire.Query.STACK, mine=self.just_my_code)
+        thread.stop = answer.stop
         start = max(0, int(args.get("startFrame") or 0))
         levels = int(args.get("levels") or 0)
         chosen = answer.items[start:start + levels] if levels > 0 else answer.items[start:]
@@ -472,7 +475,9 @@ class DebugSession:
         return self.inspect_all(threads, wire.Query.BREAKPOINTS, expression=path, spots=spots)
 
     def pdb_line(self, thread: Thread, line: str) -> str:
-        """A line of the Debug Console, run by the rank's pdb; what it printed."""
+        """A line of the Debug Console, run by the rank's pdb; what it printed. The frames and
+        values shown stay valid unless the line ran the rank (`n`), which the editor is told
+        as a stop of that thread, so that it asks for them again."""
         assert self.conn is not None
         thread.own += 1
         try:
@@ -486,11 +491,11 @@ class DebugSession:
                   and m.session == thread.session]
         self.conn.aside = [m for m in self.conn.aside if not any(m is a for a in answer)]
         thread.echo = bool(thread.session) and not any(m.paused for m in answer)
-        self.frames.forget(thread.id)
-        self.values.forget(thread.id)
         for group in result.groups:
             if group.outcome:
                 self.gone(thread)
+            elif self.inspect(thread, wire.Query.STACK).stop != thread.stop:
+                self.stopped(thread, "step", own=True)
             return group.output.rstrip("\n")
         for missing in result.missing:
             raise RequestError(f"{thread.actor} {thread.rank} did not answer: {missing.reason}")
@@ -525,7 +530,7 @@ class DebugSession:
             self.gone(thread)
         elif msg.groups:
             thread.echo = bool(thread.session)
-            self.stopped(thread, "pause" if thread.pausing else reason)
+            self.stopped(thread, "pause" if thread.pausing else reason, own=True)
 
     # --- the sessions the editor holds -------------------------------------------------
 
@@ -680,12 +685,14 @@ class DebugSession:
         mine = [row for row in rows if self.target.chooses(row.job, row.actor, None, row.rank)]
         return set(ranks.select(selection, ((row.rank, row.coords) for row in mine)))
 
-    def stopped(self, thread: Thread, reason: str) -> None:
+    def stopped(self, thread: Thread, reason: str, own: bool = False) -> None:
+        """Told to the editor, which shows the first stop; later ones keep the focus where it
+        is, but for the end of the user's `own` step of that thread, whose new frame it shows."""
         thread.running = thread.pausing = thread.released = False
         self.frames.forget(thread.id)
         self.values.forget(thread.id)
         body = {"reason": reason, "threadId": thread.id, "allThreadsStopped": False}
-        if self.focus_sent:
+        if self.focus_sent and not own:
             body["preserveFocusHint"] = True
         self.focus_sent = True
         self.send_event("stopped", body)

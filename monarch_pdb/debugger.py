@@ -282,6 +282,12 @@ class RemotePdb(ConfinedPdb):
         self.cmdqueue.append("continue")
         return default
 
+    def setup(self, f, tb):
+        """pdb's, at each stop: counted, so that an editor's handles of the last stop are
+        forgotten, and those of a stop that a line did not end are kept."""
+        self.session.stops += 1
+        return super().setup(f, tb)
+
     def user_line(self, frame) -> None:
         """pdb's stop at a line, but for the editor's log points, which print and go on."""
         if not self.session.breakpoints.logged(self, frame):
@@ -315,6 +321,8 @@ class Session:
     ended: bool = False
     released: bool = False
     """Whether the last line came with the shell's top-level continue (`Line.release`)."""
+    stops: int = 0
+    """How many times pdb stopped (`RemotePdb.setup`)."""
 
     def __post_init__(self) -> None:
         self.io = SessionIO(self.ask)
@@ -330,6 +338,8 @@ class Session:
     def ask(self, printed: tuple[str, str]) -> str:
         """Send what pdb printed and where it stands; wait for the line that answers it."""
         output, prompt = printed
+        if self.inspector.stop != self.stops:
+            self.inspector = Inspector(self)
         frame = self.debugger.curframe
         ident = self.identity
         self.agent.wait_for_input(wire.Prompt(
@@ -343,7 +353,6 @@ class Session:
         while isinstance(line, wire.Inspect):
             self.agent.link.post(self.inspector.answer(line))
             line = self.inbox.get()
-        self.inspector = Inspector(self)
         self.cmd, self.released = line.cmd, line.release
         self.reason, self.exc, self.exception = wire.Stop.BREAKPOINT, "", None
         if line.release:

@@ -1160,6 +1160,9 @@ class Inspection(Message):
     items: list[Item]
     total: int = 0
     error: str = ""
+    stop: int = 0
+    """The session's number for the stop that answered: the same while the rank has not run
+    (a Debug Console line that only prints keeps the editor's frames), another once it has."""
 
 
 # --- an editor's breakpoints in running ranks ----------------------------------------------

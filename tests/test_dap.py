@@ -115,10 +115,35 @@ def test_next_moves_only_that_rank(example, editor):
     before = {rank: top_frame(editor, thread)["line"] for rank, thread in by_rank.items()}
     editor.request("next", threadId=by_rank[4])
     stop = editor.take_events("stopped", reason="step")[0]["body"]
-    assert stop["threadId"] == by_rank[4] and stop["preserveFocusHint"] is True
+    assert stop["threadId"] == by_rank[4] and "preserveFocusHint" not in stop, "the user's own step shows its new frame"
     after = {rank: top_frame(editor, thread)["line"] for rank, thread in by_rank.items()}
     assert after[4] == before[4] + 1
     assert {r: line for r, line in after.items() if r != 4} == {r: line for r, line in before.items() if r != 4}
+
+
+@pytest.mark.timeout(120)
+def test_a_console_line_keeps_the_frames_shown_unless_it_ran_the_rank(example, editor):
+    """As VS Code does after a Debug Console line: scopes, variables and watch again with the
+    ids it holds; a line that ran the rank (`n`) is told as a stop of that thread."""
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    thread = threads_by_rank(editor)[9]
+    frame = top_frame(editor, thread)
+    scopes = editor.request("scopes", frameId=frame["id"])["scopes"]
+    editor.request("variables", variablesReference=scopes[0]["variablesReference"])
+    assert editor.request("evaluate", expression="p rank", frameId=frame["id"], context="repl")["result"] == "9"
+    scopes = editor.request("scopes", frameId=frame["id"])["scopes"]
+    local = {v["name"]: v["value"] for v in
+             editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]}
+    assert local["rank"] == "9"
+    assert editor.request("evaluate", expression="rank + 1", frameId=frame["id"], context="watch")["result"] == "10"
+    assert editor.request("evaluate", expression="rank", frameId=frame["id"], context="hover")["result"] == "9"
+    assert not [e for e in editor.events if e["event"] in ("stopped", "invalidated")]
+
+    editor.request("evaluate", expression="n", frameId=frame["id"], context="repl")
+    stop = editor.take_events("stopped", reason="step")[0]["body"]
+    assert stop["threadId"] == thread and "preserveFocusHint" not in stop
+    assert top_frame(editor, thread)["line"] == frame["line"] + 1
 
 
 @pytest.mark.timeout(120)
