@@ -442,6 +442,9 @@ def post_mortem(exc: BaseException) -> None:
     session = session_for_this_thread(agent)
     session.reason, session.exc, session.exception = wire.Stop.POST_MORTEM, describe(exc), exc
     debugger = session.debugger
+    # A breakpoint left set kept pdb tracing this thread, and the reset below clears where
+    # it stops: traced, it would stop at once inside bdb's own code (3.11, 3.12).
+    sys.settrace(None)
     debugger.reset()
     try:
         debugger.post_mortem(exc)
