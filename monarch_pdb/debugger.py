@@ -288,6 +288,12 @@ class RemotePdb(ConfinedPdb):
         self.session.stops += 1
         return super().setup(f, tb)
 
+    def break_here(self, frame) -> bool:
+        """pdb's, without the breakpoints of an editor that is gone (one that set them and
+        disconnected while the rank ran)."""
+        self.session.breakpoints.drop_gone(self, self.session.agent.gone_editors)
+        return super().break_here(frame)
+
     def user_line(self, frame) -> None:
         """pdb's stop at a line, but for the editor's log points, which print and go on."""
         if not self.session.breakpoints.logged(self, frame):
@@ -355,6 +361,7 @@ class Session:
             line = self.inbox.get()
         self.cmd, self.released = line.cmd, line.release
         self.reason, self.exc, self.exception = wire.Stop.BREAKPOINT, "", None
+        self.breakpoints.drop_gone(self.debugger, self.agent.gone_editors)
         if line.release:
             self.debugger.clear_all_breaks()
             self.breakpoints.restore(self.debugger)

@@ -117,6 +117,16 @@ class EditorBreakpoints:
         return [wire.Item(name=str(spot.line), value=self.set(debugger, path, spot) or "", line=spot.line)
                 for spot in spots]
 
+    def drop_gone(self, debugger, gone: set[bytes]) -> None:
+        """Forget them once the editor that set them is `gone` (disconnected, or lost)."""
+        if not self.files or self.owner not in gone:
+            return
+        for path, spots in self.files.items():
+            for spot in spots:
+                debugger.clear_break(path, spot.line)
+        self.files.clear()
+        self.logs.clear()
+
     def restore(self, debugger) -> None:
         """Set them again, once pdb's own are cleared."""
         self.logs.clear()

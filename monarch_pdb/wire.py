@@ -1246,6 +1246,15 @@ class Logged(Message):
     text: str
 
 
+@message("editor_gone")
+class EditorGone(Message):
+    """Broker to agent, and to a broker below: the editor `owner` (named as in `BreakRanks`)
+    disconnected or was lost; its breakpoints, in running and paused ranks, and its `uncaught`
+    filter go with it."""
+
+    owner: bytes
+
+
 # --- between brokers: a broker with an upstream, and its parent ----------------------------
 #
 # A broker below speaks to its parent as a shell would be answered: it says hello as `broker`,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from dap_client import DAP, DapClient
-from programs import (DEBUG_SHELL, EXAMPLES, Program, debug, start_broker, stop_broker, stop_line, wait_for_all_rows,
+from programs import (DEBUG_SHELL, EXAMPLES, BrokerLog, Program, debug, start_broker, stop_broker, stop_line, wait_for_all_rows,
                       wait_for_lines, wait_for_sessions)
+from monarch_pdb import wire
 from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
@@ -709,6 +710,72 @@ def test_ranks_that_start_after_the_editor_set_its_breakpoints_and_filter_take_t
         if program is not None:
             program.stop()
         stop_broker(broker)
+
+
+def editor_gone(editor: DapClient, how: str) -> None:
+    """The editor disconnects, or its adapter dies (the broker finds its connection lost)."""
+    if how == "disconnect":
+        editor.request("disconnect")
+        assert editor.proc.wait(timeout=30) == 0, editor.stderr()
+    else:
+        editor.proc.kill()
+        editor.proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("how", ["disconnect", "lost"])
+@pytest.mark.timeout(120)
+def test_the_editors_breakpoints_in_paused_ranks_go_when_it_disconnects_or_is_lost(env, example, editor, how):
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    shown = editor.request("setBreakpoints", source={"path": EXAMPLE},
+                           breakpoints=[{"line": 12}, {"line": 16}, {"line": 24}])["breakpoints"]
+    assert all(b["verified"] for b in shown), shown
+    editor_gone(editor, how)
+    wait_for_all_rows(env, lambda rows: len(rows) == 16 and not any(r.attached for r in rows), 60,
+                      ask=wire.ListSessions())
+    assert debug(env, "continue").returncode == 0
+    rows = wait_for_all_rows(env, lambda rows: len(rows) == 4 and all(r.state == "post-mortem" for r in rows), 60,
+                             ask=wire.ListSessions())
+    assert sorted(r.rank for r in rows) == [2, 6, 10, 14], "no rank stops at a breakpoint of the editor that left"
+
+
+@pytest.mark.each_python
+@pytest.mark.parametrize("how", ["disconnect", "lost"])
+@pytest.mark.timeout(180)
+def test_running_ranks_and_later_jobs_take_nothing_from_an_editor_that_left(env, tmp_path, editor, how):
+    broker, _ = start_broker(env)
+    said = BrokerLog(broker)
+    script = tmp_path / "loops.py"
+    script.write_text(LOOPS.replace("PAUSED", "[]"))
+    started = []
+    try:
+        started.append(Program(env, script, str(tmp_path / "first-stop-")))
+        wait_for_lines(started[0], "RUNNING", 2)
+        wait_for_all_rows(env, lambda rows: len(rows) == 2)
+        editor.attach()
+        go = f"__import__('os').path.exists({str(tmp_path / 'go')!r})"
+        editor.request("setBreakpoints", source={"path": str(script)},
+                       breakpoints=[{"line": VISIT_LINE, "condition": go}])
+        assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
+        editor_gone(editor, how)
+        said.wait_for("its breakpoints and exception filter are removed from every rank")
+        (tmp_path / "go").touch()
+        for rank in (0, 1):
+            (tmp_path / f"first-stop-{rank}").touch()
+        code, out = started[0].finish()
+        assert code != 0 and "rank 1 was told to stop" in out, out
+
+        started.append(Program(env, script, str(tmp_path / "later-stop-")))
+        wait_for_lines(started[1], "RUNNING", 2)
+        for rank in (0, 1):
+            (tmp_path / f"later-stop-{rank}").touch()
+        code, out = started[1].finish()
+        assert code != 0 and "rank 1 was told to stop" in out, out
+    finally:
+        for program in started:
+            if program.proc.returncode is None:
+                program.stop()
+        said.stop()
 
 
 LATE = textwrap.dedent("""
