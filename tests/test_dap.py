@@ -37,6 +37,11 @@ def threads_by_rank(editor: DapClient) -> dict[int, int]:
     return {int(t["name"].split(" · ")[0].split()[1]): t["id"] for t in editor.request("threads")["threads"]}
 
 
+def plain(breakpoints: list[dict]) -> list[dict]:
+    """Breakpoints as shown, without the ids the adapter gives them."""
+    return [{key: value for key, value in shown.items() if key != "id"} for shown in breakpoints]
+
+
 def top_frame(editor: DapClient, thread: int) -> dict:
     return editor.request("stackTrace", threadId=thread, startFrame=0, levels=1)["stackFrames"][0]
 
@@ -564,7 +569,7 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
     editor.attach()
     shown = editor.request("setBreakpoints", source={"path": str(script)},
                            breakpoints=[{"line": VISIT_LINE}, {"line": 2}])["breakpoints"]
-    assert shown[0] == {"verified": True, "line": VISIT_LINE}
+    assert plain(shown)[0] == {"verified": True, "line": VISIT_LINE}
     assert not shown[1]["verified"] and "holds no code" in shown[1]["message"]
     stops = editor.take_events("stopped", 2, reason="breakpoint")
     by_rank = threads_by_rank(editor)
@@ -606,12 +611,12 @@ def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_poin
         if not MONITORING:  # the running rank's process answered from below the host broker
             assert shown[0]["message"].startswith("looper 1: set when the rank next stops"), shown
             return
-        assert shown == [{"verified": True, "line": LOOP_LINE}], "set in the running rank's process below the host broker"
+        assert plain(shown) == [{"verified": True, "line": LOOP_LINE}], "set in the running rank's process below the host broker"
         printed = console_lines(editor, 3)
         assert all(line.startswith("looper 1: round ") and line.endswith(" of 1\n") for line in printed), printed
         shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": VISIT_LINE}])["breakpoints"]
-        assert shown == [{"verified": True, "line": VISIT_LINE}]
+        assert plain(shown) == [{"verified": True, "line": VISIT_LINE}]
         [stopped] = editor.take_events("stopped", reason="breakpoint")
         thread = stopped["body"]["threadId"]
         assert threads_by_rank(editor)[1] == thread
@@ -630,7 +635,7 @@ def test_log_points_print_in_the_console_naming_the_rank_with_conditions_and_hit
              "condition": "round % 2 == 1", "hitCondition": "2"}
     shown = editor.request("setBreakpoints", source={"path": str(script)}, breakpoints=[point])["breakpoints"]
     if MONITORING:
-        assert shown == [{"verified": True, "line": VISIT_LINE}]
+        assert plain(shown) == [{"verified": True, "line": VISIT_LINE}]
     else:  # the running rank 1 takes it at its next stop
         assert shown[0]["message"].startswith("looper 1: set when the rank next stops")
     editor.request("continue", threadId=threads_by_rank(editor)[0])
@@ -691,7 +696,7 @@ def test_ranks_that_start_after_the_editor_set_its_breakpoints_and_filter_take_t
         editor.attach()
         shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": VISIT_LINE, "condition": "rank == 1"}])["breakpoints"]
-        assert shown == [{"verified": False, "line": VISIT_LINE,
+        assert plain(shown) == [{"verified": False, "line": VISIT_LINE,
                           "message": "no selected rank is paused or runs yet: set in each as it starts or stops"}]
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         program = Program(env, script, str(tmp_path / "stop-"))
@@ -778,6 +783,53 @@ def test_running_ranks_and_later_jobs_take_nothing_from_an_editor_that_left(env,
         said.stop()
 
 
+@pytest.mark.parametrize("wait", [False, True])
+@pytest.mark.timeout(180)
+def test_when_every_rank_finished_the_session_ends_unless_it_waits_for_the_next_job(env, example, editor, wait):
+    editor.attach(waitForJob=wait)
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    editor.request("continue", threadId=by_rank[0])
+    raised = editor.take_events("stopped", 4, reason="exception")
+    editor.request("continue", threadId=raised[0]["body"]["threadId"])
+    code, out = example.finish()
+    assert code != 0, out
+    if not wait:
+        editor.take_events("terminated")
+        assert any(re.fullmatch(r"monarch-pdb: every rank of debugging-\d+ finished\n", line)
+                   for line in console_lines(editor, 1))
+        return
+    later = Program(env, EXAMPLES / "debugging.py")
+    try:
+        editor.take_events("stopped", 16, reason="breakpoint")
+        assert len(threads_by_rank(editor)) == 16
+        assert not [e for e in editor.events if e["event"] == "terminated"], "it waited for the next job"
+    finally:
+        later.stop()
+
+
+@pytest.mark.timeout(120)
+def test_attached_before_the_job_its_breakpoints_turn_verified_once_a_rank_takes_them(env, editor):
+    broker, _ = start_broker(env)
+    program = None
+    try:
+        editor.attach()
+        assert console_lines(editor, 1) == ["monarch-pdb: no selected rank is paused yet (0 rank processes run): "
+                                            "each one that stops at a breakpoint, raises or is paused becomes a thread\n"]
+        shown = editor.request("setBreakpoints", source={"path": EXAMPLE},
+                               breakpoints=[{"line": 12}, {"line": 3}])["breakpoints"]
+        assert [(b["verified"], b["line"]) for b in shown] == [(False, 12), (False, 3)]
+        program = Program(env, EXAMPLES / "debugging.py")
+        changed = editor.take_events("breakpoint", reason="changed")[0]["body"]["breakpoint"]
+        assert changed == {"id": shown[0]["id"], "verified": True, "line": 12}
+        editor.take_events("stopped", 16, reason="breakpoint")
+        assert not [e for e in editor.events if e["event"] == "breakpoint"], "line 3 holds no code: never verified"
+    finally:
+        if program is not None:
+            program.stop()
+        stop_broker(broker)
+
+
 LATE = textwrap.dedent("""
     import os
     import sys
@@ -818,7 +870,7 @@ def test_a_breakpoint_in_a_file_the_running_rank_has_not_imported_yet_stops_it_o
         editor.attach()
         shown = editor.request("setBreakpoints", source={"path": str(tmp_path / "late.py")},
                                breakpoints=[{"line": STEP_LINE}])["breakpoints"]
-        assert shown == [{"verified": True, "line": STEP_LINE}], "set as the file loads"
+        assert plain(shown) == [{"verified": True, "line": STEP_LINE}], "set as the file loads"
         (tmp_path / "go-import").touch()
         stop = editor.take_events("stopped", reason="breakpoint")[0]["body"]
         assert (top_frame(editor, stop["threadId"])["name"], top_frame(editor, stop["threadId"])["line"]) == (
