@@ -524,12 +524,20 @@ class DebugSession:
         for group in result.groups:
             if group.outcome:
                 self.gone(thread)
-            elif self.inspect(thread, wire.Query.STACK).stop != thread.stop:
+            elif self.moved(thread):
                 self.stopped(thread, "step", own=True)
             return group.output.rstrip("\n")
         for missing in result.missing:
             raise RequestError(f"{thread.actor} {thread.rank} did not answer: {missing.reason}")
         return ""
+
+    def moved(self, thread: Thread) -> bool:
+        """Whether the rank stopped anew since its frames were shown (an answer that does not
+        say is taken as yes: the editor asks for them again)."""
+        try:
+            return self.inspect(thread, wire.Query.STACK).stop != thread.stop
+        except RequestError:
+            return True
 
     def step(self, thread: Thread, line: str) -> None:
         """Send pdb's command to one rank; it stops again when the cast's answer comes

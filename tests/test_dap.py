@@ -567,6 +567,7 @@ def console_lines(editor: DapClient, count: int, timeout: float = 60.0) -> list[
 def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_them_run(loops, editor):
     program, script = loops()
     editor.attach()
+    assert console_lines(editor, 1)[0].startswith("monarch-pdb: no selected rank is paused yet (2 rank processes run)")
     shown = editor.request("setBreakpoints", source={"path": str(script)},
                            breakpoints=[{"line": VISIT_LINE}, {"line": 2}])["breakpoints"]
     assert plain(shown)[0] == {"verified": True, "line": VISIT_LINE}
@@ -601,6 +602,7 @@ def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_poin
         wait_for_lines(program, "RUNNING", 2)
         wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "running"), (1, "running")])
         editor.attach()
+        assert console_lines(editor, 1)[0].startswith("monarch-pdb: no selected rank is paused yet")
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         (tmp_path / "stop-0").touch()
         stop = editor.take_events("stopped", reason="exception")[0]["body"]
