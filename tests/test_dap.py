@@ -127,6 +127,7 @@ def test_next_moves_only_that_rank(example, editor):
     assert {r: line for r, line in after.items() if r != 4} == {r: line for r, line in before.items() if r != 4}
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(120)
 def test_a_console_line_keeps_the_frames_shown_unless_it_ran_the_rank(example, editor):
     """As VS Code does after a Debug Console line: scopes, variables and watch again with the
@@ -766,6 +767,8 @@ def test_running_ranks_and_later_jobs_take_nothing_from_an_editor_that_left(env,
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         editor_gone(editor, how)
         said.wait_for("its breakpoints and exception filter are removed from every rank")
+        # Answered by each process after it was told, in the order the broker sent both.
+        assert debug(env, "peek looper ranks(:) rank").stdout.startswith("looper ranks[0] (1)\n0\n")
         (tmp_path / "go").touch()
         for rank in (0, 1):
             (tmp_path / f"first-stop-{rank}").touch()
