@@ -93,10 +93,14 @@ class Breakpoints:
         self.standing: dict[str, Standing] = {}
         """By file; "" for the `uncaught` filter. As in a process, the latest editor to set a
         file's breakpoints sets them for all."""
+        self.setters: set[bytes] = set()
+        """The editors (as this broker names them) that set breakpoints or the filter here,
+        in running ranks or paused ones: each one's go when it does."""
 
     def handlers(self) -> dict:
         return {wire.Breakpoints: self.on_breakpoints, wire.BreakReport: self.on_break_report,
-                wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged}
+                wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged,
+                wire.EditorGone: self.on_editor_gone}
 
     def chosen(self, msg: wire.Breakpoints) -> list[LiveRank]:
         """The live ranks the editor selects: of its actor, else of every actor of the job.
@@ -129,6 +133,7 @@ class Breakpoints:
         those of ranks that run (a paused one takes them as pdb's, asked of its session with
         `Inspect`)."""
         owner = UPSTREAM + msg.owner if shell == UPSTREAM else shell
+        self.setters.add(owner)
         try:
             chosen = self.chosen(msg)
         except (Refused, ranks.SelectorError) as refusal:
@@ -205,6 +210,25 @@ class Breakpoints:
         if request is not None and self.broker.registry.is_branch(identity) and identity in request.waiting:
             request.take_below(identity, msg.groups)
             self.broker.settle(self.table, request)
+
+    def on_editor_gone(self, identity: bytes, msg: wire.EditorGone) -> None:
+        """From the broker above: one of its editors is gone."""
+        if identity == UPSTREAM:
+            self.gone(UPSTREAM + msg.owner)
+
+    def gone(self, owner: bytes) -> bool:
+        """An editor disconnected or was lost: what it set stands no more, here, in every
+        process (running or paused, each forgets that editor's own) and below. Whether it
+        had set any."""
+        if owner not in self.setters:
+            return False
+        self.setters.discard(owner)
+        self.standing = {key: wish for key, wish in self.standing.items() if wish.owner != owner}
+        registry = self.broker.registry
+        for peer in list(registry.peers.values()):
+            if peer.role in (wire.Role.AGENT, wire.Role.BROKER):
+                self.broker.send(peer.identity, wire.EditorGone(owner=owner))
+        return True
 
     def on_logged(self, identity: bytes, msg: wire.Logged) -> None:
         """From an agent, or a broker below: to the editor that set the log point, if it is

@@ -8,6 +8,7 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from monarch_pdb import wire
+from monarch_pdb.broker.upstream import UPSTREAM
 
 KEPT = 4096
 """The most questions waiting for an answer; past it the oldest is forgotten (its asker has a
@@ -21,12 +22,13 @@ class Inspections:
 
     def ask(self, asker: bytes, msg: wire.Inspect, sid: int) -> wire.Inspect:
         """The question as the session's process gets it: its session, our number for it, and
-        who asked (whom its log points tell)."""
+        who asked (whom its log points tell), named as `BreakRanks` names it: from the broker
+        above, by the name it gives."""
         ref = next(self._refs)
         self._asked[ref] = (asker, msg.ref)
         if len(self._asked) > KEPT:
             self._asked.popitem(last=False)
-        return replace(msg, ref=ref, sid=sid, owner=asker)
+        return replace(msg, ref=ref, sid=sid, owner=UPSTREAM + msg.owner if asker == UPSTREAM else asker)
 
     def answered(self, msg: wire.Inspection) -> tuple[bytes, wire.Inspection] | None:
         """Who asked, and the answer under their number; None for an answer nobody waits for."""

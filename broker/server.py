@@ -489,6 +489,10 @@ class Broker:
                 for request in table:
                     request.lost(identity)
                     self.settle(table, request)
+        if gone.peer.role == wire.Role.SHELL and reason != wire.Ending.RECONNECTED and self.breakpoints.gone(identity):
+            how = "was lost" if reason == wire.Ending.LOST else "disconnected"
+            log(f"the editor on {gone.peer.host} (pid {gone.peer.pid}) {how}: its breakpoints and exception filter "
+                "are removed from every rank")
         if gone.job_left:
             log(f"job {gone.peer.name} left ({reason})")
         if gone.peer.role == wire.Role.AGENT:
@@ -1176,7 +1180,10 @@ class Broker:
         except Refused as refusal:
             self.send(identity, wire.Inspection(ref=msg.ref, items=[], error=str(refusal)))
             return
-        self.send(sess.peer, self.inspections.ask(identity, msg, sess.sid))
+        ask = self.inspections.ask(identity, msg, sess.sid)
+        if msg.query == wire.Query.BREAKPOINTS:
+            self.breakpoints.setters.add(ask.owner)
+        self.send(sess.peer, ask)
 
     def on_inspection(self, identity: bytes, msg: wire.Inspection) -> None:
         if (answer := self.inspections.answered(msg)) is not None:

@@ -20,6 +20,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 from typing import Any, BinaryIO
 
 from monarch_pdb import discovery
@@ -97,13 +98,25 @@ class Adapter:
         threading.Thread(target=self._read, name="dap-reader", daemon=True).start()
         try:
             while not self.done:
+                self._check_jobs()
                 if not self._drain():
-                    conn = self.session.conn
-                    readable([self._wake_r] + ([conn.signal_fd] if conn is not None else []), None)
+                    conn, due = self.session.conn, self.session.job_check
+                    readable([self._wake_r] + ([conn.signal_fd] if conn is not None else []),
+                             None if due is None else due - time.monotonic())
         finally:
             self.session.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+    def _check_jobs(self) -> None:
+        """Whether the jobs debugged ended, when it is time to ask (`DebugSession.job_check`)."""
+        due = self.session.job_check
+        if due is None or time.monotonic() < due:
+            return
+        try:
+            self.session.ended_jobs(time.monotonic())
+        except RequestError as error:
+            self.console(f"monarch-pdb: {error}", "stderr")
 
     def _put(self, kind: str, value: Any) -> None:
         self._inbox.put((kind, value))

@@ -33,6 +33,10 @@ UNCAUGHT = "uncaught"
 """The exception filter that stops every selected rank in post-mortem on an uncaught exception."""
 STEPS = {"next": "next", "stepIn": "step", "stepOut": "return"}
 """pdb's command for each of DAP's steps."""
+JOB_CHECK_EVERY = 1.0
+"""How often the editor asks whether the jobs it debugs have ended, while no rank of them is
+paused once a session ended: a rank's process exits a moment after its last call, and the
+broker tells no event of that."""
 
 Send = Callable[[str, dict], None]
 """How the session sends an event: its name and body."""
@@ -118,6 +122,8 @@ class Thread:
     meanwhile is their answer."""
     echo: bool = False
     """The answer to one of them came: its prompt's output, which follows, is that answer again."""
+    stop: int = 0
+    """The rank's number for the stop its frames were shown at (`Inspection.stop`)."""
 
 
 def thread_name(row: wire.SessionRow) -> str:
@@ -183,6 +189,16 @@ class DebugSession:
         """Each `sourceReference`'s file and the thread whose frame showed it."""
         self.source_text: dict[int, str] = {}
         """Each `sourceReference`'s text, once a rank gave it."""
+        self.wait_for_job = False
+        """`waitForJob`: once every rank has finished, wait for the next job rather than end."""
+        self.jobs: set[str] = set()
+        """The jobs the editor debugs: those it saw ranks of. The session ends with them."""
+        self.job_check: float | None = None
+        """When to ask again whether they ended (`time.monotonic()`), or never."""
+        self.unverified: dict[str, list[tuple[int, int]]] = {}
+        """By file: (id, line) of each breakpoint no rank has taken yet, told `verified` in a
+        `breakpoint` event once one does."""
+        self.breakpoint_ids = itertools.count(1)
 
     def close(self) -> None:
         if self.conn is not None:
@@ -231,6 +247,9 @@ class DebugSession:
         self.just_my_code = args.get("justMyCode", True)
         if not isinstance(self.just_my_code, bool):
             raise RequestError("attach: justMyCode is true or false")
+        self.wait_for_job = args.get("waitForJob", False)
+        if not isinstance(self.wait_for_job, bool):
+            raise RequestError("attach: waitForJob is true or false")
         settings = self.settings.with_overrides(host=args.get("host") or None, port=port)
         self.close()
         try:
@@ -240,10 +259,19 @@ class DebugSession:
         self.send_event("initialized", {})
 
     def on_configurationDone(self, args: dict) -> None:
-        """From now on the editor is told of stops; first of the ranks paused already."""
+        """From now on the editor is told of stops; first of the ranks paused already, and,
+        when there is none, the Debug Console says so."""
         self.configured = True
-        for thread in self.refresh():
+        jobs = [row for row in self.ask(wire.ListJobs(), wire.JobList).rows if self.target.job in ("", row.job)]
+        self.jobs.update(row.job for row in jobs)
+        paused = self.refresh()
+        for thread in paused:
             self.stopped(thread, "entry")
+        if not paused:
+            running = sum(row.processes for row in jobs)
+            self.console(f"monarch-pdb: no selected rank is paused yet ({running} rank processes run"
+                         f"{' in ' + self.target.job if self.target.job else ''}): each one that stops at a breakpoint, "
+                         "raises or is paused becomes a thread")
         for events in self.pending_events:
             self.events(events)
         self.pending_events.clear()
@@ -255,6 +283,7 @@ class DebugSession:
     def on_stackTrace(self, args: dict) -> dict:
         thread = self.thread(args)
         answer = self.inspect(thread, wire.Query.STACK, mine=self.just_my_code)
+        thread.stop = answer.stop
         start = max(0, int(args.get("startFrame") or 0))
         levels = int(args.get("levels") or 0)
         chosen = answer.items[start:start + levels] if levels > 0 else answer.items[start:]
@@ -331,17 +360,21 @@ class DebugSession:
                 for number in range(len(spots)):
                     reasons.setdefault(number, f"{thread.actor} {thread.rank}: {answer.error}")
         running = self.running_breakpoints(paused, path, spots, reasons)
-        shown, spot_number = [], 0
+        shown, spot_number, waiting = [], 0, []
         for index, spec in enumerate(wanted):
             if index in refused:
                 shown.append({"verified": False, "line": spec.get("line"), "message": refused[index]})
                 continue
             reason = reasons.get(spot_number)
-            entry = {"verified": reason is None and bool(paused or running), "line": spots[spot_number].line}
+            entry = {"id": next(self.breakpoint_ids), "verified": reason is None and bool(paused or running),
+                     "line": spots[spot_number].line}
             if reason or not (paused or running):
                 entry["message"] = reason or "no selected rank is paused or runs yet: set in each as it starts or stops"
+            if not (paused or running):
+                waiting.append((entry["id"], entry["line"]))
             shown.append(entry)
             spot_number += 1
+        self.unverified[path] = waiting
         return {"breakpoints": shown}
 
     def running_breakpoints(self, paused: list[Thread], path: str, spots: list[wire.Spot],
@@ -472,7 +505,9 @@ class DebugSession:
         return self.inspect_all(threads, wire.Query.BREAKPOINTS, expression=path, spots=spots)
 
     def pdb_line(self, thread: Thread, line: str) -> str:
-        """A line of the Debug Console, run by the rank's pdb; what it printed."""
+        """A line of the Debug Console, run by the rank's pdb; what it printed. The frames and
+        values shown stay valid unless the line ran the rank (`n`), which the editor is told
+        as a stop of that thread, so that it asks for them again."""
         assert self.conn is not None
         thread.own += 1
         try:
@@ -486,15 +521,23 @@ class DebugSession:
                   and m.session == thread.session]
         self.conn.aside = [m for m in self.conn.aside if not any(m is a for a in answer)]
         thread.echo = bool(thread.session) and not any(m.paused for m in answer)
-        self.frames.forget(thread.id)
-        self.values.forget(thread.id)
         for group in result.groups:
             if group.outcome:
                 self.gone(thread)
+            elif self.moved(thread):
+                self.stopped(thread, "step", own=True)
             return group.output.rstrip("\n")
         for missing in result.missing:
             raise RequestError(f"{thread.actor} {thread.rank} did not answer: {missing.reason}")
         return ""
+
+    def moved(self, thread: Thread) -> bool:
+        """Whether the rank stopped anew since its frames were shown (an answer that does not
+        say is taken as yes: the editor asks for them again)."""
+        try:
+            return self.inspect(thread, wire.Query.STACK).stop != thread.stop
+        except RequestError:
+            return True
 
     def step(self, thread: Thread, line: str) -> None:
         """Send pdb's command to one rank; it stops again when the cast's answer comes
@@ -525,7 +568,7 @@ class DebugSession:
             self.gone(thread)
         elif msg.groups:
             thread.echo = bool(thread.session)
-            self.stopped(thread, "pause" if thread.pausing else reason)
+            self.stopped(thread, "pause" if thread.pausing else reason, own=True)
 
     # --- the sessions the editor holds -------------------------------------------------
 
@@ -632,6 +675,8 @@ class DebugSession:
                 elif event.kind in (wire.EventKind.ENDED, wire.EventKind.LOST):
                     self.gone(thread)
                     listed = False
+            if event.kind in (wire.EventKind.ENDED, wire.EventKind.LOST) and event.job in self.jobs:
+                self.job_check = time.monotonic()
 
     # --- threads -----------------------------------------------------------------------
 
@@ -653,12 +698,41 @@ class DebugSession:
                 new.append(thread)
                 if self.configured:
                     self.send_event("thread", {"reason": "started", "threadId": thread.id})
+                self.jobs.add(row.job)
                 for path, spots in self.breakpoints.items():
-                    self.apply_breakpoints([thread], path, spots)
+                    self.taken(path, spots, self.apply_breakpoints([thread], path, spots)[0])
             shown.append(thread)
         if new:
             self.hold(new)
         return shown
+
+    def taken(self, path: str, spots: list[wire.Spot], answer: wire.Inspection) -> None:
+        """A rank took the file's breakpoints: each that waited for one, and that it could
+        set, is verified now."""
+        waiting = self.unverified.get(path)
+        if not waiting or answer.error:
+            return
+        set_lines = {spot.line for spot, item in zip(spots, answer.items) if not item.value}
+        for number, line in waiting:
+            if line in set_lines:
+                self.send_event("breakpoint", {"reason": "changed",
+                                               "breakpoint": {"id": number, "verified": True, "line": line}})
+        self.unverified[path] = [(number, line) for number, line in waiting if line not in set_lines]
+
+    def ended_jobs(self, now: float) -> None:
+        """Once every rank of the jobs the editor debugs has finished, the session ends
+        (`terminated`), unless it waits for the next job; while some still run, ask again."""
+        self.job_check = None
+        if self.wait_for_job or not self.jobs or self.conn is None or any(
+                not t.running for t in self.threads.values()):
+            return
+        live = {row.job for row in self.ask(wire.ListJobs(), wire.JobList).rows if row.processes}
+        if self.jobs & live:
+            self.job_check = now + JOB_CHECK_EVERY
+            return
+        self.console(f"monarch-pdb: every rank of {', '.join(sorted(self.jobs))} finished")
+        self.jobs.clear()
+        self.send_event("terminated", {})
 
     def tell_hidden(self, chosen: list[wire.SessionRow], limit: int) -> None:
         """Say in the Debug Console, once for each count, how many paused ranks are not shown
@@ -680,12 +754,14 @@ class DebugSession:
         mine = [row for row in rows if self.target.chooses(row.job, row.actor, None, row.rank)]
         return set(ranks.select(selection, ((row.rank, row.coords) for row in mine)))
 
-    def stopped(self, thread: Thread, reason: str) -> None:
+    def stopped(self, thread: Thread, reason: str, own: bool = False) -> None:
+        """Told to the editor, which shows the first stop; later ones keep the focus where it
+        is, but for the end of the user's `own` step of that thread, whose new frame it shows."""
         thread.running = thread.pausing = thread.released = False
         self.frames.forget(thread.id)
         self.values.forget(thread.id)
         body = {"reason": reason, "threadId": thread.id, "allThreadsStopped": False}
-        if self.focus_sent:
+        if self.focus_sent and not own:
             body["preserveFocusHint"] = True
         self.focus_sent = True
         self.send_event("stopped", body)

@@ -106,6 +106,9 @@ class Agent:
         self.presence = Presence(self.threads, wake=lambda: self.link.post())
         self.interrupts = Interrupts(stop)
         self.evaluations = Evaluations(wake=lambda: self.link.post())
+        self.gone_editors: set[bytes] = set()
+        """Editors that disconnected, or were lost, after setting breakpoints: a session
+        forgets theirs (`EditorBreakpoints.drop_gone`) before it stops at one or runs on."""
         self.breakpoints = RunningBreakpoints(lambda owner, text: self.log(owner, current(), text), break_at)
         self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
 
@@ -235,6 +238,8 @@ class Agent:
             if inbox is not None:
                 inbox.put(Line(msg.cmd, msg.line, msg.release))
         elif isinstance(msg, wire.Inspect):
+            if msg.query == wire.Query.BREAKPOINTS:
+                self.gone_editors.discard(msg.owner)
             with self._lock:
                 inbox = self._inboxes.get(msg.sid) if msg.sid in self._waiting else None
             if inbox is None:
@@ -249,6 +254,9 @@ class Agent:
             self.interrupt(msg.actor, msg.ranks)
         elif isinstance(msg, wire.BreakRanks):
             self.set_breakpoints(msg)
+        elif isinstance(msg, wire.EditorGone):
+            self.gone_editors.add(msg.owner)
+            self.breakpoints.forget(msg.owner)
 
     def log(self, owner: bytes, ident: Identity, text: str) -> None:
         """A log point's message, for the editor that set it."""
@@ -330,8 +338,9 @@ class Agent:
     def set_breakpoints(self, msg: wire.BreakRanks) -> None:
         """An editor's breakpoints in this process's code, found on a thread of ours (finding a
         file's code looks at every function of the process); the link answers."""
+        self.gone_editors.discard(msg.owner)
         if msg.uncaught is not None:
-            self.breakpoints.uncaught = msg.uncaught
+            self.breakpoints.uncaught, self.breakpoints.uncaught_owner = msg.uncaught, msg.owner
 
         def change() -> list[str]:
             try:

@@ -295,6 +295,18 @@ class RemotePdb(ConfinedPdb):
         finally:
             self.session.resumed()
 
+    def setup(self, f, tb):
+        """pdb's, at each stop: counted, so that an editor's handles of the last stop are
+        forgotten, and those of a stop that a line did not end are kept."""
+        self.session.stops += 1
+        return super().setup(f, tb)
+
+    def break_here(self, frame) -> bool:
+        """pdb's, without the breakpoints of an editor that is gone (one that set them and
+        disconnected while the rank ran)."""
+        self.session.breakpoints.drop_gone(self, self.session.agent.gone_editors)
+        return super().break_here(frame)
+
     def user_line(self, frame) -> None:
         """pdb's stop at a line, but for the editor's log points, which print and go on."""
         if not self.session.breakpoints.logged(self, frame):
@@ -328,6 +340,8 @@ class Session:
     ended: bool = False
     released: bool = False
     """Whether the last line came with the shell's top-level continue (`Line.release`)."""
+    stops: int = 0
+    """How many times pdb stopped (`RemotePdb.setup`)."""
 
     def __post_init__(self) -> None:
         self.io = SessionIO(self.ask)
@@ -343,6 +357,8 @@ class Session:
     def ask(self, printed: tuple[str, str]) -> str:
         """Send what pdb printed and where it stands; wait for the line that answers it."""
         output, prompt = printed
+        if self.inspector.stop != self.stops:
+            self.inspector = Inspector(self)
         frame = self.debugger.curframe
         ident = self.identity
         self.agent.wait_for_input(wire.Prompt(
@@ -356,8 +372,8 @@ class Session:
         while isinstance(line, wire.Inspect):
             self.agent.link.post(self.inspector.answer(line))
             line = self.inbox.get()
-        self.inspector = Inspector(self)
         self.cmd, self.released = line.cmd, line.release
+        self.breakpoints.drop_gone(self.debugger, self.agent.gone_editors)
         if line.release:
             self.debugger.clear_all_breaks()
             self.breakpoints.restore(self.debugger)
@@ -450,6 +466,9 @@ def post_mortem(exc: BaseException) -> None:
     session = session_for_this_thread(agent)
     session.reason, session.exc, session.exception = wire.Stop.POST_MORTEM, describe(exc), exc
     debugger = session.debugger
+    # A breakpoint left set kept pdb tracing this thread, and the reset below clears where
+    # it stops: traced, it would stop at once inside bdb's own code (3.11, 3.12).
+    sys.settrace(None)
     debugger.reset()
     try:
         debugger.post_mortem(exc)

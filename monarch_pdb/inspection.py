@@ -117,6 +117,16 @@ class EditorBreakpoints:
         return [wire.Item(name=str(spot.line), value=self.set(debugger, path, spot) or "", line=spot.line)
                 for spot in spots]
 
+    def drop_gone(self, debugger, gone: set[bytes]) -> None:
+        """Forget them once the editor that set them is `gone` (disconnected, or lost)."""
+        if not self.files or self.owner not in gone:
+            return
+        for path, spots in self.files.items():
+            for spot in spots:
+                debugger.clear_break(path, spot.line)
+        self.files.clear()
+        self.logs.clear()
+
     def restore(self, debugger) -> None:
         """Set them again, once pdb's own are cleared."""
         self.logs.clear()
@@ -152,21 +162,22 @@ class EditorBreakpoints:
 
 
 class Inspector:
-    """One paused stop's handles: made as values are shown, forgotten when the session runs.
+    """One paused stop's handles: made as values are shown, forgotten once the session has run.
     `session` is the paused one (debugger.Session): its pdb, the exception a post-mortem stop
     caught, the editor's breakpoints."""
 
     def __init__(self, session) -> None:
         self.session = session
         self.debugger = session.debugger
+        self.stop = session.stops
         self.handles: dict[int, Any] = {}
 
     def answer(self, ask: wire.Inspect) -> wire.Inspection:
         try:
             items, total = self._answer(ask)
         except Exception as error:  # the user's expression, or a frame index from an old stop
-            return wire.Inspection(ref=ask.ref, items=[], error=f"{type(error).__name__}: {error}")
-        return wire.Inspection(ref=ask.ref, items=items, total=total)
+            return wire.Inspection(ref=ask.ref, items=[], error=f"{type(error).__name__}: {error}", stop=self.stop)
+        return wire.Inspection(ref=ask.ref, items=items, total=total, stop=self.stop)
 
     def _answer(self, ask: wire.Inspect) -> tuple[list[wire.Item], int]:
         if ask.query == wire.Query.STACK:

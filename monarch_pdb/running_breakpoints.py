@@ -54,6 +54,8 @@ class RunningBreakpoints:
         self.stop = stop
         self.uncaught = False
         """Whether an editor wants post-mortem for every uncaught exception (endpoint.py asks)."""
+        self.uncaught_owner = b""
+        """The editor that set `uncaught` last."""
         self._files: dict[str, list[tuple[Armed, list[types.CodeType]]]] = {}
         self._at: dict[types.CodeType, dict[int, list[Armed]]] = {}
         self._events = LineEvents(self._line)
@@ -73,6 +75,15 @@ class RunningBreakpoints:
             return ["this process stops at no breakpoint"] * len(spots)
         with self._lock:
             return self._arm(path, spots, owner, code_lines.code_of(path) if spots else [])
+
+    def forget(self, owner: bytes) -> None:
+        """The editor `owner` is gone: its breakpoints and its wish for post-mortem with it."""
+        with self._lock:
+            if self.uncaught_owner == owner:
+                self.uncaught = False
+            self._unloaded = {real: waiting for real, waiting in self._unloaded.items() if waiting[2] != owner}
+            for path in [path for path, armed in self._files.items() if armed[0][0].owner == owner]:
+                self._arm(path, [], owner, [])
 
     def _arm(self, path: str, spots: list[wire.Spot], owner: bytes, codes: list[types.CodeType]) -> list[str]:
         real = os.path.realpath(path)

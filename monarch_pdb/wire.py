@@ -1178,6 +1178,9 @@ class Inspection(Message):
     items: list[Item]
     total: int = 0
     error: str = ""
+    stop: int = 0
+    """The session's number for the stop that answered: the same while the rank has not run
+    (a Debug Console line that only prints keeps the editor's frames), another once it has."""
 
 
 # --- an editor's breakpoints in running ranks ----------------------------------------------
@@ -1259,6 +1262,15 @@ class Logged(Message):
     actor: str
     rank: int
     text: str
+
+
+@message("editor_gone")
+class EditorGone(Message):
+    """Broker to agent, and to a broker below: the editor `owner` (named as in `BreakRanks`)
+    disconnected or was lost; its breakpoints, in running and paused ranks, and its `uncaught`
+    filter go with it."""
+
+    owner: bytes
 
 
 # --- between brokers: a broker with an upstream, and its parent ----------------------------

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from dap_client import DAP, DapClient
-from programs import (DEBUG_SHELL, EXAMPLES, Program, debug, start_broker, stop_broker, stop_line, wait_for_all_rows,
+from programs import (DEBUG_SHELL, EXAMPLES, BrokerLog, Program, debug, start_broker, stop_broker, stop_line, wait_for_all_rows,
                       wait_for_lines, wait_for_sessions)
+from monarch_pdb import wire
 from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
@@ -34,6 +35,11 @@ def editor(env):
 def threads_by_rank(editor: DapClient) -> dict[int, int]:
     """Each thread's rank, read from its name (`debugee 3 · host · host=0, gpu=3`)."""
     return {int(t["name"].split(" · ")[0].split()[1]): t["id"] for t in editor.request("threads")["threads"]}
+
+
+def plain(breakpoints: list[dict]) -> list[dict]:
+    """Breakpoints as shown, without the ids the adapter gives them."""
+    return [{key: value for key, value in shown.items() if key != "id"} for shown in breakpoints]
 
 
 def top_frame(editor: DapClient, thread: int) -> dict:
@@ -115,10 +121,36 @@ def test_next_moves_only_that_rank(example, editor):
     before = {rank: top_frame(editor, thread)["line"] for rank, thread in by_rank.items()}
     editor.request("next", threadId=by_rank[4])
     stop = editor.take_events("stopped", reason="step")[0]["body"]
-    assert stop["threadId"] == by_rank[4] and stop["preserveFocusHint"] is True
+    assert stop["threadId"] == by_rank[4] and "preserveFocusHint" not in stop, "the user's own step shows its new frame"
     after = {rank: top_frame(editor, thread)["line"] for rank, thread in by_rank.items()}
     assert after[4] == before[4] + 1
     assert {r: line for r, line in after.items() if r != 4} == {r: line for r, line in before.items() if r != 4}
+
+
+@pytest.mark.each_python
+@pytest.mark.timeout(120)
+def test_a_console_line_keeps_the_frames_shown_unless_it_ran_the_rank(example, editor):
+    """As VS Code does after a Debug Console line: scopes, variables and watch again with the
+    ids it holds; a line that ran the rank (`n`) is told as a stop of that thread."""
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    thread = threads_by_rank(editor)[9]
+    frame = top_frame(editor, thread)
+    scopes = editor.request("scopes", frameId=frame["id"])["scopes"]
+    editor.request("variables", variablesReference=scopes[0]["variablesReference"])
+    assert editor.request("evaluate", expression="p rank", frameId=frame["id"], context="repl")["result"] == "9"
+    scopes = editor.request("scopes", frameId=frame["id"])["scopes"]
+    local = {v["name"]: v["value"] for v in
+             editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]}
+    assert local["rank"] == "9"
+    assert editor.request("evaluate", expression="rank + 1", frameId=frame["id"], context="watch")["result"] == "10"
+    assert editor.request("evaluate", expression="rank", frameId=frame["id"], context="hover")["result"] == "9"
+    assert not [e for e in editor.events if e["event"] in ("stopped", "invalidated")]
+
+    editor.request("evaluate", expression="n", frameId=frame["id"], context="repl")
+    stop = editor.take_events("stopped", reason="step")[0]["body"]
+    assert stop["threadId"] == thread and "preserveFocusHint" not in stop
+    assert top_frame(editor, thread)["line"] == frame["line"] + 1
 
 
 @pytest.mark.timeout(120)
@@ -536,9 +568,10 @@ def console_lines(editor: DapClient, count: int, timeout: float = 60.0) -> list[
 def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_them_run(loops, editor):
     program, script = loops()
     editor.attach()
+    assert console_lines(editor, 1)[0].startswith("monarch-pdb: no selected rank is paused yet (2 rank processes run)")
     shown = editor.request("setBreakpoints", source={"path": str(script)},
                            breakpoints=[{"line": VISIT_LINE}, {"line": 2}])["breakpoints"]
-    assert shown[0] == {"verified": True, "line": VISIT_LINE}
+    assert plain(shown)[0] == {"verified": True, "line": VISIT_LINE}
     assert not shown[1]["verified"] and "holds no code" in shown[1]["message"]
     stops = editor.take_events("stopped", 2, reason="breakpoint")
     by_rank = threads_by_rank(editor)
@@ -570,6 +603,7 @@ def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_poin
         wait_for_lines(program, "RUNNING", 2)
         wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "running"), (1, "running")])
         editor.attach()
+        assert console_lines(editor, 1)[0].startswith("monarch-pdb: no selected rank is paused yet")
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         (tmp_path / "stop-0").touch()
         stop = editor.take_events("stopped", reason="exception")[0]["body"]
@@ -580,12 +614,12 @@ def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_poin
         if not MONITORING:  # the running rank's process answered from below the host broker
             assert shown[0]["message"].startswith("looper 1: set when the rank next stops"), shown
             return
-        assert shown == [{"verified": True, "line": LOOP_LINE}], "set in the running rank's process below the host broker"
+        assert plain(shown) == [{"verified": True, "line": LOOP_LINE}], "set in the running rank's process below the host broker"
         printed = console_lines(editor, 3)
         assert all(line.startswith("looper 1: round ") and line.endswith(" of 1\n") for line in printed), printed
         shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": VISIT_LINE}])["breakpoints"]
-        assert shown == [{"verified": True, "line": VISIT_LINE}]
+        assert plain(shown) == [{"verified": True, "line": VISIT_LINE}]
         [stopped] = editor.take_events("stopped", reason="breakpoint")
         thread = stopped["body"]["threadId"]
         assert threads_by_rank(editor)[1] == thread
@@ -604,7 +638,7 @@ def test_log_points_print_in_the_console_naming_the_rank_with_conditions_and_hit
              "condition": "round % 2 == 1", "hitCondition": "2"}
     shown = editor.request("setBreakpoints", source={"path": str(script)}, breakpoints=[point])["breakpoints"]
     if MONITORING:
-        assert shown == [{"verified": True, "line": VISIT_LINE}]
+        assert plain(shown) == [{"verified": True, "line": VISIT_LINE}]
     else:  # the running rank 1 takes it at its next stop
         assert shown[0]["message"].startswith("looper 1: set when the rank next stops")
     editor.request("continue", threadId=threads_by_rank(editor)[0])
@@ -665,7 +699,7 @@ def test_ranks_that_start_after_the_editor_set_its_breakpoints_and_filter_take_t
         editor.attach()
         shown = editor.request("setBreakpoints", source={"path": str(script)},
                                breakpoints=[{"line": VISIT_LINE, "condition": "rank == 1"}])["breakpoints"]
-        assert shown == [{"verified": False, "line": VISIT_LINE,
+        assert plain(shown) == [{"verified": False, "line": VISIT_LINE,
                           "message": "no selected rank is paused or runs yet: set in each as it starts or stops"}]
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         program = Program(env, script, str(tmp_path / "stop-"))
@@ -680,6 +714,121 @@ def test_ranks_that_start_after_the_editor_set_its_breakpoints_and_filter_take_t
             stop = editor.take_events("stopped", reason="breakpoint")[0]["body"]
             assert threads_by_rank(editor)[1] == stop["threadId"]
             assert top_frame(editor, stop["threadId"])["line"] == VISIT_LINE
+    finally:
+        if program is not None:
+            program.stop()
+        stop_broker(broker)
+
+
+def editor_gone(editor: DapClient, how: str) -> None:
+    """The editor disconnects, or its adapter dies (the broker finds its connection lost)."""
+    if how == "disconnect":
+        editor.request("disconnect")
+        assert editor.proc.wait(timeout=30) == 0, editor.stderr()
+    else:
+        editor.proc.kill()
+        editor.proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("how", ["disconnect", "lost"])
+@pytest.mark.timeout(120)
+def test_the_editors_breakpoints_in_paused_ranks_go_when_it_disconnects_or_is_lost(env, example, editor, how):
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    shown = editor.request("setBreakpoints", source={"path": EXAMPLE},
+                           breakpoints=[{"line": 12}, {"line": 16}, {"line": 24}])["breakpoints"]
+    assert all(b["verified"] for b in shown), shown
+    editor_gone(editor, how)
+    wait_for_all_rows(env, lambda rows: len(rows) == 16 and not any(r.attached for r in rows), 60,
+                      ask=wire.ListSessions())
+    assert debug(env, "continue").returncode == 0
+    rows = wait_for_all_rows(env, lambda rows: len(rows) == 4 and all(r.state == "post-mortem" for r in rows), 60,
+                             ask=wire.ListSessions())
+    assert sorted(r.rank for r in rows) == [2, 6, 10, 14], "no rank stops at a breakpoint of the editor that left"
+
+
+@pytest.mark.each_python
+@pytest.mark.parametrize("how", ["disconnect", "lost"])
+@pytest.mark.timeout(180)
+def test_running_ranks_and_later_jobs_take_nothing_from_an_editor_that_left(env, tmp_path, editor, how):
+    broker, _ = start_broker(env)
+    said = BrokerLog(broker)
+    script = tmp_path / "loops.py"
+    script.write_text(LOOPS.replace("PAUSED", "[]"))
+    started = []
+    try:
+        started.append(Program(env, script, str(tmp_path / "first-stop-")))
+        wait_for_lines(started[0], "RUNNING", 2)
+        wait_for_all_rows(env, lambda rows: len(rows) == 2)
+        editor.attach()
+        go = f"__import__('os').path.exists({str(tmp_path / 'go')!r})"
+        editor.request("setBreakpoints", source={"path": str(script)},
+                       breakpoints=[{"line": VISIT_LINE, "condition": go}])
+        assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
+        editor_gone(editor, how)
+        said.wait_for("its breakpoints and exception filter are removed from every rank")
+        # Answered by each process after it was told, in the order the broker sent both.
+        assert debug(env, "peek looper ranks(:) rank").stdout.startswith("looper ranks[0] (1)\n0\n")
+        (tmp_path / "go").touch()
+        for rank in (0, 1):
+            (tmp_path / f"first-stop-{rank}").touch()
+        code, out = started[0].finish()
+        assert code != 0 and "rank 1 was told to stop" in out, out
+
+        started.append(Program(env, script, str(tmp_path / "later-stop-")))
+        wait_for_lines(started[1], "RUNNING", 2)
+        for rank in (0, 1):
+            (tmp_path / f"later-stop-{rank}").touch()
+        code, out = started[1].finish()
+        assert code != 0 and "rank 1 was told to stop" in out, out
+    finally:
+        for program in started:
+            if program.proc.returncode is None:
+                program.stop()
+        said.stop()
+
+
+@pytest.mark.parametrize("wait", [False, True])
+@pytest.mark.timeout(180)
+def test_when_every_rank_finished_the_session_ends_unless_it_waits_for_the_next_job(env, example, editor, wait):
+    editor.attach(waitForJob=wait)
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    editor.request("continue", threadId=by_rank[0])
+    raised = editor.take_events("stopped", 4, reason="exception")
+    editor.request("continue", threadId=raised[0]["body"]["threadId"])
+    code, out = example.finish()
+    assert code != 0, out
+    if not wait:
+        editor.take_events("terminated")
+        assert any(re.fullmatch(r"monarch-pdb: every rank of debugging-\d+ finished\n", line)
+                   for line in console_lines(editor, 1))
+        return
+    later = Program(env, EXAMPLES / "debugging.py")
+    try:
+        editor.take_events("stopped", 16, reason="breakpoint")
+        assert len(threads_by_rank(editor)) == 16
+        assert not [e for e in editor.events if e["event"] == "terminated"], "it waited for the next job"
+    finally:
+        later.stop()
+
+
+@pytest.mark.timeout(120)
+def test_attached_before_the_job_its_breakpoints_turn_verified_once_a_rank_takes_them(env, editor):
+    broker, _ = start_broker(env)
+    program = None
+    try:
+        editor.attach()
+        assert console_lines(editor, 1) == ["monarch-pdb: no selected rank is paused yet (0 rank processes run): "
+                                            "each one that stops at a breakpoint, raises or is paused becomes a thread\n"]
+        shown = editor.request("setBreakpoints", source={"path": EXAMPLE},
+                               breakpoints=[{"line": 12}, {"line": 3}])["breakpoints"]
+        assert [(b["verified"], b["line"]) for b in shown] == [(False, 12), (False, 3)]
+        program = Program(env, EXAMPLES / "debugging.py")
+        changed = editor.take_events("breakpoint", reason="changed")[0]["body"]["breakpoint"]
+        assert changed == {"id": shown[0]["id"], "verified": True, "line": 12}
+        editor.take_events("stopped", 16, reason="breakpoint")
+        assert not [e for e in editor.events if e["event"] == "breakpoint"], "line 3 holds no code: never verified"
     finally:
         if program is not None:
             program.stop()
@@ -726,7 +875,7 @@ def test_a_breakpoint_in_a_file_the_running_rank_has_not_imported_yet_stops_it_o
         editor.attach()
         shown = editor.request("setBreakpoints", source={"path": str(tmp_path / "late.py")},
                                breakpoints=[{"line": STEP_LINE}])["breakpoints"]
-        assert shown == [{"verified": True, "line": STEP_LINE}], "set as the file loads"
+        assert plain(shown) == [{"verified": True, "line": STEP_LINE}], "set as the file loads"
         (tmp_path / "go-import").touch()
         stop = editor.take_events("stopped", reason="breakpoint")[0]["body"]
         assert (top_frame(editor, stop["threadId"])["name"], top_frame(editor, stop["threadId"])["line"]) == (

@@ -453,3 +453,18 @@ def test_await_works_at_the_prompt_of_pdb_set_trace_async(env, tmp_path, shell):
         assert code == 0 and "RESULT [4]" in output, output
     finally:
         program.stop()
+
+
+@pytest.mark.each_python
+@pytest.mark.timeout(120)
+def test_post_mortem_after_a_breakpoint_was_set_stops_where_it_was_raised_with_its_stack(example, shell):
+    """A breakpoint left set keeps pdb tracing the rank as it raises: post-mortem still stops
+    at the raising frame, never inside the debugger's own code."""
+    sh = shell()
+    sh.command("attach debugee 2")
+    sh.command("b 12")
+    out = sh.command("c")
+    assert re.search(r"^> \S*debugging\.py\(5\)_bad_rank\(\)\n-> raise ValueError\(\"bad rank\"\)\n", out), out
+    trace = sh.command("bt")
+    assert "bdb.py" not in trace and "to_debug()" in trace, trace
+    assert trace.rstrip().endswith('-> raise ValueError("bad rank")'), trace

@@ -1,11 +1,12 @@
-// Starts `monarch-pdb dap` for a `monarch-pdb` debug session: the one installed beside the
-// Python interpreter selected in the Python extension, else the launch configuration's
-// `adapter`, else `monarch-pdb` on PATH. Plain JavaScript, no build step.
+// Starts `monarch-pdb dap` for a `monarch-pdb` debug session: the launch configuration's
+// `adapter`, else the one beside the Python interpreter selected in the Python extension, else
+// one in a workspace folder's `.venv` or `venv`, else `monarch-pdb` on PATH (see adapter.js).
+// When none is found, a notification and the Output channel say so, and which setting to fix.
+// Plain JavaScript, no build step.
 'use strict';
 
-const fs = require('fs');
-const path = require('path');
 const vscode = require('vscode');
+const { findAdapter, notFound } = require('./adapter');
 
 async function selectedPython() {
   const python = vscode.extensions.getExtension('ms-python.python');
@@ -17,20 +18,22 @@ async function selectedPython() {
   return resolved && resolved.executable && resolved.executable.uri && resolved.executable.uri.fsPath;
 }
 
-async function adapterCommand(configuration) {
-  if (configuration.adapter) return configuration.adapter;
-  const python = await selectedPython().catch(() => undefined);
-  if (python) {
-    const beside = path.join(path.dirname(python), process.platform === 'win32' ? 'monarch-pdb.exe' : 'monarch-pdb');
-    if (fs.existsSync(beside)) return beside;
-  }
-  return 'monarch-pdb';
-}
-
 function activate(context) {
-  context.subscriptions.push(vscode.debug.registerDebugAdapterDescriptorFactory('monarch-pdb', {
+  const output = vscode.window.createOutputChannel('monarch-pdb');
+  context.subscriptions.push(output, vscode.debug.registerDebugAdapterDescriptorFactory('monarch-pdb', {
     async createDebugAdapterDescriptor(session) {
-      return new vscode.DebugAdapterExecutable(await adapterCommand(session.configuration), ['dap']);
+      const adapter = session.configuration.adapter;
+      const python = adapter ? undefined : await selectedPython().catch(() => undefined);
+      const folders = (vscode.workspace.workspaceFolders || []).map((folder) => folder.uri.fsPath);
+      const { command, looked } = findAdapter({ adapter, python, folders });
+      if (command) {
+        output.appendLine(`starting ${command} dap`);
+        return new vscode.DebugAdapterExecutable(command, ['dap']);
+      }
+      const message = notFound(adapter);
+      output.appendLine(`${message}\nlooked for it at:\n${looked.map((place) => `  ${place}`).join('\n')}`);
+      vscode.window.showErrorMessage(message, 'Show Output').then((choice) => choice && output.show());
+      throw new vscode.CancellationError();  // said once, above: VS Code adds no message of its own
     },
   }));
 }
