@@ -10,6 +10,7 @@ import textwrap
 import pytest
 from programs import Program, wait_for_sessions
 from shell_driver import ShellDriver
+from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
 
 pytestmark = pytest.mark.each_python
 
@@ -88,6 +89,16 @@ def test_tab_completes_the_frames_names_attributes_and_files_as_the_ranks_pdb_do
         assert sh.command("p training_step").strip() == "7", "no Tab moved the rank"
     finally:
         sh.kill()
+
+
+@pytest.mark.timeout(120)
+def test_tab_reaches_a_rank_below_a_host_broker(tree, shell):  # noqa: F811 (the fixture)
+    tree.two_hosts()
+    sh = shell()
+    sh.command("attach rank 3")
+    sh.child.send("p valu\t")
+    sh.expect("p value")
+    assert sh.command("", shown="p value").strip() == "9"
 
 
 @pytest.mark.timeout(90)
