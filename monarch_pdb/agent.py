@@ -48,6 +48,10 @@ class Line:
     colour: bool = False
 
 
+Inbound = Line | wire.Inspect | wire.Complete
+"""What a paused session's thread is handed: its next line, or a question it answers meanwhile."""
+
+
 class OutputSource(Protocol):
     """A session's pdb output, sent on its own once it has sat idle for OUTPUT_IDLE."""
 
@@ -88,7 +92,7 @@ class Agent:
         stops at an editor's breakpoints (no `break_at`)."""
         self.settings = settings
         self.pid = os.getpid()
-        self._inboxes: dict[int, queue.SimpleQueue[Line | wire.Inspect | wire.Complete]] = {}
+        self._inboxes: dict[int, queue.SimpleQueue[Inbound]] = {}
         self._sources: dict[int, OutputSource] = {}
         self._waiting: dict[int, wire.Prompt] = {}
         self._unsent: list[int] = []
@@ -134,7 +138,7 @@ class Agent:
     # --- called from paused threads ----------------------------------------------------
 
     def open_session(self, output: OutputSource, identity: Identity,
-                     own_name: bool) -> tuple[int, queue.SimpleQueue[Line | wire.Inspect | wire.Complete], Identity]:
+                     own_name: bool) -> tuple[int, queue.SimpleQueue[Inbound], Identity]:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
@@ -144,7 +148,7 @@ class Agent:
         goes to the first thread to stop as it. A session of another thread, or under a name
         another session of the process holds, is listed with its own thread id as rank and its
         thread's name as instance."""
-        inbox: queue.SimpleQueue[Line | wire.Inspect | wire.Complete] = queue.SimpleQueue()
+        inbox: queue.SimpleQueue[Inbound] = queue.SimpleQueue()
         runs_rank = own_name or rank_is_set() or self.threads.runs(identity.actor, identity.rank)
         with self._lock:
             sid = next(self._sids)
