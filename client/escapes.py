@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 
 CONTROL = "[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+COLOUR = "\x1b\\[[0-9;]*m"
 CONTROLS = re.compile(CONTROL)
-COLOURS_OR_CONTROLS = re.compile(f"\x1b\\[[0-9;]*m|{CONTROL}")
+COLOURS = re.compile(COLOUR)
+COLOURS_OR_CONTROLS = re.compile(f"{COLOUR}|{CONTROL}")
 NAMES = {chr(code): f"^{chr(code + 64)}" for code in range(0x20)}
 NAMES.update({"\x7f": "^?"})
 NAMES.update({chr(0x80 + code): f"M-^{chr(code + 64)}" for code in range(0x20)})
@@ -25,3 +27,8 @@ def visible(text: str, colours: bool = False) -> str:
     if not colours:
         return CONTROLS.sub(lambda found: NAMES[found.group()], text)
     return COLOURS_OR_CONTROLS.sub(lambda found: NAMES.get(found.group(), found.group()), text)
+
+
+def without_colours(text: str) -> str:
+    """`text` without its colour sequences: what a transcript keeps of what was shown in colour."""
+    return COLOURS.sub("", text)

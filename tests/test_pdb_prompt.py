@@ -56,8 +56,8 @@ def trainer(env, tmp_path):
         program.stop()
 
 
-def attached_shell(env: dict[str, str]) -> ShellDriver:
-    sh = ShellDriver(env)
+def attached_shell(env: dict[str, str], *args: str) -> ShellDriver:
+    sh = ShellDriver(env, *args)
     sh.wait_prompt()
     sh.command("attach trainer 0")
     return sh
@@ -102,12 +102,14 @@ def test_tab_reaches_a_rank_below_a_host_broker(tree, shell):  # noqa: F811 (the
 
 
 @pytest.mark.timeout(90)
-def test_colours_show_at_a_colour_terminal_until_set_color_off(trainer, env):
-    sh = attached_shell(env)
+def test_colours_show_at_a_colour_terminal_until_set_color_off(trainer, env, tmp_path):
+    transcript = tmp_path / "transcript"
+    sh = attached_shell(env, "--record", str(transcript))
     try:
         start = len(sh.raw)
         assert sh.command(RED).strip() == "red"
         assert "\x1b[31mred\x1b[0m" in sh.raw[start:], "the rank's colour reaches the terminal"
+        assert "# out: red\n" in transcript.read_text(), "a transcript is plain text"
         sh.command("detach")
         sh.command("set color off")
         sh.command("attach trainer 0")
