@@ -223,8 +223,12 @@ class ConfinedPdb(pdb.Pdb):
 
     def _create_recursive_debugger(self) -> ConfinedPdb:
         """The debugger of pdb's `debug` command (a hook from Python 3.14 on), confined too:
-        stock pdb's is a plain Pdb."""
-        return ConfinedPdb(self.stdin, self.stdout)
+        stock pdb's is a plain Pdb. It colours as this one does (the lines it reads set this
+        one's colours, `Session.ask`)."""
+        nested = ConfinedPdb(self.stdin, self.stdout)
+        if PDB_COLOURS:
+            nested.colorize = self.colorize
+        return nested
 
     if sys.version_info < (3, 14):
         def do_debug(self, arg: str) -> None:

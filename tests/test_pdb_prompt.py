@@ -18,6 +18,10 @@ PROGRAM = textwrap.dedent('''
     from monarch_pdb.actor import Actor, endpoint, this_host
 
 
+    def helper():
+        return 1
+
+
     class Options:
         def __init__(self):
             self.optimizer = "adam"
@@ -150,5 +154,18 @@ def test_pdb_colours_its_source_at_a_colour_terminal(trainer, env, turned_off):
         shown = sh.raw[start:]
         assert not COLOUR.search(shown[shown.index("training_step"):shown.rindex("training_step")]), \
             "the listing is plain"
+    finally:
+        sh.kill()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="pdb colours source from Python 3.14 on")
+@pytest.mark.timeout(90)
+def test_pdbs_debug_command_colours_as_its_debugger_does(trainer, env):
+    sh = attached_shell(env)
+    try:
+        assert "ENTERING RECURSIVE DEBUGGER" in sh.command("debug helper()")
+        start = len(sh.raw)
+        assert "-> def helper():" in sh.command("s")
+        assert COLOUR.search(sh.raw[start:]), "the recursive debugger shows no colour"
     finally:
         sh.kill()
