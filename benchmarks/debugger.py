@@ -158,5 +158,5 @@ def check_cast(result: wire.CastResult, ranks: int) -> None:
     if result.missing or len(result.groups) != ranks:
         raise RuntimeError(f"cast gave {len(result.groups)} groups, missing {result.missing}")
     for group in result.groups:
-        if group.outcome or len(group.ranks) != 1 or group.output != f"{group.ranks.first()}\n":
+        if group.outcome or len(group.ranks) != 1 or group.output != f"{group.ranks.first}\n":
             raise RuntimeError(f"cast group {group.ranks} printed {group.output!r} ({group.outcome or 'paused'})")

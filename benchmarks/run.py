@@ -16,6 +16,9 @@ with its reason in its row. `--ranks` runs one of the two trees only (131,072 ta
 minutes, 1,048,576 loads two cores for a quarter of an hour); `--profile` runs every broker under
 cProfile and leaves each one's statistics in DIR (root.prof, host-0.prof, ...).
 
+Tab at the attached prompt (`p ra` to `p rank`, the rank's pdb completing it) is measured as the
+attached line is, against floor C's own Tab plus the attached line below the shell.
+
 The editor's `next` on one rank, request to `stopped` event (editor.py), is measured beside the
 same `n` typed in the shell, attached, in a terminal: its target is within 2x of that.
 
@@ -50,14 +53,16 @@ ROUNDS = {"full": 10, "quick": 3}
 # Timed repetitions per measure over the whole run; full mode takes about half a minute on 2 cores.
 REPEAT = {
     "full": {"relay": 10000, "attached": 5000, "fan_out": 3000, "cast": 2000, "list": 3000,
-             "tty_floor": 1000, "tty_attached": 1000, "tty_cast": 500, "tty_next": 500, "dap_next": 500},
+             "tty_floor": 1000, "tty_attached": 1000, "tty_floor_tab": 1000, "tty_tab": 1000, "tty_cast": 500,
+             "tty_next": 500, "dap_next": 500},
     "quick": {"relay": 600, "attached": 300, "fan_out": 210, "cast": 90, "list": 210,
-              "tty_floor": 90, "tty_attached": 90, "tty_cast": 45, "tty_next": 45, "dap_next": 45},
+              "tty_floor": 90, "tty_attached": 90, "tty_floor_tab": 90, "tty_tab": 90, "tty_cast": 45,
+              "tty_next": 45, "dap_next": 45},
 }
 # Untimed repetitions before each batch: the first connects sockets and fills caches, later
 # ones make the processes of this measure hot again after the previous measure ran.
 WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20, "tty_floor": 5, "tty_attached": 5,
-          "tty_cast": 2, "tty_next": 5, "dap_next": 5}
+          "tty_floor_tab": 5, "tty_tab": 5, "tty_cast": 2, "tty_next": 5, "dap_next": 5}
 
 
 def quantile_sum(first: list[int], second: list[int]) -> list[int]:
@@ -100,6 +105,7 @@ def main() -> int:
             "relay": relay.round_trips, "attached": example.attached_round_trips,
             "fan_out": fan_out.round_trips, "cast": example.cast_round_trips, "list": example.list_round_trips,
             "tty_floor": shells.floor_round_trips, "tty_attached": shells.attached_round_trips,
+            "tty_floor_tab": shells.floor_tab_round_trips, "tty_tab": shells.attached_tab_round_trips,
             "tty_cast": shells.cast_round_trips,
             "tty_next": stepping.shell_next_round_trips, "dap_next": stepping.editor_next_round_trips,
         }
@@ -122,6 +128,9 @@ def main() -> int:
     # terminal's attached line can be no faster than both together.
     tty_path_floor = Result("terminal floor: floor C + attached `p rank` below the shell",
                             quantile_sum(samples["tty_floor"], samples["attached"]))
+    tty_floor_tab = Result("terminal: cmd + readline completing `p ra` itself (floor C, Tab)", samples["tty_floor_tab"])
+    tty_tab_path_floor = Result("terminal floor, Tab: floor C's Tab + attached `p rank` below the shell",
+                                quantile_sum(samples["tty_floor_tab"], samples["attached"]))
     tty_next = Result("terminal: attached `n`, Enter to prompt (the editor's floor)", samples["tty_next"], floor=floor_a)
     results = [
         floor_a,
@@ -133,6 +142,10 @@ def main() -> int:
         tty_path_floor,
         Result("terminal: attached `p rank`, Enter to prompt", samples["tty_attached"], floor=tty_path_floor,
                target=Target(ms=terminal.MONARCH_ATTACHED_MS, times_floor=2.0)),
+        tty_floor_tab,
+        tty_tab_path_floor,
+        Result("terminal: Tab completion attached, `p ra` Tab to `p rank` shown", samples["tty_tab"],
+               floor=tty_tab_path_floor, target=Target(times_floor=2.0)),
         Result(f"terminal: cast to {debugger.RANKS} ranks, Enter to prompt", samples["tty_cast"], floor=tty_floor,
                target=Target(ms=terminal.CAST_MS)),
         tty_next,

@@ -4,7 +4,8 @@ The real `monarch-pdb debug` shell runs in a pseudo-terminal against the 16-rank
 same broker and ranks as debugger.py), and a line is written as a user types it. The time runs
 until the answer and the next prompt are on the screen. The floor is a plain `cmd.Cmd` program
 reading with readline through the same kind of terminal and answering the same line itself:
-what any Python line-reading program costs before a debugger does anything.
+what any Python line-reading program costs before a debugger does anything. Tab is timed the same
+way, from typing `p ra` and Tab to `p rank` on the screen, the floor completing it itself.
 
 The shell's own CPU time per line is read from /proc, since on a busy machine it is what the
 line editor costs everyone else too.
@@ -35,8 +36,13 @@ class Echo(cmd.Cmd):
     def do_p(self, arg):
         print(13)
 
+    def complete_p(self, text, line, begidx, endidx):
+        return [name for name in ("rank",) if name.startswith(text)]
+
 Echo().cmdloop()
 """
+CLEAR_LINE = "\x15"
+"""readline's Ctrl-U: the line typed so far is dropped (a completed one, before the next Tab)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MONARCH_ATTACHED_MS = 2.7
 """Monarch's attached `p rank` through its netcat client (monarch-compat.md)."""
@@ -74,6 +80,11 @@ class Terminal:
         self.child.send(text + "\r")
         self.wait_for(answer, prompt.rstrip())
 
+    def tab(self, text: str, completed: str) -> None:
+        """Drop the line, type `text` and Tab; return once the line shows `completed`."""
+        self.child.send(CLEAR_LINE + text + "\t")
+        self.wait_for(completed)
+
     def cpu_seconds(self) -> float:
         with open(f"/proc/{self.child.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -90,7 +101,7 @@ class Shells:
         self.rank, self.ranks = rank, ranks
         self.floor = Terminal([sys.executable, "-c", FLOOR_PROGRAM], env)
         self.shell = Terminal([str(SHELL), "debug"], env)
-        self.cpu = {"attached": [0.0, 0], "cast": [0.0, 0]}
+        self.cpu = {"attached": [0.0, 0], "tab": [0.0, 0], "cast": [0.0, 0]}
         try:
             self.floor.wait_for("(Pdb)")
             self.shell.wait_for("monarch_dbg>")
@@ -116,6 +127,17 @@ class Shells:
         samples = self._counted("attached", lambda: self.shell.line("p rank", f"{self.rank}\n", "(Pdb) "),
                                 warmup, repeat)
         self.shell.line("detach", "", "monarch_dbg> ")
+        return samples
+
+    def floor_tab_round_trips(self, warmup: int, repeat: int) -> list[int]:
+        samples = timed(lambda: self.floor.tab("p ra", "p rank"), warmup, repeat)
+        self.floor.child.send(CLEAR_LINE)
+        return samples
+
+    def attached_tab_round_trips(self, warmup: int, repeat: int) -> list[int]:
+        self.shell.line(f"attach debugee {self.rank}", "", "(Pdb) ")
+        samples = self._counted("tab", lambda: self.shell.tab("p ra", "p rank"), warmup, repeat)
+        self.shell.line(CLEAR_LINE + "detach", "", "monarch_dbg> ")
         return samples
 
     def cast_round_trips(self, warmup: int, repeat: int) -> list[int]:

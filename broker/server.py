@@ -17,7 +17,7 @@ import time
 from sys import intern
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import TextIO
 
@@ -133,6 +133,8 @@ class Broker:
             wire.Interrupt: self.on_interrupt,
             wire.Inspect: self.on_inspect,
             wire.Inspection: self.on_inspection,
+            wire.Complete: self.on_complete,
+            wire.Completions: self.on_inspection,
             # from the broker above
             wire.CastDown: self.on_cast_down,
             wire.TakeStacks: self.on_take_stacks,
@@ -613,10 +615,11 @@ class Broker:
         self.registry.end(sess, reason)
         self.publish(wire.EventKind.LOST if reason == wire.Ending.LOST else wire.EventKind.ENDED, sess, reason)
 
-    def forward(self, sess: Session, line: str, release: bool = False) -> None:
+    def forward(self, sess: Session, line: str, release: bool = False, colour: bool = False) -> None:
         """Hand one line to a session's pdb. The broker above learns that it runs on, unless
         the line is of its own cast, whose result tells it."""
-        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release))
+        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release,
+                                        colour=colour))
         cast = self.casts.get(sess.cast)
         if self.upstream is not None and (cast is None or cast.shell != UPSTREAM):
             self.upstream.sent_line(sess, time.monotonic())
@@ -997,9 +1000,18 @@ class Broker:
         if sess.watcher is not None:
             self.send(sess.watcher, wire.Resumed(session=sess.id))
         if self.registry.is_branch(sess.peer):
-            self.send(sess.peer, wire.Send(session=sess.sid, line=msg.line))
+            self.send(sess.peer, wire.Send(session=sess.sid, line=msg.line, colour=msg.colour))
         else:
-            self.forward(sess, msg.line)
+            self.forward(sess, msg.line, colour=msg.colour)
+
+    def on_complete(self, identity: bytes, msg: wire.Complete) -> None:
+        """Pass a Tab at the held session's prompt to its process (or to the broker below that
+        has it); the paused thread answers, and the answer comes back as an inspection's does."""
+        sess = self.registry.held(identity, msg.session)
+        if sess is None:
+            self.send(identity, wire.Completions(ref=msg.ref, matches=[], error="this shell does not hold the session"))
+            return
+        self.send(sess.peer, replace(msg, ref=self.inspections.number(identity, msg.ref), session=sess.sid))
 
     def on_cast(self, identity: bytes, msg: wire.Cast) -> None:
         try:
@@ -1185,7 +1197,7 @@ class Broker:
             self.breakpoints.setters.add(ask.owner)
         self.send(sess.peer, ask)
 
-    def on_inspection(self, identity: bytes, msg: wire.Inspection) -> None:
+    def on_inspection(self, identity: bytes, msg: wire.Inspection | wire.Completions) -> None:
         if (answer := self.inspections.answered(msg)) is not None:
             self.send(*answer)
 

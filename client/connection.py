@@ -223,6 +223,14 @@ class ShellConnection:
                 return msg
             self.aside.append(msg)
 
+    def complete(self, session: int, line: str, begidx: int, endidx: int, timeout: float) -> wire.Completions | None:
+        """The held session's words for `line[begidx:endidx]` (Tab at its prompt), or None when
+        they do not come within `timeout`."""
+        ref = next(self._refs)
+        self.post(wire.Complete(ref=ref, session=session, line=line, begidx=begidx, endidx=endidx))
+        answer = self.collect(lambda m: isinstance(m, wire.Completions) and m.ref == ref, timeout)
+        return answer if isinstance(answer, wire.Completions) else None
+
     def wait_for_rows(self, enough: Callable[[list[wire.SessionRow]], bool], timeout: float) -> list[wire.SessionRow]:
         """List sessions until `enough(rows)`, again after every event; the last rows when
         `timeout` passes first."""

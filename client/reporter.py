@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from monarch_pdb.client.escapes import without_colours
+
 
 def stamp() -> str:
     now = time.time()
@@ -34,6 +36,8 @@ class Transcript:
         self.file.flush()
 
     def note(self, kind: str, text: str) -> None:
+        """What was shown, as `# ` lines, without the colours a terminal showed it in."""
+        text = without_colours(text)
         lines = text.rstrip("\n").split("\n") if text.strip() else []
         self.file.write("".join(f"# {kind}: {line}\n" for line in lines))
         self.file.flush()

@@ -71,6 +71,12 @@ MAX_COMMAND_LINE = 65536
 longer line is refused at once rather than parsed for seconds."""
 PDB_HISTORY_SUFFIX = ".pdb"
 PDB_HISTORY_LENGTH = 1000
+PDB_DELIMS = " \t\n`@#%^&*()=+[{]}\\|;:'\",<>?"
+"""What ends a word for Tab at the pdb prompt: the characters pdb gives readline (3.13's and
+later), so `self.opt` and `dir/file.py` are one word and `b file.py:` starts a new one."""
+COMPLETION_TIMEOUT = 2.0
+"""Seconds Tab at the pdb prompt waits for the rank's words before offering pdb's commands."""
+COLOURS = ("on", "off")
 Answer = TypeVar("Answer", bound=wire.Message)
 
 
@@ -381,9 +387,8 @@ def pdb_commands() -> list[str]:
 
 
 def pdb_completions(text: str) -> list[str]:
-    """pdb's commands that start with `text`; the only one is completed with its space."""
-    names = [name for name in pdb_commands() if name.startswith(text)]
-    return [names[0] + " "] if len(names) == 1 else names
+    """pdb's commands that start with `text`."""
+    return [name for name in pdb_commands() if name.startswith(text)]
 
 
 @dataclass
@@ -538,6 +543,11 @@ class DebugShell(cmd2.Cmd):
                                         "('' or cat: none)", self.pager, settable_attrib_name="command"))
         self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
                                         "past it a row per group of ranks", self))
+        self.color = "on" if conn.settings.colour else "off"
+        self.add_settable(cmd2.Settable("color", str, "on: an attached rank's pdb colours what it shows, at a "
+                                        "terminal (Python 3.14+ ranks)", self, choices=COLOURS))
+        self.word_delims = PDB_DELIMS
+        """readline's word delimiters of the other prompt: pdb's at ours, ours at pdb's."""
         conn.on_events = self.show_events
         conn.on_reply = self.reply_came
 
@@ -566,10 +576,19 @@ class DebugShell(cmd2.Cmd):
 
     @attached.setter
     def attached(self, att: Attachment | None) -> None:
-        """Attaching and detaching swap readline's history, so each prompt recalls its own lines."""
+        """Attaching and detaching swap readline's history, so each prompt recalls its own lines,
+        and the word delimiters of Tab, so each completes its own words."""
         if (att is None) != (self._attached is None) and self.readline_terminal:
             self.pdb_history.swap()
+            held = readline.get_completer_delims()
+            readline.set_completer_delims(self.word_delims)
+            self.word_delims = held
         self._attached = att
+
+    @property
+    def pdb_colours(self) -> bool:
+        """Whether an attached rank's pdb colours what it shows: `set color`, at a terminal."""
+        return self.color == "on" and self.stdout.isatty() and not self.report.as_json
 
     # --- printing ----------------------------------------------------------------------
 
@@ -744,13 +763,23 @@ class DebugShell(cmd2.Cmd):
             self.write_out(text + "\n")
 
     def complete(self, text: str, state: int, custom_settings=None) -> str | None:
-        """At the pdb prompt, Tab completes pdb's commands; at ours, cmd2 completes ours."""
+        """At the pdb prompt, Tab offers what the rank's pdb offers there (commands, the names and
+        attributes of its frame, files and functions after `b`); at ours, cmd2 completes ours."""
         if self.attached is None:
             return super().complete(text, state, custom_settings)
         if state == 0:
-            line = readline.get_line_buffer()
-            self.pdb_matches = pdb_completions(text) if not line[:readline.get_begidx()].strip() else []
+            self.pdb_matches = self.rank_completions(self.attached, readline.get_line_buffer(),
+                                                     readline.get_begidx(), readline.get_endidx())
         return self.pdb_matches[state] if state < len(self.pdb_matches) else None
+
+    def rank_completions(self, att: Attachment, line: str, begidx: int, endidx: int) -> list[str]:
+        """The attached rank's words for `line[begidx:endidx]`; where it cannot say (it runs, or
+        the broker does not answer), pdb's commands for the first word."""
+        if self.conn.link.ready.is_set():
+            answer = self.conn.complete(att.session, line, begidx, endidx, COMPLETION_TIMEOUT)
+            if answer is not None and not answer.error:
+                return answer.matches
+        return pdb_completions(line[begidx:endidx]) if not line[:begidx].strip() else []
 
     # --- the command loop --------------------------------------------------------------
 
@@ -833,7 +862,7 @@ class DebugShell(cmd2.Cmd):
             return
         att = self.attached
         self.last_line, self.collected = line, []
-        self.conn.post(wire.Send(session=att.session, line=line))
+        self.conn.post(wire.Send(session=att.session, line=line, colour=self.pdb_colours))
         att.paused = False
         self.follow_session()
         self.last_line = None
@@ -920,7 +949,7 @@ class DebugShell(cmd2.Cmd):
             self.note(f"({att.label} runs: another shell or an editor sent it a line; it stops where its pdb says next)")
         elif isinstance(msg, wire.SessionOutput):
             self.collected.append(msg.text)
-            self.report.stream(visible(msg.text))
+            self.report.stream(visible(msg.text, self.pdb_colours))
             if msg.paused:
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
@@ -928,7 +957,7 @@ class DebugShell(cmd2.Cmd):
             if msg.reason == wire.Ending.UNKNOWN and self.reattach(att):
                 return
             self.collected.append(msg.text)
-            self.report.stream(visible(msg.text))
+            self.report.stream(visible(msg.text, self.pdb_colours))
             gone = "whose session ended"
             if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
@@ -951,7 +980,7 @@ class DebugShell(cmd2.Cmd):
         att.session = reply.session
         self.note(f"(the broker restarted; attached again to {att.label})")
         if self.last_line is not None:
-            self.conn.post(wire.Send(session=att.session, line=self.last_line))
+            self.conn.post(wire.Send(session=att.session, line=self.last_line, colour=self.pdb_colours))
         return True
 
     def detach(self) -> None:
@@ -1056,7 +1085,7 @@ class DebugShell(cmd2.Cmd):
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
         on_screen = self.interactive and self.terminal_input and self.stdout.isatty() and not self.report.as_json
         replay = reply.replay if full or not on_screen else self.screenful(reply.replay, job, att)
-        self.report.result(f"Attached to debug session for {att.label}{taken}\n{header}{visible(replay)}",
+        self.report.result(f"Attached to debug session for {att.label}{taken}\n{header}{visible(replay, self.pdb_colours)}",
                            {"attached": att.describe(), "output": reply.replay})
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "

@@ -33,6 +33,7 @@ from monarch_pdb.settings import Settings
 from monarch_pdb.settings import load as load_settings
 
 OUTPUT_IDLE = 0.05
+RUNNING = "the rank is running: pause it first"
 BREAKPOINTS_LIMIT = 5.0
 """Seconds a process may take to find the code of a file it was sent breakpoints for."""
 
@@ -44,6 +45,11 @@ class Line:
     cmd: int
     text: str
     release: bool = False
+    colour: bool = False
+
+
+Inbound = Line | wire.Inspect | wire.Complete
+"""What a paused session's thread is handed: its next line, or a question it answers meanwhile."""
 
 
 class OutputSource(Protocol):
@@ -86,7 +92,7 @@ class Agent:
         stops at an editor's breakpoints (no `break_at`)."""
         self.settings = settings
         self.pid = os.getpid()
-        self._inboxes: dict[int, queue.SimpleQueue[Line | wire.Inspect]] = {}
+        self._inboxes: dict[int, queue.SimpleQueue[Inbound]] = {}
         self._sources: dict[int, OutputSource] = {}
         self._waiting: dict[int, wire.Prompt] = {}
         self._unsent: list[int] = []
@@ -135,7 +141,7 @@ class Agent:
     # --- called from paused threads ----------------------------------------------------
 
     def open_session(self, output: OutputSource, identity: Identity,
-                     own_name: bool) -> tuple[int, queue.SimpleQueue[Line | wire.Inspect], Identity]:
+                     own_name: bool) -> tuple[int, queue.SimpleQueue[Inbound], Identity]:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
@@ -145,7 +151,7 @@ class Agent:
         goes to the first thread to stop as it. A session of another thread, or under a name
         another session of the process holds, is listed with its own thread id as rank and its
         thread's name as instance."""
-        inbox: queue.SimpleQueue[Line | wire.Inspect] = queue.SimpleQueue()
+        inbox: queue.SimpleQueue[Inbound] = queue.SimpleQueue()
         runs_rank = own_name or rank_is_set() or self.threads.runs(identity.actor, identity.rank)
         with self._lock:
             sid = next(self._sids)
@@ -236,16 +242,13 @@ class Agent:
                 inbox = self._inboxes.get(msg.sid)
                 self._waiting.pop(msg.sid, None)
             if inbox is not None:
-                inbox.put(Line(msg.cmd, msg.line, msg.release))
+                inbox.put(Line(msg.cmd, msg.line, msg.release, msg.colour))
         elif isinstance(msg, wire.Inspect):
             if msg.query == wire.Query.BREAKPOINTS:
                 self.gone_editors.discard(msg.owner)
-            with self._lock:
-                inbox = self._inboxes.get(msg.sid) if msg.sid in self._waiting else None
-            if inbox is None:
-                self.link.post(wire.Inspection(ref=msg.ref, items=[], error="the rank is running: pause it first"))
-            else:
-                inbox.put(msg)
+            self.to_paused(msg.sid, msg, wire.Inspection(ref=msg.ref, items=[], error=RUNNING))
+        elif isinstance(msg, wire.Complete):
+            self.to_paused(msg.session, msg, wire.Completions(ref=msg.ref, matches=[], error=RUNNING))
         elif isinstance(msg, wire.TakeStacks):
             self.take_stacks(msg)
         elif isinstance(msg, wire.PeekRanks):
@@ -257,6 +260,16 @@ class Agent:
         elif isinstance(msg, wire.EditorGone):
             self.gone_editors.add(msg.owner)
             self.breakpoints.forget(msg.owner)
+
+    def to_paused(self, sid: int, question: wire.Inspect | wire.Complete, refusal: wire.Message) -> None:
+        """A question for a session's paused thread, which answers it between two lines; the
+        refusal when the session runs."""
+        with self._lock:
+            inbox = self._inboxes.get(sid) if sid in self._waiting else None
+        if inbox is None:
+            self.link.post(refusal)
+        else:
+            inbox.put(question)
 
     def log(self, owner: bytes, ident: Identity, text: str) -> None:
         """A log point's message, for the editor that set it."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from monarch_pdb import collectives, wire
-from monarch_pdb.agent import OUTPUT_IDLE, Agent
+from monarch_pdb.agent import OUTPUT_IDLE, Agent, Line
 from monarch_pdb.identity import CallContext, Identity, current, current_call
 from monarch_pdb.inspection import EditorBreakpoints, Inspector
 from monarch_pdb.sources import PACKAGE_DIR, own_code, source_file
@@ -27,6 +27,8 @@ PDB_TAKES_EXCEPTIONS = sys.version_info >= (3, 13)
 """pdb's interaction takes an exception, and its chain, rather than a traceback from 3.13 on."""
 PDB_SETS_ONLY_TRACED_EXCEPTION = sys.version_info[:2] == (3, 12)
 """pdb 3.12 has `$_exception`, but sets it only where tracing stops at an exception."""
+PDB_COLOURS = sys.version_info >= (3, 14)
+"""pdb colours the source it lists and its stop lines from 3.14 on (`Pdb.colorize`)."""
 
 _loose = threading.local()
 """The calling thread's `session` opened outside any endpoint call: it ends when tracing
@@ -194,6 +196,24 @@ class ConfinedPdb(pdb.Pdb):
         path = source_file(frame)
         return path + entry[len(shipped):] if path != frame.f_code.co_filename and entry.startswith(shipped) else entry
 
+    def completions(self, line: str, begidx: int, endidx: int) -> list[str]:
+        """What Tab at pdb's prompt offers for `line[begidx:endidx]`: the completer that
+        `cmd.Cmd.complete` picks (pdb's `completenames` for the first word, else the command's
+        `complete_*` or `completedefault`), given the shell's line where `complete` reads this
+        process's readline. A completer that raises offers nothing, as under readline."""
+        text = line[begidx:endidx]
+        stripped = len(line) - len(line.lstrip())
+        line, begidx, endidx = line.lstrip(), begidx - stripped, endidx - stripped
+        if begidx > 0:
+            command = self.parseline(line)[0]
+            complete = getattr(self, f"complete_{command}", self.completedefault) if command else self.completedefault
+        else:
+            complete = self.completenames
+        try:
+            return [match for match in complete(text, line, begidx, endidx) if isinstance(match, str)]
+        except Exception:
+            return []
+
     def do_interact(self, arg: str) -> None:
         """interact: not in monarch-pdb, whose rank has no terminal to open a console on."""
         self.error("interact is not supported by monarch-pdb; use '!' statements, p or pp instead")
@@ -208,8 +228,12 @@ class ConfinedPdb(pdb.Pdb):
 
     def _create_recursive_debugger(self) -> ConfinedPdb:
         """The debugger of pdb's `debug` command (a hook from Python 3.14 on), confined too:
-        stock pdb's is a plain Pdb."""
-        return ConfinedPdb(self.stdin, self.stdout)
+        stock pdb's is a plain Pdb. It colours as this one does (the lines it reads set this
+        one's colours, `Session.ask`)."""
+        nested = ConfinedPdb(self.stdin, self.stdout)
+        if PDB_COLOURS:
+            nested.colorize = self.colorize
+        return nested
 
     if sys.version_info < (3, 14):
         def do_debug(self, arg: str) -> None:
@@ -369,11 +393,13 @@ class Session:
             reason=self.reason, exc=self.exc, instance=ident.instance,
         ), frame, self.debugger.raised())
         line = self.inbox.get()
-        while isinstance(line, wire.Inspect):
-            self.agent.link.post(self.inspector.answer(line))
+        while not isinstance(line, Line):
+            self.agent.link.post(self.answer(line))
             line = self.inbox.get()
         self.cmd, self.released = line.cmd, line.release
         self.breakpoints.drop_gone(self.debugger, self.agent.gone_editors)
+        if PDB_COLOURS:
+            self.debugger.colorize = line.colour
         if line.release:
             self.debugger.clear_all_breaks()
             self.breakpoints.restore(self.debugger)
@@ -383,6 +409,14 @@ class Session:
         """The thread runs on from where it stopped: whatever stops it next is a breakpoint (or
         a step), not the exception or the interrupt that stopped it here."""
         self.reason, self.exc, self.exception = wire.Stop.BREAKPOINT, "", None
+
+    def answer(self, question: wire.Inspect | wire.Complete) -> wire.Inspection | wire.Completions:
+        """An editor's question, or a shell's Tab, answered between two lines: the session stays
+        where it is."""
+        if isinstance(question, wire.Inspect):
+            return self.inspector.answer(question)
+        matches = self.debugger.completions(question.line, question.begidx, question.endidx)
+        return wire.Completions(ref=question.ref, matches=matches)
 
     def end(self, reason: str) -> None:
         """Close the session: forget interactive breakpoints and tell the broker."""

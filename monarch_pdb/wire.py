@@ -637,6 +637,8 @@ class Input(Message):
     cmd: int
     line: str
     release: bool = False
+    colour: bool = False
+    """Run it with pdb's own colours (Python 3.14+): the shell that typed it shows them (`Send`)."""
 
 
 @message("dismiss")
@@ -727,6 +729,32 @@ class Send(Message):
 
     session: int
     line: str
+    colour: bool = False
+    """The shell shows colours: pdb may colour what this line prints (Python 3.14+ ranks)."""
+
+
+@message("complete")
+class Complete(Message):
+    """Shell to broker, and on to the held session's process (or the broker below that has it):
+    the words pdb offers for `line[begidx:endidx]` at its prompt, as Tab at stock pdb's prompt
+    does. The paused thread answers with `Completions`; it is no input: the session stays where
+    it is. `session` is the receiver's number for the session (the broker's, the agent's)."""
+
+    ref: int
+    session: int
+    line: str
+    begidx: int
+    endidx: int
+
+
+@message("completions")
+class Completions(Message):
+    """The answer to a `Complete`: pdb's words for the text, or `error` (one line: the session
+    runs, or the shell does not hold it)."""
+
+    ref: int
+    matches: list[str]
+    error: str = ""
 
 
 @message("session_output")

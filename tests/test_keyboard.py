@@ -65,7 +65,7 @@ def test_tab_completes_commands_actors_and_paused_ranks(example, shell):
     out = sh.command("3", shown="attach debugee 13")
     assert out.startswith("Attached to debug session for debugee 13")
     sh.child.send("whe\t")
-    sh.expect("re ")
+    sh.expect("where")
     assert "_debugee_actor_internal()" in sh.command("", shown="where")
 
 
