@@ -1236,7 +1236,12 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
     except zmq.ZMQError as error:
         log(f"cannot listen on {settings.host}:{settings.port}: {error}")
         return 1
-    discovery.write_connection(settings, conn)
+    try:
+        discovery.write_connection(settings, conn)
+    except discovery.Insecure as problem:
+        log(str(problem))
+        broker.context.destroy(linger=0)
+        return 2
     encrypted = ", encrypted with CURVE" if settings.curve else ""
     log(f"listening on {conn.router} (events on {conn.pub}){encrypted} as {getpass.getuser()}, pid {os.getpid()}")
     if capacity:

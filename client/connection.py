@@ -116,6 +116,9 @@ class ShellConnection:
                 if other:
                     raise NoBroker(f"no debug broker answers at {where} ({other}). Stop that program, or give the "
                                    "broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).")
+                unwritable = discovery.unwritable(settings)
+                if unwritable:
+                    raise NoBroker(f"no debug broker answers at {where}, and none can start on this host: {unwritable}")
                 if now >= give_up:
                     raise NoBroker(f"no debug broker answers at {where} (looked for {looked}). {start}, then try again.")
                 look = min(now + settings.connect_timeout, give_up)

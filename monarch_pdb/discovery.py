@@ -131,15 +131,46 @@ def lock_file(settings: Settings) -> str:
 
 
 def ensure_runtime_dir(settings: Settings) -> None:
-    """The per-user directory, created 0700; one that belongs to someone else is refused."""
+    """The per-user directory, created 0700; one that belongs to someone else, or that cannot
+    hold a file (full, read-only), is refused."""
     fix = "set MONARCH_PDB_RUNTIME_DIR to a directory of yours"
     try:
         os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
         if os.stat(settings.runtime_dir).st_uid != os.getuid():
             raise Insecure(f"{settings.runtime_dir} belongs to another user; {fix}")
         os.chmod(settings.runtime_dir, 0o700)
+        _try_writing(settings.runtime_dir)
     except OSError as error:
-        raise Insecure(f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; {fix}") from None
+        raise Insecure(unusable(settings, error)) from None
+
+
+def unusable(settings: Settings, error: OSError) -> str:
+    """One line naming the runtime directory and why it cannot be used."""
+    return (f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; "
+            "set MONARCH_PDB_RUNTIME_DIR to a directory of yours")
+
+
+def _try_writing(directory: str) -> None:
+    """Write and remove a small file: a full or read-only directory fails here, at once, rather
+    than when the broker writes its connection file."""
+    probe = os.path.join(directory, f".probe-{os.getpid()}")
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, b"monarch-pdb")
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def unwritable(settings: Settings) -> str:
+    """When no broker answers: why no broker of this host can write its file here, else ""."""
+    if not os.path.isdir(settings.runtime_dir):
+        return ""
+    try:
+        _try_writing(settings.runtime_dir)
+    except OSError as error:
+        return unusable(settings, error)
+    return ""
 
 
 def other_program(settings: Settings) -> str:
@@ -193,10 +224,17 @@ def take_broker_lock(settings: Settings) -> int | None:
 def write_connection(settings: Settings, conn: Connection) -> None:
     path = connection_file(settings)
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(asdict(conn), f)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(conn), f)
+        os.replace(tmp, path)
+    except OSError as error:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise Insecure(unusable(settings, error)) from None
 
 
 def remove_connection(settings: Settings, conn: Connection) -> None:
