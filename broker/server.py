@@ -105,6 +105,8 @@ class Broker:
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, HISTORY)
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        for sock in (self.router, self.pub):
+            discovery.allow_ipv6(sock)
         self.followed = False
         if self.settings.curve:
             curve.serve(self.router, self.secret)
@@ -161,8 +163,8 @@ class Broker:
 
     def bind(self) -> discovery.Connection:
         host = discovery.bind_host(self.settings.host)
-        self.router.bind(f"tcp://{host}:{self.settings.port}")
-        self.pub.bind(f"tcp://{host}:0")
+        self.router.bind(discovery.endpoint(host, self.settings.port))
+        self.pub.bind(discovery.endpoint(host, 0))
         router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         pub = self.pub_endpoint = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
         return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve)

@@ -10,6 +10,7 @@ MONARCH_PDB_SECRET and connect to MONARCH_DEBUG_SERVER_HOST:PORT directly.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import os
 import secrets
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+
+import zmq
 
 from monarch_pdb.settings import Settings
 
@@ -83,7 +86,30 @@ def secret_source(settings: Settings) -> str:
     return f"the connection file, {connection_file(settings)}"
 
 
+def bare_host(host: str) -> str:
+    """A host as the socket calls take it: an IPv6 address without the brackets a URL needs."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def endpoint(host: str, port: int | str) -> str:
+    """The ZeroMQ endpoint of a host and port; an IPv6 address goes in brackets."""
+    host = bare_host(host)
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def allow_ipv6(sock: zmq.Socket) -> None:
+    """Let a TCP socket bind, connect to and resolve IPv6 addresses as well as IPv4 ones."""
+    sock.setsockopt(zmq.IPV6, 1)
+
+
 def is_local(host: str) -> bool:
+    """Whether `host` is this host: a loopback name or address of either family, or its name."""
+    host = bare_host(host)
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    except ValueError:
+        pass
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
 
@@ -96,7 +122,7 @@ def reaches_itself(address: str, router: str) -> bool:
     if port != bound_port:
         return False
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        addresses = {info[4][0] for info in socket.getaddrinfo(bare_host(host), None, type=socket.SOCK_STREAM)}
     except OSError:
         return False
     if bound.strip("[]") not in ("0.0.0.0", "::", "*"):
@@ -115,7 +141,7 @@ def _bindable(ip: str) -> bool:
 
 def bind_host(host: str) -> str:
     """ZeroMQ binds addresses, not names."""
-    return "127.0.0.1" if host in ("localhost", "") else host
+    return "127.0.0.1" if host in ("localhost", "") else bare_host(host)
 
 
 def connection_file(settings: Settings) -> str:
@@ -274,7 +300,7 @@ def locate(settings: Settings, here: bool = False) -> Connection | None:
         if conn is not None:
             return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
     if secret is not None and settings.port != 0 and not (here and not listens(settings)):
-        return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0, settings.curve)
+        return Connection(endpoint(settings.host, settings.port), "", secret, 0, settings.curve)
     return None
 
 

@@ -93,9 +93,7 @@ def _encoded(codec: wire.Codec, msgs: list[wire.Message]) -> tuple[list[wire.Mes
 
 def pub_address(router: str, pub: str) -> str:
     """The broker's PUB endpoint as reachable from here: its port at the router's host."""
-    port = urlsplit(pub).port
-    host = urlsplit(router).hostname or "127.0.0.1"
-    return f"tcp://{host}:{port}"
+    return discovery.endpoint(urlsplit(router).hostname or "127.0.0.1", urlsplit(pub).port)
 
 
 def beat_due(sent: float, beaten: float, heard: float, beat: float) -> float:
@@ -246,6 +244,7 @@ class Link:
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.SNDHWM, 0)
         dealer.setsockopt(zmq.RCVHWM, 0)
+        discovery.allow_ipv6(dealer)
         if conn.curve:
             curve.connect(dealer, conn.secret)
         dealer.connect(conn.router)
@@ -253,6 +252,7 @@ class Link:
         if sub is not None:
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
+            discovery.allow_ipv6(sub)
             if conn.curve:
                 curve.connect(sub, conn.secret)
         sub_codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
