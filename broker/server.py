@@ -106,7 +106,7 @@ class Broker:
         self.pub.setsockopt(zmq.SNDHWM, HISTORY)
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         for sock in (self.router, self.pub):
-            discovery.allow_ipv6(sock)
+            discovery.allow_ipv6(sock, discovery.bind_host(self.settings.host))
         self.followed = False
         if self.settings.curve:
             curve.serve(self.router, self.secret)
@@ -1229,6 +1229,10 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
     if discovery.secret_of(settings) is None and settings.upstream:
         log(f"cannot register with the broker above ({settings.upstream}) without the secret it was given: "
             "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
+        return 2
+    unresolved = discovery.does_not_resolve(discovery.bind_host(settings.host))
+    if unresolved:
+        log(f"cannot listen on {settings.host}:{settings.port}: {unresolved}")
         return 2
     capacity = raise_open_file_limit()
     audit_file = open(audit, "a", encoding="utf-8") if audit else None

@@ -97,19 +97,21 @@ def endpoint(host: str, port: int | str) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
-def allow_ipv6(sock: zmq.Socket) -> None:
-    """Let a TCP socket bind, connect to and resolve IPv6 addresses as well as IPv4 ones."""
+def allow_ipv6(sock: zmq.Socket, host: str = "") -> None:
+    """Let a TCP socket bind, connect to and resolve IPv6 addresses as well as IPv4 ones; one
+    that binds an IPv4 address (`host`) stays IPv4, so its address reads as it was given."""
+    try:
+        if isinstance(ipaddress.ip_address(bare_host(host)), ipaddress.IPv4Address):
+            return
+    except ValueError:
+        pass
     sock.setsockopt(zmq.IPV6, 1)
 
 
 def is_local(host: str) -> bool:
-    """Whether `host` is this host: a loopback name or address of either family, or its name."""
+    """Whether `host` is this host: a loopback name or address (`::1` with or without brackets),
+    or its name."""
     host = bare_host(host)
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return True
-    except ValueError:
-        pass
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
 
@@ -199,25 +201,59 @@ def unwritable(settings: Settings) -> str:
     return ""
 
 
-def other_program(settings: Settings) -> str:
-    """When no broker answers: a note that what listens on the broker's port is another
-    program (it does not greet as ZeroMQ does), else "" (nothing listens, or something that
-    speaks ZeroMQ). A port a broker of this host holds a lock for is not looked at: that
-    broker may only be slow."""
-    if settings.port == 0 or broker_running(settings):
-        return ""
+def does_not_resolve(host: str) -> str:
+    """Why `host` names no address, in words; "" when it does."""
     try:
-        probe = socket.create_connection((bind_host(settings.host), settings.port), timeout=GREETING_WAIT)
+        socket.getaddrinfo(bare_host(host), None, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        return f"the name {bare_host(host)} does not resolve: {error.strerror}"
+    return ""
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """What is at the broker's address when no broker answers."""
+
+    why: str
+    fix: str = ""
+    """What the user must change; empty where it may mend itself (a broker that starts later)."""
+
+
+def unanswered(settings: Settings) -> Unanswered | None:
+    """When no broker answers: what is at the broker's address (its name does not resolve,
+    nothing listens there, another program does, or a ZeroMQ program whose secret we lack), else
+    None (something that speaks ZeroMQ, with a secret to try). A port a broker of this host holds a
+    lock for is not looked at: that broker may only be slow."""
+    if settings.port == 0 or broker_running(settings):
+        return None
+    host, where = bind_host(settings.host), f"{settings.host}:{settings.port}"
+    unresolved = does_not_resolve(host)
+    if unresolved:
+        return Unanswered(unresolved, "Check MONARCH_DEBUG_SERVER_HOST (or --host).")
+    try:
+        probe = socket.create_connection((host, settings.port), timeout=GREETING_WAIT)
+    except ConnectionRefusedError:
+        return Unanswered(f"nothing listens at {where}")
     except OSError:
-        return ""
+        return None
     with probe:
         try:
             greeting = probe.recv(1)
         except OSError:
             greeting = b""
-    if greeting == ZMTP_FIRST_BYTE:
-        return ""
-    return f"another program listens on port {settings.port}: it does not speak ZeroMQ, so it is not a debug broker"
+    if greeting != ZMTP_FIRST_BYTE:
+        return Unanswered(f"another program listens on port {settings.port}: it does not speak ZeroMQ, so it is not "
+                          "a debug broker", "Stop that program, or give the broker and the ranks another port "
+                          "(MONARCH_DEBUG_SERVER_PORT).")
+    try:
+        secret = secret_of(settings)
+    except Insecure:
+        return None
+    if secret is None and read_connection_file(settings) is None:
+        return Unanswered(f"a ZeroMQ program listens at {where}, but there is no secret to sign with: no broker's "
+                          f"file at {connection_file(settings)}",
+                          "Give this process the broker's secret (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE).")
+    return None
 
 
 def broker_running(settings: Settings) -> bool:
