@@ -792,7 +792,7 @@ class DebugShell(cmd2.Cmd):
             self.collected.append(msg.text)
             self.report.stream(visible(msg.text))
             if msg.reason == wire.Ending.LOST:
-                self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
+                self.fail(f"{att.actor} {att.rank} was lost: its process or its connection is gone")
             elif msg.reason == wire.Ending.TAKEN:
                 self.fail(f"another shell took over {att.actor} {att.rank} (attach --force)")
             self.leave(notify_broker=False)

@@ -425,7 +425,7 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         sh = shell()
         sh.command("attach train 5")
         os.kill(row.pid, signal.SIGKILL)
-        sh.expect(r"train 5 was lost \(its process stopped answering\)", timeout=5)
+        sh.expect(r"train 5 was lost \(its process or its connection is gone\)", timeout=5)
         out = sh.command("p loss")
         assert "was lost" in out and "Detached from debug session for train 5" in out
         assert "not sent: 'p loss'" in out
@@ -446,7 +446,7 @@ def test_running_ranks_whose_processes_die_are_announced_lost_in_one_line(env, t
         sh = shell()
         for program in programs:
             os.kill(program.proc.pid, signal.SIGKILL)
-        sh.expect(r"train ranks\[0-3\] \(4\) were lost \(their processes stopped answering\)\n", timeout=20)
+        sh.expect(r"train ranks\[0-3\] \(4\) were lost \(their processes or connections are gone\)\n", timeout=20)
         assert "was lost" not in sh.text
         assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 4)] == ["lost"] * 4
     finally:

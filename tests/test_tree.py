@@ -431,7 +431,7 @@ def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_
     sh = shell()
     for program in programs:
         os.kill(program.proc.pid, signal.SIGKILL)
-    sh.expect(r"train ranks\[0,1\] \(2\) were lost \(their processes stopped answering\)\n", timeout=20)
+    sh.expect(r"train ranks\[0,1\] \(2\) were lost \(their processes or connections are gone\)\n", timeout=20)
     assert [r.state for r in wait_for_all_rows(env, lambda rows: {r.state for r in rows} == {"lost"})] == ["lost"] * 2
 
 
