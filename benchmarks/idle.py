@@ -3,9 +3,9 @@
 RANKS connections, each one rank's link as the wire sees it (its routing id, libzmq's ZMTP
 heartbeats every second, one `Hello`), held by this process, to three listeners in turn:
 - the floor: a bare pyzmq ROUTER that only reads, so only libzmq answers the heartbeats;
-- the broker as ranks once drove it: the same connections also send a Python `Heartbeat` a
-  second each, which the broker answers (what every rank's link did before liveness moved into
-  libzmq);
+- the broker as ranks once drove it: the connections send a Python `Heartbeat` a second each
+  instead of libzmq's, which the broker answers (what every rank's link did before liveness
+  moved into libzmq);
 - the broker now: the connections say nothing after their hello.
 Each listener's CPU (user + system, all its threads) over SECONDS is read from /proc.
 
@@ -66,7 +66,8 @@ def hold(address: str, key: bytes, beating: bool, pid: int) -> float:
             sock = context.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.ROUTING_ID, routing_id(os.urandom(8)))
-            zmtp_heartbeats(sock, BEAT)
+            if not beating:
+                zmtp_heartbeats(sock, BEAT)
             sock.connect(address)
             sock.send_multipart(codec.encode(wire.Hello(role=wire.Role.AGENT, name="idle", host="bench", pid=n,
                                                         user="bench", link=os.urandom(8))))

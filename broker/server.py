@@ -362,7 +362,10 @@ class Broker:
 
     def learn_connection(self, identity: bytes, frame: zmq.Frame) -> None:
         """The peer on a connection not yet known, from its first message."""
-        fd = frame.get(zmq.SRCFD)
+        try:
+            fd = frame.get(zmq.SRCFD)
+        except zmq.ZMQError:  # a message that carries no descriptor (its connection is gone)
+            return
         if self.unmapped.pop(fd, None) is not None:
             self.peer_of_fd[fd] = identity
             self.fd_of_peer[identity] = fd
