@@ -22,6 +22,9 @@ attached line is, against floor C's own Tab plus the attached line below the she
 The editor's `next` on one rank, request to `stopped` event (editor.py), is measured beside the
 same `n` typed in the shell, attached, in a terminal: its target is within 2x of that.
 
+The broker's CPU with 1,024 idle ranks connected is read beside a bare ROUTER's (its floor) and
+beside the same broker answering a Python heartbeat a rank a second, as ranks once sent (idle.py).
+
 Floors and product measures run in alternating batches, every process started once up front:
 on a small shared machine the background load drifts by tens of percent within a minute, and
 alternating makes a product number and its floor see the same drift.
@@ -41,6 +44,7 @@ from pathlib import Path
 import debugger
 import editor
 import floors
+import idle
 import report
 import running_breakpoints
 import scale
@@ -119,6 +123,7 @@ def main() -> int:
     scaled, resources = measure_scale(scale.SHAPES[mode]) if args.scale else ([], [])
     with tempfile.TemporaryDirectory(prefix="monarch-pdb-breakpoints-") as workdir:
         breaking = running_breakpoints.measure(Path(workdir), mode, say)
+    idle_cpu = idle.measure(say)
 
     floor_a = Result("raw relay round trip (floor A)", samples["relay"])
     tty_floor = Result("terminal: cmd + readline answering itself (floor C)", samples["tty_floor"])
@@ -159,8 +164,12 @@ def main() -> int:
     print("\nthe shell's own CPU per line (ms): " + ", ".join(f"{k} {v}" for k, v in shell_cpu.items())
           + f" (attached: target < {terminal.CPU_MS_PER_LINE:g} ms, "
           + ("PASS" if shell_cpu.get("attached", math.inf) < terminal.CPU_MS_PER_LINE else "MISS") + ")")
+    print(f"\nidle broker CPU with {idle.RANKS} idle ranks (% of a core): {idle_cpu['broker']:.2f} "
+          f"(floor, a bare ROUTER answering libzmq's heartbeats: {idle_cpu['floor']:.2f}; with a Python "
+          f"heartbeat a rank a second, as before: {idle_cpu['python_heartbeats']:.2f})")
     print_resources(resources)
     report.write_json(RESULTS, rows, {
+        "idle_broker_cpu_percent": idle_cpu,
         "mode": mode, "ranks": debugger.RANKS, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP,
         "floor_messages": floors.message_sizes(), "scale_resources": resources,
         "shell_cpu_ms_per_line": shell_cpu,

@@ -1,8 +1,8 @@
 """Ranks emulated at the wire: one process holds thousands of paused sessions on one connection
 per host, as a process of many paused threads does, with no pdb and no thread per session.
 
-Each connection is the project's own `Link` (hello, heartbeats, a hello again after a broker
-restarts), and every message is built and read by `wire.py`, so the emulator speaks exactly the
+Each connection is the project's own `Link` (hello, libzmq's heartbeats, a hello again after a
+broker restarts), and every message is built and read by `wire.py`, so the emulator speaks exactly the
 protocol a real agent speaks. What a session does:
 - stops at once, at one canned place (`FUNCTION` in this file at `LINENO`): its `Prompt` goes
   with the first handshake, and again after any welcome as a stranger;

@@ -294,6 +294,8 @@ class Registry:
     host: str = field(default_factory=socket.gethostname)
     """This host: a peer here whose process is gone is gone, whatever its connection says."""
     peers: dict[bytes, Peer] = field(default_factory=dict)
+    brokers: dict[bytes, Peer] = field(default_factory=dict)
+    """Those peers that are brokers (below, and the parent): the only ones judged by silence."""
     sessions: dict[int, Session] = field(default_factory=dict)
     by_rank: dict[tuple[str, str], dict[int, Session]] = field(default_factory=dict)
     """The session each rank stands in, under its job and actor: one key per actor, not a
@@ -348,6 +350,8 @@ class Registry:
         whose link had another socket, not yet declared lost, takes over that connection's
         sessions."""
         self.peers[peer.identity] = peer
+        if peer.role in (wire.Role.BROKER, PARENT):
+            self.brokers[peer.identity] = peer
         if peer.role != wire.Role.AGENT:
             return False
         first = not self.has_job(peer.name)
@@ -367,10 +371,11 @@ class Registry:
         return any(peer.role != PARENT for peer in self.peers.values())
 
     def silent(self, now: float, limit: float, since: float) -> list[bytes]:
-        """The peers not heard from for `limit` seconds, counted from `since` at the earliest
-        (when the broker last came back from a pause: their messages waited unread), but those
-        already known to be silent."""
-        return [identity for identity, peer in self.peers.items()
+        """The brokers (below, and the parent) not heard from for `limit` seconds, counted from
+        `since` at the earliest (when the broker last came back from a pause: their messages
+        waited unread), but those already known to be silent. Ranks and shells beat in libzmq,
+        not in Python: their silence says nothing, and they are not looked at."""
+        return [identity for identity, peer in self.brokers.items()
                 if not peer.silent and now - max(peer.last_seen, since) > limit]
 
     def gone_with(self, silent: list[bytes]) -> list[bytes]:
@@ -398,6 +403,7 @@ class Registry:
 
     def _forget_peer(self, identity: bytes) -> Peer | None:
         peer = self.peers.pop(identity, None)
+        self.brokers.pop(identity, None)
         if peer is not None and peer.role == wire.Role.AGENT:
             self.agents_per_job[peer.name] -= 1
             if not self.agents_per_job[peer.name]:
@@ -536,7 +542,7 @@ class Registry:
         peer.jobs = jobs
 
     def branches(self) -> list[Peer]:
-        return [peer for peer in self.peers.values() if peer.role == wire.Role.BROKER]
+        return [peer for peer in self.brokers.values() if peer.role == wire.Role.BROKER]
 
     def is_branch(self, identity: bytes) -> bool:
         peer = self.peers.get(identity)

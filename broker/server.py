@@ -22,6 +22,7 @@ from itertools import chain
 from typing import TextIO
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from monarch_pdb import curve, discovery, ranks, wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
@@ -32,7 +33,7 @@ from monarch_pdb.broker.inspections import Inspections
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.peeks import Peeks
 from monarch_pdb.broker.registry import (LIVE, PARENT, STOP_STATES, LiveRank, Peer, Picked, Refused, Registry,
-                                         Session, State, no_match)
+                                         Session, State, no_match, process_gone)
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
 from monarch_pdb.settings import Settings
@@ -49,6 +50,9 @@ FREEZE_AFTER = 65536
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
+PIPES_SETTLE = 0.1
+"""Seconds after a connection drops before the ROUTER is asked whether its peer can be reached:
+the socket forgets a dropped connection a moment after the monitor tells of it."""
 
 
 def log(text: str) -> None:
@@ -83,6 +87,15 @@ class Broker:
     """For each broker below, the shells whose attach it has yet to answer, in order."""
     frozen_sessions: int = 0
     """How many sessions the broker held when it last froze what it holds (`freeze_long_lived`)."""
+    unmapped: dict[int, float] = field(default_factory=dict)
+    """Connections accepted whose peer is not yet known, by descriptor, and since when (see `drain`)."""
+    peer_of_fd: dict[int, bytes] = field(default_factory=dict)
+    fd_of_peer: dict[bytes, int] = field(default_factory=dict)
+    unplaced: set = field(default_factory=set)
+    """Peers that said hello on a connection not known by its descriptor (its first message came
+    before the monitor said it was accepted): any connection dropped unnamed may be theirs."""
+    dropped: dict[bytes, float] = field(default_factory=dict)
+    """Peers whose connection dropped, and when: lost unless they reconnect (see `check_dropped`)."""
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
@@ -101,10 +114,15 @@ class Broker:
         # behind one connection must not lose inputs, so its queues are unbounded.
         self.router.setsockopt(zmq.SNDHWM, 0)
         self.router.setsockopt(zmq.RCVHWM, 0)
+        # A rank or shell reconnects under its own routing id (its link's), as the same peer.
+        self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.monitor = self.router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.pub = self.context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, HISTORY)
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        for sock in (self.router, self.pub):
+            discovery.allow_ipv6(sock, discovery.bind_host(self.settings.host))
         self.followed = False
         if self.settings.curve:
             curve.serve(self.router, self.secret)
@@ -163,8 +181,8 @@ class Broker:
 
     def bind(self) -> discovery.Connection:
         host = discovery.bind_host(self.settings.host)
-        self.router.bind(f"tcp://{host}:{self.settings.port}")
-        self.pub.bind(f"tcp://{host}:0")
+        self.router.bind(discovery.endpoint(host, self.settings.port))
+        self.pub.bind(discovery.endpoint(host, 0))
         router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         pub = self.pub_endpoint = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
         return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve)
@@ -183,6 +201,7 @@ class Broker:
         os.set_blocking(wake, False)
         signal.set_wakeup_fd(wake)
         poller = zmq.Poller()
+        poller.register(self.monitor, zmq.POLLIN)
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.pub, zmq.POLLIN)
         poller.register(woken, zmq.POLLIN)
@@ -200,6 +219,8 @@ class Broker:
                 os.read(woken, 4096)
             if self.pub in ready:
                 self.note_subscriptions()
+            if self.monitor in ready:
+                self.note_connections()
             if self.router in ready:
                 self.drain()
             if self.upstream is not None:
@@ -210,8 +231,10 @@ class Broker:
             if ticked:
                 next_tick = now + tick
                 self.reap(now)
+                self.check_dropped(now)
                 self.freeze_long_lived()
                 self.forget_unnamed(now)
+                self.forget_unmapped(now)
                 self.summarize_refusals(now)
                 if self.upstream is not None and (trouble := self.upstream.trouble(now)):
                     log(trouble)
@@ -228,6 +251,8 @@ class Broker:
         self.summarize_refusals(time.monotonic(), final=True)
         if self.upstream is not None:
             self.upstream.close()
+        self.router.disable_monitor()
+        self.monitor.close()
         self.router.close()
         self.pub.close()
         self.context.destroy(linger=0)
@@ -291,15 +316,81 @@ class Broker:
             for branch in self.registry.branches():
                 self.send(branch.identity, wire.OutputWanted(on=self.output_wanted))
 
+    def note_connections(self) -> None:
+        """Connections come and go (the socket monitor's events, each in order before anything
+        the new connection sends): a dropped one is looked at by `check_dropped`. A connection
+        is known by its descriptor until its peer's first message names it (`drain`)."""
+        while True:
+            try:
+                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            fd = event["value"]
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self.unmapped[fd] = time.monotonic()
+                continue
+            self.unmapped.pop(fd, None)
+            identity = self.peer_of_fd.pop(fd, None)
+            if identity is None:
+                for unplaced in self.unplaced:
+                    self.dropped.setdefault(unplaced, time.monotonic())
+            elif self.fd_of_peer.get(identity) == fd:
+                del self.fd_of_peer[identity]
+                self.dropped[identity] = time.monotonic()
+
+    def check_dropped(self, now: float) -> None:
+        """A rank or shell whose connection dropped is lost, at once where its process is gone
+        from this host, else once it has not come back (libzmq reconnects it under its routing
+        id) within a few heartbeats: a broker that was stopped finds every connection dropped
+        by the peers' heartbeats, and each peer back. Busy peers keep their connections: libzmq
+        answers heartbeats without the GIL. Brokers below are judged by their silence (`reap`)."""
+        grace = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
+        for identity, since in list(self.dropped.items()):
+            peer = self.registry.peer(identity)
+            if peer is None or identity in self.fd_of_peer or peer.role == wire.Role.BROKER:
+                del self.dropped[identity]
+                if peer is None:
+                    self.unplaced.discard(identity)
+            elif peer.host == self.registry.host and process_gone(peer.pid):
+                del self.dropped[identity]
+                self.drop(identity, wire.Ending.LOST)
+            elif now - since < PIPES_SETTLE:
+                continue
+            elif self.connected(identity):
+                del self.dropped[identity]  # reconnected (or never the one that dropped)
+            elif now - since > grace:
+                del self.dropped[identity]
+                self.drop(identity, wire.Ending.LOST)
+
+    def learn_connection(self, identity: bytes, frame: zmq.Frame) -> None:
+        """The peer on a connection not yet known, from its first message."""
+        try:
+            fd = frame.get(zmq.SRCFD)
+        except zmq.ZMQError:  # a message that carries no descriptor (its connection is gone)
+            return
+        if self.unmapped.pop(fd, None) is not None:
+            self.peer_of_fd[fd] = identity
+            self.fd_of_peer[identity] = fd
+            self.dropped.pop(identity, None)
+            self.unplaced.discard(identity)
+
+    def forget_unmapped(self, now: float) -> None:
+        """A connection that said nothing for a while (a port probe that stays) stays unknown."""
+        while self.unmapped and now - next(iter(self.unmapped.values())) > REFUSALS_LOGGED_EVERY:
+            self.unmapped.pop(next(iter(self.unmapped)))
+
     def drain(self) -> None:
         """Handle what has arrived, a bounded number at a time, so that answers go out between
         the bounds even while a flood comes in."""
         for _ in range(DRAIN_AT_ONCE):
             try:
-                if self.unnamed:
+                if self.unnamed or self.unmapped:
                     parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
                     frames = [part.bytes for part in parts]
-                    self.name_refused(frames[0], parts[-1])
+                    if self.unmapped:
+                        self.learn_connection(frames[0], parts[0])
+                    if self.unnamed:
+                        self.name_refused(frames[0], parts[-1])
                 else:
                     frames = self.router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -666,6 +757,8 @@ class Broker:
         if msg.role not in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
+        if identity not in self.fd_of_peer and msg.role != wire.Role.BROKER:
+            self.unplaced.add(identity)
         joined = not self.registry.knows(identity, msg.role, msg.link)
         if joined:
             self.drop(identity, wire.Ending.RECONNECTED)
@@ -1258,6 +1351,10 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
         log(f"cannot register with the broker above ({settings.upstream}) without the secret it was given: "
             "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
         return 2
+    unresolved = discovery.does_not_resolve(discovery.bind_host(settings.host))
+    if unresolved:
+        log(f"cannot listen on {settings.host}:{settings.port}: {unresolved}")
+        return 2
     capacity = raise_open_file_limit()
     audit_file = open(audit, "a", encoding="utf-8") if audit else None
     broker = Broker(settings, secret, idle_exit, audit_file)
@@ -1266,7 +1363,12 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
     except zmq.ZMQError as error:
         log(f"cannot listen on {settings.host}:{settings.port}: {error}")
         return 1
-    discovery.write_connection(settings, conn)
+    try:
+        discovery.write_connection(settings, conn)
+    except discovery.Insecure as problem:
+        log(str(problem))
+        broker.context.destroy(linger=0)
+        return 2
     encrypted = ", encrypted with CURVE" if settings.curve else ""
     log(f"listening on {conn.router} (events on {conn.pub}){encrypted} as {getpass.getuser()}, pid {os.getpid()}")
     if capacity:

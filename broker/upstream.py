@@ -57,7 +57,7 @@ class Upstream:
         self.send = send
         self.part_size = settings.max_message // 2
         self.ranks_every = max(0.05, settings.heartbeat_interval / 2)
-        parent = discovery.Connection(router=f"tcp://{address}", pub="", secret=secret, pid=0, curve=settings.curve)
+        parent = discovery.Connection(router=discovery.endpoint(*address.rsplit(":", 1)), pub="", secret=secret, pid=0, curve=settings.curve)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.woken, self._wake = os.pipe()
         os.set_blocking(self.woken, False)

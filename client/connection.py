@@ -137,12 +137,15 @@ class ShellConnection:
                 raise NoBroker(self.link.rejection)
             now = time.monotonic()
             if now >= look:
-                other = discovery.other_program(settings)
-                if other:
-                    raise NoBroker(f"no debug broker answers at {where} ({other}). Stop that program, or give the "
-                                   "broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).")
+                other = discovery.unanswered(settings)
+                if other is not None and other.fix:
+                    raise NoBroker(f"no debug broker answers at {where} ({other.why}). {other.fix}")
+                unwritable = discovery.unwritable(settings)
+                if unwritable:
+                    raise NoBroker(f"no debug broker answers at {where}, and none can start on this host: {unwritable}")
                 if now >= give_up:
-                    raise NoBroker(f"no debug broker answers at {where} (looked for {looked}). {start}, then try again.")
+                    seen = f"{other.why}; " if other is not None else ""
+                    raise NoBroker(f"no debug broker answers at {where} ({seen}looked for {looked}). {start}, then try again.")
                 look = min(now + settings.connect_timeout, give_up)
                 if not told:
                     waiting(note)

@@ -248,8 +248,10 @@ def run(args: argparse.Namespace) -> int:
         Adapter(os.fdopen(os.dup(sys.stdin.fileno()), "rb"), sys.stdout.buffer, settings).serve()
         return 0
     host, port = listen_address(args.listen, settings)
-    with socket.create_server((host, port)) as server:
-        print(f"monarch-pdb dap: listening on {host}:{server.getsockname()[1]}", file=sys.stderr, flush=True)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.create_server((host, port), family=family) as server:
+        where = discovery.endpoint(host, server.getsockname()[1]).removeprefix("tcp://")
+        print(f"monarch-pdb dap: listening on {where}", file=sys.stderr, flush=True)
         while True:
             client, _ = server.accept()
             with client, client.makefile("rb") as reader, client.makefile("wb") as writer:

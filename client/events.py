@@ -12,7 +12,7 @@ PHRASES = {
     wire.EventKind.POST_MORTEM: "entered post-mortem at {where}: {detail}",
     wire.EventKind.INTERRUPTED: "stopped by interrupt at {where}",
     wire.EventKind.ENDED: "finished{detail}",
-    wire.EventKind.LOST: "was lost (its process stopped answering)",
+    wire.EventKind.LOST: "was lost (its process or its connection is gone)",
     wire.EventKind.RELEASED: "is free again (the shell attached to it went away)",
     wire.EventKind.TAKEN: "was taken over by the shell of {detail} (attach --force)",
     wire.EventKind.TWICE: "is run by two processes ({detail}); both are listed, attach and cast reach the second",
@@ -22,7 +22,7 @@ RUNS_ON = "is running again (continued)"
 """A session that ended because pdb's continue left the rank untraced: the rank runs on (a
 sleep it was interrupted in goes on sleeping), nothing finished."""
 
-SEVERAL = {PHRASES[wire.EventKind.LOST]: "were lost (their processes stopped answering)",
+SEVERAL = {PHRASES[wire.EventKind.LOST]: "were lost (their processes or connections are gone)",
            RUNS_ON: "are running again (continued)"}
 """What reads otherwise of several ranks."""
 

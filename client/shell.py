@@ -960,7 +960,7 @@ class DebugShell(cmd2.Cmd):
             self.report.stream(visible(msg.text, self.pdb_colours))
             gone = "whose session ended"
             if msg.reason == wire.Ending.LOST:
-                self.fail(f"{att.actor} {att.rank} was lost: its process stopped answering")
+                self.fail(f"{att.actor} {att.rank} was lost: its process or its connection is gone")
                 gone = "which was lost"
             elif msg.reason == wire.Ending.TAKEN:
                 self.fail(f"{msg.by or 'another shell'} took over {att.actor} {att.rank} (attach --force)")

@@ -210,13 +210,12 @@ class Agent:
         if ready.wait(self.settings.connect_timeout):
             return True
         where = f"{self.settings.host}:{self.settings.port}"
-        other = discovery.other_program(self.settings)
-        print(
-            f"monarch-pdb: {who} (pid {os.getpid()}) is paused at a breakpoint, but no debug broker "
-            f"answers at {where}{f' ({other})' if other else self.link.problem}. Start one with `monarch-pdb broker` "
-            "(set MONARCH_DEBUG_SERVER_HOST/PORT to match); waiting.",
-            file=sys.stderr, flush=True,
-        )
+        found = discovery.unanswered(self.settings)
+        why = f" ({found.why})" if found is not None else self.link.problem
+        fix = (found.fix if found is not None and found.fix else
+               "Start one with `monarch-pdb broker` (set MONARCH_DEBUG_SERVER_HOST/PORT to match).")
+        print(f"monarch-pdb: {who} (pid {os.getpid()}) is paused at a breakpoint, but no debug broker answers at "
+              f"{where}{why}. {fix[:-1]}; waiting.", file=sys.stderr, flush=True)
         limit = self.settings.give_up_after
         if not ready.wait(limit if limit > 0 else None):
             print(f"monarch-pdb: {who}: no broker after {limit:g} s; continuing without stopping.",

@@ -10,6 +10,7 @@ MONARCH_PDB_SECRET and connect to MONARCH_DEBUG_SERVER_HOST:PORT directly.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import os
 import secrets
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+
+import zmq
 
 from monarch_pdb.settings import Settings
 
@@ -83,7 +86,32 @@ def secret_source(settings: Settings) -> str:
     return f"the connection file, {connection_file(settings)}"
 
 
+def bare_host(host: str) -> str:
+    """A host as the socket calls take it: an IPv6 address without the brackets a URL needs."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def endpoint(host: str, port: int | str) -> str:
+    """The ZeroMQ endpoint of a host and port; an IPv6 address goes in brackets."""
+    host = bare_host(host)
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def allow_ipv6(sock: zmq.Socket, host: str = "") -> None:
+    """Let a TCP socket bind, connect to and resolve IPv6 addresses as well as IPv4 ones; one
+    that binds an IPv4 address (`host`) stays IPv4, so its address reads as it was given."""
+    try:
+        if isinstance(ipaddress.ip_address(bare_host(host)), ipaddress.IPv4Address):
+            return
+    except ValueError:
+        pass
+    sock.setsockopt(zmq.IPV6, 1)
+
+
 def is_local(host: str) -> bool:
+    """Whether `host` is this host: a loopback name or address (`::1` with or without brackets),
+    or its name."""
+    host = bare_host(host)
     return host in LOOPBACK_NAMES or host in (socket.gethostname(), socket.getfqdn())
 
 
@@ -96,7 +124,7 @@ def reaches_itself(address: str, router: str) -> bool:
     if port != bound_port:
         return False
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        addresses = {info[4][0] for info in socket.getaddrinfo(bare_host(host), None, type=socket.SOCK_STREAM)}
     except OSError:
         return False
     if bound.strip("[]") not in ("0.0.0.0", "::", "*"):
@@ -115,7 +143,7 @@ def _bindable(ip: str) -> bool:
 
 def bind_host(host: str) -> str:
     """ZeroMQ binds addresses, not names."""
-    return "127.0.0.1" if host in ("localhost", "") else host
+    return "127.0.0.1" if host in ("localhost", "") else bare_host(host)
 
 
 def connection_file(settings: Settings) -> str:
@@ -131,36 +159,101 @@ def lock_file(settings: Settings) -> str:
 
 
 def ensure_runtime_dir(settings: Settings) -> None:
-    """The per-user directory, created 0700; one that belongs to someone else is refused."""
+    """The per-user directory, created 0700; one that belongs to someone else, or that cannot
+    hold a file (full, read-only), is refused."""
     fix = "set MONARCH_PDB_RUNTIME_DIR to a directory of yours"
     try:
         os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
         if os.stat(settings.runtime_dir).st_uid != os.getuid():
             raise Insecure(f"{settings.runtime_dir} belongs to another user; {fix}")
         os.chmod(settings.runtime_dir, 0o700)
+        _try_writing(settings.runtime_dir)
     except OSError as error:
-        raise Insecure(f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; {fix}") from None
+        raise Insecure(unusable(settings, error)) from None
 
 
-def other_program(settings: Settings) -> str:
-    """When no broker answers: a note that what listens on the broker's port is another
-    program (it does not greet as ZeroMQ does), else "" (nothing listens, or something that
-    speaks ZeroMQ). A port a broker of this host holds a lock for is not looked at: that
-    broker may only be slow."""
-    if settings.port == 0 or broker_running(settings):
+def unusable(settings: Settings, error: OSError) -> str:
+    """One line naming the runtime directory and why it cannot be used."""
+    return (f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; "
+            "set MONARCH_PDB_RUNTIME_DIR to a directory of yours")
+
+
+def _try_writing(directory: str) -> None:
+    """Write and remove a small file: a full or read-only directory fails here, at once, rather
+    than when the broker writes its connection file."""
+    probe = os.path.join(directory, f".probe-{os.getpid()}")
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, b"monarch-pdb")
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def unwritable(settings: Settings) -> str:
+    """When no broker answers: why no broker of this host can write its file here, else ""."""
+    if not os.path.isdir(settings.runtime_dir):
         return ""
     try:
-        probe = socket.create_connection((bind_host(settings.host), settings.port), timeout=GREETING_WAIT)
+        _try_writing(settings.runtime_dir)
+    except OSError as error:
+        return unusable(settings, error)
+    return ""
+
+
+def does_not_resolve(host: str) -> str:
+    """Why `host` names no address, in words; "" when it does."""
+    try:
+        socket.getaddrinfo(bare_host(host), None, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        return f"the name {bare_host(host)} does not resolve: {error.strerror}"
+    return ""
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """What is at the broker's address when no broker answers."""
+
+    why: str
+    fix: str = ""
+    """What the user must change; empty where it may mend itself (a broker that starts later)."""
+
+
+def unanswered(settings: Settings) -> Unanswered | None:
+    """When no broker answers: what is at the broker's address (its name does not resolve,
+    nothing listens there, another program does, or a ZeroMQ program whose secret we lack), else
+    None (something that speaks ZeroMQ, with a secret to try). A port a broker of this host holds a
+    lock for is not looked at: that broker may only be slow."""
+    if settings.port == 0 or broker_running(settings):
+        return None
+    host, where = bind_host(settings.host), f"{settings.host}:{settings.port}"
+    unresolved = does_not_resolve(host)
+    if unresolved:
+        return Unanswered(unresolved, "Check MONARCH_DEBUG_SERVER_HOST (or --host).")
+    try:
+        probe = socket.create_connection((host, settings.port), timeout=GREETING_WAIT)
+    except ConnectionRefusedError:
+        return Unanswered(f"nothing listens at {where}")
     except OSError:
-        return ""
+        return None
     with probe:
         try:
             greeting = probe.recv(1)
         except OSError:
             greeting = b""
-    if greeting == ZMTP_FIRST_BYTE:
-        return ""
-    return f"another program listens on port {settings.port}: it does not speak ZeroMQ, so it is not a debug broker"
+    if greeting != ZMTP_FIRST_BYTE:
+        return Unanswered(f"another program listens on port {settings.port}: it does not speak ZeroMQ, so it is not "
+                          "a debug broker", "Stop that program, or give the broker and the ranks another port "
+                          "(MONARCH_DEBUG_SERVER_PORT).")
+    try:
+        secret = secret_of(settings)
+    except Insecure:
+        return None
+    if secret is None and read_connection_file(settings) is None:
+        return Unanswered(f"a ZeroMQ program listens at {where}, but there is no secret to sign with: no broker's "
+                          f"file at {connection_file(settings)}",
+                          "Give this process the broker's secret (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE).")
+    return None
 
 
 def broker_running(settings: Settings) -> bool:
@@ -193,10 +286,17 @@ def take_broker_lock(settings: Settings) -> int | None:
 def write_connection(settings: Settings, conn: Connection) -> None:
     path = connection_file(settings)
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(asdict(conn), f)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(conn), f)
+        os.replace(tmp, path)
+    except OSError as error:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise Insecure(unusable(settings, error)) from None
 
 
 def remove_connection(settings: Settings, conn: Connection) -> None:
@@ -236,7 +336,7 @@ def locate(settings: Settings, here: bool = False) -> Connection | None:
         if conn is not None:
             return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
     if secret is not None and settings.port != 0 and not (here and not listens(settings)):
-        return Connection(f"tcp://{settings.host}:{settings.port}", "", secret, 0, settings.curve)
+        return Connection(endpoint(settings.host, settings.port), "", secret, 0, settings.curve)
     return None
 
 

@@ -1,15 +1,21 @@
 """A connection to the broker, owned by one background thread: the agent's and the shell's.
 
-The thread finds the broker, says hello, beats the heart, and when the broker goes silent looks
-for it again, so both a rank and a shell outlive a broker restart; a broker that is still the one
-to talk to (it only stalled) keeps the connection. Other threads never touch a socket: they
-`post` messages, and the owner's `Peer` callbacks run on the link's thread.
+The thread finds the broker, says hello, and when the connection drops looks for it again, so
+both a rank and a shell outlive a broker restart; a broker that is still the one to talk to (it
+only stalled) is reconnected to under the same routing id, which it takes as the same peer.
+A rank's and a shell's liveness is libzmq's ZMTP heartbeat, answered by its I/O thread without
+the GIL: a rank busy in C code is never taken for gone, and an idle rank's link does no work.
+A shell also beats in Python, to tell its user at once when the broker stops answering; a broker's
+link to the broker above beats only in Python: its parent tells a stalled broker (unreachable)
+from a gone one by that silence, and keeps its connection. Other threads never touch a socket:
+they `post` messages, and the owner's `Peer` callbacks run on the link's thread.
 """
 
 from __future__ import annotations
 
 import atexit
 import getpass
+import math
 import os
 import queue
 import socket
@@ -21,6 +27,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from monarch_pdb import curve, discovery, wire
 from monarch_pdb.settings import Settings
@@ -93,9 +100,26 @@ def _encoded(codec: wire.Codec, msgs: list[wire.Message]) -> tuple[list[wire.Mes
 
 def pub_address(router: str, pub: str) -> str:
     """The broker's PUB endpoint as reachable from here: its port at the router's host."""
-    port = urlsplit(pub).port
-    host = urlsplit(router).hostname or "127.0.0.1"
-    return f"tcp://{host}:{port}"
+    return discovery.endpoint(urlsplit(router).hostname or "127.0.0.1", urlsplit(pub).port)
+
+
+def zmtp_heartbeats(sock: zmq.Socket, beat: float) -> None:
+    """Ask libzmq to ping the other end every `beat` seconds, and each end to drop the
+    connection after DROPPED_AFTER_BEATS beats without a word from the other: how a vanished
+    host, or a process stopped (SIGSTOP), is told from one that is busy, whose I/O thread answers
+    without the GIL. The limit is long, so that a broker stopped for a while (a swapped-out host)
+    finds its connections as they were when it goes on: a connection dropped and made again
+    would lose what was on its way."""
+    ivl = max(1, round(beat * 1000))
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * wire.DROPPED_AFTER_BEATS)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, ivl * wire.DROPPED_AFTER_BEATS)
+
+
+def routing_id(link: bytes) -> bytes:
+    """The routing id a link's connections carry: its own id, which ZeroMQ takes from a peer
+    only when it does not start with a zero byte."""
+    return b"\x01" + link[1:] if link[:1] == b"\x00" else link
 
 
 def beat_due(sent: float, beaten: float, heard: float, beat: float) -> float:
@@ -117,7 +141,12 @@ class Link:
         self.locate = locate
         self.events = events
         self.pid = os.getpid()
-        self.id = os.urandom(8)
+        self.id = routing_id(os.urandom(8))
+        self.beats = role != wire.Role.AGENT
+        """Whether this link beats in Python: a shell, to tell its user at once when the broker
+        stops answering, and a broker below (see the module's docstring); never a rank."""
+        self.zmtp = role != wire.Role.BROKER
+        """Whether libzmq's heartbeats keep this link (a rank's, a shell's), under its own routing id."""
         self.ready = threading.Event()
         self.rejected = threading.Event()
         self.rejection = ""
@@ -246,6 +275,12 @@ class Link:
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.SNDHWM, 0)
         dealer.setsockopt(zmq.RCVHWM, 0)
+        discovery.allow_ipv6(dealer)
+        monitor = None
+        if self.zmtp:
+            dealer.setsockopt(zmq.ROUTING_ID, self.id)
+            zmtp_heartbeats(dealer, self.settings.heartbeat_interval)
+            monitor = dealer.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         if conn.curve:
             curve.connect(dealer, conn.secret)
         dealer.connect(conn.router)
@@ -253,15 +288,18 @@ class Link:
         if sub is not None:
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.SUBSCRIBE, wire.EVENT_TOPIC)
+            discovery.allow_ipv6(sub)
+            zmtp_heartbeats(sub, self.settings.heartbeat_interval)
             if conn.curve:
                 curve.connect(sub, conn.secret)
         sub_codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
         poller = zmq.Poller()
-        for sock in (dealer, self._wake_rx, sub):
+        for sock in (dealer, self._wake_rx, sub, monitor):
             if sock is not None:
                 poller.register(sock, zmq.POLLIN)
         beat = self.settings.heartbeat_interval
         silent_limit = max(wire.LOST_AFTER_BEATS * beat, self.settings.connect_timeout)
+        looked = time.monotonic()
 
         def send(*msgs: wire.Message) -> None:
             if not msgs:
@@ -271,14 +309,22 @@ class Link:
                 dealer.send_multipart(frames, copy=False)
             self._unanswered += [m for m in kept if not isinstance(m, CONNECTION_MESSAGES)]
 
-        send(self._hello())
+        if not self.zmtp:  # else on each handshake (`_connection_changed`)
+            send(self._hello())
         heard = sent = beaten = time.monotonic()
         following = False
         try:
             while True:
                 delay = self.peer.idle_delay() if self.ready.is_set() else None
-                wait = max(0.0, beat_due(sent, beaten, heard, beat) - time.monotonic())
-                events = dict(poller.poll((wait if delay is None else min(delay, wait)) * 1000))
+                if self.beats:
+                    due = beat_due(sent, beaten, heard, beat)
+                else:  # while no broker welcomes us, look every beat whether another took its place
+                    due = math.inf if self.ready.is_set() else looked + beat
+                wait = min(max(0.0, due - time.monotonic()), math.inf if delay is None else delay)
+                events = dict(poller.poll(None if wait == math.inf else wait * 1000))
+                if monitor in events and not self._connection_changed(monitor, send):
+                    if not self._still_located(conn):
+                        return
                 if self._wake_rx in events:
                     self._drain_wake()
                 if self.events and self.follow_output != following:
@@ -300,6 +346,12 @@ class Link:
                         send(*outgoing)
                         sent = time.monotonic()
                 now = time.monotonic()
+                if not self.beats:
+                    if not self.ready.is_set() and now >= looked + beat:
+                        looked = now
+                        if not self._still_located(conn):
+                            return
+                    continue
                 if now >= beat_due(sent, beaten, heard, beat):
                     if not self.ready.is_set() and not self._still_located(conn):
                         return  # a broker replacing a dead one holds its lock before it rewrites the file
@@ -312,9 +364,31 @@ class Link:
                         return
                     heard = now
         finally:
+            if monitor is not None:
+                dealer.disable_monitor()
+                monitor.close()
             dealer.close()
             if sub is not None:
                 sub.close()
+
+    def _connection_changed(self, monitor: zmq.Socket, send: Callable[..., None]) -> bool:
+        """Say hello on each new connection (libzmq reconnects by itself, under our routing id);
+        a connection that dropped (the broker gone, or silent past its ZMTP heartbeats) leaves us
+        unwelcome until the next: False then, for the caller to look whether the broker is still
+        the one to talk to."""
+        standing = True
+        while True:
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return standing
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                standing = True
+                send(self._hello())
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                standing = False
+                self.ready.clear()
+                self.problem = " (the connection to the broker dropped)"
 
     def _still_located(self, conn: discovery.Connection) -> bool:
         """Whether a silent broker is still the one to talk to. One that only stalls (stopped,

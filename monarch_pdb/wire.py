@@ -50,8 +50,11 @@ BATCH_BYTES = 256 * 1024
 ITEM_HEADER = 5
 """The most bytes msgpack adds in front of each packed item of a batch."""
 LOST_AFTER_BEATS = 3
-"""A peer silent for this many heartbeats is lost: the broker drops it, and it gives up on
-the broker (or on the connection, in a longer connect timeout) and says hello again."""
+"""A broker silent for this many heartbeats does not answer: the broker above holds its ranks
+unreachable, and a shell says the broker does not answer and says hello again."""
+DROPPED_AFTER_BEATS = 30
+"""A rank's or shell's connection that carries nothing, not even libzmq's heartbeats, for this
+many heartbeats is dropped (its process stopped, or its host vanished)."""
 AUTH_FAILED = [b"", b"monarch-pdb: authentication failed"]
 """The one unsigned answer: what a broker sends to a peer whose messages fail the signature
 check, so that a shell with the wrong secret says so at once instead of waiting in silence."""
@@ -279,7 +282,7 @@ class RankState(Word):
     QUIT = "quit"
     """Runs, its last call having ended by quitting the debugger."""
     LOST = "lost"
-    """Its process stopped answering."""
+    """Its process or its connection is gone."""
     FINISHED = "finished"
     """Its process said goodbye."""
 

@@ -238,14 +238,15 @@ def test_bad_requests_and_malformed_input_get_an_error_and_the_adapter_goes_on(e
 
 
 @pytest.mark.timeout(120)
-def test_listen_serves_an_editor_over_tcp_one_after_another(env, example):
-    server = subprocess.Popen([*DAP, "--listen", "127.0.0.1:0"], env=env, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::1]"])
+def test_listen_serves_an_editor_over_tcp_one_after_another(env, example, host):
+    server = subprocess.Popen([*DAP, "--listen", f"{host}:0"], env=env, stderr=subprocess.PIPE, text=True)
     try:
         line = server.stderr.readline()
-        assert line.startswith("monarch-pdb dap: listening on 127.0.0.1:"), line
+        assert line.startswith(f"monarch-pdb dap: listening on {host}:"), line
         port = int(line.rsplit(":", 1)[1])
         for _ in range(2):
-            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            with socket.create_connection((host.strip("[]"), port), timeout=30) as sock:
                 editor = DapClient(env, streams=(sock.makefile("rb"), sock.makefile("wb")))
                 editor.attach()
                 assert len(editor.request("threads")["threads"]) == 16

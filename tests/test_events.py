@@ -82,11 +82,11 @@ def test_events_fold_into_one_line_per_actor_and_kind():
         "debugee ranks[2,6] (2) entered post-mortem at debugging.py:5: ValueError: bad rank",
         "debugee 3 finished",
         "debugee 4 finished (quit)",
-        "debugee 9 was lost (its process stopped answering)",
+        "debugee 9 was lost (its process or its connection is gone)",
         "debugee ranks[7,8] (2) are running again (continued)",
     ], "a rank continued out of the debugger runs on: it did not finish"
     paused_and_running = [event("lost", r, detail="lost") for r in (0, 1)] + [event("lost", r, "", "lost") for r in (2, 3)]
-    assert describe_events(paused_and_running) == ["debugee ranks[0-3] (4) were lost (their processes stopped answering)"]
+    assert describe_events(paused_and_running) == ["debugee ranks[0-3] (4) were lost (their processes or connections are gone)"]
 
 
 @pytest.mark.timeout(10)

@@ -185,7 +185,7 @@ def test_a_rank_holding_the_gil_is_named_and_nothing_waits_for_it(env, tmp_path)
     script = tmp_path / "gil.py"
     script.write_text(GIL)
     go = tmp_path / "go"
-    program = Program(dict(env, MONARCH_PDB_HEARTBEAT="8"), script, str(go), "20", cwd=tmp_path)  # lost after 24 s
+    program = Program(env, script, str(go), "20", cwd=tmp_path)
     try:
         wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
         assert debug(env, "peek train ranks(0) 1 + 1").stdout == "train ranks[0] (1)\n2\n"

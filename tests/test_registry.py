@@ -311,11 +311,14 @@ def test_departed_ranks_are_kept_within_bounds_the_latest_ones():
     assert [(row.rank, row.state) for row in registry.all_rows()] == [(2, "lost"), (3, "running"), (4, "lost")]
 
 
-def test_silence_counts_only_from_when_the_broker_listens_again():
+def test_silence_counts_only_for_brokers_and_only_from_when_the_broker_listens_again():
     registry = Registry()
     agent(registry, b"quiet")
-    registry.heard(b"quiet", now=10.0)
-    assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"quiet"]
+    registry.join(Peer(identity=b"below", role=wire.Role.BROKER, name="broker@h", host="h", pid=1, user="",
+                       last_seen=0.0))
+    for identity in (b"quiet", b"below"):
+        registry.heard(identity, now=10.0)
+    assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"below"], "a rank may hold its GIL: no sign"
     assert registry.silent(now=13.5, limit=3.0, since=12.0) == [], "its messages waited unread"
 
 

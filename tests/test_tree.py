@@ -295,6 +295,22 @@ def test_ranks_start_host_brokers_of_their_own_that_register_with_the_root(tree,
 
 
 @pytest.mark.timeout(120)
+def test_brokers_ranks_and_shells_talk_over_ipv6_loopback_written_either_way(tree, env, shell):
+    env["MONARCH_DEBUG_SERVER_HOST"] = "[::1]"
+    tree.start_root()
+    assert tree.upstream == f"[::1]:{tree.port}"
+    tree.ranks("host0", 0, [0, 1], 4, **tree.embedded())
+    tree.ranks("host1", 1, [2, 3], 4, MONARCH_DEBUG_SERVER_HOST="::1", **tree.embedded())
+    wait_for_sessions(env, 4)
+    assert discovery.read_connection_file(settings_for(tree.host_env("host1"))).router.startswith("tcp://[::1]:")
+    sh = shell()
+    assert [row[0] for row in listed(sh.command("list"))] == ["0", "1", "2", "3"]
+    bare = shell("--host", "::1")
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in bare.command("cast rank ranks(:) p rank % 2")
+    assert "Continued 4 ranks: rank ranks[0-3]" in bare.command("continue")
+
+
+@pytest.mark.timeout(120)
 def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_new_one(tree, env, shell):
     tree.start_root()
     tree.ranks("host0", 0, [0, 1], 4, **tree.embedded())
@@ -417,7 +433,7 @@ def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_
     sh = shell()
     for program in programs:
         os.kill(program.proc.pid, signal.SIGKILL)
-    sh.expect(r"train ranks\[0,1\] \(2\) were lost \(their processes stopped answering\)\n", timeout=20)
+    sh.expect(r"train ranks\[0,1\] \(2\) were lost \(their processes or connections are gone\)\n", timeout=20)
     assert [r.state for r in wait_for_all_rows(env, lambda rows: {r.state for r in rows} == {"lost"})] == ["lost"] * 2
 
 
