@@ -692,12 +692,17 @@ class DebugShell(cmd2.Cmd):
             elif not readline_state() & RL_STATE_ACTING:
                 shown = rl_get_display_prompt()
                 text = self.settle_at_prompt() + self.take_alerts()
-                if self.need_prompt_refresh():
+                new_prompt = self.need_prompt_refresh()
+                if new_prompt:
                     rl_set_prompt(self.prompt)
                 if text:
                     self.write_out(async_alert_str(terminal_columns=self.terminal_size().columns, prompt=shown,
                                                    line=readline.get_line_buffer(), cursor_offset=rl_get_point(),
                                                    alert_msg=text.rstrip("\n") + "\n"))
+                elif new_prompt:
+                    self.write_out("\r\x1b[K")  # readline redraws from the line's start, not after the old prompt
+                else:
+                    return  # a session end already settled printed nothing: the screen is as it was
                 rl_force_redisplay()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {ALERT_SIGNAL})
