@@ -29,7 +29,7 @@ TEST_WORKERS ?= 4
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines test-pythons test-dap bench bench-tree-large bench-monarch clean
+.PHONY: demo test test-engines test-pythons test-dap docs bench bench-tree-large bench-monarch clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ demo: $(INSTALLED)
 
 test: $(INSTALLED)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# `make docs` builds docs/ with mkdocs; --strict fails on a broken link or anchor, or a page left out of the nav.
+DOCS_INSTALLED := $(VENV)/.installed-docs
+
+$(DOCS_INSTALLED): $(INSTALLED)
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	touch $@
+
+docs: $(DOCS_INSTALLED)
+	$(BIN)/mkdocs build --strict --quiet
 
 DAP_TESTS := tests/dap
 

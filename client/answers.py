@@ -68,7 +68,7 @@ def missing_lines(result: wire.CastResult | wire.StacksResult | wire.PeekResult)
 
 
 def document(result: wire.CastResult | wire.PeekResult) -> dict:
-    """The README's JSON form of a cast (or a peek): groups most common first, then who did
+    """The JSON form of a cast in docs/scripts.md (or a peek): groups most common first, then who did
     not answer."""
     doc = {
         "actor": result.actor,

@@ -119,7 +119,7 @@ class Attachment:
 
 
 def json_row(row: wire.SessionRow) -> dict:
-    """A `list` row as the README's JSON schema names its fields."""
+    """A `list` row as docs/scripts.md's JSON schema names its fields."""
     return {"job": row.job, "actor": row.actor, "rank": row.rank, "coords": row.coords,
             "host": row.host, "pid": row.pid, "function": row.function, "file": row.filename,
             "line": row.lineno, "state": row.state, "instance": row.instance, "attached": row.attached}

@@ -140,7 +140,7 @@ def test_a_rank_named_in_a_cast_and_absent_is_missing_and_fails_the_script(env, 
 
 
 def check(value, shape) -> None:
-    """`value` has exactly the keys and types the README's schema gives."""
+    """`value` has exactly the keys and types docs/scripts.md's schema gives."""
     if isinstance(shape, dict):
         assert isinstance(value, dict) and set(value) == set(shape), (value, shape)
         for key, sub in shape.items():
