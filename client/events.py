@@ -71,10 +71,11 @@ def phrase(event: wire.Event) -> tuple[str, str]:
 
 
 def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | None = None,
-                    taken: tuple[str, str, int] | None = None) -> list[str]:
+                    said: tuple[wire.EventKind, str, str, int] | None = None) -> list[str]:
     """One line per actor and kind of event (and exception, for post-mortem), in order seen.
     The `attached` rank's stops are left out: its own prompt says them; and so is the take-over
-    of the attached rank, or of the one `taken` from this shell: the shell said it already."""
+    of the attached rank, and the end this shell `said` already of the rank it held (taken over,
+    lost)."""
     groups: dict[tuple[str, str, str, str], tuple[list[int], dict[str, None]]] = defaultdict(lambda: ([], {}))
     brokers = [broker_line(e) for e in events if e.kind in BROKER_EVENTS]
     for e in events:
@@ -82,8 +83,8 @@ def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | N
             told = e.rank_list()
             if attached is not None and e.kind in STOPS and (e.job, e.actor) == attached[:2]:
                 told = [rank for rank in told if rank != attached[2]]
-            for own in (attached, taken):
-                if own is not None and e.kind == wire.EventKind.TAKEN and (e.job, e.actor) == own[:2]:
+            for kind, own in ((wire.EventKind.TAKEN, attached), (said[0], said[1:]) if said else (None, None)):
+                if own is not None and e.kind == kind and (e.job, e.actor) == own[:2]:
                     told = [rank for rank in told if rank != own[2]]
             if not told:
                 continue

@@ -528,8 +528,8 @@ class DebugShell(cmd2.Cmd):
         self.typed_for: Left | None = None
         """The session the shell left other than by a `detach` line, while lines typed for it
         may wait: they are not sent, up to a `detach`."""
-        self.taken: tuple[str, str, int] | None = None
-        """The rank another shell last took from this one: it said so itself, not by the event."""
+        self.said: tuple[wire.EventKind, str, str, int] | None = None
+        """The end of the rank we held that we said already (taken over, lost): its event is left out."""
         self.session_news = False
         """The held session ended while the prompt waited: the prompt's thread acts on it."""
         self.cast_output = "grouped"
@@ -638,9 +638,9 @@ class DebugShell(cmd2.Cmd):
         """Runs on the connection's thread: fold the events into lines above the prompt."""
         self.actors.update(e.actor for e in events if e.kind in STOPS)
         att = self.attached
-        lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank), self.taken)
-        if any(e.kind == wire.EventKind.TAKEN for e in events):
-            self.taken = None  # the event of our own take-over came, and was left out
+        lines = describe_events(events, None if att is None else (att.job, att.actor, att.rank), self.said)
+        if self.said is not None and any(e.kind == self.said[0] for e in events):
+            self.said = None  # the event of the end we said came, and was left out
         if lines:
             self.report.background("event", lines)
             self.alert(lines)
@@ -967,10 +967,11 @@ class DebugShell(cmd2.Cmd):
             if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process or its connection is gone")
                 gone = "which was lost"
+                self.said = (wire.EventKind.LOST, att.job, att.actor, att.rank)
             elif msg.reason == wire.Ending.TAKEN:
                 self.fail(f"{msg.by or 'another shell'} took over {att.actor} {att.rank} (attach --force)")
                 gone = "which another shell took over"
-                self.taken = (att.job, att.actor, att.rank)
+                self.said = (wire.EventKind.TAKEN, att.job, att.actor, att.rank)
             self.leave(notify_broker=False, gone=gone)
 
     def reattach(self, att: Attachment) -> bool:
@@ -1085,7 +1086,7 @@ class DebugShell(cmd2.Cmd):
         reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
-        self.taken = None
+        self.said = None
         taken = f", taken over from {reply.taken_from}" if reply.taken_from else ""
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
         on_screen = self.interactive and self.terminal_input and self.stdout.isatty() and not self.report.as_json
