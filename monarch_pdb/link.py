@@ -322,9 +322,10 @@ class Link:
                     due = math.inf if self.ready.is_set() else looked + beat
                 wait = min(max(0.0, due - time.monotonic()), math.inf if delay is None else delay)
                 events = dict(poller.poll(None if wait == math.inf else wait * 1000))
-                if monitor in events and not self._connection_changed(monitor, send):
-                    if not self._still_located(conn):
-                        return
+                if monitor in events and not self._connection_changed(monitor, send) and not self.beats:
+                    # A broker restarted on its port takes us back under our routing id: look for
+                    # another (and start one) only once it has had the time a silent one had.
+                    looked = time.monotonic() + silent_limit - beat
                 if self._wake_rx in events:
                     self._drain_wake()
                 if self.events and self.follow_output != following:
