@@ -214,7 +214,8 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
                                           for r in range(4)]
     assert sh.command("stacks rank") == (  # as a broker with the ranks of both hosts says it
         "rank ranks[0-3] (4): 2 distinct stacks\n"
-        "rank.py:21 <module>  ranks[0,2] (2)\nrank.py:14 spin  ranks[0,2] (2)\n")
+        "├─ rank.py:20 <module>  ranks[1,3] (2)\n"  # post-mortem: where they raised
+        "└─ rank.py:21 <module>  ranks[0,2] (2)\n   rank.py:14 spin  ranks[0,2] (2)\n")
 
 
 @pytest.mark.timeout(120)
