@@ -204,6 +204,7 @@ def test_control_characters_a_rank_prints_are_shown_escaped_as_cat_v_does(exampl
     sh.seen = before
     sh.expect(r"\[debugee 2\] \^\[\]0;retitled\^G")
     sh.command("follow off")
+    sh.command("set color off")
     sh.command("attach debugee 3")
     assert sh.command(r'!print("\x1b[31mred\x1b[0m")') == "^[[31mred^[[0m\n"
     assert sh.command("detach").startswith("Detaching")
@@ -211,6 +212,11 @@ def test_control_characters_a_rank_prints_are_shown_escaped_as_cat_v_does(exampl
     assert "^[[31mred^[[0m" in again, "the replay of what the rank printed is escaped too"
     for raw in ("\x1b[2J", "\x07", "\x9b", "\x1b]0;", "\x1b[31m"):
         assert raw not in sh.raw
+    sh.command("detach")
+    sh.command("set color on")  # pdb's colours show attached, and nothing else a rank prints does
+    sh.command("attach debugee 3")
+    assert sh.command(r'!print("\x1b[31mred\x1b[0m\x1b[2J")') == "red^[[2J\n"
+    assert "\x1b[31mred\x1b[0m^[[2J" in sh.raw and "\x1b[2J" not in sh.raw
 
 
 @pytest.mark.timeout(120)
