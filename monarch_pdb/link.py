@@ -103,16 +103,17 @@ def pub_address(router: str, pub: str) -> str:
     return discovery.endpoint(urlsplit(router).hostname or "127.0.0.1", urlsplit(pub).port)
 
 
-def zmtp_heartbeats(sock: zmq.Socket, beat: float) -> None:
+def zmtp_heartbeats(sock: zmq.Socket, beat: float, ping_every: int = 1) -> None:
     """Ask libzmq to ping the other end every `beat` seconds, and each end to drop the
     connection after DROPPED_AFTER_BEATS beats without a word from the other: how a vanished
     host, or a process stopped (SIGSTOP), is told from one that is busy, whose I/O thread answers
-    without the GIL. Both ends of a link ask it (the broker of its ROUTER): libzmq 4.3 drops a
-    connection on its own pings' timeout only, not on the TTL the other end asks for. The limit
-    is long, so that a broker stopped for a while (a swapped-out host) finds its connections as
-    they were when it goes on: a connection dropped and made again would lose what was on its way."""
+    without the GIL. Both ends of a link ask it (the broker of its ROUTER, pinging only every
+    `ping_every` beats): libzmq 4.3 drops a connection on its own pings' timeout only, not on the
+    TTL the other end asks for. The limit is long, so that a broker stopped for a while (a
+    swapped-out host) finds its connections as they were when it goes on: a connection dropped
+    and made again would lose what was on its way."""
     ivl = max(1, round(beat * 1000))
-    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl * ping_every)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * wire.DROPPED_AFTER_BEATS)
     sock.setsockopt(zmq.HEARTBEAT_TTL, ivl * wire.DROPPED_AFTER_BEATS)
 
