@@ -378,21 +378,6 @@ class Registry:
         return [identity for identity, peer in self.brokers.items()
                 if not peer.silent and now - max(peer.last_seen, since) > limit]
 
-    def gone_with(self, silent: list[bytes]) -> list[bytes]:
-        """The other processes on this host of the jobs of silent ones found gone, gone too: a
-        job killed or torn down at once is lost in one pass, and told in one line. Looked at only
-        when one of its processes is silent."""
-        def gone(peer: Peer | None) -> bool:
-            return (peer is not None and peer.role == wire.Role.AGENT and peer.host == self.host
-                    and process_gone(peer.pid))
-
-        jobs = {peer.name for peer in map(self.peers.get, silent) if gone(peer)}
-        if not jobs:
-            return []
-        chosen = set(silent)
-        return [identity for identity, peer in self.peers.items()
-                if identity not in chosen and peer.name in jobs and gone(peer)]
-
     def _adopt(self, old: bytes, new: bytes) -> None:
         """A process that reconnected on a new socket before its old one was declared lost:
         its sessions move to the new connection instead of being listed twice."""

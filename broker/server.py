@@ -36,6 +36,7 @@ from monarch_pdb.broker.registry import (LIVE, PARENT, STOP_STATES, LiveRank, Pe
                                          Session, State, no_match, process_gone)
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
+from monarch_pdb.link import zmtp_heartbeats
 from monarch_pdb.settings import Settings
 
 PROGRESS_EVERY = 0.25
@@ -50,6 +51,12 @@ FREEZE_AFTER = 65536
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
+ROUTER_PINGS_EVERY = 10
+"""Beats between the broker's own ZMTP pings on each connection. Its peers ping every beat, and
+any word from one disarms the timeout a ping arms, so the broker's pings only start the count for
+a peer gone without closing its connection (its host vanished): dropped 30 to 40 beats after its
+last word. At 1,024 idle ranks (benchmarks/idle.py) they cost about 1.5 % of a core, pinging
+every beat about 3.5 %. A broker that stalls for less than 29 beats still finds each connection."""
 PIPES_SETTLE = 0.1
 """Seconds after a connection drops before the ROUTER is asked whether its peer can be reached:
 the socket forgets a dropped connection a moment after the monitor tells of it."""
@@ -114,8 +121,10 @@ class Broker:
         # behind one connection must not lose inputs, so its queues are unbounded.
         self.router.setsockopt(zmq.SNDHWM, 0)
         self.router.setsockopt(zmq.RCVHWM, 0)
-        # A rank or shell reconnects under its own routing id (its link's), as the same peer.
+        # A rank, shell or broker below reconnects under its own routing id (its link's), as the
+        # same peer; one gone without closing its connection (its host vanished) is dropped.
         self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        zmtp_heartbeats(self.router, self.settings.heartbeat_interval, ping_every=ROUTER_PINGS_EVERY)
         self.monitor = self.router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.pub = self.context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
@@ -339,15 +348,15 @@ class Broker:
                 self.dropped[identity] = time.monotonic()
 
     def check_dropped(self, now: float) -> None:
-        """A rank or shell whose connection dropped is lost, at once where its process is gone
-        from this host, else once it has not come back (libzmq reconnects it under its routing
-        id) within a few heartbeats: a broker that was stopped finds every connection dropped
-        by the peers' heartbeats, and each peer back. Busy peers keep their connections: libzmq
-        answers heartbeats without the GIL. Brokers below are judged by their silence (`reap`)."""
+        """A rank, shell or broker below whose connection dropped is lost (a broker below with
+        its ranks), at once where its process is gone from this host, else once it has not come
+        back (libzmq reconnects it under its routing id) within a few heartbeats: a broker that
+        was stopped finds every connection dropped by the peers' heartbeats, and each peer back.
+        Busy peers keep their connections: libzmq answers heartbeats without the GIL."""
         grace = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity, since in list(self.dropped.items()):
             peer = self.registry.peer(identity)
-            if peer is None or identity in self.fd_of_peer or peer.role == wire.Role.BROKER:
+            if peer is None or identity in self.fd_of_peer:
                 del self.dropped[identity]
                 if peer is None:
                     self.unplaced.discard(identity)
@@ -503,28 +512,21 @@ class Broker:
         log(f"dropped {total} bad messages so far ({counts}); latest: {self.latest_refusal}")
 
     def reap(self, now: float) -> None:
-        """Declare lost every peer that has been silent for a few heartbeats while we listened.
-        A broker that was stopped or starved (SIGSTOP, a swapped-out host) heard nobody: its
-        peers' messages wait unread, so their silence counts from when it listens again.
-        The parent is never lost for its silence: our link looks for it for as long as we
-        run, and what it holds here stays its own until it answers, or welcomes us as a
-        stranger (it restarted). A broker below is lost once its connection is gone (its
-        process ended); while it stands, the broker is only stopped or starved, and its ranks
-        are unreachable, not lost."""
+        """Mark every broker (below, and the parent) silent for a few heartbeats while we
+        listened as not answering: never lost for it. A broker that was stopped or starved
+        (SIGSTOP, a swapped-out host) heard nobody: its peers' messages wait unread, so their
+        silence counts from when it listens again. The parent's link looks for it for as long as
+        we run, and what it holds here stays its own until it answers, or welcomes us as a
+        stranger (it restarted). A broker below that does not answer has its ranks unreachable;
+        it is lost with them only once its connection is gone (`check_dropped`)."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        silent = self.registry.silent(now, limit, self.listening_since)
-        for identity in silent + self.registry.gone_with(silent):
+        for identity in self.registry.silent(now, limit, self.listening_since):
             peer = self.registry.peer(identity)
             if identity == UPSTREAM:
                 peer.silent = True
                 log(f"the broker above at {self.upstream.address} does not answer; what it asked waits for it")
-            elif peer.role == wire.Role.BROKER and self.connected(identity):
-                self.unreachable(peer)
             else:
-                self.drop(identity, wire.Ending.LOST)
-        for branch in self.registry.branches():
-            if branch.silent and not self.connected(branch.identity):
-                self.drop(branch.identity, wire.Ending.LOST)
+                self.unreachable(peer)
 
     def connected(self, identity: bytes) -> bool:
         """Whether a peer's connection stands: ZeroMQ forgets a peer's name once its
@@ -757,7 +759,7 @@ class Broker:
         if msg.role not in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
-        if identity not in self.fd_of_peer and msg.role != wire.Role.BROKER:
+        if identity not in self.fd_of_peer:
             self.unplaced.add(identity)
         joined = not self.registry.knows(identity, msg.role, msg.link)
         if joined:
@@ -805,6 +807,9 @@ class Broker:
         self.send(identity, wire.Events(rows=self.events.since(msg.since)))
 
     def on_heartbeat(self, identity: bytes, msg: wire.Heartbeat) -> None:
+        """A shell's or a broker below's probe of whether we answer, answered. No shell is judged
+        by its own: every peer lives as long as its connection (`check_dropped`); only a broker
+        below's silence counts, as its ranks unreachable (`reap`)."""
         self.send(identity, wire.Heartbeat())
 
     def on_bye(self, identity: bytes, msg: wire.Bye) -> None:

@@ -1,7 +1,10 @@
 """A broker's link to the broker above it (`--upstream HOST:PORT`), and what it tells it.
 
-The link is the one ranks and shells use, on its own thread: it says hello, beats the heart,
-and says hello again after the parent restarts. The broker's loop never waits on it: it posts
+The link is the one ranks and shells use, on its own thread: libzmq's heartbeats keep its
+connection, under the link's own routing id, so that one made again is the same broker to the
+parent, and one gone (this host vanished) is dropped there; it says hello, beats in Python too
+(by which the parent tells a stalled broker, see `Link.beats`), and says hello again after the
+parent restarts. The broker's loop never waits on it: it posts
 what the parent should learn, and takes what the parent sent as requests from the peer
 `UPSTREAM`, which its registry knows as a shell that holds sessions for shells up there.
 

@@ -3,12 +3,12 @@
 The thread finds the broker, says hello, and when the connection drops looks for it again, so
 both a rank and a shell outlive a broker restart; a broker that is still the one to talk to (it
 only stalled) is reconnected to under the same routing id, which it takes as the same peer.
-A rank's and a shell's liveness is libzmq's ZMTP heartbeat, answered by its I/O thread without
-the GIL: a rank busy in C code is never taken for gone, and an idle rank's link does no work.
-A shell also beats in Python, to tell its user at once when the broker stops answering; a broker's
-link to the broker above beats only in Python: its parent tells a stalled broker (unreachable)
-from a gone one by that silence, and keeps its connection. Other threads never touch a socket:
-they `post` messages, and the owner's `Peer` callbacks run on the link's thread.
+Every link's liveness is libzmq's ZMTP heartbeat, answered by its I/O thread without the GIL:
+a rank busy in C code is never taken for gone, and an idle rank's link does no work; a link whose
+other end is gone (its process, or its host without closing TCP) is dropped by libzmq, and the
+broker's socket monitor sees it. A shell's and a host broker's links also beat in Python (see
+`Link.beats`). Other threads never touch a socket: they `post` messages, and the owner's `Peer`
+callbacks run on the link's thread.
 """
 
 from __future__ import annotations
@@ -103,15 +103,17 @@ def pub_address(router: str, pub: str) -> str:
     return discovery.endpoint(urlsplit(router).hostname or "127.0.0.1", urlsplit(pub).port)
 
 
-def zmtp_heartbeats(sock: zmq.Socket, beat: float) -> None:
+def zmtp_heartbeats(sock: zmq.Socket, beat: float, ping_every: int = 1) -> None:
     """Ask libzmq to ping the other end every `beat` seconds, and each end to drop the
     connection after DROPPED_AFTER_BEATS beats without a word from the other: how a vanished
     host, or a process stopped (SIGSTOP), is told from one that is busy, whose I/O thread answers
-    without the GIL. The limit is long, so that a broker stopped for a while (a swapped-out host)
-    finds its connections as they were when it goes on: a connection dropped and made again
-    would lose what was on its way."""
+    without the GIL. Both ends of a link ask it (the broker of its ROUTER, pinging only every
+    `ping_every` beats): libzmq 4.3 drops a connection on its own pings' timeout only, not on the
+    TTL the other end asks for. The limit is long, so that a broker stopped for a while (a
+    swapped-out host) finds its connections as they were when it goes on: a connection dropped
+    and made again would lose what was on its way."""
     ivl = max(1, round(beat * 1000))
-    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl * ping_every)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * wire.DROPPED_AFTER_BEATS)
     sock.setsockopt(zmq.HEARTBEAT_TTL, ivl * wire.DROPPED_AFTER_BEATS)
 
@@ -143,10 +145,14 @@ class Link:
         self.pid = os.getpid()
         self.id = routing_id(os.urandom(8))
         self.beats = role != wire.Role.AGENT
-        """Whether this link beats in Python: a shell, to tell its user at once when the broker
-        stops answering, and a broker below (see the module's docstring); never a rank."""
-        self.zmtp = role != wire.Role.BROKER
-        """Whether libzmq's heartbeats keep this link (a rank's, a shell's), under its own routing id."""
+        """Whether this link also beats in Python, as a probe of whether the other end's Python
+        loop answers, never of whether it lives: a shell's (and so an editor's), to tell its user
+        at once when the broker does not answer (which judges no shell by them); a host broker's,
+        by whose silence the broker above names its ranks unreachable while the connection
+        stands. ZMTP cannot tell that: a broker stopped (SIGSTOP) stops its I/O thread too, and
+        libzmq's heartbeats would say so only at their timeout, when a stall is no different from
+        a vanished host; a broker starved in Python has its pings answered all along. Never a
+        rank's: a rank holding the GIL is not silent."""
         self.ready = threading.Event()
         self.rejected = threading.Event()
         self.rejection = ""
@@ -276,11 +282,9 @@ class Link:
         dealer.setsockopt(zmq.SNDHWM, 0)
         dealer.setsockopt(zmq.RCVHWM, 0)
         discovery.allow_ipv6(dealer)
-        monitor = None
-        if self.zmtp:
-            dealer.setsockopt(zmq.ROUTING_ID, self.id)
-            zmtp_heartbeats(dealer, self.settings.heartbeat_interval)
-            monitor = dealer.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+        dealer.setsockopt(zmq.ROUTING_ID, self.id)
+        zmtp_heartbeats(dealer, self.settings.heartbeat_interval)
+        monitor = dealer.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
         if conn.curve:
             curve.connect(dealer, conn.secret)
         dealer.connect(conn.router)
@@ -309,8 +313,6 @@ class Link:
                 dealer.send_multipart(frames, copy=False)
             self._unanswered += [m for m in kept if not isinstance(m, CONNECTION_MESSAGES)]
 
-        if not self.zmtp:  # else on each handshake (`_connection_changed`)
-            send(self._hello())
         heard = sent = beaten = time.monotonic()
         following = False
         try:
@@ -365,9 +367,8 @@ class Link:
                         return
                     heard = now
         finally:
-            if monitor is not None:
-                dealer.disable_monitor()
-                monitor.close()
+            dealer.disable_monitor()
+            monitor.close()
             dealer.close()
             if sub is not None:
                 sub.close()

@@ -53,8 +53,8 @@ LOST_AFTER_BEATS = 3
 """A broker silent for this many heartbeats does not answer: the broker above holds its ranks
 unreachable, and a shell says the broker does not answer and says hello again."""
 DROPPED_AFTER_BEATS = 30
-"""A rank's or shell's connection that carries nothing, not even libzmq's heartbeats, for this
-many heartbeats is dropped (its process stopped, or its host vanished)."""
+"""A connection (a rank's, a shell's, a broker's to the one above) that carries nothing, not even
+libzmq's heartbeats, for this many heartbeats is dropped (its process stopped, or its host vanished)."""
 AUTH_FAILED = [b"", b"monarch-pdb: authentication failed"]
 """The one unsigned answer: what a broker sends to a peer whose messages fail the signature
 check, so that a shell with the wrong secret says so at once instead of waiting in silence."""

@@ -22,7 +22,12 @@ def in_namespace(name: str, hostname: str | None = None) -> list[str]:
     prefix = ["ip", "netns", "exec", name]
     if hostname is None:
         return prefix
-    return [*prefix, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
+    return [*prefix, *named(hostname)]
+
+
+def named(hostname: str) -> list[str]:
+    """A command prefix that runs under its own hostname (as root), on this host's network."""
+    return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
 
 
 class Network:
@@ -33,12 +38,14 @@ class Network:
         self.broker = f"mpdb{tag}b"
         self.hosts = [f"mpdb{tag}h{i}" for i in range(HOSTS)]
         self.made: list[str] = []
+        self.links = [f"vh{tag}{i}" for i in range(HOSTS)]
+        """Each host's end of its veth pair."""
         self.steps = [("ip", "netns", "add", self.broker), ("ip", "-n", self.broker, "link", "set", "lo", "up"),
                       ("ip", "-n", self.broker, "link", "add", "br0", "type", "bridge"),
                       ("ip", "-n", self.broker, "addr", "add", f"{BROKER_ADDRESS}/24", "dev", "br0"),
                       ("ip", "-n", self.broker, "link", "set", "br0", "up")]
         for i, host in enumerate(self.hosts):
-            outer, inner = f"vb{tag}{i}", f"vh{tag}{i}"
+            outer, inner = f"vb{tag}{i}", self.links[i]
             self.steps += [("ip", "netns", "add", host), ("ip", "-n", host, "link", "set", "lo", "up"),
                            ("ip", "link", "add", outer, "type", "veth", "peer", "name", inner),
                            ("ip", "link", "set", outer, "netns", self.broker),
@@ -60,6 +67,12 @@ class Network:
             if step[1:3] == ("netns", "add"):
                 self.made.append(step[3])
         return None
+
+    def cut(self, host: int) -> None:
+        """Take a host off the network as a host that vanishes is: nothing is closed, its
+        packets and those sent to it go nowhere."""
+        done = run("ip", "-n", self.hosts[host], "link", "set", self.links[host], "down")
+        assert done.returncode == 0, done.stderr
 
     def remove(self) -> None:
         for name in self.made:

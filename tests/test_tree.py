@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import zmq
 from conftest import wait_for_exit
-from namespaces import BROKER_ADDRESS, HOSTS, in_namespace
+from namespaces import BROKER_ADDRESS, HOSTS, in_namespace, named
 from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, BrokerLog, Program, free_port, settings_for,
                       start_broker, stop_broker, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
 from shell_driver import without_progress
@@ -391,11 +392,50 @@ def test_a_host_broker_that_stalls_leaves_its_ranks_unreachable_then_as_they_wer
     assert not re.search(r"lost|finished", attached.text + other.text), "no rank was announced gone"
 
 
+def upstream_connection(pid: int, port: str, not_: str = "", timeout: float = 10.0) -> str:
+    """The local `address:port` of process `pid`'s one established TCP connection to `port`, as
+    ss shows it, once it is one other than `not_`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = subprocess.run(["ss", "-Htnp", "state", "established", "dport", "=", f":{port}"],
+                               capture_output=True, text=True, timeout=10).stdout
+        local = [line.split()[2] for line in shown.splitlines() if f"pid={pid}," in line]
+        if len(local) == 1 and local[0] != not_:
+            return local[0]
+        assert time.monotonic() < deadline, f"no connection from {pid} to port {port} but {local}"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_a_host_broker_whose_connection_drops_reconnects_as_the_same_broker_with_nothing_lost(tree, env, shell):
+    if os.geteuid() != 0:
+        pytest.skip("closing another process's TCP connection (ss -K) needs root")
+    tree.two_hosts()
+    below = tree.brokers[1]
+    sh = shell()
+    sh.command("set cast_timeout 60")
+    before = upstream_connection(below.pid, tree.port)
+    address, port = before.rsplit(":", 1)
+    killed = subprocess.run(["ss", "-HK", "src", address, "sport", "=", f":{port}", "dport", "=", f":{tree.port}"],
+                            capture_output=True, text=True, timeout=10)
+    if killed.returncode != 0 or not killed.stdout.strip():
+        pytest.skip(f"this kernel cannot close a TCP connection from outside (ss -K): {killed.stderr.strip()}")
+    upstream_connection(below.pid, tree.port, not_=before)  # libzmq makes it again
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2"), \
+        "each rank below the broker whose connection dropped answers through its new one"
+    assert [state for _, _, state in listed(sh.command("list --all"))] == ["breakpoint"] * 4
+    assert not re.search(r"lost|joined|does not answer|stopped answering", sh.text), \
+        f"the root took the new connection as the broker it knew:\n{sh.text}"
+
+
 @pytest.mark.timeout(120)
 def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_are_listed_once(tree, env, shell):
-    # The root takes 12 s to declare a broker lost; the ranks find theirs gone in about 5 and
-    # start a new one, which the root hears first.
-    tree.start_root(launcher=["env", "MONARCH_PDB_HEARTBEAT=4"])
+    # The root, on a host of its own name, cannot see the broker's process gone: it takes 12 s
+    # for its connection not to come back; the ranks find theirs gone at once and start a new
+    # one, which the root hears first.
+    if os.geteuid() != 0:
+        pytest.skip("a root under a hostname of its own (unshare --uts) needs root")
+    tree.start_root(launcher=[*named("the-root"), "env", "MONARCH_PDB_HEARTBEAT=4"])
     tree.ranks("host0", 0, [0, 1], 4, **tree.embedded())
     tree.ranks("host1", 1, [2, 3], 4, **tree.embedded())
     wait_for_sessions(env, 4)
@@ -709,6 +749,24 @@ def test_host_brokers_in_their_own_network_namespaces_register_with_a_root_on_a_
     brokers[1].kill()
     brokers[1].wait()
     sh.expect(r"the broker on sim-host-1 stopped answering: its 2 ranks are lost")
+    assert sh.command("cast rank ranks(0,1,2,3) p rank").endswith("no answer from rank ranks[2,3] (2): lost\n")
+
+
+@pytest.mark.timeout(120)
+def test_a_host_broker_whose_host_vanishes_without_closing_its_connection_is_lost_after_libzmqs_heartbeats(
+        tree, env, network, shell):
+    env["MONARCH_DEBUG_SERVER_HOST"] = BROKER_ADDRESS
+    env["MONARCH_PDB_HEARTBEAT"] = "0.5"  # unreachable after 3 beats (1.5 s); dropped after 30 (15 s)
+    tree.start_root(launcher=in_namespace(network.broker))
+    for host, namespace in enumerate(network.hosts):
+        tree.host_broker(f"host{host}", launcher=in_namespace(namespace, f"sim-host-{host}"))
+        tree.ranks(f"host{host}", host, [2 * host, 2 * host + 1], 2 * HOSTS,
+                   launcher=[*in_namespace(namespace, f"sim-host-{host}"), sys.executable])
+    sh = shell(command=[*in_namespace(network.broker), *DEBUG_SHELL])
+    assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 60", timeout=70).splitlines()
+    network.cut(1)
+    sh.expect(r"the broker on sim-host-1 does not answer: its 2 ranks are unreachable until it does\n")
+    sh.expect(r"the broker on sim-host-1 stopped answering: its 2 ranks are lost\n", timeout=60)
     assert sh.command("cast rank ranks(0,1,2,3) p rank").endswith("no answer from rank ranks[2,3] (2): lost\n")
 
 
