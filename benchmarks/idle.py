@@ -1,9 +1,10 @@
 """What a broker costs while its ranks sit idle, beside its floor, measured in one run.
 
 RANKS connections, each one rank's link as the wire sees it (its routing id, libzmq's ZMTP
-heartbeats every second, one `Hello`), held by this process, to three listeners in turn:
+heartbeats as a rank's link asks them, one `Hello`), held by this process, to three listeners in
+turn:
 - the floor: a bare pyzmq ROUTER that only reads, so only libzmq answers the heartbeats (and
-  sends its own every ROUTER_PINGS_EVERY beats, as the broker's ROUTER does);
+  sends its own, as the broker's ROUTER does);
 - the broker as ranks once drove it: the connections send a Python `Heartbeat` a second each
   instead of libzmq's, which the broker answers (what every rank's link did before liveness
   moved into libzmq);
@@ -25,7 +26,6 @@ import time
 import zmq
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.broker.server import ROUTER_PINGS_EVERY
 from monarch_pdb.link import routing_id, zmtp_heartbeats
 from monarch_pdb.settings import load as load_settings
 
@@ -48,7 +48,7 @@ def router() -> None:
     """The floor's listener: a ROUTER that reads whatever comes and answers nothing."""
     die_with_parent(int(sys.argv[2]))
     sock = zmq.Context().socket(zmq.ROUTER)
-    zmtp_heartbeats(sock, BEAT, ping_every=ROUTER_PINGS_EVERY)
+    zmtp_heartbeats(sock, BEAT)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     print(port, flush=True)
     while True:

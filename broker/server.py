@@ -51,12 +51,6 @@ FREEZE_AFTER = 65536
 TOLD_UNSIGNED = 4096
 REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
-ROUTER_PINGS_EVERY = 10
-"""Beats between the broker's own ZMTP pings on each connection. Its peers ping every beat, and
-any word from one disarms the timeout a ping arms, so the broker's pings only start the count for
-a peer gone without closing its connection (its host vanished): dropped 30 to 40 beats after its
-last word. At 1,024 idle ranks (benchmarks/idle.py) they cost about 1.5 % of a core, pinging
-every beat about 3.5 %. A broker that stalls for less than 29 beats still finds each connection."""
 PIPES_SETTLE = 0.1
 """Seconds after a connection drops before the ROUTER is asked whether its peer can be reached:
 the socket forgets a dropped connection a moment after the monitor tells of it."""
@@ -124,7 +118,7 @@ class Broker:
         # A rank, shell or broker below reconnects under its own routing id (its link's), as the
         # same peer; one gone without closing its connection (its host vanished) is dropped.
         self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        zmtp_heartbeats(self.router, self.settings.heartbeat_interval, ping_every=ROUTER_PINGS_EVERY)
+        zmtp_heartbeats(self.router, self.settings.heartbeat_interval)
         self.monitor = self.router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.pub = self.context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)

@@ -103,17 +103,25 @@ def pub_address(router: str, pub: str) -> str:
     return discovery.endpoint(urlsplit(router).hostname or "127.0.0.1", urlsplit(pub).port)
 
 
-def zmtp_heartbeats(sock: zmq.Socket, beat: float, ping_every: int = 1) -> None:
-    """Ask libzmq to ping the other end every `beat` seconds, and each end to drop the
-    connection after DROPPED_AFTER_BEATS beats without a word from the other: how a vanished
-    host, or a process stopped (SIGSTOP), is told from one that is busy, whose I/O thread answers
-    without the GIL. Both ends of a link ask it (the broker of its ROUTER, pinging only every
-    `ping_every` beats): libzmq 4.3 drops a connection on its own pings' timeout only, not on the
-    TTL the other end asks for. The limit is long, so that a broker stopped for a while (a
-    swapped-out host) finds its connections as they were when it goes on: a connection dropped
-    and made again would lose what was on its way."""
+PINGS_EVERY = 10
+"""Beats between libzmq's pings on a link. A ping only starts the count for a peer gone without
+closing its connection (its host vanished, its process stopped): any word from the other end
+disarms the timeout it arms, so such a peer is dropped 30 to 40 beats after its last word. A
+process that exits closes its connection, and is seen gone at once. At 1,024 idle ranks
+(benchmarks/idle.py) pinging every beat cost the broker several times the CPU of pinging every
+ten."""
+
+
+def zmtp_heartbeats(sock: zmq.Socket, beat: float) -> None:
+    """Ask libzmq to ping the other end every PINGS_EVERY `beat`s, and to drop the connection
+    after DROPPED_AFTER_BEATS beats without a word from the other: how a vanished host, or a
+    process stopped (SIGSTOP), is told from one that is busy, whose I/O thread answers without
+    the GIL. Both ends of a link ask it: libzmq 4.3 drops a connection on its own pings' timeout
+    only, not on the TTL the other end asks for. The limit is long, so that a broker stopped for
+    a while (a swapped-out host) finds its connections as they were when it goes on: a
+    connection dropped and made again would lose what was on its way."""
     ivl = max(1, round(beat * 1000))
-    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl * ping_every)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl * PINGS_EVERY)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * wire.DROPPED_AFTER_BEATS)
     sock.setsockopt(zmq.HEARTBEAT_TTL, ivl * wire.DROPPED_AFTER_BEATS)
 
