@@ -126,8 +126,11 @@ class Presence:
             self._announced = None
 
     def delay(self, now: float) -> float | None:
-        """How soon an announcement is due, or None."""
+        """How soon an announcement is due, or the next look at a process's own identity (its
+        engine renames it without a word: a Ray task starts); None when neither is."""
         with self._lock:
+            if self._own and not self._due:
+                return max(0.0, self._checked + OWN_RECHECK - now)
             if not self._due:
                 return None
             return 0.0 if self._own else max(0.0, self._at + PRESENT_EVERY - now)

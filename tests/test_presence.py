@@ -143,6 +143,7 @@ def test_a_process_renamed_by_its_engine_is_noticed_within_a_recheck() -> None:
     presence.host_self()
     presence.tick(T0)
     runs(threads, "Counter", 3, "actor 1f")
+    assert presence.delay(T0) == OWN_RECHECK, "the link, which sends no heartbeat, wakes for the next look"
     assert presence.tick(T0 + OWN_RECHECK / 2) is None
     assert presence.tick(T0 + OWN_RECHECK) == wire.Present(ranks=[own("Counter", 3, "actor 1f")])
     assert presence.tick(T0 + 2 * OWN_RECHECK) is None
@@ -157,7 +158,7 @@ def test_a_process_is_announced_as_its_paused_session_names_it_while_one_is_open
     assert presence.delay(T0) == 0.0
     assert presence.tick(T0) == wire.Present(ranks=[own("train_step", 3, "task 9")])
     presence.paused_as(own("train_step", 3, "task 9"))
-    assert presence.delay(T0) is None
+    assert presence.delay(T0) == OWN_RECHECK, "nothing is due but the next look at its identity"
     assert presence.tick(T0 + OWN_RECHECK) is None
     presence.sessions_closed()
     assert presence.tick(T0 + 2 * OWN_RECHECK) == wire.Present(ranks=[own("worker", 3)])
