@@ -1296,8 +1296,11 @@ class Broker:
 
 def ranks_below(branch: Peer, sessions: list[Session] | None = None) -> int:
     """The live ranks of a broker below: those of its sessions (or of `sessions`, once it is
-    gone), and those it runs without one."""
-    return len(branch.owned if sessions is None else sessions) + sum(row.state in LIVE for row in branch.below)
+    gone), and those it runs without one, each once (a rank that just stopped may be in both
+    until the broker below says it has a session now)."""
+    held = branch.owned.values() if sessions is None else sessions
+    return len({(s.job, s.actor, s.rank) for s in held}
+               | {(row.job, row.actor, row.rank) for row in branch.below if row.state in LIVE})
 
 
 def unreachable_because(host: str) -> str:
