@@ -861,18 +861,21 @@ def test_a_cast_whose_broker_restarts_names_the_ranks_whose_answers_were_lost(en
     try:
         wait_for_sessions(env, 16)
         sh = ShellDriver(env)
-        sh.wait_prompt()
-        sh.child.sendline("cast debugee ranks(0:3) p __import__('time').sleep(3) or rank")
-        wait_for_all_rows(env, lambda rows: {r.rank for r in rows if r.state == "running"} == {0, 1, 2})
-        broker.kill()
-        broker.wait()
-        broker, _ = start_broker(env)
-        sh.expect(r"the broker restarted during the cast; the answers of debugee ranks\[0-2\] \(3\) were lost "
-                  r"\(the line may have run there\)")
-        sh.wait_prompt()
-        wait_for_sessions(env, 16)
-        assert "\ndebugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n" in sh.command("cast debugee ranks(0,1) p rank")
-        sh.kill()
+        try:
+            sh.wait_prompt()
+            sh.child.sendline("cast debugee ranks(0:3) p __import__('time').sleep(3) or rank")
+            wait_for_all_rows(env, lambda rows: {r.rank for r in rows if r.state == "running"} == {0, 1, 2})
+            broker.kill()
+            broker.wait()
+            broker, _ = start_broker(env)
+            sh.expect(r"the broker restarted during the cast; the answers of debugee ranks\[0-2\] \(3\) were lost "
+                      r"\(the line may have run there\)")
+            sh.wait_prompt()
+            wait_for_sessions(env, 16)
+            after = sh.command("cast debugee ranks(0,1) p rank")
+            assert re.search(r"(?m)^debugee ranks\[0\] \(1\)\n0\ndebugee ranks\[1\] \(1\)\n1\n", after), after
+        finally:
+            sh.kill()
     finally:
         program.stop()
         stop_broker(broker)
