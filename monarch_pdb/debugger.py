@@ -27,8 +27,10 @@ PDB_TAKES_EXCEPTIONS = sys.version_info >= (3, 13)
 """pdb's interaction takes an exception, and its chain, rather than a traceback from 3.13 on."""
 PDB_SETS_ONLY_TRACED_EXCEPTION = sys.version_info[:2] == (3, 12)
 """pdb 3.12 has `$_exception`, but sets it only where tracing stops at an exception."""
-PDB_COLOURS = sys.version_info >= (3, 14)
-"""pdb colours the source it lists and its stop lines from 3.14 on (`Pdb.colorize`)."""
+PDB_COLOURS = sys.version_info[:2] == (3, 14)
+"""pdb colours the source it lists and its stop lines from 3.14 on (`Pdb.colorize`); on 3.15 a
+listing of code with no file (a notebook cell) came out with its newlines written as `^J`, so
+colours stay off there until that is understood."""
 
 _loose = threading.local()
 """The calling thread's `session` opened outside any endpoint call: it ends when tracing

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from monarch_pdb.debugger import PDB_COLOURS
 from programs import Program, wait_for_sessions
 from shell_driver import ShellDriver
 from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
@@ -131,7 +132,7 @@ def test_no_color_turns_colours_off(trainer, env):
         sh.kill()
 
 
-@pytest.mark.skipif(sys.version_info < (3, 14), reason="pdb colours source from Python 3.14 on")
+@pytest.mark.skipif(not PDB_COLOURS, reason="attached sessions show pdb's colours on Python 3.14")
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("turned_off", ["set color off", "NO_COLOR"])
 def test_pdb_colours_its_source_at_a_colour_terminal(trainer, env, turned_off):
@@ -158,7 +159,7 @@ def test_pdb_colours_its_source_at_a_colour_terminal(trainer, env, turned_off):
         sh.kill()
 
 
-@pytest.mark.skipif(sys.version_info < (3, 14), reason="pdb colours source from Python 3.14 on")
+@pytest.mark.skipif(not PDB_COLOURS, reason="attached sessions show pdb's colours on Python 3.14")
 @pytest.mark.timeout(90)
 def test_pdbs_debug_command_colours_as_its_debugger_does(trainer, env):
     sh = attached_shell(env)
