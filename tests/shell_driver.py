@@ -109,7 +109,10 @@ class ShellDriver:
                 if following >= 0 and self._prompt_at(following):
                     break
             if time.monotonic() > deadline or not self._read(deadline):
-                raise AssertionError(f"no prompt after {line!r}; the shell printed:\n{self.text[-3000:]}")
+                since = self.raw[start:]
+                raise AssertionError(f"no prompt after {line!r}; the shell printed:\n{self.text[-3000:]}\n"
+                                     f"as sent, from the line on (accepted at {accepted}):\n{since[:1500]!r}\n"
+                                     f"...\n{since[-1500:]!r}")
         self.seen = len(self.text)
         return plain(self.raw[accepted:following])
 
