@@ -408,8 +408,7 @@ class Broker:
             if handler is not None:
                 handler(identity, msg)
             else:
-                self.latest_refusal = f"a {type(msg).__name__} from {sender(peer)}"
-                self.refused(NOT_YOURS)
+                self.refused(NOT_YOURS, f"a {type(msg).__name__} from {sender(peer)}, which may not send it")
         for gone in self.registry.take_found_gone():
             self.drop(gone, wire.Ending.LOST)
 
@@ -491,10 +490,10 @@ class Broker:
 
     # --- refusals ----------------------------------------------------------------------
 
-    def refused(self, reason: str) -> None:
-        """Count a message refused for `reason`, for the log's summary."""
+    def refused(self, reason: str, detail: str = "") -> None:
+        """Count a message refused for `reason`, for the log's summary (which names `detail`)."""
         self.codec.refused[reason] += 1
-        self.note_refusal(reason if reason != NOT_YOURS else self.latest_refusal + f" ({NOT_YOURS})")
+        self.note_refusal(detail or reason)
 
     def note_refusal(self, reason: str) -> None:
         """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
