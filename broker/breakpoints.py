@@ -10,17 +10,20 @@ the broker above) that asks, the agents and brokers below that answer.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
 from monarch_pdb.broker.registry import Refused
+from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
 
 if TYPE_CHECKING:
+    from monarch_pdb.broker.audit import Audit
     from monarch_pdb.broker.registry import LiveRank
-    from monarch_pdb.broker.server import Broker
+    from monarch_pdb.broker.requests import Requests
 
 NO_ANSWER = "its process sent no answer in time"
 
@@ -87,9 +90,12 @@ class Breakpoints:
     """The editors' breakpoint requests in flight through one broker, the latest of each file
     for processes that start later, and the handlers of their messages."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.table: InFlight[BreakpointsInFlight] = InFlight(part_size=broker.settings.max_message // 2)
+    def __init__(self, requests: Requests, audit: Audit, part_size: int) -> None:
+        self.requests = requests
+        self.registry = requests.registry
+        self.send = requests.send
+        self.audit = audit
+        self.table: InFlight[BreakpointsInFlight] = requests.add(InFlight(part_size=part_size))
         self.standing: dict[str, Standing] = {}
         """By file; "" for the `uncaught` filter. As in a process, the latest editor to set a
         file's breakpoints sets them for all."""
@@ -97,16 +103,17 @@ class Breakpoints:
         """The editors (as this broker names them) that set breakpoints or the filter here,
         in running ranks or paused ones: each one's go when it does."""
 
-    def handlers(self) -> dict:
-        return {wire.Breakpoints: self.on_breakpoints, wire.BreakReport: self.on_break_report,
-                wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged,
-                wire.EditorGone: self.on_editor_gone}
+    def routes(self) -> Routes:
+        return Routes(editor={wire.Breakpoints: self.on_breakpoints},
+                      parent={wire.Breakpoints: self.on_parent_breakpoints, wire.EditorGone: self.on_editor_gone},
+                      agent={wire.BreakReport: self.on_break_report, wire.Logged: self.on_logged},
+                      branch={wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged})
 
     def chosen(self, msg: wire.Breakpoints) -> list[LiveRank]:
         """The live ranks the editor selects: of its actor, else of every actor of the job.
         None yet is no refusal (the request stands for the ranks that start later); a selector
         that cannot be read, or an actor's that picks none of its running ranks, is."""
-        registry = self.broker.registry
+        registry = self.registry
         selector = msg.selector or "ranks(:)"
         ranks.parse_selector(selector)  # SelectorError, for the editor to tell
         if msg.actor:
@@ -127,24 +134,28 @@ class Breakpoints:
                 continue
         return found
 
-    def on_breakpoints(self, shell: bytes, msg: wire.Breakpoints) -> None:
-        """From an editor, or the broker above: each selected rank's process is asked once,
-        and each broker below that holds some, for its own; for a file's breakpoints, only
-        those of ranks that run (a paused one takes them as pdb's, asked of its session with
-        `Inspect`)."""
-        owner = UPSTREAM + msg.owner if shell == UPSTREAM else shell
+    def on_breakpoints(self, editor: bytes, msg: wire.Breakpoints) -> None:
+        """From an editor: a selector that cannot be read, or picks nothing, is refused."""
+        self.ask(editor, editor, msg, lambda refusal: wire.Error(text=refusal))
+
+    def on_parent_breakpoints(self, parent: bytes, msg: wire.Breakpoints) -> None:
+        """From the broker above, for an editor it names: a selector that picks nothing here
+        is answered with no groups."""
+        self.ask(parent, UPSTREAM + msg.owner, msg, lambda refusal: wire.BreakpointsResult(ref=msg.ref, groups=[]))
+
+    def ask(self, shell: bytes, owner: bytes, msg: wire.Breakpoints, refused: Callable[[str], wire.Message]) -> None:
+        """Each selected rank's process is asked once, and each broker below that holds some,
+        for its own; for a file's breakpoints, only those of ranks that run (a paused one takes
+        them as pdb's, asked of its session with `Inspect`)."""
         self.setters.add(owner)
         try:
             chosen = self.chosen(msg)
         except (Refused, ranks.SelectorError) as refusal:
-            if shell == UPSTREAM:
-                self.broker.send(shell, wire.BreakpointsResult(ref=msg.ref, groups=[]))
-            else:
-                self.broker.send(shell, wire.Error(text=str(refusal)))
+            self.send(shell, refused(str(refusal)))
             return
         request = self.table.open(BreakpointsInFlight(shell=shell, ref=msg.ref, actor=msg.actor,
                                                       deadline=time.monotonic() + msg.timeout))
-        registry = self.broker.registry
+        registry = self.registry
         for live in chosen:
             if not msg.path or not registry.is_paused(live.job, live.actor, live.rank):
                 request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
@@ -152,17 +163,17 @@ class Breakpoints:
         for peer in before.asked if before is not None else ():
             if registry.peer(peer) is not None:  # had the last ones: its ranks may all be paused now
                 request.waiting.setdefault(peer, [])
-        self.broker.skip_unreachable(request)
-        self.broker.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
+        self.requests.skip_unreachable(request)
+        self.audit.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
         for peer in request.waiting:
-            self.broker.send(peer, self.ask_of(peer, request.id, msg, owner))
+            self.send(peer, self.ask_of(peer, request.id, msg, owner))
         self.keep(msg, owner, set(request.waiting))
-        self.broker.settle(self.table, request)
+        self.requests.settle(self.table, request)
 
     def ask_of(self, peer: bytes, ref: int, msg: wire.Breakpoints, owner: bytes) -> wire.Message:
         """The request as a process is asked (for all its code), or a broker below (which
         selects its own ranks)."""
-        if self.broker.registry.is_branch(peer):
+        if self.registry.is_branch(peer):
             return replace(msg, ref=ref, owner=owner, timeout=below_timeout(msg.timeout))
         return wire.BreakRanks(ref=ref, path=msg.path, spots=msg.spots, uncaught=msg.uncaught, owner=owner)
 
@@ -182,7 +193,7 @@ class Breakpoints:
         request that selects some of them, once, and at once, so that what a shell asks of it
         next comes after (a broker below keeps the request, for the processes that start below
         it later). The answers go to no editor: it was answered when it asked."""
-        registry = self.broker.registry
+        registry = self.registry
         for wish in self.standing.values():
             if identity in wish.asked:
                 continue
@@ -192,9 +203,9 @@ class Breakpoints:
             except (Refused, ranks.SelectorError):
                 continue
             if chosen:
-                self.broker.send(identity, self.ask_of(identity, 0, wish.ask, wish.owner))
+                self.send(identity, self.ask_of(identity, 0, wish.ask, wish.owner))
                 wish.asked.add(identity)
-                self.broker.record(UPSTREAM if wish.owner.startswith(UPSTREAM) else wish.owner, wish.ask.job,
+                self.audit.record(UPSTREAM if wish.owner.startswith(UPSTREAM) else wish.owner, wish.ask.job,
                                    wish.ask.actor, [live.rank for live in chosen], audited(wish.ask))
 
     def on_break_report(self, identity: bytes, msg: wire.BreakReport) -> None:
@@ -202,19 +213,18 @@ class Breakpoints:
         request = self.table.get(msg.ref)
         if request is not None and identity in request.waiting:
             request.take(identity, msg.reasons)
-            self.broker.settle(self.table, request)
+            self.requests.settle(self.table, request)
 
     def on_breakpoints_result(self, identity: bytes, msg: wire.BreakpointsResult) -> None:
         """From a broker below: its ranks' answers, grouped there."""
         request = self.table.get(msg.ref)
-        if request is not None and self.broker.registry.is_branch(identity) and identity in request.waiting:
+        if request is not None and identity in request.waiting:
             request.take_below(identity, msg.groups)
-            self.broker.settle(self.table, request)
+            self.requests.settle(self.table, request)
 
     def on_editor_gone(self, identity: bytes, msg: wire.EditorGone) -> None:
         """From the broker above: one of its editors is gone."""
-        if identity == UPSTREAM:
-            self.gone(UPSTREAM + msg.owner)
+        self.gone(UPSTREAM + msg.owner)
 
     def gone(self, owner: bytes) -> bool:
         """An editor disconnected or was lost: what it set stands no more, here, in every
@@ -224,17 +234,15 @@ class Breakpoints:
             return False
         self.setters.discard(owner)
         self.standing = {key: wish for key, wish in self.standing.items() if wish.owner != owner}
-        registry = self.broker.registry
-        for peer in list(registry.peers.values()):
+        for peer in list(self.registry.peers.values()):
             if peer.role in (wire.Role.AGENT, wire.Role.BROKER):
-                self.broker.send(peer.identity, wire.EditorGone(owner=owner))
+                self.send(peer.identity, wire.EditorGone(owner=owner))
         return True
 
     def on_logged(self, identity: bytes, msg: wire.Logged) -> None:
         """From an agent, or a broker below: to the editor that set the log point, if it is
         still connected."""
         if msg.owner.startswith(UPSTREAM):
-            if self.broker.upstream is not None:
-                self.broker.send(UPSTREAM, replace(msg, owner=msg.owner[len(UPSTREAM):]))
-        elif self.broker.registry.peer(msg.owner) is not None:
-            self.broker.send(msg.owner, msg)
+            self.send(UPSTREAM, replace(msg, owner=msg.owner[len(UPSTREAM):]))
+        elif self.registry.peer(msg.owner) is not None:
+            self.send(msg.owner, msg)

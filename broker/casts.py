@@ -1,21 +1,41 @@
 """Casts in flight: which sessions still owe an answer, the answers grouped as they come, and
-the order in which a session runs the lines of several shells' casts."""
+the order in which a session runs the lines of several shells' casts.
+
+The handlers of its messages live here, one for each peer that takes part: the shell that
+casts, the broker above that casts to ranks below us, and the brokers below that answer for
+theirs (our own sessions answer by stopping again: `Casts.stopped`).
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
-from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request
+from monarch_pdb import ranks, wire
+from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request, below_timeout
+from monarch_pdb.broker.registry import Picked, Refused
+from monarch_pdb.broker.requests import unreachable_because
+from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
 from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
+    from monarch_pdb.broker.audit import Audit
     from monarch_pdb.broker.registry import Session
+    from monarch_pdb.broker.requests import Requests
+
+PROGRESS_EVERY = 0.25
+"""Seconds between two words to a shell on how far its cast got."""
+PROGRESS_UP_EVERY = 1.0
+"""Seconds between two words to the broker above on how far one of its casts got here."""
+PROGRESS_HEARD_PER_SECOND = 8
+"""About how many words of progress a broker asks to hear a second from its brokers below
+together, however many they are: each word costs the root a message to take in."""
 
 
 COUNT = attrgetter("count")
@@ -253,3 +273,111 @@ class Casts(InFlight[CastInFlight]):
                 cast.reported = cast.answered
             due.append(cast)
         return due
+
+
+class CastRequests:
+    """The handlers of a cast's messages, over the casts in flight through one broker."""
+
+    def __init__(self, requests: Requests, casts: Casts, audit: Audit, forward: Callable[[Session, str], None],
+                 tell_holders: Callable[[list[Session], bytes], None]) -> None:
+        """`forward` hands a line to one of our sessions; `tell_holders` tells the clients
+        that hold sessions (but the one named) that they run."""
+        self.requests = requests
+        self.registry = requests.registry
+        self.send = requests.send
+        self.casts = requests.add(casts)
+        self.audit = audit
+        self.forward = forward
+        self.tell_holders = tell_holders
+
+    def routes(self) -> Routes:
+        return Routes(shell={wire.Cast: self.on_cast}, parent={wire.CastDown: self.on_cast_down},
+                      branch={wire.CastResult: self.on_cast_result, wire.CastProgress: self.on_cast_progress})
+
+    def on_cast(self, shell: bytes, msg: wire.Cast) -> None:
+        try:
+            picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
+        except Refused as refusal:
+            self.send(shell, wire.Error(text=str(refusal)))
+            return
+        self.start(shell, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector,
+                   0.0 if msg.progress else math.inf)
+
+    def on_cast_down(self, parent: bytes, msg: wire.CastDown) -> None:
+        """The parent's cast, for the ranks it names here or those its selector picks here; a
+        selector that picks none here is answered with no groups."""
+        if not msg.selector:
+            chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks))
+            picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
+        else:
+            try:
+                picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
+            except Refused:
+                picked = Picked(msg.job, [], [], {}, ranks.Selection())
+        self.start(parent, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector, msg.progress_every)
+
+    def start(self, shell: bytes, ref: int, actor: str, picked: Picked, line: str, timeout: float,
+              selector: str = "", progress_every: float = 0.0) -> None:
+        """Run one line on the picked sessions: ours one by one, each broker below's in one
+        message (the ranks it names there, or the selector to evaluate there); the answers go to
+        `shell` grouped, once all are in or the time is up. A shell whose selector picked
+        nothing anywhere is told why, as when it picks nothing here. Progress goes to `shell`
+        as often as `progress_every` says (never when infinite), and from below as seldom."""
+        job = picked.job
+        evaluated_below = any(asked is None for asked in picked.below.values())
+        self.audit.record(shell, job, actor, [s.rank for s in picked.sessions], line,
+                          selector if evaluated_below else "")
+        self.tell_holders([sess for sess in picked.sessions if sess.paused], shell)
+        now = time.monotonic()
+        quiet = progress_every == math.inf
+        cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
+                            total=len(picked.sessions) + len(picked.absent) + sum(
+                                len(asked) for asked in picked.below.values() if asked is not None),
+                            missing=picked.absent, estimate=picked.estimate, progress_every=progress_every,
+                            next_progress=math.inf if quiet else now + (
+                                max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM else PROGRESS_EVERY))
+        if evaluated_below:
+            branches = {peer.identity: peer for peer in self.registry.branches()}
+            cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,
+                                                                          picked.selection)
+            if shell != UPSTREAM:
+                cast.refusal = lambda: self.requests.nothing_picked(job, actor, picked.selection)
+        for sess in self.casts.start(cast, line, picked.sessions):
+            self.forward(sess, line)
+        for branch, asked in picked.below.items():
+            peer = self.registry.peer(branch)
+            cast.owe(branch, peer.host, asked)
+            if peer.silent:
+                cast.lost(branch, unreachable_because(peer.host))
+                continue
+            self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=asked or RankSet(),
+                                            line=line, timeout=below_timeout(timeout),
+                                            selector=selector if asked is None else "",
+                                            progress_every=math.inf if quiet else
+                                            len(picked.below) / PROGRESS_HEARD_PER_SECOND))
+        if shell != UPSTREAM and not cast.done:
+            sent = RankSet.joined([RankSet.of(cast.pending.values()),
+                                   *(asked for asked in cast.owed.values() if asked is not None)])
+            self.send(shell, wire.CastStarted(ref=ref, ranks=sent,
+                                              below=sorted({cast.hosts[b] for b, asked in cast.owed.items() if asked is None})))
+        self.requests.settle(self.casts, cast)
+
+    def on_cast_result(self, branch: bytes, msg: wire.CastResult) -> None:
+        cast = self.casts.get(msg.ref)
+        if cast is not None and branch in cast.owed:
+            cast.merge(branch, msg.groups, msg.missing, msg.more)
+            self.requests.settle(self.casts, cast)
+
+    def on_cast_progress(self, branch: bytes, msg: wire.CastProgress) -> None:
+        cast = self.casts.get(msg.ref)
+        if cast is not None and branch in cast.owed:
+            cast.answered_below[branch] = msg.answered
+            cast.picked_there_count(branch, msg.total)
+
+    def next_progress(self) -> float:
+        """When the first cast is due to tell its progress."""
+        return min((cast.next_progress for cast in self.casts), default=math.inf)
+
+    def tell_progress(self, now: float) -> None:
+        for cast in self.casts.progress_due(now, PROGRESS_EVERY, PROGRESS_UP_EVERY):
+            self.send(cast.shell, wire.CastProgress(ref=cast.ref, answered=cast.answered, total=cast.expected))

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
+from monarch_pdb.broker.routes import Routes
 from monarch_pdb.ranks import RankSet
-from monarch_pdb.broker.upstream import UPSTREAM
 
 if TYPE_CHECKING:
+    from monarch_pdb.broker.audit import Audit
     from monarch_pdb.broker.registry import LiveRank
-    from monarch_pdb.broker.server import Broker
+    from monarch_pdb.broker.requests import Requests
 
 HOLDS_THE_GIL = "holds the GIL in C code (its process sent nothing in time)"
 """Why a rank gave no answer: its process's agent thread could not run, since the rank's own
@@ -51,17 +52,19 @@ class PeekInFlight(AskedOfEach):
 class Peeks:
     """The peeks in flight through one broker, and the handlers of their messages."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.table: InFlight[PeekInFlight] = InFlight(part_size=broker.settings.max_message // 2)
+    def __init__(self, requests: Requests, audit: Audit, part_size: int) -> None:
+        self.requests = requests
+        self.registry = requests.registry
+        self.audit = audit
+        self.table: InFlight[PeekInFlight] = requests.add(InFlight(part_size=part_size))
 
-    def handlers(self) -> dict:
-        return {wire.Peek: self.on_peek, wire.PeekRanks: self.on_peek_ranks,
-                wire.PeekReport: self.on_peek_report, wire.PeekResult: self.on_peek_result}
+    def routes(self) -> Routes:
+        return Routes(shell={wire.Peek: self.on_peek}, parent={wire.PeekRanks: self.on_peek_ranks},
+                      agent={wire.PeekReport: self.on_peek_report}, branch={wire.PeekResult: self.on_peek_result})
 
     def on_peek(self, shell: bytes, msg: wire.Peek) -> None:
         """From a shell: the selected live ranks, paused or not."""
-        chosen, absent = self.broker.selected(shell, msg.job, msg.actor, msg.selector, live=True)
+        chosen, absent = self.requests.selected(shell, msg.job, msg.actor, msg.selector, live=True)
         if chosen:
             ask = wire.PeekRanks(ref=0, actor=msg.actor, ranks=[], expression=msg.expression, limit=msg.limit,
                                  function=msg.function, up=msg.up, job=chosen[0].job)
@@ -69,38 +72,36 @@ class Peeks:
 
     def on_peek_ranks(self, identity: bytes, msg: wire.PeekRanks) -> None:
         """From the broker above: its ranks below us."""
-        if identity == UPSTREAM:
-            chosen, absent = self.broker.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
-            self.start(identity, msg.ref, chosen, absent, msg, msg.timeout)
+        chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
+        self.start(identity, msg.ref, chosen, absent, msg, msg.timeout)
 
     def start(self, shell: bytes, ref: int, chosen: list[LiveRank], absent: list[wire.Missing],
               ask: wire.PeekRanks, window: float) -> None:
         """Ask each process (or broker below) for its chosen ranks' answers, within `window`
         seconds: `ask` as each is asked, but for its own ranks, our request's id and the time
         left below. The expression runs in the ranks, so it goes into the audit log."""
-        broker = self.broker
         request = self.table.open(PeekInFlight(shell=shell, ref=ref, actor=ask.actor,
                                                deadline=time.monotonic() + window, missing=absent))
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
-        broker.skip_unreachable(request)
-        broker.record(shell, ask.job, ask.actor, [live.rank for live in chosen], f"peek {ask.expression}")
+        self.requests.skip_unreachable(request)
+        self.audit.record(shell, ask.job, ask.actor, [live.rank for live in chosen], f"peek {ask.expression}")
         for peer, asked in request.waiting.items():
-            broker.send(peer, wire.PeekRanks(ref=request.id, actor=ask.actor, ranks=asked, expression=ask.expression,
-                                             limit=ask.limit, function=ask.function, up=ask.up, job=ask.job,
-                                             timeout=below_timeout(window)))
-        broker.settle(self.table, request)
+            self.requests.send(peer, wire.PeekRanks(ref=request.id, actor=ask.actor, ranks=asked, expression=ask.expression,
+                                                    limit=ask.limit, function=ask.function, up=ask.up, job=ask.job,
+                                                    timeout=below_timeout(window)))
+        self.requests.settle(self.table, request)
 
     def on_peek_report(self, identity: bytes, msg: wire.PeekReport) -> None:
         """From an agent."""
         request = self.table.get(msg.ref)
         if request is not None and identity in request.waiting:
             request.report(identity, msg.groups)
-            self.broker.settle(self.table, request)
+            self.requests.settle(self.table, request)
 
     def on_peek_result(self, identity: bytes, msg: wire.PeekResult) -> None:
         """From a broker below: its ranks' answers, grouped there."""
         request = self.table.get(msg.ref)
-        if request is not None and self.broker.registry.is_branch(identity) and identity in request.waiting:
+        if request is not None and identity in request.waiting:
             request.report(identity, msg.groups, msg.missing, msg.more)
-            self.broker.settle(self.table, request)
+            self.requests.settle(self.table, request)

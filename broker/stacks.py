@@ -1,15 +1,28 @@
 """Stack requests in flight: which processes (or brokers below) still owe their ranks' stacks,
 and the stacks merged as they come, identical ones sharing one entry however many processes
-sent them, their ranks merged as runs."""
+sent them, their ranks merged as runs.
+
+The handlers of its messages live here, one for each peer that takes part: the shell that asks,
+the broker above that asks for ranks below us, the agents that answer, and the brokers below
+that answer for theirs.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
-from monarch_pdb.broker.inflight import AskedOfEach
+from monarch_pdb import ranks, wire
+from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
+from monarch_pdb.broker.registry import Picked, Refused
+from monarch_pdb.broker.routes import Routes
+from monarch_pdb.broker.upstream import UPSTREAM
 from monarch_pdb.ranks import RankSet
+
+if TYPE_CHECKING:
+    from monarch_pdb.broker.requests import Requests
 
 
 @dataclass(kw_only=True)
@@ -92,3 +105,77 @@ class StacksInFlight(AskedOfEach):
     def unanswered(self) -> list[wire.Missing]:
         return [wire.Missing(rank, "no answer in time") for peer, ranks in self.waiting.items()
                 for rank in (self.still_picked(peer) if peer in self.picking else ranks)]
+
+
+class Stacks:
+    """The stack requests in flight through one broker, and the handlers of their messages."""
+
+    def __init__(self, requests: Requests, part_size: int) -> None:
+        self.requests = requests
+        self.registry = requests.registry
+        self.send = requests.send
+        self.table: InFlight[StacksInFlight] = requests.add(InFlight(part_size=part_size))
+
+    def routes(self) -> Routes:
+        return Routes(shell={wire.Stacks: self.on_stacks}, parent={wire.TakeStacks: self.on_take_stacks},
+                      agent={wire.StackReport: self.on_stack_report}, branch={wire.StacksResult: self.on_stacks_result})
+
+    def on_stacks(self, shell: bytes, msg: wire.Stacks) -> None:
+        """From a shell: the stacks of the live ranks its selector picks."""
+        try:
+            picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
+        except Refused as refusal:
+            self.send(shell, wire.Error(text=str(refusal)))
+            return
+        self.start(shell, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
+
+    def on_take_stacks(self, parent: bytes, msg: wire.TakeStacks) -> None:
+        """From the broker above: the stacks of the ranks it names here, or of the live ranks
+        its selector picks here; a selector that picks none here is answered with no groups."""
+        if msg.selector:
+            try:
+                picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
+            except Refused:
+                picked = Picked(msg.job, [], [], {}, ranks.Selection())
+        else:
+            chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks), live=True)
+            picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
+        self.start(parent, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
+
+    def start(self, shell: bytes, ref: int, actor: str, picked: Picked, timeout: float, threads: wire.Threads,
+              with_locals: bool, selector: str = "") -> None:
+        """Ask each process (or broker below) for its picked ranks' stacks (and their locals),
+        merged as they come: a broker below that evaluates the selector is sent the selector.
+        A shell whose selector picked nothing anywhere is told why, as when it picks nothing here."""
+        job = picked.job
+        request = self.table.open(StacksInFlight(shell=shell, ref=ref, actor=actor,
+                                                 deadline=time.monotonic() + timeout, missing=picked.absent))
+        for live in picked.sessions:
+            request.waiting.setdefault(live.peer, []).append(live.rank)
+        if picked.below:
+            branches = {peer.identity: peer for peer in self.registry.branches()}
+            request.picked_there = lambda branch: self.registry.picked_live_below(branches[branch], job, actor,
+                                                                                  picked.selection)
+            if shell != UPSTREAM:
+                request.refusal = lambda: self.requests.nothing_picked(job, actor, picked.selection, live=True)
+            for branch in picked.below:
+                request.pick_there(branch)
+        self.requests.skip_unreachable(request)
+        for peer, asked in request.waiting.items():
+            there = peer in request.picking
+            self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=RankSet.of(asked),
+                                            threads=threads, job=job, timeout=below_timeout(timeout),
+                                            locals=with_locals, selector=selector if there else ""))
+        self.requests.settle(self.table, request)
+
+    def on_stack_report(self, agent: bytes, msg: wire.StackReport) -> None:
+        request = self.table.get(msg.ref)
+        if request is not None and agent in request.waiting:
+            request.report(agent, msg.groups)
+            self.requests.settle(self.table, request)
+
+    def on_stacks_result(self, branch: bytes, msg: wire.StacksResult) -> None:
+        request = self.table.get(msg.ref)
+        if request is not None and branch in request.waiting:
+            request.report(branch, msg.groups, msg.missing, msg.more)
+            self.requests.settle(self.table, request)

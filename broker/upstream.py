@@ -110,6 +110,10 @@ class Upstream:
 
     # --- the broker's thread ---------------------------------------------------------------
 
+    def listen(self, poller: zmq.Poller) -> None:
+        """Wake the broker's poll when the parent sent something."""
+        poller.register(self.woken, zmq.POLLIN)
+
     @property
     def ready(self) -> bool:
         return self.link.ready.is_set()
@@ -232,3 +236,52 @@ class Upstream:
         """Say goodbye, and wait for the link's thread to be done with its sockets."""
         self.link.close()
         self.link.join(timeout=1.0)
+
+
+class NoUpstream:
+    """The broker above of a broker that has none (the root, or a broker on its own): it
+    hears nothing and is told nothing, so no caller asks whether there is a parent."""
+
+    address = ""
+    ready = False
+    wants_output = False
+    ranks_due = False
+
+    def listen(self, poller: zmq.Poller) -> None:
+        pass
+
+    def trouble(self, now: float) -> str:
+        return ""
+
+    def take(self) -> list[object]:
+        return []
+
+    def rejoined(self, registry: Registry) -> None:
+        pass
+
+    def touched(self, sess: Session, news: bool = False) -> None:
+        pass
+
+    def sent_line(self, sess: Session, now: float) -> None:
+        pass
+
+    def cast_answered(self, registry: Registry, still_running: Iterable[int]) -> None:
+        pass
+
+    def ended(self, sess: Session, text: str, reason: str) -> None:
+        pass
+
+    def forget(self, sess: Session) -> None:
+        pass
+
+    def printed(self, sess: Session, text: str) -> None:
+        pass
+
+    def outgoing(self, registry: Registry, now: float, ticked: bool) -> list[wire.Message]:
+        return []
+
+    def post(self, msgs: list[wire.Message]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -59,3 +59,27 @@ def test_no_module_of_the_agent_imports_one_that_imports_it_back() -> None:
     modules = set(files)
     graph = {name: imports(ast.parse(path.read_text()), modules) - {name} for name, path in files.items()}
     assert circles(graph) == []
+
+
+def all_imports(tree: ast.AST, modules: set[str]) -> set[str]:
+    """The package's modules that `tree` imports anywhere, type hints' imports too."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                      for a in node.names}
+    return found & modules
+
+
+@pytest.mark.timeout(10)
+def test_no_module_of_the_broker_imports_one_that_imports_it_back_even_for_types() -> None:
+    import monarch_pdb.broker
+
+    folder = Path(monarch_pdb.broker.__file__).parent
+    files = {"monarch_pdb.broker." + path.stem if path.stem != "__init__" else "monarch_pdb.broker": path
+             for path in folder.glob("*.py")}
+    modules = set(files)
+    graph = {name: all_imports(ast.parse(path.read_text()), modules) - {name} for name, path in files.items()}
+    assert circles(graph) == []
