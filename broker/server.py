@@ -32,7 +32,7 @@ from monarch_pdb.broker.breakpoints import Breakpoints
 from monarch_pdb.broker.inspections import Inspections
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.peeks import Peeks
-from monarch_pdb.broker.registry import (LIVE, PARENT, STOP_STATES, LiveRank, Peer, Picked, Refused, Registry,
+from monarch_pdb.broker.registry import (LIVE, STOP_STATES, LiveRank, Peer, Picked, Refused, Registry,
                                          Session, State, no_match, process_gone)
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, Upstream
@@ -459,8 +459,8 @@ class Broker:
 
     def parent_peer(self) -> Peer:
         assert self.upstream is not None
-        return Peer(identity=UPSTREAM, role=PARENT, name="parent", host=self.upstream.address, pid=0, user="",
-                    last_seen=time.monotonic())
+        return Peer(identity=UPSTREAM, role=wire.Role.PARENT, name="parent", host=self.upstream.address, pid=0,
+                    user="", last_seen=time.monotonic())
 
     def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
         now = time.monotonic()
@@ -480,7 +480,7 @@ class Broker:
         peer = self.registry.heard(identity, now)
         if peer is not None and peer.silent:
             peer.silent = False
-            if peer.role == PARENT:
+            if peer.role == wire.Role.PARENT:
                 log(f"the broker above at {peer.host} answers again")
             else:
                 self.events.add_broker(wire.EventKind.BROKER_BACK, peer.host, ranks_below(peer))
@@ -759,11 +759,11 @@ class Broker:
         if joined:
             self.drop(identity, wire.Ending.RECONNECTED)
             first_of_job = self.registry.join(Peer(
-                identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
-                user=msg.user, last_seen=time.monotonic(), link=msg.link,
+                identity=identity, role=msg.role, name=msg.job if msg.role == wire.Role.AGENT else msg.client or "",
+                host=msg.host, pid=msg.pid, user=msg.user, last_seen=time.monotonic(), link=msg.link,
             ))
             if first_of_job:
-                log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
+                log(f"job {msg.job} joined ({msg.host}, pid {msg.pid})")
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.events.seq, known=not joined))
         if joined and msg.role == wire.Role.BROKER:
