@@ -72,7 +72,7 @@ def hold(address: str, key: bytes, beating: bool, pid: int) -> float:
             if not beating:
                 zmtp_heartbeats(sock, BEAT)
             sock.connect(address)
-            sock.send_multipart(codec.encode(wire.Hello(role=wire.Role.AGENT, name="idle", host="bench", pid=n,
+            sock.send_multipart(codec.encode(wire.Hello(role=wire.Role.AGENT, job="idle", host="bench", pid=n,
                                                         user="bench", link=os.urandom(8))))
             socks.append(sock)
         poller = zmq.Poller()

@@ -2,7 +2,7 @@
 per host, as a process of many paused threads does, with no pdb and no thread per session.
 
 Each connection is the project's own `Link` (hello, libzmq's heartbeats, a hello again after a
-broker restarts), and every message is built and read by `wire.py`, so the emulator speaks exactly the
+broker restarts), and every message is built and read by `wire`, so the emulator speaks exactly the
 protocol a real agent speaks. What a session does:
 - stops at once, at one canned place (`FUNCTION` in this file at `LINENO`): its `Prompt` goes
   with the first handshake, and again after any welcome as a stranger;
@@ -75,8 +75,8 @@ class Ranks:
         self.outgoing: list[wire.Message] = []
         self.job, self.hostname, self.pid = job_name(), socket.gethostname(), os.getpid()
         # The link's thread starts at once, and may ask for `welcomed` before it is assigned here.
-        self.link = Link(settings, wire.Role.AGENT, self.job, self,
-                         lambda: discovery.locate(settings), context=context)
+        self.link = Link(settings, wire.Role.AGENT, self, lambda: discovery.locate(settings),
+                         context=context, job=self.job)
 
     def prompt(self, index: int, output: str) -> wire.Prompt:
         rank = self.first + index

@@ -49,7 +49,7 @@ class Peer:
     starved process keeps its connection, and goes on where it was when it answers again."""
 
     def describe(self) -> str:
-        if self.role == PARENT:
+        if self.role == wire.Role.PARENT:
             return f"a shell of the parent broker ({self.host})"
         who = f"{self.user}@{self.host}" if self.user else self.host
         return f"{who} pid {self.pid}"
@@ -59,10 +59,6 @@ class Peer:
         kind = "an editor" if self.name == wire.Client.EDITOR else "another shell"
         return f"{kind} ({self.describe()})"
 
-
-PARENT = "parent"
-"""The role of the broker above, as this broker's registry knows it: it holds sessions and sends
-lines as a shell does, for the shells connected up there."""
 
 STOPS = frozenset(stop.value for stop in wire.Stop)
 STOP_STATES = {stop: wire.RankState(stop.value) for stop in wire.Stop}
@@ -350,7 +346,7 @@ class Registry:
         whose link had another socket, not yet declared lost, takes over that connection's
         sessions."""
         self.peers[peer.identity] = peer
-        if peer.role in (wire.Role.BROKER, PARENT):
+        if peer.role in (wire.Role.BROKER, wire.Role.PARENT):
             self.brokers[peer.identity] = peer
         if peer.role != wire.Role.AGENT:
             return False
@@ -368,7 +364,7 @@ class Registry:
 
     def connected(self) -> bool:
         """Whether any rank, shell or broker below is connected (the parent does not count)."""
-        return any(peer.role != PARENT for peer in self.peers.values())
+        return any(peer.role != wire.Role.PARENT for peer in self.peers.values())
 
     def silent(self, now: float, limit: float, since: float) -> list[bytes]:
         """The brokers (below, and the parent) not heard from for `limit` seconds, counted from
@@ -404,7 +400,7 @@ class Registry:
         peer = self._forget_peer(identity)
         if peer is None:
             return None
-        if peer.role in (wire.Role.SHELL, PARENT):
+        if peer.role in (wire.Role.SHELL, wire.Role.PARENT):
             freed = [self.sessions[s] for s in peer.held if s in self.sessions]
             for sess in freed:
                 sess.holder, sess.attached = None, ""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.broker.registry import PARENT, Peer
+from monarch_pdb.broker.registry import Peer
 
 Handler = Callable[[bytes, Any], None]
 Table = dict[type, Handler]
@@ -38,7 +38,7 @@ class Routes:
             kind = self.agent
         elif peer.role == wire.Role.BROKER:
             kind = self.branch
-        elif peer.role == PARENT:
+        elif peer.role == wire.Role.PARENT:
             kind = self.parent
         elif peer.name == wire.Client.EDITOR:
             kind = {**self.shell, **self.editor}
@@ -49,7 +49,8 @@ class Routes:
     def tables(self) -> dict[tuple[str, bool], Table]:
         """Each table made once, by (role, is an editor)."""
         return {(role, editor): self.table(Peer(b"", role, wire.Client.EDITOR if editor else "", "", 0, "", 0.0))
-                for role in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER, PARENT) for editor in (False, True)}
+                for role in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER, wire.Role.PARENT)
+                for editor in (False, True)}
 
 
 def sender(peer: Peer) -> str:
@@ -58,6 +59,6 @@ def sender(peer: Peer) -> str:
         return "a rank process"
     if peer.role == wire.Role.BROKER:
         return f"the broker below on {peer.host}"
-    if peer.role == PARENT:
+    if peer.role == wire.Role.PARENT:
         return "the broker above"
     return "an editor" if peer.name == wire.Client.EDITOR else "a shell"

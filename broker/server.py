@@ -35,7 +35,7 @@ from monarch_pdb.broker.inflight import Request
 from monarch_pdb.broker.lists import Lists
 from monarch_pdb.broker.log import log
 from monarch_pdb.broker.peeks import Peeks
-from monarch_pdb.broker.registry import PARENT, Peer, Registry, Session, process_gone
+from monarch_pdb.broker.registry import Peer, Registry, Session, process_gone
 from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.routes import Routes, sender
 from monarch_pdb.broker.sessions import Sessions
@@ -418,7 +418,7 @@ class Broker:
         peer = self.registry.heard(identity, now)
         if peer is not None and peer.silent:
             peer.silent = False
-            if peer.role == PARENT:
+            if peer.role == wire.Role.PARENT:
                 log(f"the broker above at {peer.host} answers again")
             else:
                 self.branches.back(peer)
@@ -443,8 +443,8 @@ class Broker:
     def parent_joined(self) -> None:
         was_wanted = self.output_wanted
         self.drop(UPSTREAM, wire.Ending.RECONNECTED)
-        self.registry.join(Peer(identity=UPSTREAM, role=PARENT, name="parent", host=self.upstream.address, pid=0,
-                                user="", last_seen=time.monotonic()))
+        self.registry.join(Peer(identity=UPSTREAM, role=wire.Role.PARENT, name="parent", host=self.upstream.address,
+                                pid=0, user="", last_seen=time.monotonic()))
         self.upstream.rejoined(self.registry)
         self.parent_wants_output = False
         self.tell_branches_output(was_wanted)
@@ -461,11 +461,11 @@ class Broker:
         if joined:
             self.drop(identity, wire.Ending.RECONNECTED)
             first_of_job = self.registry.join(Peer(
-                identity=identity, role=msg.role, name=msg.name, host=msg.host, pid=msg.pid,
-                user=msg.user, last_seen=time.monotonic(), link=msg.link,
+                identity=identity, role=msg.role, name=msg.job if msg.role == wire.Role.AGENT else msg.client or "",
+                host=msg.host, pid=msg.pid, user=msg.user, last_seen=time.monotonic(), link=msg.link,
             ))
             if first_of_job:
-                log(f"job {msg.name} joined ({msg.host}, pid {msg.pid})")
+                log(f"job {msg.job} joined ({msg.host}, pid {msg.pid})")
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.events.seq, known=not joined))
         if joined and msg.role == wire.Role.BROKER:

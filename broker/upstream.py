@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -80,8 +79,7 @@ class Upstream:
         """Since when the parent has not welcomed us (inf while it has)."""
         self.complained = ("", float("-inf"))
         """What we last said of the parent not taking us, and when."""
-        self.link = Link(settings, wire.Role.BROKER, f"broker@{socket.gethostname()}", self, lambda: parent,
-                         context=context)
+        self.link = Link(settings, wire.Role.BROKER, self, lambda: parent, context=context)
 
     # --- the link's callbacks, on its thread: hand over and wake the broker ---------------
 

@@ -103,7 +103,7 @@ class ShellConnection:
         written on the link's thread)."""
         self._cut_short: set[int] = set()
         """Those of them a broker that restarted will never answer."""
-        self.link = Link(settings, wire.Role.SHELL, client, self, lambda: discovery.locate(settings), events=True)
+        self.link = Link(settings, wire.Role.SHELL, self, lambda: discovery.locate(settings), events=True, client=client)
 
     @classmethod
     def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None,

@@ -116,7 +116,7 @@ class Agent:
         """Editors that disconnected, or were lost, after setting breakpoints: a session
         forgets theirs (`EditorBreakpoints.drop_gone`) before it stops at one or runs on."""
         self.breakpoints = RunningBreakpoints(lambda owner, text: self.log(owner, current(), text), break_at)
-        self.link = Link(settings, wire.Role.AGENT, job_name(), self, self._locate, context=context)
+        self.link = Link(settings, wire.Role.AGENT, self, self._locate, context=context, job=job_name())
 
     def _locate(self) -> discovery.Connection | None:
         """The broker: one elsewhere, or this host's, started if need be (with the secret of

@@ -15,9 +15,6 @@ from monarch_pdb import settings, wire
 from monarch_pdb.agent import Agent
 from monarch_pdb.identity import CallContext, current, current_call
 
-POST_MORTEM_POLICIES = ("after-breakpoint", "always", "never")
-
-
 def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     """MONARCH_PDB_POST_MORTEM's answer for `exc`, given whether a breakpoint stopped its scope
     (the endpoint call, or the process when there is no call) before it was raised; always yes

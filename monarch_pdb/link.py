@@ -142,11 +142,11 @@ def beat_due(sent: float, beaten: float, heard: float, beat: float) -> float:
 
 
 class Link:
-    def __init__(self, settings: Settings, role: wire.Role, name: str, peer: Peer,
+    def __init__(self, settings: Settings, role: wire.Role, peer: Peer,
                  locate: Callable[[], discovery.Connection | None], events: bool = False,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, job: str = "", client: wire.Client | None = None) -> None:
         self.settings = settings
-        self.role, self.name = role, name
+        self.role, self.job, self.client = role, job, client
         self.peer = peer
         self.locate = locate
         self.events = events
@@ -269,7 +269,7 @@ class Link:
             self._wake_pending = False
 
     def _hello(self) -> wire.Hello:
-        return wire.Hello(role=self.role, name=self.name, host=socket.gethostname(), pid=os.getpid(),
+        return wire.Hello(role=self.role, job=self.job, client=self.client, host=socket.gethostname(), pid=os.getpid(),
                           user=getpass.getuser(), link=self.id)
 
     def _take_outgoing(self) -> list[wire.Message]:

@@ -65,7 +65,7 @@ def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(en
         for link, rank in ((b"link-one", 0), (b"link-one", 0), (b"link-two", 1)):
             sock, codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
             sock.connect(conn.router)
-            sock.send_multipart(codec.encode(wire.Hello(role="agent", name="job", host="h", pid=4242, link=link)))
+            sock.send_multipart(codec.encode(wire.Hello(role="agent", job="job", host="h", pid=4242, link=link)))
             assert sock.poll(5000), "welcomed"
             sock.recv_multipart()
             sock.send_multipart(codec.encode(dataclasses.replace(prompt, rank=rank)))

@@ -110,7 +110,7 @@ def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
         plain.setsockopt(zmq.SNDTIMEO, 1500)
         plain.connect(conn.router)
         try:
-            plain.send_multipart(wire.Codec(conn.key).encode(wire.Hello(role="shell", name="x", host="h", pid=1)))
+            plain.send_multipart(wire.Codec(conn.key).encode(wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=1)))
         except zmq.Again:
             pass  # the broker dropped its connection at the handshake before the message was queued
         assert plain.poll(1500) == 0, "a peer without CURVE gets nothing back"

@@ -66,7 +66,7 @@ def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]], key: bytes 
         sock.send_multipart(frames)
     if key is not None:
         codec = wire.Codec(key)
-        sock.send_multipart(codec.encode(wire.Hello(role="shell", name="thrower", host="h", pid=1)))
+        sock.send_multipart(codec.encode(wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=1)))
         welcomed = False
         while not welcomed:
             assert sock.poll(60_000), "the broker stopped answering"
@@ -169,7 +169,7 @@ def test_thousands_of_connections_coming_and_going_leave_the_broker_serving(env,
         for _ in range(200):
             dealer = ctx.socket(zmq.DEALER)
             dealer.connect(conn.router)
-            dealer.send_multipart(wire.Codec(b"wrong").encode(wire.Hello(role="shell", name="x", host="h", pid=1)))
+            dealer.send_multipart(wire.Codec(b"wrong").encode(wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=1)))
             dealer.close(linger=0)
     finally:
         ctx.term()

@@ -540,7 +540,7 @@ def a_third_broker_below(env: dict[str, str], tree: Tree) -> Iterator[tuple[zmq.
         below = ctx.socket(zmq.DEALER)
         below.setsockopt(zmq.LINGER, 0)
         below.connect(f"tcp://{tree.upstream}")
-        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, name="broker@host2", host="host2", pid=1),
+        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, host="host2", pid=1),
                    wire.Welcome)
         row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
                               wire.RankState.BREAKPOINT, "")
@@ -628,7 +628,7 @@ def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tr
         stranger.setsockopt(zmq.LINGER, 0)
         stranger.connect(f"tcp://{tree.upstream}")
         codec, wrong = wire.Codec(key), wire.Codec(b"wrong key")
-        as_broker = wire.Hello(role=wire.Role.BROKER, name="broker@elsewhere", host="elsewhere", pid=1)
+        as_broker = wire.Hello(role=wire.Role.BROKER, host="elsewhere", pid=1)
         wrongly_signed = [wrong.encode(msg) for msg in (as_broker, *forged)]
         unsigned = [codec.encode(msg)[1:] for msg in (as_broker, *forged)]
         bad = [[b"one"], [os.urandom(32), os.urandom(200)], *wrongly_signed, *unsigned]
@@ -638,7 +638,7 @@ def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tr
         posing = ctx.socket(zmq.DEALER)
         posing.setsockopt(zmq.LINGER, 0)
         posing.connect(f"tcp://{tree.upstream}")
-        round_trip(posing, codec, wire.Hello(role=wire.Role.AGENT, name=JOB, host="elsewhere", pid=1), wire.Welcome)
+        round_trip(posing, codec, wire.Hello(role=wire.Role.AGENT, job=JOB, host="elsewhere", pid=1), wire.Welcome)
         os.kill(below.pid, signal.SIGSTOP)  # so that a cast waits on it while the impostor answers
         try:
             sh.child.sendline("cast rank ranks(:) p rank")

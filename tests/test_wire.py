@@ -46,7 +46,7 @@ def roundtrip(msg: wire.Message, sender: wire.Codec | None = None) -> wire.Messa
 
 @pytest.mark.timeout(10)
 def test_every_message_type_round_trips_signed():
-    samples = [wire.Hello(role="agent", name="job", host="h", pid=1), wire.Heartbeat(),
+    samples = [wire.Hello(role="agent", job="job", host="h", pid=1), wire.Heartbeat(),
                wire.Input(sid=1, cmd=2, line="p x", release=True),
                wire.Cast(ref=1, actor="a", selector="ranks(:)", line="p 1", timeout=1.5)]
     for msg in samples:
