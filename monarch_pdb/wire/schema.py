@@ -15,7 +15,15 @@ import typing
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**kwargs: Any) -> Callable[[Any], Any]:
+        """Tells type checkers that `message` and `record` make dataclasses; nothing at run time
+        (typing has it from 3.11 only)."""
+        return lambda decorator: decorator
 
 from monarch_pdb import ranks
 
@@ -130,6 +138,7 @@ def _schema(cls: type) -> tuple[tuple[str, Check, bool], ...]:
     )
 
 
+@dataclass_transform()
 def message(type_name: str):
     """Register a dataclass as a message type under its short wire name."""
 
@@ -143,6 +152,7 @@ def message(type_name: str):
     return register
 
 
+@dataclass_transform()
 def record(cls):
     """Declare a record: a slotted dataclass whose fields are checked as they arrive."""
     cls = dataclass(slots=True)(cls)
