@@ -91,7 +91,8 @@ class ShellDriver:
                 raise AssertionError(f"no prompt; the shell printed:\n{self.text[-3000:]}")
 
     def command(self, line: str, timeout: float | None = None, shown: str | None = None) -> str:
-        """Type a line, wait for the next prompt, and return what was printed in between.
+        """Type a line, wait for the next prompt, and return what was printed in between, as the
+        terminal shows it once done (a slow cast's progress erased).
 
         An event printed above the prompt also switches the prompt off and on, so the line
         counts as accepted at the first switch-off whose redrawn prompt line ends with it (or
@@ -114,7 +115,7 @@ class ShellDriver:
                                      f"as sent, from the line on (accepted at {accepted}):\n{since[:1500]!r}\n"
                                      f"...\n{since[-1500:]!r}")
         self.seen = len(self.text)
-        return plain(self.raw[accepted:following])
+        return without_progress(plain(self.raw[accepted:following]))
 
     def _prompt_at(self, at: int) -> str:
         """The prompt drawn after the switch at `at`, once all of it has arrived ('' before)."""

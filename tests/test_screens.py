@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from programs import NAMED_RANKS, Program, run_debug, stop_line, wait_for_sessions
 from rich.cells import cell_len
-from shell_driver import ShellDriver, without_progress
+from shell_driver import ShellDriver
 
 from monarch_pdb.client.hostlist import compress
 
@@ -182,7 +182,7 @@ def test_output_taller_than_the_terminal_goes_through_the_pager_at_a_terminal_on
     documents = ShellDriver(with_pager, "--json")
     try:
         documents.wait_prompt()
-        shown = without_progress(documents.command(tall))  # a slow cast's progress, erased on the screen
+        shown = documents.command(tall)
         assert json.loads(shown)["groups"][0]["output"] == answer.split("\n", 1)[1]
     finally:
         documents.kill()

@@ -24,7 +24,6 @@ from conftest import wait_for_exit
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace, named
 from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, BrokerLog, Program, free_port, settings_for,
                       start_broker, stop_broker, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
-from shell_driver import without_progress
 
 from monarch_pdb import discovery, wire
 from monarch_pdb.client.connection import ShellConnection
@@ -179,10 +178,10 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     jobs = sh.command("jobs")
     assert re.search(rf"^\| {JOB} +\| 4 +\| 4/4 +\| {socket.gethostname()} +\|$", jobs, re.M), jobs
 
-    assert without_progress(sh.command("cast rank ranks(:) p value")) == (
+    assert sh.command("cast rank ranks(:) p value") == (
         "rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\nrank ranks[2] (1)\n4\nrank ranks[3] (1)\n9\n"
         "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n")
-    assert without_progress(sh.command("cast rank ranks(:) p rank % 2")).startswith(
+    assert sh.command("cast rank ranks(:) p rank % 2").startswith(
         "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), "identical answers from both hosts are one group"
     assert sh.command("stacks rank") == f"rank ranks[0-3] (4): 1 distinct stack\nrank.py:{stop} <module>  ranks[0-3] (4)\n"
 
