@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from monarch_pdb import wire
-from monarch_pdb.client import editor_commands
+from monarch_pdb import ranks, wire
+from monarch_pdb.client import editor_commands, editor_launch, hostlist, stacks, table
 from monarch_pdb.client import editor_runtime as rt
 from monarch_pdb.client.shell import CommandError
 from monarch_pdb.client.editor_runtime import Debuggee, Refused, Runtime, Thread
@@ -25,6 +25,10 @@ UNCAUGHT = "uncaught"
 """The exception filter that stops every selected rank in post-mortem on an uncaught exception."""
 STEPS = {"next": "next", "stepIn": "step", "stepOut": "return"}
 """pdb's command for each of DAP's steps."""
+
+RANKS_CHANGED = "monarchRanksChanged"
+"""The custom event after which the extension's Ranks view asks `monarchRanks` again."""
+GROUP_ACTIONS = ("continue", "next", "interrupt")
 
 Send = Callable[[str, dict], None]
 """How the session sends an event: its name and body."""
@@ -89,6 +93,7 @@ class DebugSession:
         self.send_event = send_event
         self.settings = settings
         self.runtime = Runtime(self.happened, hand_over, settings)
+        self.launched: editor_launch.Launched | None = None
         self.paths = PathMap()
         self.just_my_code = True
         self.frames = Handles()
@@ -118,7 +123,11 @@ class DebugSession:
         self.runtime.ended_jobs(now)
 
     def close(self) -> None:
+        """Leave the broker; a job the editor launched ends, and its broker with it."""
         self.runtime.close()
+        if self.launched is not None:
+            self.launched.stop()
+            self.launched = None
 
     # --- the runtime's happenings, as DAP's events -------------------------------------
 
@@ -153,6 +162,8 @@ class DebugSession:
                                            "breakpoint": {"id": what.number, "verified": True, "line": what.line}})
         elif isinstance(what, rt.Finished):
             self.send_event("terminated", {})
+        elif isinstance(what, rt.Changed):
+            self.send_event(RANKS_CHANGED, {})
 
     def forget(self, thread: Thread) -> None:
         """A thread that ran or went: DAP's numbers for its frames and values mean nothing now."""
@@ -169,7 +180,7 @@ class DebugSession:
         handler = getattr(self, f"on_{command}", None)
         if handler is None:
             raise Refused(f"monarch-pdb does not support the request {command!r}")
-        if command not in ("initialize", "attach", "disconnect", "terminate") and self.conn is None:
+        if command not in ("initialize", "attach", "launch", "disconnect", "terminate") and self.conn is None:
             raise Refused(f"{command}: attach to a broker first")
         return handler(args)
 
@@ -195,20 +206,49 @@ class DebugSession:
         port = args.get("port")
         if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
             raise Refused(f"attach: port must be a port number, not {port!r}")
-        for name in ("host", "ranks", "job"):
+        if not isinstance(args.get("host", ""), str):
+            raise Refused(f"attach: host must be a string, not {args['host']!r}")
+        options = self.options("attach", args)
+        self.close()
+        self.runtime.connect(self.settings.with_overrides(host=args.get("host") or None, port=port), options)
+        self.send_event("initialized", {})
+
+    def on_launch(self, args: dict) -> None:
+        """Start the job's command with a broker of its own and debug its ranks; the session's
+        end ends the job (see `editor_launch`)."""
+        options = self.options("launch", args)
+        self.close()
+        try:
+            command = editor_launch.Command.parse(args)
+            self.launched = editor_launch.Launched(command, self.settings, self.job_printed, self.job_ended)
+        except editor_launch.LaunchError as error:
+            raise Refused(str(error)) from None
+        self.console(f"monarch-pdb: started {' '.join(command.argv)} (process group {self.launched.job.pid})")
+        self.runtime.connect(self.launched.settings, options)
+        self.send_event("initialized", {})
+
+    def options(self, request: str, args: dict) -> rt.Options:
+        """What attach and launch configurations share: which ranks, how the editor shows them."""
+        for name in ("ranks", "job"):
             if not isinstance(args.get(name, ""), str):
-                raise Refused(f"attach: {name} must be a string, not {args[name]!r}")
+                raise Refused(f"{request}: {name} must be a string, not {args[name]!r}")
         target = Debuggee.parse(args.get("ranks", ""), args.get("job", ""))
         self.paths = PathMap.parse(args.get("pathMappings", []))
-        self.just_my_code = args.get("justMyCode", True)
-        if not isinstance(self.just_my_code, bool):
-            raise Refused("attach: justMyCode is true or false")
-        wait_for_job = args.get("waitForJob", False)
-        if not isinstance(wait_for_job, bool):
-            raise Refused("attach: waitForJob is true or false")
-        settings = self.settings.with_overrides(host=args.get("host") or None, port=port)
-        self.runtime.connect(settings, rt.Options(target, wait_for_job))
-        self.send_event("initialized", {})
+        flags = {name: args.get(name, name == "justMyCode") for name in ("justMyCode", "waitForJob", "stopAll")}
+        for name, value in flags.items():
+            if not isinstance(value, bool):
+                raise Refused(f"{request}: {name} is true or false")
+        self.just_my_code = flags["justMyCode"]
+        return rt.Options(target, flags["waitForJob"], flags["stopAll"])
+
+    def job_printed(self, category: str, text: str) -> None:
+        """What the launched job wrote, on the thread that reads it."""
+        self.send_event("output", {"category": category, "output": text})
+
+    def job_ended(self, status: int) -> None:
+        """The launched job exited, on the thread that waited for it: the session ends."""
+        self.console(f"monarch-pdb: the job exited with status {status}")
+        self.send_event("terminated", {})
 
     def on_configurationDone(self, args: dict) -> None:
         self.runtime.configure()
@@ -357,8 +397,53 @@ class DebugSession:
     def on_pause(self, args: dict) -> None:
         self.runtime.pause(self.thread(args))
 
+    # --- the Ranks view (custom requests of the extension) -------------------------------
+
+    def on_monarchRanks(self, args: dict) -> dict:
+        """The selected ranks in groups, as the shell's `list` shows them past a screenful, each
+        with its first thread (0: none is paused); and, with `stacks`, the merged stacks of the
+        live ranks, as the shell's `stacks` draws them, as a tree."""
+        groups = []
+        for group in self.runtime.groups():
+            threads = self.runtime.group_threads(group.job, group.actor, ranks.parse_ranks(group.ranks))
+            groups.append({"job": group.job, "actor": group.actor, "function": group.function, "line": group.lineno,
+                           "state": str(group.state), "ranks": group.ranks, "count": group.count,
+                           "coords": table.coords_ranges(group.coords), "hosts": hostlist.compress(group.hosts),
+                           "attached": group.attached, "threadId": threads[0].id if threads else 0})
+        body: dict[str, Any] = {"groups": groups}
+        if args.get("stacks"):
+            body["stacks"] = [stacks_tree(result) for result in self.runtime.running_stacks()]
+        return body
+
+    def on_monarchRanksAct(self, args: dict) -> dict:
+        """`continue`, `next` or `interrupt` one group's ranks (`job`, `actor`, `ranks` as the
+        `monarchRanks` group gave them)."""
+        action, job, actor, rank_text = (args.get(name) for name in ("action", "job", "actor", "ranks"))
+        if action not in GROUP_ACTIONS:
+            raise Refused(f"monarchRanksAct: action is one of {', '.join(GROUP_ACTIONS)}, not {action!r}")
+        if not all(isinstance(value, str) for value in (job, actor, rank_text)):
+            raise Refused("monarchRanksAct: job, actor and ranks are strings")
+        try:
+            numbers = ranks.parse_ranks(rank_text)
+        except ranks.SelectorError as error:
+            raise Refused(f"monarchRanksAct: ranks: {error}") from None
+        self.runtime.act_on_group(action, job, actor, numbers)
+        return {}
+
+    def on_monarchFocus(self, args: dict) -> dict:
+        """Show a thread: its stop told again, without `preserveFocusHint`, which is how an
+        adapter moves the editor's focus."""
+        thread = self.thread(args)
+        if thread.running:
+            raise Refused(f"{thread.actor} {thread.rank} is running: pause it first")
+        self.forget(thread)
+        self.send_event("stopped", {"reason": thread.reason or "pause", "threadId": thread.id,
+                                    "allThreadsStopped": False})
+        return {}
+
     def on_disconnect(self, args: dict) -> None:
-        """The ranks stay as they are, for the shell or another editor."""
+        """The ranks stay as they are, for the shell or another editor; but a job the editor
+        launched ends."""
         self.close()
 
     def on_terminate(self, args: dict) -> None:
@@ -411,3 +496,16 @@ class DebugSession:
                 raise Refused(f"source: no rank is paused to read {file} from")
             self.source_text[ref] = self.runtime.inspect(paused[0], wire.Query.SOURCE, expression=file).items[0].value
         return {"content": self.source_text[ref], "mimeType": "text/x-python"}
+
+
+def stacks_tree(result: wire.StacksResult) -> dict:
+    """One actor's merged stacks as the Ranks view shows them: the shell's `stacks` tree (its
+    trunk folded), each node a frame and the ranks through it."""
+    def node(item: stacks.Node) -> dict:
+        return {"label": item.label, "ranks": stacks.rank_text(item.ranks),
+                "children": [node(child) for child in stacks.ordered(item)]}
+
+    total = sorted({r for group in result.groups for r in group.ranks})
+    root = stacks.tree(result.groups, False, stacks.trunk(result.groups, False))
+    return {"actor": result.actor, "ranks": stacks.rank_text(total), "children": node(root)["children"],
+            "missing": len(result.missing)}

@@ -28,6 +28,8 @@ STOP_REASONS = {
     wire.EventKind.POST_MORTEM: "exception",
     wire.EventKind.INTERRUPTED: "pause",
 }
+STOPS_ALL = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
+"""The stops after which `stopAll` interrupts the other ranks."""
 JOB_CHECK_EVERY = 1.0
 """How often the editor asks whether the jobs it debugs have ended, while no rank of them is
 paused once a session ended: a rank's process exits a moment after its last call, and the
@@ -88,6 +90,8 @@ class Thread:
     """The answer to one of them came: its prompt's output, which follows, is that answer again."""
     stop: int = 0
     """The rank's number for the stop its frames were shown at (`Inspection.stop`)."""
+    reason: str = ""
+    """Why it last stopped, as `Stopped` said."""
 
 
 def thread_name(row: wire.SessionRow) -> str:
@@ -154,7 +158,12 @@ class Finished:
     """Every rank of the jobs debugged finished: the session ends."""
 
 
-Happening = Union[Stopped, Ran, Started, Exited, Printed, Note, Verified, Finished]
+@dataclass(frozen=True)
+class Changed:
+    """The broker told of ranks that stopped, ran or went: a view of the ranks is out of date."""
+
+
+Happening = Union[Stopped, Ran, Started, Exited, Printed, Note, Verified, Finished, Changed]
 Emit = Callable[[Happening], None]
 News = Union[list, wire.Message]
 """What `heard` takes: a list of the broker's folded events, or a reply nobody waited for."""
@@ -167,6 +176,9 @@ class Options:
     target: Debuggee = Debuggee()
     wait_for_job: bool = False
     """Once every rank has finished, wait for the next job rather than end."""
+    stop_all: bool = False
+    """When a selected rank stops at a breakpoint or raises, interrupt the other running ranks
+    of its actor where they are, as TotalView and DDT do."""
 
 
 class Runtime:
@@ -263,7 +275,10 @@ class Runtime:
         whose next one stopped (post-mortem after continue) is a new thread, even when both
         come at once."""
         listed = False
+        halted: dict[tuple[str, str], None] = {}
         for event in events:
+            if event.kind in STOPS_ALL and self.options.stop_all:
+                halted[(event.job, event.actor)] = None
             for rank in event.rank_list():
                 key = (event.job, event.actor, rank)
                 if key not in self.threads and event.kind in STOP_REASONS and not listed:
@@ -281,6 +296,20 @@ class Runtime:
                     listed = False
             if event.kind in (wire.EventKind.ENDED, wire.EventKind.LOST) and event.job in self.jobs:
                 self.job_check = time.monotonic()
+        for job, actor in halted:
+            self.halt(job, actor)
+        self.emit(Changed())
+
+    def halt(self, job: str, actor: str) -> None:
+        """`stopAll`: the other selected running ranks of an actor one of whose ranks stopped
+        are interrupted, each then a session that stopped with reason `pause`."""
+        if self.target.actor not in ("", actor):
+            return
+        try:
+            self.ask(wire.Interrupt(actor=actor, selector=self.target.selector or "ranks(:)", job=job),
+                     wire.Interrupting)
+        except Refused as error:
+            self.emit(Note(f"monarch-pdb: stopAll could not interrupt the other ranks of {actor}: {error}"))
 
     def step_ended(self, result: wire.CastResult) -> None:
         thread, reason = self.steps.pop(result.ref)
@@ -409,6 +438,7 @@ class Runtime:
 
     def stopped(self, thread: Thread, reason: str, own: bool = False) -> None:
         thread.running = thread.pausing = thread.released = False
+        thread.reason = reason
         self.emit(Stopped(thread, reason, own))
 
     def running(self, thread: Thread, told: bool = False) -> None:
@@ -602,18 +632,61 @@ class Runtime:
         thread.own += 1
         self.running(thread)
 
-    def continue_all(self) -> None:
+    def continue_all(self, job: str | None = None, actor: str | None = None, selector: str | None = None) -> None:
         """Every selected paused rank goes on, as the shell's `continue` (its `b` breakpoints
-        cleared)."""
-        reply = self.ask(wire.Continue(job=self.target.job, actor=self.target.actor, selector=self.target.selector),
-                         wire.Continued)
+        cleared); or those of one actor's `selector`."""
+        target = self.target
+        reply = self.ask(wire.Continue(job=target.job if job is None else job,
+                                       actor=target.actor if actor is None else actor,
+                                       selector=target.selector if selector is None else selector), wire.Continued)
         for released in reply.released:
             for rank in released.ranks:
                 for thread in list(self.threads.values()):
-                    if thread.actor == released.actor and thread.rank == rank:
+                    if thread.actor == released.actor and thread.rank == rank and not thread.running:
                         thread.released = True
                         self.running(thread)
 
     def pause(self, thread: Thread) -> None:
         thread.pausing = True
         self.ask(wire.Interrupt(actor=thread.actor, selector=f"ranks({thread.rank})", job=thread.job), wire.Interrupting)
+
+    # --- the ranks in groups, and a group at once ----------------------------------------
+
+    def groups(self) -> list[wire.SessionGroup]:
+        """The selected ranks grouped as the shell's `list --all` groups them past a screenful:
+        by place, state and holder."""
+        reply = self.ask(wire.ListAll(groups_above=0), wire.SessionList, wire.SessionGroups)
+        found = reply.groups if isinstance(reply, wire.SessionGroups) else []
+        return [g for g in found if self.target.job in ("", g.job) and self.target.actor in ("", g.actor)]
+
+    def running_stacks(self) -> list[wire.StacksResult]:
+        """The merged stacks of each selected actor's live ranks, read without stopping them."""
+        assert self.conn is not None
+        rows = self.ask(wire.ListAll(), wire.SessionList).rows
+        actors = sorted({(r.job, r.actor) for r in rows if self.target.chooses(r.job, r.actor, None, r.rank)
+                         and r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
+        selector = self.target.selector or "ranks(:)"
+        try:
+            return [self.conn.stacks(actor, selector, wire.Threads.MAIN, REPL_TIMEOUT, job) for job, actor in actors]
+        except RequestFailed as error:
+            raise Refused(str(error)) from None
+
+    def group_threads(self, job: str, actor: str, numbers: list[int]) -> list[Thread]:
+        chosen = set(numbers)
+        return sorted((t for t in self.threads.values() if t.job == job and t.actor == actor and t.rank in chosen),
+                      key=lambda t: t.rank)
+
+    def act_on_group(self, action: str, job: str, actor: str, numbers: list[int]) -> None:
+        """`continue`, `next` or `interrupt` these ranks of one actor, as the shell's continue,
+        a cast of `next` to each paused one, and its interrupt do."""
+        selector = f"ranks({','.join(map(str, numbers))})"
+        if action == "continue":
+            self.continue_all(job, actor, selector)
+        elif action == "next":
+            for thread in self.group_threads(job, actor, numbers):
+                if not thread.running:
+                    self.step(thread, "next")
+        elif action == "interrupt":
+            self.ask(wire.Interrupt(actor=actor, selector=selector, job=job), wire.Interrupting)
+        else:
+            raise Refused(f"a group of ranks can continue, next or interrupt, not {action!r}")
