@@ -2,9 +2,11 @@
 adapter), or on a TCP port (`--listen HOST:PORT`) for editors that connect to one.
 
 This module is the protocol's framing (a `Content-Length` header, a blank line, a JSON body)
-and its loop; what each request does is `dap_session.DebugSession`'s, over `editor_runtime.Runtime`. One thread reads the
-editor's messages, the connection's thread delivers the broker's events, and the adapter's
-own thread handles both in order, so the session is never touched by two threads. Nothing the
+and its loop; what each request does is `dap_session.DebugSession`'s, over
+`editor_runtime.Runtime`. One thread reads the editor's messages, the connection's thread
+delivers the broker's events, and the adapter's own thread handles both in order, so the
+session is never touched by two threads (a launched job's output and exit are only sent, under
+the writer's lock, by the threads that read them). Nothing the
 editor sends ends the adapter but `disconnect` or the end of its input: a message it cannot
 read is named in one line in the Debug Console, and the next one is read.
 """

@@ -17,7 +17,6 @@ from typing import Any
 from monarch_pdb import ranks, wire
 from monarch_pdb.client import editor_commands, editor_launch, hostlist, stacks, table
 from monarch_pdb.client import editor_runtime as rt
-from monarch_pdb.client.shell import CommandError
 from monarch_pdb.client.editor_runtime import Debuggee, Refused, Runtime, Thread
 from monarch_pdb.settings import Settings
 
@@ -281,8 +280,8 @@ class DebugSession:
     def on_variables(self, args: dict) -> dict:
         thread_id, handle = self.values.get(int(args.get("variablesReference", 0)), "variables")
         thread = self.runtime.thread_by_id(thread_id)
-        answer = self.runtime.inspect(thread, wire.Query.VARIABLES, handle=handle,
-                                      start=max(0, int(args.get("start") or 0)), count=max(0, int(args.get("count") or 0)))
+        start, count = max(0, int(args.get("start") or 0)), max(0, int(args.get("count") or 0))
+        answer = self.runtime.inspect(thread, wire.Query.VARIABLES, handle=handle, start=start, count=count)
         return {"variables": [self.variable(thread, item) for item in answer.items]}
 
     def on_setVariable(self, args: dict) -> dict:
@@ -320,10 +319,7 @@ class DebugSession:
         if isinstance(args.get("frameId"), int) and args["frameId"] in self.frames.table:
             thread = self.frame(args)[0]
             here = editor_commands.Here(thread.job, thread.actor)
-        try:
-            return editor_commands.run(self.runtime.conn, *command, here).rstrip("\n")
-        except CommandError as error:
-            raise Refused(str(error)) from None
+        return editor_commands.run(self.runtime.conn, *command, here).rstrip("\n")
 
     def on_setBreakpoints(self, args: dict) -> dict:
         """The file's breakpoints in every selected rank: pdb's in each paused one (and in each

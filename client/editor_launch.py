@@ -71,6 +71,7 @@ class Launched:
                  ended: Callable[[int], None]) -> None:
         """`printed(category, text)` is told what the job writes (`stdout`, `stderr`), and
         `ended(status)` that it exited, each on a thread of its own."""
+        self.stopping = False
         os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
         self.runtime_dir = tempfile.mkdtemp(prefix="launch-", dir=settings.runtime_dir)
         env = {**os.environ, "MONARCH_PDB_RUNTIME_DIR": self.runtime_dir, "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
@@ -106,13 +107,16 @@ class Launched:
             printed(category, line.decode(errors="replace"))
 
     def watch(self, readers: list[threading.Thread], ended: Callable[[int], None]) -> None:
+        """Tell `ended` once the job exits on its own (not when `stop` ends it)."""
         status = self.job.wait()
         for reader in readers:
             reader.join()
-        ended(status)
+        if not self.stopping:
+            ended(status)
 
     def stop(self) -> None:
         """End the job's process group, then its broker; what is left of either is killed."""
+        self.stopping = True
         self.end(self.job)
         self.end(self.broker)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -277,8 +277,6 @@ class Runtime:
         listed = False
         halted: dict[tuple[str, str], None] = {}
         for event in events:
-            if event.kind in STOPS_ALL and self.options.stop_all:
-                halted[(event.job, event.actor)] = None
             for rank in event.rank_list():
                 key = (event.job, event.actor, rank)
                 if key not in self.threads and event.kind in STOP_REASONS and not listed:
@@ -291,6 +289,8 @@ class Runtime:
                     self.released(thread, True)
                 elif event.kind in STOP_REASONS:
                     self.stopped(thread, STOP_REASONS[event.kind])
+                    if event.kind in STOPS_ALL and self.options.stop_all:
+                        halted[(event.job, event.actor)] = None
                 elif event.kind in (wire.EventKind.ENDED, wire.EventKind.LOST):
                     self.gone(thread)
                     listed = False
