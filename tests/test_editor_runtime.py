@@ -9,6 +9,7 @@ import time
 
 import pytest
 from programs import stop_line
+from test_dap import loops  # noqa: F401 (the fixture of two looping ranks)
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
@@ -137,3 +138,17 @@ def test_a_selector_the_shell_would_refuse_is_refused_with_its_reason(env):
     with pytest.raises(rt.Refused, match="^ranks: "):
         rt.Debuggee.parse("trainer ranks(0:")
     assert rt.Debuggee.parse("trainer ranks(0:8)") == rt.Debuggee("", "trainer", "ranks(0:8)")
+
+
+@pytest.mark.timeout(120)
+def test_stop_all_interrupts_the_actors_other_running_rank_when_one_raises(loops, driven, tmp_path):
+    loops()
+    driven.attach(stop_all=True)
+    assert driven.runtime.stop_on_uncaught(True) == ""
+    (tmp_path / "stop-0").touch()
+    raised = driven.wait(rt.Stopped, reason="exception")[0]
+    paused = driven.wait(rt.Stopped, reason="pause")[0]
+    assert (raised.thread.rank, paused.thread.rank) == (0, 1)
+    assert driven.taken(rt.Changed), "a view of the ranks is told they changed"
+    assert [group.state for group in sorted(driven.runtime.groups(), key=lambda g: g.ranks)] == [
+        wire.RankState.POST_MORTEM, wire.RankState.INTERRUPTED]
