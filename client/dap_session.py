@@ -215,8 +215,9 @@ class DebugSession:
     def on_launch(self, args: dict) -> None:
         """Start the job's command with a broker of its own and debug its ranks; the session's
         end ends the job (see `editor_launch`)."""
+        if self.conn is not None:
+            raise Refused("launch: this session is attached already; launch in a debug session of its own")
         options = self.options("launch", args)
-        self.close()
         try:
             command = editor_launch.Command.parse(args)
             self.launched = editor_launch.Launched(command, self.settings, self.job_printed, self.job_ended)
@@ -443,7 +444,11 @@ class DebugSession:
         self.close()
 
     def on_terminate(self, args: dict) -> None:
-        raise Refused("monarch-pdb never ends a job: disconnect, and the ranks stay as they are")
+        """Only a job the editor launched ends: one it attached to is the user's."""
+        if self.launched is None:
+            raise Refused("monarch-pdb never ends a job it attached to: disconnect, and the ranks stay as they are")
+        self.close()
+        self.send_event("terminated", {})
 
     def thread(self, args: dict) -> Thread:
         thread_id = args.get("threadId")

@@ -60,6 +60,9 @@ class Command:
             raise LaunchError(f"launch: cwd {cwd!r} is not a directory")
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise LaunchError("launch: env maps names to strings")
+        if program is not None and not os.path.isfile(os.path.join(cwd or "", program)):
+            raise LaunchError(f"launch: program {program} is not a file"
+                              + (f" in {cwd}" if cwd and not os.path.isabs(program) else ""))
         argv = [sys.executable, program] if program is not None else list(command)
         return cls(argv + extra, cwd, env)
 

@@ -139,6 +139,8 @@ def test_a_launch_that_cannot_start_says_why(env, editor, tmp_path):
     editor.request("initialize", adapterID="monarch-pdb")
     assert editor.failure("launch") == 'launch: give either "program" (a Python file) or "command" (a list of words)'
     assert editor.failure("launch", command="torchrun train.py").startswith("launch: command must be a list of words")
+    assert editor.failure("launch", program="train.py", cwd=str(tmp_path)) \
+        == f"launch: program train.py is not a file in {tmp_path}"
     assert editor.failure("launch", command=["no-such-command-here"]).startswith(
         "launch: cannot run no-such-command-here: ")
     assert [pid for pid, _ in processes_with_marker(env[MARKER]) if pid != editor.proc.pid] == [], \
