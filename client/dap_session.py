@@ -17,6 +17,7 @@ from typing import Any
 from monarch_pdb import ranks, wire
 from monarch_pdb.client import editor_commands, editor_launch, hostlist, stacks, table
 from monarch_pdb.client import editor_runtime as rt
+from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.client.editor_runtime import Debuggee, Refused, Runtime, Thread
 from monarch_pdb.settings import Settings
 
@@ -108,7 +109,7 @@ class DebugSession:
         """Each `sourceReference`'s text, once a rank gave it."""
 
     @property
-    def conn(self):
+    def conn(self) -> ShellConnection | None:
         return self.runtime.conn
 
     @property
