@@ -16,8 +16,8 @@ import threading
 import zmq
 
 import monarch_pdb
-from monarch_pdb import debugger
-from monarch_pdb.agent import Agent
+from monarch_pdb.rank import debugger
+from monarch_pdb.rank.agent import Agent
 from monarch_pdb.settings import load as load_settings
 
 from floors import die_with_parent

@@ -37,7 +37,8 @@ from report import Result, Target
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
-from monarch_pdb.client import stacks, table
+from monarch_pdb.client import table
+from monarch_pdb.client import stack_tree
 from monarch_pdb.client.connection import RequestFailed, ShellConnection
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
@@ -583,7 +584,7 @@ def _stacks(conn: ShellConnection, n: int, timeout: float) -> None:
         ranks = sum(len(group.ranks) for group in result.groups)
         if result.missing or ranks != n:
             raise RuntimeError(f"stacks came for {ranks} of {n} ranks, missing {len(result.missing)}")
-        sink.write(stacks.text(result, every_thread=False))
+        sink.write(stack_tree.text(result, every_thread=False))
 
 
 def compare_with_direct(rows: list[dict]) -> None:

@@ -31,7 +31,7 @@ import threading
 import zmq
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.identity import job_name
+from monarch_pdb.rank.identity import job_name
 from monarch_pdb.link import Link
 from monarch_pdb.ranks import RankSet
 from monarch_pdb.settings import load as load_settings
@@ -64,7 +64,7 @@ def answer(line: str, rank: int) -> str:
 
 
 class Ranks:
-    """The sessions of one connection, as `link.Peer`: every method runs on the link's thread."""
+    """The sessions of one connection, as `link.LinkOwner`: every method runs on the link's thread."""
 
     def __init__(self, settings, first: int, count: int, host: int, context: zmq.Context, done) -> None:
         self.first, self.count, self.host = first, count, host

@@ -352,7 +352,7 @@ class ShellConnection:
         self.link.follow_output = False
         self.link.post()
 
-    # --- link.Peer, on the link's thread -----------------------------------------------
+    # --- link.LinkOwner, on the link's thread -----------------------------------------------
 
     def welcomed(self) -> list[wire.Message]:
         """A broker that does not know us: the casts the last one started will never be

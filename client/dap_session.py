@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import ranks, wire
-from monarch_pdb.client import editor_commands, editor_launch, hostlist, stacks, table
+from monarch_pdb.client import editor_commands, editor_launch, hostlist, table
+from monarch_pdb.client import stack_tree
 from monarch_pdb.client import editor_runtime as rt
 from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.client.editor_runtime import Debuggee, Refused, Runtime, Thread
@@ -503,11 +504,11 @@ class DebugSession:
 def stacks_tree(result: wire.StacksResult) -> dict:
     """One actor's merged stacks as the Ranks view shows them: the shell's `stacks` tree (its
     trunk folded), each node a frame and the ranks through it."""
-    def node(item: stacks.Node) -> dict:
-        return {"label": item.label, "ranks": stacks.rank_text(item.ranks),
-                "children": [node(child) for child in stacks.ordered(item)]}
+    def node(item: stack_tree.Node) -> dict:
+        return {"label": item.label, "ranks": stack_tree.rank_text(item.ranks),
+                "children": [node(child) for child in stack_tree.ordered(item)]}
 
     total = sorted({r for group in result.groups for r in group.ranks})
-    root = stacks.tree(result.groups, False, stacks.trunk(result.groups, False))
-    return {"actor": result.actor, "ranks": stacks.rank_text(total), "children": node(root)["children"],
+    root = stack_tree.tree(result.groups, False, stack_tree.trunk(result.groups, False))
+    return {"actor": result.actor, "ranks": stack_tree.rank_text(total), "children": node(root)["children"],
             "missing": len(result.missing)}

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from monarch_pdb import wire
-from monarch_pdb.client import answers, stacks
+from monarch_pdb.client import answers
+from monarch_pdb.client import stack_tree
 from monarch_pdb.client.connection import RequestFailed, ShellConnection
 from monarch_pdb.client.editor_runtime import Refused
 from monarch_pdb.ranks import parse_selector, render_selector
@@ -98,5 +99,5 @@ def merged_stacks(shell: ModuleType, conn: ShellConnection, rest: str, here: Her
         if not targets:
             raise Refused("no running rank is known to the broker")
     selector = render_selector(selection or parse_selector("ranks(:)"))
-    return "".join(stacks.text(conn.stacks(actor, selector, args.thread, CAST_TIMEOUT, job, args.locals),
+    return "".join(stack_tree.text(conn.stacks(actor, selector, args.thread, CAST_TIMEOUT, job, args.locals),
                                args.thread == wire.Threads.ALL, args.full) for job, actor in targets)

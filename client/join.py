@@ -46,7 +46,7 @@ def _answer():
         import importlib.util
         if importlib.util.find_spec("monarch_pdb") is None:
             return {{"missing": sys.prefix, "executable": sys.executable}}
-        from monarch_pdb import hooks
+        from monarch_pdb.rank import hooks
         return hooks.join()
     except (Exception, SystemExit) as error:
         return {{"failed": f"{{type(error).__name__}}: {{error}}"}}

@@ -37,7 +37,8 @@ from cmd2.rl_utils import (RlType, readline, rl_force_redisplay, rl_get_display_
 from cmd2.terminal_utils import async_alert_str
 
 from monarch_pdb import wire
-from monarch_pdb.client import answers, mesh, stacks
+from monarch_pdb.client import answers, mesh
+from monarch_pdb.client import stack_tree
 from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
@@ -1238,8 +1239,8 @@ class DebugShell(cmd2.Cmd):
         texts, docs = [], []
         for job, actor in targets:
             result = self.conn.stacks(actor, selector, args.thread, self.cast_timeout, job, args.locals)
-            texts.append(stacks.text(result, args.thread == wire.Threads.ALL, args.full))
-            docs.append(stacks.document(result, args.thread == wire.Threads.ALL, args.full))
+            texts.append(stack_tree.text(result, args.thread == wire.Threads.ALL, args.full))
+            docs.append(stack_tree.document(result, args.thread == wire.Threads.ALL, args.full))
             if result.missing:
                 self.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs
@@ -1306,9 +1307,9 @@ class DebugShell(cmd2.Cmd):
                          "did not return to its code, C code holding the GIL, or the signal blocked); where they are:")
             try:
                 where = self.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN, self.cast_timeout, reply.job)
-                lines.append(stacks.text(where, False).rstrip("\n"))
-                doc["stacks"] = stacks.document(where)
-                lines += [in_call_line(actor, in_call, place) for in_call, place in stacks.in_calls(where)]
+                lines.append(stack_tree.text(where, False).rstrip("\n"))
+                doc["stacks"] = stack_tree.document(where)
+                lines += [in_call_line(actor, in_call, place) for in_call, place in stack_tree.in_calls(where)]
             except RequestFailed as failure:
                 lines.append(f"(no stacks: {failure})")
             self.report.failed(f"{len(stuck)} ranks did not stop")

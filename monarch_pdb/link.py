@@ -7,7 +7,7 @@ Every link's liveness is libzmq's ZMTP heartbeat, answered by its I/O thread wit
 a rank busy in C code is never taken for gone, and an idle rank's link does no work; a link whose
 other end is gone (its process, or its host without closing TCP) is dropped by libzmq, and the
 broker's socket monitor sees it. A shell's and a host broker's links also beat in Python (see
-`Link.beats`). Other threads never touch a socket: they `post` messages, and the owner's `Peer`
+`Link.beats`). Other threads never touch a socket: they `post` messages, and the owner's `LinkOwner`
 callbacks run on the link's thread.
 """
 
@@ -38,7 +38,7 @@ from monarch_pdb.settings import Settings
 CONNECTION_MESSAGES = (wire.Hello, wire.Heartbeat, wire.Bye, wire.CatchUp)
 
 
-class Peer(Protocol):
+class LinkOwner(Protocol):
     """What the owner of a link does with it; every method runs on the link's thread."""
 
     def welcomed(self) -> list[wire.Message]:
@@ -142,7 +142,7 @@ def beat_due(sent: float, beaten: float, heard: float, beat: float) -> float:
 
 
 class Link:
-    def __init__(self, settings: Settings, role: wire.Role, peer: Peer,
+    def __init__(self, settings: Settings, role: wire.Role, peer: LinkOwner,
                  locate: Callable[[], discovery.Connection | None], events: bool = False,
                  context: zmq.Context | None = None, job: str = "", client: wire.Client | None = None) -> None:
         self.settings = settings

@@ -19,7 +19,7 @@ from monarch_pdb.actor.point import Extent
 HEADER = """\
 import asyncio, inspect, json, linecache, os, socket, sys, threading, time
 import monarch_pdb
-from monarch_pdb import identity
+from monarch_pdb.rank import identity
 from monarch_pdb.actor import Actor, ActorError, current_rank, endpoint, this_host
 
 def report(**values):

@@ -13,7 +13,7 @@ import pytest
 from programs import Program, run_debug, wait_for_all_rows, wait_for_lines, wait_for_sessions
 from shell_driver import ShellDriver
 
-from monarch_pdb.debugger import PDB_TAKES_EXCEPTIONS
+from monarch_pdb.rank.debugger import PDB_TAKES_EXCEPTIONS
 
 pytestmark = pytest.mark.each_python
 
@@ -51,7 +51,7 @@ def calc(env, tmp_path):
     is an error."""
     script = tmp_path / "calc.py"
     script.write_text(PROGRAM)
-    program = Program(dict(env, PYTHONWARNINGS="error::DeprecationWarning:monarch_pdb.debugger"), script, cwd=tmp_path)
+    program = Program(dict(env, PYTHONWARNINGS="error::DeprecationWarning:monarch_pdb.rank.debugger"), script, cwd=tmp_path)
     try:
         wait_for_sessions(env, 2)
         yield program

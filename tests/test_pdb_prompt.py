@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from monarch_pdb.debugger import PDB_COLOURS
+from monarch_pdb.rank.debugger import PDB_COLOURS
 from programs import Program, wait_for_sessions
 from shell_driver import ShellDriver
 from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)

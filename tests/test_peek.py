@@ -203,7 +203,7 @@ def test_a_rank_holding_the_gil_is_named_and_nothing_waits_for_it(env, tmp_path)
 def test_the_frame_read_and_the_expression_run_in_it_change_nothing_in_process():
     import sys
 
-    from monarch_pdb.peek import choose_frame, evaluate
+    from monarch_pdb.rank.peek import choose_frame, evaluate
 
     def inner(step):
         loss = 0.5

@@ -12,9 +12,9 @@ import socket
 import pytest
 
 from monarch_pdb import wire
-from monarch_pdb.identity import Identity
-from monarch_pdb.presence import OWN_RECHECK, PRESENT_EVERY, Presence
-from monarch_pdb.rank_threads import RankThreads
+from monarch_pdb.rank.identity import Identity
+from monarch_pdb.rank.presence import OWN_RECHECK, PRESENT_EVERY, Presence
+from monarch_pdb.rank.rank_threads import RankThreads
 
 pytestmark = pytest.mark.timeout(10)
 

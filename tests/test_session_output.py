@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from monarch_pdb.debugger import SessionIO
+from monarch_pdb.rank.debugger import SessionIO
 
 
 def io_with_told() -> tuple[SessionIO, list[int], list[tuple[str, str]]]:

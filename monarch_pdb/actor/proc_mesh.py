@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from monarch_pdb import identity
+from monarch_pdb.rank import identity
 from monarch_pdb.actor import main_module, transport
 from monarch_pdb.actor.actor_mesh import ActorMesh
 from monarch_pdb.actor.endpoint import Actor

@@ -17,8 +17,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from monarch_pdb import log_points, wire
-from monarch_pdb.sources import program_code, source_file
+from monarch_pdb import wire
+from monarch_pdb.rank import log_points
+from monarch_pdb.rank.sources import program_code, source_file
 
 VALUE_LIMIT = 200
 """The most characters of a value's text an answer carries."""
@@ -163,7 +164,7 @@ class EditorBreakpoints:
 
 class Inspector:
     """One paused stop's handles: made as values are shown, forgotten once the session has run.
-    `session` is the paused one (debugger.Session): its pdb, the exception a post-mortem stop
+    `session` is the paused one (debugger.ThreadSession): its pdb, the exception a post-mortem stop
     caught, the editor's breakpoints."""
 
     def __init__(self, session) -> None:

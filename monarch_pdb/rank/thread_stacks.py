@@ -2,7 +2,7 @@
 
 `sys._current_frames()` is a snapshot the interpreter takes under the GIL, so it works while
 the program's threads block in a lock, a socket read, a sleep or a C call that releases the
-GIL. A rank's own thread is the one that runs its code (see monarch_pdb.rank_threads). A
+GIL. A rank's own thread is the one that runs its code (see monarch_pdb.rank.rank_threads). A
 rank whose call is an asyncio task waiting in an `await` shows the coroutines it awaits in
 place of the event loop's frames, which would be the same for every rank.
 """
@@ -17,9 +17,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.rank_threads import Running
+from monarch_pdb.rank.rank_threads import Running
 from monarch_pdb.ranks import RankSet
-from monarch_pdb.sources import debugger_code, own_code, source_file
+from monarch_pdb.rank.sources import debugger_code, own_code, source_file
 
 ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
 

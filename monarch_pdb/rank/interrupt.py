@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from monarch_pdb.identity import Identity
-from monarch_pdb.line_events import LineEvents
-from monarch_pdb.rank_threads import Running
-from monarch_pdb.sources import debugger_code, own_code, program_code
-from monarch_pdb.stacks import awaited_frames, program_frames, waits_in_await
+from monarch_pdb.rank.identity import Identity
+from monarch_pdb.rank.line_events import LineEvents
+from monarch_pdb.rank.rank_threads import Running
+from monarch_pdb.rank.sources import debugger_code, own_code, program_code
+from monarch_pdb.rank.thread_stacks import awaited_frames, program_frames, waits_in_await
 
 SIGNAL = signal.SIGRTMAX - 3
 """A real-time signal, which programs and launchers rarely use (unlike SIGUSR1/SIGUSR2), so

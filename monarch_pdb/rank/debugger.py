@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monarch_pdb import collectives, wire
-from monarch_pdb.agent import OUTPUT_IDLE, Agent, Line
-from monarch_pdb.identity import CallContext, Identity, current, current_call
-from monarch_pdb.inspection import EditorBreakpoints, Inspector
-from monarch_pdb.sources import PACKAGE_DIR, own_code, source_file
+from monarch_pdb import wire
+from monarch_pdb.rank import collectives
+from monarch_pdb.rank.agent import OUTPUT_IDLE, Agent, Line
+from monarch_pdb.rank.identity import CallContext, Identity, current, current_call
+from monarch_pdb.rank.inspection import EditorBreakpoints, Inspector
+from monarch_pdb.rank.sources import PACKAGE_DIR, own_code, source_file
 
 PDB_TAKES_EXCEPTIONS = sys.version_info >= (3, 13)
 """pdb's interaction takes an exception, and its chain, rather than a traceback from 3.13 on."""
@@ -231,7 +232,7 @@ class ConfinedPdb(pdb.Pdb):
     def _create_recursive_debugger(self) -> ConfinedPdb:
         """The debugger of pdb's `debug` command (a hook from Python 3.14 on), confined too:
         stock pdb's is a plain Pdb. It colours as this one does (the lines it reads set this
-        one's colours, `Session.ask`)."""
+        one's colours, `ThreadSession.ask`)."""
         nested = ConfinedPdb(self.stdin, self.stdout)
         if PDB_COLOURS:
             nested.colorize = self.colorize
@@ -281,7 +282,7 @@ class RemotePdb(ConfinedPdb):
     """The session's own debugger: continuing or quitting it outside an endpoint call ends the
     session."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: ThreadSession) -> None:
         super().__init__(session.io, session.io)
         self.session = session
         self._displaced: pdb.Pdb | None = None
@@ -350,7 +351,7 @@ class RemotePdb(ConfinedPdb):
 
 
 @dataclass
-class Session:
+class ThreadSession:
     """One paused thread's conversation with the broker, from first stop to end."""
 
     agent: Agent
@@ -433,7 +434,7 @@ class Session:
             del _loose.session
 
 
-def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> Session:
+def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> ThreadSession:
     """The session of the running endpoint call, or of this thread outside any call (named
     `identity` when given, else as `current` finds it); a thread's session of another agent
     (its process's, before a fork) is not this agent's."""
@@ -443,7 +444,7 @@ def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> S
         return existing
     collectives.raise_timeouts()
     named = identity is not None and call is None
-    session = Session(agent=agent, identity=identity if named else current(), call=call, named=named)
+    session = ThreadSession(agent=agent, identity=identity if named else current(), call=call, named=named)
     if call is not None:
         call.session = session
     else:
@@ -462,7 +463,7 @@ def process_agent() -> Agent:
     return Agent.get(interrupt, break_at)
 
 
-def _stopping(agent: Agent | None, header: str | None, commands: list[str] | None) -> Session | None:
+def _stopping(agent: Agent | None, header: str | None, commands: list[str] | None) -> ThreadSession | None:
     """The session about to stop this thread, through this process's agent unless another is
     given, with pdb's `header` written and its `commands` queued; None if no broker came."""
     agent = agent or process_agent()

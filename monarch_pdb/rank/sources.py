@@ -15,10 +15,11 @@ import sysconfig
 SHIPPED_CODE = "<dynamic-code>"
 """The file name cloudpickle gives code it ships by value."""
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+RANK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+PACKAGE_DIR = os.path.dirname(RANK_DIR.rstrip(os.sep)) + os.sep
 RUNTIME_DIR = os.path.join(PACKAGE_DIR, "actor") + os.sep
 DEBUGGER_FILES = frozenset({bdb.__file__, pdb.__file__})
-WRAPPERS = frozenset(os.path.join(PACKAGE_DIR, name) for name in ("hooks.py", "endpoint.py"))
+WRAPPERS = frozenset(os.path.join(RANK_DIR, name) for name in ("hooks.py", "endpoint.py"))
 """This package's modules whose frames hold an engine's call of the program's code."""
 LIBRARY_DIRS = tuple({os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "platstdlib")})
 INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")

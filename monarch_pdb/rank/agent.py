@@ -21,14 +21,15 @@ from typing import Any, Protocol
 
 import zmq
 
-from monarch_pdb import discovery, interrupt, peek, stacks, wire
-from monarch_pdb.identity import Identity, current, job_name, rank_is_set
-from monarch_pdb.interrupt import Interrupts
+from monarch_pdb import discovery, wire
+from monarch_pdb.rank import interrupt, peek, thread_stacks
+from monarch_pdb.rank.identity import Identity, current, job_name, rank_is_set
+from monarch_pdb.rank.interrupt import Interrupts
 from monarch_pdb.link import Link
-from monarch_pdb.peek import Evaluations
-from monarch_pdb.presence import Presence
-from monarch_pdb.rank_threads import RankThreads
-from monarch_pdb.running_breakpoints import RunningBreakpoints
+from monarch_pdb.rank.peek import Evaluations
+from monarch_pdb.rank.presence import Presence
+from monarch_pdb.rank.rank_threads import RankThreads
+from monarch_pdb.rank.running_breakpoints import RunningBreakpoints
 from monarch_pdb.settings import Settings
 from monarch_pdb.settings import load as load_settings
 
@@ -224,7 +225,7 @@ class Agent:
         print(f"monarch-pdb: {who}: connected to the debug broker at {where}.", file=sys.stderr, flush=True)
         return True
 
-    # --- the link's thread (link.Peer) -------------------------------------------------
+    # --- the link's thread (link.LinkOwner) -------------------------------------------------
 
     def welcomed(self) -> list[wire.Message]:
         with self._lock:
@@ -314,9 +315,9 @@ class Agent:
 
     def take_stacks(self, msg: wire.TakeStacks) -> None:
         """The stacks now; with their locals, once a thread of ours has read them (see
-        monarch_pdb.peek), or without them past a moment."""
+        monarch_pdb.rank.peek), or without them past a moment."""
         running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
-        groups = stacks.take(msg.ranks, running, msg.threads == wire.Threads.ALL)
+        groups = thread_stacks.take(msg.ranks, running, msg.threads == wire.Threads.ALL)
         if not msg.locals:
             self.link.post(wire.StackReport(ref=msg.ref, groups=groups))
             return
@@ -342,7 +343,7 @@ class Agent:
 
     def interrupt(self, actor: str, ranks: list[int]) -> None:
         """Ask the thread that runs each rank's code to stop in a session (see
-        monarch_pdb.interrupt), as the rank it runs."""
+        monarch_pdb.rank.interrupt), as the rank it runs."""
         running = self.threads.of(actor, ranks, self.presence.own())
         identities = self.presence.identities(actor, running)
         self.interrupts.ask(((running[rank], identities[rank]) for rank in running), time.monotonic())

@@ -15,7 +15,7 @@ import sys
 import types
 from collections.abc import Iterator
 
-from monarch_pdb.sources import SHIPPED_CODE, source_file
+from monarch_pdb.rank.sources import SHIPPED_CODE, source_file
 
 
 def nested(code: types.CodeType) -> Iterator[types.CodeType]:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from monarch_pdb.identity import Identity
+from monarch_pdb.rank.identity import Identity
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monarch_pdb import code_lines, log_points, wire
-from monarch_pdb.line_events import LineEvents
+from monarch_pdb import wire
+from monarch_pdb.rank import code_lines, log_points
+from monarch_pdb.rank.line_events import LineEvents
 
 MONITORING = sys.version_info >= (3, 12)
 NEXT_STOP = (f"set when the rank next stops: Python {sys.version_info[0]}.{sys.version_info[1]} cannot stop a "

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from monarch_pdb import settings, wire
-from monarch_pdb.agent import Agent
-from monarch_pdb.identity import CallContext, current, current_call
+from monarch_pdb.rank.agent import Agent
+from monarch_pdb.rank.identity import CallContext, current, current_call
 
 def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     """MONARCH_PDB_POST_MORTEM's answer for `exc`, given whether a breakpoint stopped its scope
@@ -37,7 +37,7 @@ def outcome_of(exc: BaseException) -> str:
 def stop_after_raise(call: CallContext, exc: BaseException) -> None:
     """Post-mortem at the raise site, when the policy wants it for this call."""
     if wants_post_mortem(exc, call.session is not None):
-        from monarch_pdb import debugger
+        from monarch_pdb.rank import debugger
 
         debugger.post_mortem(exc)
 

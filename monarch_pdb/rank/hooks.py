@@ -5,7 +5,7 @@ processes of their own and take the hooks there: a Ray worker (whose task errors
 and hands to its debugger's post-mortem) and real Monarch (whose proc bootstrap sets its own
 `breakpoint()` hook, so every proc mesh spawned after `install` runs `install` first, and
 each message a Monarch actor handles becomes one endpoint call with its own session). Each
-engine call also says which thread runs the rank's code (see monarch_pdb.rank_threads).
+engine call also says which thread runs the rank's code (see monarch_pdb.rank.rank_threads).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from monarch_pdb import identity, settings, wire
-from monarch_pdb.endpoint import end_call, endpoint_call, outcome_of, stop_after_raise, wants_post_mortem
-from monarch_pdb.identity import CallContext, current_call
-from monarch_pdb.sources import SHIPPED_CODE
+from monarch_pdb import settings, wire
+from monarch_pdb.rank import identity
+from monarch_pdb.rank.endpoint import end_call, endpoint_call, outcome_of, stop_after_raise, wants_post_mortem
+from monarch_pdb.rank.identity import CallContext, current_call
+from monarch_pdb.rank.sources import SHIPPED_CODE
 
 _INSTALLED = "_monarch_pdb_installed"
 
@@ -31,7 +32,7 @@ _INSTALLED = "_monarch_pdb_installed"
 def set_trace(*, header: str | None = None, commands: list[str] | None = None) -> None:
     """Pause the calling frame in a session of the broker, stopping at its next line; pdb's
     `commands` run first, as pdb.set_trace's do from Python 3.14 on."""
-    from monarch_pdb import debugger
+    from monarch_pdb.rank import debugger
 
     _known_from_first_stop()
     debugger.set_trace(sys._getframe(1), header=header, commands=commands)
@@ -44,7 +45,7 @@ def _known_from_first_stop() -> None:
     `finished` when its process ends."""
     if getattr(sys.excepthook, _INSTALLED, False):
         return
-    from monarch_pdb import debugger, interrupt
+    from monarch_pdb.rank import debugger, interrupt
 
     agent = debugger.process_agent()
     if not agent.presence.own():
@@ -55,7 +56,7 @@ def _known_from_first_stop() -> None:
 async def set_trace_async(*, header: str | None = None, commands: list[str] | None = None) -> None:
     """`await pdb.set_trace_async()` in an installed process (Python 3.14 on): pause the calling
     coroutine in a session of the broker, whose prompt runs `await` statements too."""
-    from monarch_pdb import debugger
+    from monarch_pdb.rank import debugger
 
     await debugger.set_trace_async(sys._getframe(1), header=header, commands=commands)
 
@@ -78,7 +79,7 @@ def install(*, announce: bool = True) -> None:
     The process is known to the broker from now on, running or not, so `list --all`, `stacks`
     and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
     False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
-    from monarch_pdb import debugger, interrupt
+    from monarch_pdb.rank import debugger, interrupt
 
     _take_pdb(set_trace)
     agent = debugger.process_agent()
@@ -104,7 +105,7 @@ def install(*, announce: bool = True) -> None:
 def _stop_signalled(frame) -> None:
     """The interrupt signal's work, on the main thread: stop at `frame` if this process's
     agent was asked to."""
-    from monarch_pdb.agent import Agent
+    from monarch_pdb.rank.agent import Agent
 
     agent = Agent.existing()
     if agent is not None:
@@ -129,7 +130,7 @@ def _reach_into(package: str, otherwise: str, take: Callable[[], None]) -> None:
 
 def stopped_in_this_process() -> bool:
     """Whether a breakpoint of this process has opened a session."""
-    from monarch_pdb.agent import Agent
+    from monarch_pdb.rank.agent import Agent
 
     agent = Agent.existing()
     return agent is not None and agent.stopped.is_set()
@@ -137,7 +138,7 @@ def stopped_in_this_process() -> bool:
 
 def post_mortem_if_wanted(exc: BaseException | None) -> None:
     if exc is not None and wants_post_mortem(exc, stopped_in_this_process()):
-        from monarch_pdb import debugger
+        from monarch_pdb.rank import debugger
 
         debugger.post_mortem(exc)
 
@@ -195,7 +196,7 @@ def _take_ray_calls() -> None:
 def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function`, run as a call of the rank (it keeps the attributes Ray reads, like the
     method of an actor's executor); the coroutine of an async method runs as one instead."""
-    from monarch_pdb.debugger import process_agent
+    from monarch_pdb.rank.debugger import process_agent
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -207,7 +208,7 @@ def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 async def _awaited_as_call(coroutine: Any) -> Any:
-    from monarch_pdb.debugger import process_agent
+    from monarch_pdb.rank.debugger import process_agent
 
     with process_agent().threads.call(identity.current(), coroutine):
         return await coroutine
@@ -321,7 +322,7 @@ def _end_monarch_call(outcome: str) -> None:
 
 
 def _set_trace_in_monarch_call(*, header: str | None = None, commands: list[str] | None = None) -> None:
-    from monarch_pdb import debugger
+    from monarch_pdb.rank import debugger
 
     _monarch_call()
     debugger.set_trace(sys._getframe(1), header=header, commands=commands)

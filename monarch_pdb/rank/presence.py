@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable, Iterable
 
 from monarch_pdb import wire
-from monarch_pdb.identity import Identity, current
-from monarch_pdb.rank_threads import RankThreads
+from monarch_pdb.rank.identity import Identity, current
+from monarch_pdb.rank.rank_threads import RankThreads
 
 PRESENT_EVERY = 0.25
 """Seconds between two announcements of the ranks a mesh runtime names: a thousand ranks

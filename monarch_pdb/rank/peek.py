@@ -26,9 +26,9 @@ from typing import Any
 
 from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
-from monarch_pdb.rank_threads import Running
-from monarch_pdb.sources import program_code, source_file
-from monarch_pdb.stacks import awaited_frames, program_frames, waits_in_await
+from monarch_pdb.rank.rank_threads import Running
+from monarch_pdb.rank.sources import program_code, source_file
+from monarch_pdb.rank.thread_stacks import awaited_frames, program_frames, waits_in_await
 
 STILL_EVALUATING = "*** still evaluating after {limit:g} s (the rank runs on; the answer is dropped when it comes)"
 LOCAL_WIDTH = 80
