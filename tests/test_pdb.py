@@ -244,7 +244,7 @@ def test_an_exception_whose_str_raises_still_opens_post_mortem(env, tmp_path, br
 @pytest.mark.timeout(60)
 def test_post_mortem_of_an_exception_without_a_traceback_is_pdbs_own_error(env, tmp_path):
     script = tmp_path / "unraised.py"
-    script.write_text("from monarch_pdb import debugger\n\ntry:\n    debugger.post_mortem(ValueError('never raised'))\n"
+    script.write_text("from monarch_pdb.rank import debugger\n\ntry:\n    debugger.post_mortem(ValueError('never raised'))\n"
                       "except ValueError as error:\n    print('REFUSED', error)\n")
     code, output = Program(env, script, cwd=tmp_path).finish()
     assert (code, output) == (0, "REFUSED A valid traceback must be passed if no exception is being handled\n")
