@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
 from monarch_pdb.broker.log import log
-from monarch_pdb.broker.registry import LIVE
+from monarch_pdb.broker.records import LIVE
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.events import EventLog
-    from monarch_pdb.broker.registry import Peer, Session
+    from monarch_pdb.broker.records import Peer, Session
     from monarch_pdb.broker.requests import Requests
     from monarch_pdb.broker.sessions import Sessions
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request, below_timeout
-from monarch_pdb.broker.registry import Picked, Refused
+from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
@@ -26,7 +27,7 @@ from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
-    from monarch_pdb.broker.registry import Session
+    from monarch_pdb.broker.records import Session
     from monarch_pdb.broker.requests import Requests
 
 PROGRESS_EVERY = 0.25

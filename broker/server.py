@@ -35,7 +35,8 @@ from monarch_pdb.broker.inflight import Request
 from monarch_pdb.broker.lists import Lists
 from monarch_pdb.broker.log import log
 from monarch_pdb.broker.peeks import Peeks
-from monarch_pdb.broker.registry import PARENT, Peer, Registry, Session, process_gone
+from monarch_pdb.broker.records import PARENT, Peer, Session, process_gone
+from monarch_pdb.broker.registry import Registry
 from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.routes import Routes, sender
 from monarch_pdb.broker.sessions import Sessions

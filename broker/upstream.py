@@ -34,7 +34,8 @@ from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
 if TYPE_CHECKING:
-    from monarch_pdb.broker.registry import Registry, Session
+    from monarch_pdb.broker.records import Session
+    from monarch_pdb.broker.registry import Registry
 
 UPSTREAM = b"\x00upstream"
 """The parent among this broker's peers. ZeroMQ names a connection by a zero byte and four
