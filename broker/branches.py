@@ -56,10 +56,8 @@ class Branches:
 
     # --- its life ------------------------------------------------------------------------
 
-    def joined(self, branch: bytes, host: str, pid: int, output_wanted: bool) -> None:
+    def joined(self, branch: bytes, host: str, pid: int) -> None:
         self.attaching[branch] = deque()
-        if output_wanted:
-            self.send(branch, wire.OutputWanted(on=True))
         self.events.add_broker(wire.EventKind.BROKER_JOINED, host, 0)
         log(f"a broker below joined from {host} (pid {pid})")
 

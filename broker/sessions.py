@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Sessions:
     def __init__(self, registry: Registry, events: EventLog, requests: Requests, casts: Casts,
                  publish_output: Callable[[Session, int, str], None]) -> None:
-        """`publish_output` publishes a chunk of output numbered as kept, where some shell follows ranks."""
+        """`publish_output` passes a chunk of output, numbered as kept, to whoever follows ranks."""
         self.registry = registry
         self.events = events
         self.requests = requests
@@ -43,13 +43,11 @@ class Sessions:
         self.events.add(kind, sess.job, sess.actor, sess.rank, where, detail)
 
     def record_output(self, sess: Session, text: str) -> None:
-        """Keep a chunk of a session's output, and publish it when some shell follows ranks
-        (here, or above: then it goes up too)."""
+        """Keep a chunk of a session's output, and pass it on to whoever follows ranks."""
         if not text:
             return
         seq = self.registry.output_log(sess).add(text)
         self.publish_output(sess, seq, text)
-        self.upstream.printed(sess, text)
 
     def end(self, sess: Session, text: str, reason: str) -> None:
         if reason != wire.Ending.LOST and sess.cast in self.casts:
