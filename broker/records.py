@@ -158,10 +158,6 @@ class Session:
     state: State = State.STOPPED
     cmd: int = 0
     """The number of the latest line sent to it."""
-    cast: int = 0
-    """The cast whose line it runs, if any."""
-    queued: tuple[tuple[int, str], ...] = ()
-    """Lines of other shells' casts waiting for this session's current one (rarely any)."""
     holder: bytes | None = None
     attached: str = ""
     """What kind of client holds it (a `wire.Client` word), as `list` shows it."""

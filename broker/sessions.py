@@ -50,7 +50,7 @@ class Sessions:
         self.publish_output(sess, seq, text)
 
     def end(self, sess: Session, text: str, reason: str) -> None:
-        if reason != wire.Ending.LOST and sess.cast in self.casts:
+        if reason != wire.Ending.LOST and self.casts.running(sess) is not None:
             self.record_output(sess, text)
         for cast in self.casts.ended(sess, reason):
             self.requests.settle(self.casts, cast)
@@ -70,7 +70,7 @@ class Sessions:
         the line is of its own cast, whose result tells it."""
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release,
                                         colour=colour))
-        cast = self.casts.get(sess.cast)
+        cast = self.casts.running(sess)
         if cast is None or cast.shell != UPSTREAM:
             self.upstream.sent_line(sess, time.monotonic())
 

@@ -88,7 +88,7 @@ def test_a_running_session_is_named_running_and_a_busy_one_takes_the_next_cast_w
     assert casts.start(second, "p 2", sessions) == [], "one is busy with the first cast, one runs"
     assert second.missing == [M(1, "running")] and second.answered == 0
     answer(registry, casts, sessions[0], "> next\n")
-    assert casts.next_line(sessions[0]) == "p 2" and sessions[0].cast == second.id
+    assert casts.next_line(sessions[0]) == "p 2" and casts.busy[sessions[0].id] == second.id
     assert casts.next_line(sessions[0]) is None
 
 
