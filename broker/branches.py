@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
 from monarch_pdb.broker.log import log
-from monarch_pdb.broker.registry import LIVE
+from monarch_pdb.broker.records import LIVE
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.events import EventLog
-    from monarch_pdb.broker.registry import Peer, Session
+    from monarch_pdb.broker.records import Peer, Session
     from monarch_pdb.broker.requests import Requests
     from monarch_pdb.broker.sessions import Sessions
 
@@ -56,10 +56,8 @@ class Branches:
 
     # --- its life ------------------------------------------------------------------------
 
-    def joined(self, branch: bytes, host: str, pid: int, output_wanted: bool) -> None:
+    def joined(self, branch: bytes, host: str, pid: int) -> None:
         self.attaching[branch] = deque()
-        if output_wanted:
-            self.send(branch, wire.OutputWanted(on=True))
         self.events.add_broker(wire.EventKind.BROKER_JOINED, host, 0)
         log(f"a broker below joined from {host} (pid {pid})")
 

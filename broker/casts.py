@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request, below_timeout
-from monarch_pdb.broker.registry import Picked, Refused
+from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
@@ -26,7 +27,7 @@ from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
-    from monarch_pdb.broker.registry import Session
+    from monarch_pdb.broker.records import Session
     from monarch_pdb.broker.requests import Requests
 
 PROGRESS_EVERY = 0.25
@@ -201,8 +202,21 @@ class CastInFlight(Request):
 
 
 class Casts(InFlight[CastInFlight]):
-    """Casts in flight. A session runs one cast's line at a time: a line of another cast waits
-    until the session stops again, and is dropped when its cast is over by then."""
+    """Casts in flight, and the one record of which cast's line each session runs. A session
+    runs one cast's line at a time: a line of another cast waits until the session stops
+    again, and is dropped when its cast is over by then."""
+
+    def __init__(self, part_size: int) -> None:
+        super().__init__(part_size)
+        self.busy: dict[int, int] = {}
+        """Session id -> the cast whose line it runs (a cast over by now makes the next one
+        name the session as running)."""
+        self.waiting: dict[int, list[tuple[int, str]]] = {}
+        """Session id -> the lines of other casts waiting for its current one (rarely any)."""
+
+    def running(self, sess: Session) -> CastInFlight | None:
+        """The open cast whose line the session runs, if any."""
+        return self.get(self.busy.get(sess.id, 0))
 
     def start(self, cast: CastInFlight, line: str, chosen: list[Session]) -> list[Session]:
         """Open `cast` over the chosen sessions; those to send its line to now. A running
@@ -210,12 +224,12 @@ class Casts(InFlight[CastInFlight]):
         self.open(cast)
         ready = []
         for sess in chosen:
-            if sess.cast in self:
-                sess.queued += ((cast.id, line),)
+            if self.running(sess) is not None:
+                self.waiting.setdefault(sess.id, []).append((cast.id, line))
                 cast.pending[sess.id] = sess.rank
             elif sess.paused:
                 cast.pending[sess.id] = sess.rank
-                sess.cast = cast.id
+                self.busy[sess.id] = cast.id
                 ready.append(sess)
             else:
                 cast.missing.append(wire.Missing(sess.rank, wire.RankState.RUNNING))
@@ -224,18 +238,20 @@ class Casts(InFlight[CastInFlight]):
     def stopped(self, sess: Session) -> CastInFlight | None:
         """The session stopped: its output since the line is its answer to the cast that sent
         the line, and the question it waits at, if any; that cast, if it is still open."""
-        cast = self.get(sess.cast)
-        sess.cast = 0
+        cast = self.get(self.busy.pop(sess.id, 0))
         if cast is not None:
             cast.answer(sess.id, sess.log.replay() + question(sess.prompt), "")
         return cast
 
     def next_line(self, sess: Session) -> str | None:
         """The line of the next waiting cast for a paused session, which is now busy with it."""
-        while sess.queued and sess.paused:
-            (cast_id, line), sess.queued = sess.queued[0], sess.queued[1:]
+        queued = self.waiting.get(sess.id)
+        while queued and sess.paused:
+            cast_id, line = queued.pop(0)
+            if not queued:
+                del self.waiting[sess.id]
             if cast_id in self:
-                sess.cast = cast_id
+                self.busy[sess.id] = cast_id
                 return line
         return None
 
@@ -243,13 +259,13 @@ class Casts(InFlight[CastInFlight]):
         """The session is over (`reason` as it ended): the casts that will have no answer
         from it, with its last output as the answer to the one it was running."""
         touched = []
-        if (cast := self.get(sess.cast)) is not None:
+        if (cast := self.get(self.busy.pop(sess.id, 0))) is not None:
             if reason == wire.Ending.LOST:
                 cast.give_up(sess.id, wire.Ending.LOST)
             else:
                 cast.answer(sess.id, sess.log.replay(), wire.Ending.FINISHED if reason == wire.Ending.RETURNED else reason)
             touched.append(cast)
-        for cast_id, _ in sess.queued:
+        for cast_id, _ in self.waiting.pop(sess.id, ()):
             if (cast := self.get(cast_id)) is not None:
                 cast.give_up(sess.id, wire.Ending.LOST if reason == wire.Ending.LOST else "its session ended before the command ran")
                 touched.append(cast)

@@ -31,11 +31,13 @@ from monarch_pdb.broker.branches import Branches
 from monarch_pdb.broker.breakpoints import Breakpoints
 from monarch_pdb.broker.casts import CastInFlight, CastRequests, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
+from monarch_pdb.broker.following import Following
 from monarch_pdb.broker.inflight import Request
 from monarch_pdb.broker.lists import Lists
 from monarch_pdb.broker.log import log
 from monarch_pdb.broker.peeks import Peeks
-from monarch_pdb.broker.registry import Peer, Registry, Session, process_gone
+from monarch_pdb.broker.records import Peer, Session, process_gone
+from monarch_pdb.broker.registry import Registry
 from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.routes import Routes, sender
 from monarch_pdb.broker.sessions import Sessions
@@ -79,7 +81,6 @@ class Broker:
     """When the poll loop last came back from a pause longer than a heartbeat."""
     upstream: Upstream | NoUpstream = field(default_factory=NoUpstream)
     """The link to the broker above (`start_upstream`); one that does nothing where there is none."""
-    parent_wants_output: bool = False
     frozen_sessions: int = 0
     """How many sessions the broker held when it last froze what it holds (`freeze_long_lived`)."""
     unmapped: dict[int, float] = field(default_factory=dict)
@@ -100,19 +101,20 @@ class Broker:
         self.requests = Requests(self.registry, self.send, self.settled)
         audit = Audit(self.registry, self.audit)
         casts = Casts(part_size=part_size)
-        self.sessions = Sessions(self.registry, self.events, self.requests, casts, self.publish_output)
+        self.following = Following(self.publish_output, self.send, self.registry.branches,
+                                   lambda sess, text: self.upstream.printed(sess, text))
+        self.sessions = Sessions(self.registry, self.events, self.requests, casts, self.following.printed)
         self.breakpoints = Breakpoints(self.requests, audit, part_size)
         self.casts = CastRequests(self.requests, casts, audit, self.sessions.forward, self.sessions.tell_holders)
         self.stacks = Stacks(self.requests, part_size)
         self.peeks = Peeks(self.requests, audit, part_size)
         self.branches = Branches(self.requests, self.sessions, self.events, self.breakpoints.started)
         routes = Routes(every={wire.Hello: self.on_hello, wire.Heartbeat: self.on_heartbeat, wire.Bye: self.on_bye,
-                               wire.CatchUp: self.on_catch_up},
-                        parent={wire.OutputWanted: self.on_output_wanted})
+                               wire.CatchUp: self.on_catch_up})
         for more in (Agents(self.requests, self.sessions, self.refused, self.breakpoints.started),
                      Shells(self.requests, self.sessions, audit, self.breakpoints.setters),
                      Lists(self.registry, self.send_parts, self.settings.max_message),
-                     self.branches, self.casts, self.stacks, self.peeks, self.breakpoints):
+                     self.following, self.branches, self.casts, self.stacks, self.peeks, self.breakpoints):
             routes.add(more.routes())
         self.routes = routes.tables()
         self.context = zmq.Context()
@@ -134,7 +136,6 @@ class Broker:
         self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         for sock in (self.router, self.pub):
             discovery.allow_ipv6(sock, discovery.bind_host(self.settings.host))
-        self.followed = False
         if self.settings.curve:
             curve.serve(self.router, self.secret)
             curve.serve(self.pub, self.secret)
@@ -247,36 +248,17 @@ class Broker:
             self.frozen_sessions = count
 
     def note_subscriptions(self) -> None:
-        """Output is published only while some shell follows ranks, so casts cost nothing extra
-        otherwise; each new follower is told when its subscription is live. (A verbose XPUB
-        passes every subscription, and the last unsubscription.)"""
+        """Shells subscribe to output when they follow ranks (`following.py`)."""
         while True:
             try:
                 frame = self.pub.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             if frame[1:] == wire.OUTPUT_TOPIC:
-                was_wanted = self.output_wanted
-                self.followed = frame[:1] == b"\x01"
-                if self.followed:
-                    self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(wire.OutputLive())])
-                self.tell_branches_output(was_wanted)
+                self.following.subscribed(frame[:1] == b"\x01")
 
-    @property
-    def output_wanted(self) -> bool:
-        """Some shell follows ranks, here or above: brokers below send what they print."""
-        return self.followed or self.parent_wants_output
-
-    def tell_branches_output(self, was_wanted: bool) -> None:
-        if self.output_wanted != was_wanted:
-            for branch in self.registry.branches():
-                self.send(branch.identity, wire.OutputWanted(on=self.output_wanted))
-
-    def publish_output(self, sess: Session, seq: int, text: str) -> None:
-        """Publish a chunk of a session's output while some shell here follows ranks."""
-        if self.followed:
-            printed = wire.Printed(session=sess.id, seq=seq, job=sess.job, actor=sess.actor, rank=sess.rank, text=text)
-            self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(printed)])
+    def publish_output(self, msg: wire.Message) -> None:
+        self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(msg)])
 
     def note_connections(self) -> None:
         """Connections come and go (the socket monitor's events, each in order before anything
@@ -441,13 +423,11 @@ class Broker:
             self.heard(UPSTREAM, time.monotonic())
 
     def parent_joined(self) -> None:
-        was_wanted = self.output_wanted
         self.drop(UPSTREAM, wire.Ending.RECONNECTED)
         self.registry.join(Peer(identity=UPSTREAM, role=wire.Role.PARENT, name="parent", host=self.upstream.address,
                                 pid=0, user="", last_seen=time.monotonic()))
         self.upstream.rejoined(self.registry)
-        self.parent_wants_output = False
-        self.tell_branches_output(was_wanted)
+        self.following.parent_joined()
         log(f"registered with the broker above at {self.upstream.address}")
 
     def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
@@ -469,7 +449,8 @@ class Broker:
         self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
                                          broker_pid=os.getpid(), seq=self.events.seq, known=not joined))
         if joined and msg.role == wire.Role.BROKER:
-            self.branches.joined(identity, msg.host, msg.pid, self.output_wanted)
+            self.branches.joined(identity, msg.host, msg.pid)
+            self.following.branch_joined(identity)
 
     def on_heartbeat(self, identity: bytes, msg: wire.Heartbeat) -> None:
         """A shell's or a broker below's probe of whether we answer, answered. No shell is judged
@@ -482,11 +463,6 @@ class Broker:
 
     def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
         self.send(identity, wire.Events(rows=self.events.since(msg.since)))
-
-    def on_output_wanted(self, parent: bytes, msg: wire.OutputWanted) -> None:
-        was_wanted = self.output_wanted
-        self.parent_wants_output = self.upstream.wants_output = msg.on
-        self.tell_branches_output(was_wanted)
 
     # --- refusals ----------------------------------------------------------------------
 

@@ -19,14 +19,15 @@ from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.upstream import UPSTREAM, NoUpstream
 
 if TYPE_CHECKING:
-    from monarch_pdb.broker.registry import Registry, Session
+    from monarch_pdb.broker.records import Session
+    from monarch_pdb.broker.registry import Registry
     from monarch_pdb.broker.upstream import Upstream
 
 
 class Sessions:
     def __init__(self, registry: Registry, events: EventLog, requests: Requests, casts: Casts,
                  publish_output: Callable[[Session, int, str], None]) -> None:
-        """`publish_output` publishes a chunk of output numbered as kept, where some shell follows ranks."""
+        """`publish_output` passes a chunk of output, numbered as kept, to whoever follows ranks."""
         self.registry = registry
         self.events = events
         self.requests = requests
@@ -42,16 +43,14 @@ class Sessions:
         self.events.add(kind, sess.job, sess.actor, sess.rank, where, detail)
 
     def record_output(self, sess: Session, text: str) -> None:
-        """Keep a chunk of a session's output, and publish it when some shell follows ranks
-        (here, or above: then it goes up too)."""
+        """Keep a chunk of a session's output, and pass it on to whoever follows ranks."""
         if not text:
             return
         seq = self.registry.output_log(sess).add(text)
         self.publish_output(sess, seq, text)
-        self.upstream.printed(sess, text)
 
     def end(self, sess: Session, text: str, reason: str) -> None:
-        if reason != wire.Ending.LOST and sess.cast in self.casts:
+        if reason != wire.Ending.LOST and self.casts.running(sess) is not None:
             self.record_output(sess, text)
         for cast in self.casts.ended(sess, reason):
             self.requests.settle(self.casts, cast)
@@ -71,7 +70,7 @@ class Sessions:
         the line is of its own cast, whose result tells it."""
         self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release,
                                         colour=colour))
-        cast = self.casts.get(sess.cast)
+        cast = self.casts.running(sess)
         if cast is None or cast.shell != UPSTREAM:
             self.upstream.sent_line(sess, time.monotonic())
 

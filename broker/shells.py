@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inspections import Inspections
-from monarch_pdb.broker.registry import Refused, State
+from monarch_pdb.broker.records import Refused, State
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
-    from monarch_pdb.broker.registry import LiveRank, Session
+    from monarch_pdb.broker.records import LiveRank, Session
     from monarch_pdb.broker.requests import Requests
     from monarch_pdb.broker.sessions import Sessions
 

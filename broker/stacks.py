@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
-from monarch_pdb.broker.registry import Picked, Refused
+from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
 from monarch_pdb.ranks import RankSet

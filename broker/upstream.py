@@ -33,7 +33,8 @@ from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
 if TYPE_CHECKING:
-    from monarch_pdb.broker.registry import Registry, Session
+    from monarch_pdb.broker.records import Session
+    from monarch_pdb.broker.registry import Registry
 
 UPSTREAM = b"\x00upstream"
 """The parent among this broker's peers. ZeroMQ names a connection by a zero byte and four
@@ -72,7 +73,6 @@ class Upstream:
         """Sessions sent a line, and when: told up as running if they run on."""
         self.ranks_due = True
         self.ranks_sent_at = float("-inf")
-        self.wants_output = False
         self.patience = settings.connect_timeout
         self.beat = settings.heartbeat_interval
         self.unwelcome_since = float("inf")
@@ -158,7 +158,6 @@ class Upstream:
         self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.sessions.values()}
         self.ranks_due = True
         self.ranks_sent_at = float("-inf")
-        self.wants_output = False
 
     def touched(self, sess: Session, news: bool = False) -> None:
         """A session stopped or changed: look at it at the next flush."""
@@ -191,7 +190,8 @@ class Upstream:
         self.told.pop(sess.id, None)
 
     def printed(self, sess: Session, text: str) -> None:
-        if self.wants_output and sess.id in self.told:
+        """A chunk of output, while the parent wants it (`following.py`): of a session it knows."""
+        if sess.id in self.told:
             self.send(wire.BranchOutput(id=sess.id, text=text))
 
     def outgoing(self, registry: Registry, now: float, ticked: bool) -> list[wire.Message]:
@@ -242,7 +242,6 @@ class NoUpstream:
 
     address = ""
     ready = False
-    wants_output = False
     ranks_due = False
 
     def listen(self, poller: zmq.Poller) -> None:

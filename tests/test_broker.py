@@ -1,5 +1,6 @@
 """The broker as a process: it exits when idle, one serves a port, a rank that floods it is cut
-short, and a process that reconnects is one process."""
+short, a process that reconnects is one process, and a peer that sends what its role may not is
+refused."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import sys
 
 import pytest
 import zmq
-from programs import Program, settings_for, wait_for_all_rows, wait_for_sessions
+from programs import BrokerLog, Program, settings_for, start_broker, wait_for_all_rows, wait_for_sessions
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.ranks import RankSet
 from monarch_pdb.client.connection import ShellConnection
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
@@ -95,3 +97,65 @@ def test_a_process_that_opens_and_closes_many_connections_keeps_no_descriptor_of
     for _ in range(20):
         open_and_close()
     assert descriptors() <= before + 2, "twenty connections opened and closed, their descriptors kept"
+
+
+class RawPeer:
+    """A peer of the broker as the agent's and the shell's links are on the wire: a DEALER
+    that says hello and is welcomed, then sends and receives signed messages."""
+
+    def __init__(self, ctx: zmq.Context, conn: discovery.Connection, hello: wire.Hello) -> None:
+        self.sock, self.codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
+        self.sock.connect(conn.router)
+        self.say(hello)
+        assert isinstance(self.until(wire.Welcome)[-1], wire.Welcome)
+
+    def say(self, msg: wire.Message) -> None:
+        self.sock.send_multipart(self.codec.encode(msg))
+
+    def until(self, kind: type, timeout: float = 10.0) -> list[wire.Message]:
+        """What the broker sends, up to and with the first message of `kind`."""
+        heard: list[wire.Message] = []
+        while not heard or not isinstance(heard[-1], kind):
+            assert self.sock.poll(int(timeout * 1000)), f"no {kind.__name__} within {timeout} s; heard {heard}"
+            heard += self.codec.decode(self.sock.recv_multipart())
+            heard = heard[:next((n + 1 for n, msg in enumerate(heard) if isinstance(msg, kind)), len(heard))]
+        return heard
+
+
+@pytest.mark.timeout(60)
+def test_a_message_from_a_role_that_may_not_send_it_does_nothing_and_is_named_once_in_the_log(env):
+    """A shell's prompt opens no session and a rank's cast sends no line; each is named once in
+    the broker's log. The same messages from the roles that send them still work."""
+    proc, _ = start_broker(env)
+    said = BrokerLog(proc)
+    conn = discovery.read_connection_file(settings_for(env))
+    ctx = zmq.Context()
+    stop = wire.Prompt(sid=1, cmd=0, job="job", actor="a", rank=0, coords={}, host="h", pid=4242,
+                       function="m.f", filename="f.py", lineno=3, output="> f.py(3)f()\n", prompt="(Pdb) ")
+    try:
+        rank = RawPeer(ctx, conn, wire.Hello(role="agent", name="job", host="h", pid=4242, link=b"rank"))
+        shell = RawPeer(ctx, conn, wire.Hello(role="shell", name=wire.Client.SHELL, host="h", pid=4243))
+        shell.say(stop)
+        shell.say(wire.ListSessions())
+        assert shell.until(wire.SessionList)[-1].rows == [], "a shell's prompt opened a session"
+        said.wait_for("a Prompt from a shell, which may not send it")
+
+        rank.say(stop)
+        rank.say(wire.Heartbeat())
+        rank.until(wire.Heartbeat)  # the broker has taken the rank's prompt
+        rank.say(wire.Cast(ref=1, actor="a", selector="ranks(0)", line="p 'from a rank'", timeout=5))
+        rank.say(wire.Heartbeat())
+        heard = rank.until(wire.Heartbeat)
+        assert not [msg for msg in heard if not isinstance(msg, wire.Heartbeat)], f"a rank's cast was answered: {heard}"
+
+        shell.say(wire.Cast(ref=2, actor="a", selector="ranks(0)", line="p 1", timeout=10))
+        line = rank.until(wire.Input)[-1]
+        assert line.line == "p 1", "a shell's cast sends its line to the rank"
+        rank.say(dataclasses.replace(stop, cmd=line.cmd, output="1\n"))
+        result = shell.until(wire.CastResult)[-1]
+        assert result.groups == [wire.CastGroup("1\n", "", RankSet.of([0]))] and result.missing == []
+    finally:
+        ctx.destroy(linger=0)
+    logged = said.stop()
+    assert logged.count("a Prompt from a shell") == 1, logged
+    assert logged.count("a Cast from a rank process") == 1, logged

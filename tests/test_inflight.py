@@ -10,7 +10,8 @@ import pytest
 from monarch_pdb import wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
-from monarch_pdb.broker.registry import Peer, Registry, Session
+from monarch_pdb.broker.records import Peer, Session
+from monarch_pdb.broker.registry import Registry
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import UPSTREAM
 from monarch_pdb.ranks import RankSet
@@ -87,7 +88,7 @@ def test_a_running_session_is_named_running_and_a_busy_one_takes_the_next_cast_w
     assert casts.start(second, "p 2", sessions) == [], "one is busy with the first cast, one runs"
     assert second.missing == [M(1, "running")] and second.answered == 0
     answer(registry, casts, sessions[0], "> next\n")
-    assert casts.next_line(sessions[0]) == "p 2" and sessions[0].cast == second.id
+    assert casts.next_line(sessions[0]) == "p 2" and casts.busy[sessions[0].id] == second.id
     assert casts.next_line(sessions[0]) is None
 
 

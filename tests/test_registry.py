@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from monarch_pdb import wire
-from monarch_pdb.broker.registry import OutputLog, Peer, Refused, Registry, Session
+from monarch_pdb.broker.records import OutputLog, Peer, Refused, Session
+from monarch_pdb.broker.registry import Registry
 
 pytestmark = pytest.mark.timeout(10)
 
