@@ -1,6 +1,6 @@
 """A shell command's words: its parser, built beside its `do_*` from the usage that is the first
 line of its docstring (as pdb's commands have theirs), the checks of each kind of argument, and
-the one line that says what is wrong with them.
+the one line that says what is wrong with them, or why the broker refused the command.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import functools
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import cmd2
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import RequestFailed, Timeout
+from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
 from monarch_pdb.ranks import Selection, SelectorError, split_selector
 
 CATEGORY = "Debugger"
@@ -24,6 +24,7 @@ ACTOR_HELP = "the actor's name, or job:actor where several jobs have one"
 SELECTOR_HELP = "which ranks: ranks(3), ranks(0,4), ranks(2:8:2), ranks(host=0, gpu=1:3)"
 Command = Callable[..., "bool | None"]
 Argument = tuple[tuple[str, ...], dict[str, Any]]
+Reply = TypeVar("Reply", bound=wire.Message)
 
 
 class CommandError(Exception):
@@ -194,6 +195,16 @@ def command(*arguments: Argument, refusal: str = "", names_options: bool = False
         return cmd2.with_category(CATEGORY)(one_line_errors(cmd2.with_argparser(parser)(do)))
 
     return decorate
+
+
+def ask(conn: ShellConnection, msg: wire.Message, *replies: type[Reply]) -> Reply:
+    """The broker's answer to `msg`, one of `replies`; its refusal becomes the command's
+    one-line error."""
+    reply = conn.request(msg, *replies)
+    if isinstance(reply, wire.Error):
+        raise CommandError(reply.text)
+    assert isinstance(reply, replies)
+    return reply
 
 
 def one_line_errors(do: Command) -> Command:

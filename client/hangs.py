@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-from typing import Protocol, TextIO, TypeVar, cast
+from typing import Protocol, TextIO, cast
 
 import cmd2
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stacks
-from monarch_pdb.client.arguments import (ACTOR_HELP, SELECTOR_HELP, CommandError, argument, command, frames_up,
+from monarch_pdb.client.arguments import (ACTOR_HELP, SELECTOR_HELP, CommandError, argument, ask, command, frames_up,
                                           parse_target, split_job, threads, timeout, typed_arguments, usage,
                                           words_target)
 from monarch_pdb.client.connection import RequestFailed, ShellConnection
@@ -24,7 +24,6 @@ from monarch_pdb.ranks import format_ranks, parse_selector, render_selector
 
 INTERRUPT_TIMEOUT = 5.0
 PEEK_TIMEOUT = 5.0
-Answer = TypeVar("Answer", bound=wire.Message)
 
 
 class Shell(Protocol):
@@ -38,8 +37,6 @@ class Shell(Protocol):
     cast_output: str
     stdout: TextIO
     terminal: Terminal
-
-    def ask(self, msg: wire.Message, *answers: type[Answer]) -> Answer: ...
 
     def fail(self, text: str) -> None: ...
 
@@ -101,7 +98,7 @@ class HangCommands(cmd2.CommandSet):
             targets = [(job, actor)]
         else:
             selection = None
-            rows = shell.ask(wire.ListAll(), wire.SessionList).rows
+            rows = ask(shell.conn, wire.ListAll(), wire.SessionList).rows
             targets = sorted({(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
             if not targets:
                 raise CommandError("no running rank is known to the broker")
@@ -177,7 +174,7 @@ class HangCommands(cmd2.CommandSet):
         job, actor, selection, extra = words_target(args.actor, args.selector, usage_line)
         if extra:
             raise CommandError(usage_line)
-        reply = shell.ask(wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
+        reply = ask(shell.conn, wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
         asked = set(reply.ranks)
 
         def stopped(rows: list[wire.SessionRow]) -> set[int]:
@@ -214,7 +211,7 @@ class HangCommands(cmd2.CommandSet):
         A picture of the mesh, each rank's state in its cell."""
         shell = self.shell
         job, actor = split_job(args.actor) if args.actor is not None else ("", "")
-        rows = shell.ask(wire.ListAll(), wire.SessionList).rows
+        rows = ask(shell.conn, wire.ListAll(), wire.SessionList).rows
         by_actor: dict[tuple[str, str], list[wire.SessionRow]] = {}
         for row in rows:
             if (not actor or row.actor == actor) and (not job or row.job == job):

@@ -19,13 +19,12 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import TypeVar
 
 import cmd2
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers
-from monarch_pdb.client.arguments import (ACTOR_HELP, CATEGORY, SELECTOR_HELP, CommandError, argument, command,
+from monarch_pdb.client.arguments import (ACTOR_HELP, SELECTOR_HELP, CommandError, argument, ask, command,
                                           count_number, natural, parse_target, rank_number, seconds, split_job,
                                           timeout, typed_arguments, usage, words_target)
 from monarch_pdb.client.connection import ShellConnection, Timeout, readable
@@ -60,7 +59,6 @@ later), so `self.opt` and `dir/file.py` are one word and `b file.py:` starts a n
 COMPLETION_TIMEOUT = 2.0
 """Seconds Tab at the pdb prompt waits for the rank's words before offering pdb's commands."""
 COLOURS = ("on", "off")
-Answer = TypeVar("Answer", bound=wire.Message)
 
 
 class OutputClosed(BaseException):
@@ -489,15 +487,6 @@ class DebugShell(cmd2.Cmd):
 
     # --- commands ----------------------------------------------------------------------
 
-    def ask(self, msg: wire.Message, *answers: type[Answer]) -> Answer:
-        """The broker's answer to `msg`, one of `answers`; its refusal becomes the command's
-        one-line error."""
-        reply = self.conn.request(msg, *answers)
-        if isinstance(reply, wire.Error):
-            raise CommandError(reply.text)
-        assert isinstance(reply, answers)
-        return reply
-
     @command(
         argument("--all", action="store_true", help="every rank known, running ones too"),
         argument("--rows", action="store_true",
@@ -510,8 +499,8 @@ class DebugShell(cmd2.Cmd):
         Past list_rows ranks, a row per group of ranks stopped at the same place, as the broker
         groups them (JSON has every row)."""
         above = None if args.rows or self.report.as_json else self.list_rows
-        ask = wire.ListAll(groups_above=above) if args.all else wire.ListSessions(groups_above=above)
-        reply = self.ask(ask, wire.SessionList, wire.SessionGroups)
+        question = wire.ListAll(groups_above=above) if args.all else wire.ListSessions(groups_above=above)
+        reply = ask(self.conn, question, wire.SessionList, wire.SessionGroups)
         if isinstance(reply, wire.SessionGroups):
             self.actors.update(g.actor for g in reply.groups)
             # No JSON for groups: --json asks for every row.
@@ -530,7 +519,7 @@ class DebugShell(cmd2.Cmd):
         """jobs
 
         Show the jobs whose ranks the broker knows."""
-        rows = self.ask(wire.ListJobs(), wire.JobList).rows
+        rows = ask(self.conn, wire.ListJobs(), wire.JobList).rows
         self.report.result(jobs_table(rows) if rows else "No job is connected.", [asdict(r) for r in rows])
 
     @command(
@@ -558,14 +547,14 @@ class DebugShell(cmd2.Cmd):
             return self.complete_actor(text, line, begidx, endidx)
         job, actor = split_job(words[1])
         try:
-            rows = self.ask(wire.ListSessions(), wire.SessionList).rows
+            rows = ask(self.conn, wire.ListSessions(), wire.SessionList).rows
         except (CommandError, Timeout):
             return []
         ranks = sorted({r.rank for r in rows if r.actor == actor and (not job or r.job == job)})
         return self.basic_complete(text, line, begidx, endidx, [str(rank) for rank in ranks])
 
     def attach(self, job: str, actor: str, rank: int, force: bool, full: bool) -> None:
-        reply = self.ask(wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
+        reply = ask(self.conn, wire.Attach(actor=actor, rank=rank, job=job, force=force), wire.Attached)
         att = Attachment(reply.session, reply.job, reply.actor, reply.rank, reply.host, reply.paused, reply.prompt)
         self.attached = att
         self.said = None
@@ -690,21 +679,21 @@ class DebugShell(cmd2.Cmd):
         """continue
 
         Clear the breakpoints set with b/tbreak and continue every stopped rank."""
-        released = self.ask(wire.Continue(), wire.Continued).released
+        released = ask(self.conn, wire.Continue(), wire.Continued).released
         total = sum(len(r.ranks) for r in released)
         parts = ", ".join(f"{r.actor} ranks[{format_ranks(r.ranks)}]" for r in released)
         text = f"Continued {total} rank{'s' if total != 1 else ''}: {parts}" if released else "No rank is stopped."
         self.report.result(text, {"continued": [{"actor": r.actor, "ranks": r.ranks} for r in released], "count": total})
 
-    @cmd2.with_category(CATEGORY)
-    def do_detach(self, statement: cmd2.Statement) -> None:
+    @command(refusal="detach takes no arguments")
+    def do_detach(self, args: argparse.Namespace) -> None:
         """detach
 
         Leave the attached rank where it is."""
         self.fail("not attached to any rank (attach <actor> <rank> first)")
 
-    @cmd2.with_category(CATEGORY)
-    def do_quit(self, statement: cmd2.Statement) -> bool:
+    @command(refusal="quit takes no arguments")
+    def do_quit(self, args: argparse.Namespace) -> bool:
         """quit
 
         Leave the debugger; every rank stays stopped where it is."""
