@@ -65,6 +65,9 @@ def expression_only(text: str) -> str:
 
 
 class HangCommands(cmd2.CommandSet):
+    """A cmd2 command set, so that these commands live apart from the shell's loop and sessions;
+    cmd2 lists and runs them as the shell's own."""
+
     @property
     def shell(self) -> Shell:
         return cast(Shell, self._cmd)
