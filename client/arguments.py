@@ -142,7 +142,8 @@ def typed_arguments(args: argparse.Namespace, skip: int = 0) -> str:
 
 def usage(command: Command) -> str:
     """The error that shows a command's usage: the first line of its docstring."""
-    return f"usage: {(command.__doc__ or '').partition(chr(10))[0].strip()}"
+    first_line = (command.__doc__ or "").partition("\n")[0]
+    return f"usage: {first_line.strip()}"
 
 
 class Parser(cmd2.Cmd2ArgumentParser):
@@ -159,7 +160,7 @@ class Parser(cmd2.Cmd2ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise CommandError(self.refusal or f"usage: {self.usage}")
 
-    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+    def parse_args(self, args: Sequence[str] | None = None,
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
         """Options may come anywhere among the words (`stacks trainer --json ranks(0)`); a
         remainder, cast's pdb command, takes its words as they come."""
