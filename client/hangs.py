@@ -139,7 +139,7 @@ class HangCommands(cmd2.CommandSet):
         rank changes. One still running after --timeout seconds (default 5) is answered as
         such and finishes on its own; a rank whose C code holds the GIL is named."""
         shell = self.shell
-        options = len(args.cmd2_statement.get().arg_list) - 1 - len(args.expression)
+        options = len(args.cmd2_statement.get().arg_list) - 1 - len(args.expression)  # the words before the actor
         usage_line = usage(self.do_peek)
         job, actor, selection, expression = parse_target(typed_arguments(args, skip=options), usage_line)
         if selection is None or not expression.strip():
