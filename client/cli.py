@@ -22,7 +22,7 @@ INTERRUPTED = 130
 
 def seconds(text: str) -> float:
     """The value of --wait-broker, checked as the shell checks every time limit."""
-    from monarch_pdb.client.shell import seconds as time_limit
+    from monarch_pdb.client.arguments import seconds as time_limit
 
     return time_limit(text)
 
@@ -64,7 +64,8 @@ def shorten(text: str, width: int = 200) -> str:
 
 def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = None) -> int:
     """The shell, or the lines of args' scripts and -c; or the `given` lines (a notebook's magic)."""
-    from monarch_pdb.client.shell import DebugShell, OutputClosed, TypedAhead
+    from monarch_pdb.client.shell import QUIT_COMMANDS, DebugShell, OutputClosed
+    from monarch_pdb.client.terminal import TypedAhead
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
     interactive = given is None and not (args.script or args.commands)
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = Non
         signal.signal(signal.SIGINT, signal.default_int_handler)
     conn = ShellConnection(settings)
     transcript = None
-    ahead = TypedAhead()
+    ahead = TypedAhead(QUIT_COMMANDS)
     try:
         try:
             if keyboard is None:
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = Non
             shell.onecmd_plus_hooks(ahead.leaving)
             return 0
         if interactive:
-            shell.typed_ahead = ahead.lines
+            shell.terminal.typed_ahead = ahead.lines
             return shell.cmdloop()
         for where, number, text in lines:
             shell.report.script_line = f"{where}:{number}: {shorten(text.strip())}"

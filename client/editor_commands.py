@@ -4,15 +4,14 @@ grouped, with its numbers line; the merged stacks), so that editor and shell can
 
 An actor may be left out (`!cast ranks(0:8) p loss`): the one of the rank the console is at,
 else the one the editor debugs. A line the shell would refuse is refused with the shell's reason.
-The shell's module comes with cmd2 and readline, which double the adapter's start: it is loaded
-when the first such line is typed, not when the editor starts the adapter.
+The shell's modules come with cmd2 and readline, which double the adapter's start: they are
+loaded when the first such line is typed, not when the editor starts the adapter.
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from types import ModuleType
 
 from monarch_pdb import wire
 from monarch_pdb.client import answers
@@ -45,11 +44,11 @@ def command_of(line: str) -> tuple[str, str] | None:
 
 def run(conn: ShellConnection, word: str, rest: str, here: Here) -> str:
     """Command `word`'s answer as the shell shows it; Refused with the shell's one line."""
-    from monarch_pdb.client import shell
+    from monarch_pdb.client.arguments import CommandError
 
     try:
-        return {"cast": cast, "peek": peek, "stacks": merged_stacks}[word](shell, conn, rest, here)
-    except (RequestFailed, shell.CommandError) as error:
+        return {"cast": cast, "peek": peek, "stacks": merged_stacks}[word](conn, rest, here)
+    except (RequestFailed, CommandError) as error:
         raise Refused(str(error)) from None
 
 
@@ -61,33 +60,55 @@ def with_actor(rest: str, here: Here) -> str:
     return f"{shlex.quote(name)} {rest.lstrip()}"
 
 
-def cast(shell: ModuleType, conn: ShellConnection, rest: str, here: Here) -> str:
-    job, actor, selection, line = shell.parse_target(with_actor(rest, here), f"usage: !{shell.CAST_USAGE}")
+def console_usage(do) -> str:
+    """The shell's usage of a command, as the console's `!` command."""
+    from monarch_pdb.client.arguments import usage
+
+    return usage(do).replace("usage: ", "usage: !", 1)
+
+
+def cast(conn: ShellConnection, rest: str, here: Here) -> str:
+    from monarch_pdb.client.arguments import parse_target
+    from monarch_pdb.client.shell import DebugShell
+
+    job, actor, selection, line = parse_target(with_actor(rest, here), console_usage(DebugShell.do_cast))
     if selection is None or not line.strip():
-        raise Refused(f"usage: !{shell.CAST_USAGE}")
+        raise Refused(console_usage(DebugShell.do_cast))
     return answers.grouped(conn.cast(actor, render_selector(selection), line, CAST_TIMEOUT, job))
 
 
-def peek(shell: ModuleType, conn: ShellConnection, rest: str, here: Here) -> str:
-    args, rest = shell.peek_arguments(rest)
-    job, actor, selection, expression = shell.parse_target(with_actor(rest, here), f"usage: !{shell.PEEK_USAGE}")
+def words(command: str, text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as error:  # an unclosed quote
+        raise Refused(f"!{command}: {error}") from None
+
+
+def peek(conn: ShellConnection, rest: str, here: Here) -> str:
+    from monarch_pdb.client.arguments import parse_target, parser_of, skip_words
+    from monarch_pdb.client.hangs import HangCommands, expression_only
+
+    rest = with_actor(rest, here)
+    typed = words("peek", rest)
+    args = parser_of(HangCommands.do_peek).parse_args(typed)
+    options = len(typed) - 1 - len(args.expression)  # the words before the actor
+    usage_line = console_usage(HangCommands.do_peek)
+    job, actor, selection, expression = parse_target(skip_words(rest, options), usage_line)
     if selection is None or not expression.strip():
-        raise Refused(f"usage: !{shell.PEEK_USAGE}")
-    expression = shell.expression_only(expression.strip())
-    return answers.grouped(conn.peek(actor, render_selector(selection), expression, args.limit, args.function,
-                                     args.up, job))
+        raise Refused(usage_line)
+    return answers.grouped(conn.peek(actor, render_selector(selection), expression_only(expression.strip()),
+                                     args.timeout, args.function, args.up, job))
 
 
-def merged_stacks(shell: ModuleType, conn: ShellConnection, rest: str, here: Here) -> str:
+def merged_stacks(conn: ShellConnection, rest: str, here: Here) -> str:
     """Of the actor named, else of every running actor the editor debugs (of every one, when
     it debugs no actor in particular)."""
-    try:
-        words = shlex.split(with_actor(rest, here))
-    except ValueError as error:  # an unclosed quote
-        raise Refused(f"!stacks: {error}") from None
-    args = shell.stacks_parser.parse_args(words)
+    from monarch_pdb.client.arguments import parser_of, words_target
+    from monarch_pdb.client.hangs import HangCommands
+
+    args = parser_of(HangCommands.do_stacks).parse_args(words("stacks", with_actor(rest, here)))
     if args.actor is not None:
-        job, actor, selection, _ = shell.words_target(args.actor, args.selector, f"usage: !{shell.STACKS_USAGE}")
+        job, actor, selection, _ = words_target(args.actor, args.selector, console_usage(HangCommands.do_stacks))
         targets = [(job, actor)]
     else:
         selection = None

@@ -67,12 +67,12 @@ _tell(_answer())
 '''
 
 
-class Refused(Exception):
+class CannotJoin(Exception):
     """A process that cannot be joined, left as it was; the text is one line for the user."""
 
 
 @dataclass(frozen=True)
-class Target:
+class JoinTarget:
     """A process to join: what /proc says of it."""
 
     pid: int
@@ -143,45 +143,45 @@ def _permission(pid: int) -> str:
             "CAP_SYS_PTRACE, or set kernel.yama.ptrace_scope to 0")
 
 
-def target(pid: int) -> Target:
-    """The process `pid`, if /proc shows nothing that rules out joining it; Refused otherwise."""
+def target(pid: int) -> JoinTarget:
+    """The process `pid`, if /proc shows nothing that rules out joining it; CannotJoin otherwise."""
     try:
         status = _read(pid, "status").decode(errors="replace")
         name = _read(pid, "comm").decode(errors="replace").strip()
     except FileNotFoundError:
-        raise Refused(f"{pid}: no such process") from None
+        raise CannotJoin(f"{pid}: no such process") from None
     owner = int(re.search(r"^Uid:\s*(\d+)", status, re.M)[1])
     if owner != os.getuid():
         try:
             user = pwd.getpwuid(owner).pw_name
         except KeyError:
             user = f"uid {owner}"
-        raise Refused(f"{pid} ({name}) belongs to user {user}: join it as {user}, whose broker and secret it uses")
+        raise CannotJoin(f"{pid} ({name}) belongs to user {user}: join it as {user}, whose broker and secret it uses")
     if pid == os.getpid():
-        raise Refused(f"{pid} is this join itself")
+        raise CannotJoin(f"{pid} is this join itself")
     try:
         version = python_of(pid)
         environ = _read(pid, "environ")
     except PermissionError:
-        raise Refused(_permission(pid)) from None
+        raise CannotJoin(_permission(pid)) from None
     except FileNotFoundError:
-        raise Refused(f"{pid} ({name}) exited") from None
+        raise CannotJoin(f"{pid} ({name}) exited") from None
     ours = sys.version_info[:2]
     if version is not None and version < NEEDED:
-        raise Refused(f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there; "
+        raise CannotJoin(f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there; "
                       f"{RESTART_HINT}")
     if version is not None and version != ours:
-        raise Refused(f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
+        raise CannotJoin(f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
                       f"sys.remote_exec needs the same Python on both sides; run join with Python {_version(version)}")
     if ours < NEEDED:
-        raise Refused(f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
+        raise CannotJoin(f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
                       f"needs Python {_version(NEEDED)} or later")
     env = dict(item.decode(errors="replace").partition("=")[::2] for item in environ.split(b"\0") if b"=" in item)
     try:
         settings = settings_module.load(env)
     except SystemExit as error:
-        raise Refused(f"{pid} ({name}): in its environment, {str(error).removeprefix('monarch-pdb: ')}") from None
-    return Target(pid, name, settings)
+        raise CannotJoin(f"{pid} ({name}): in its environment, {str(error).removeprefix('monarch-pdb: ')}") from None
+    return JoinTarget(pid, name, settings)
 
 
 def children_of(pid: int) -> list[int]:
@@ -218,7 +218,7 @@ def _causes(error: BaseException):
         error = error.__cause__ or error.__context__
 
 
-def _refusal(target: Target, error: BaseException) -> str:
+def _refusal(target: JoinTarget, error: BaseException) -> str:
     """What `sys.remote_exec`'s error means for the user."""
     text = " ".join(str(e) for e in _causes(error))
     if "not enabled" in text:
@@ -236,8 +236,8 @@ def _refusal(target: Target, error: BaseException) -> str:
     return f"{target.who} cannot be joined: {error}"
 
 
-def ask(target: Target) -> None:
-    """Ask the process to run our script at its next safe point; Refused if it cannot be asked."""
+def ask(target: JoinTarget) -> None:
+    """Ask the process to run our script at its next safe point; CannotJoin if it cannot be asked."""
     try:
         discovery.ensure_runtime_dir(target.settings)
         for stale in (target.answer, target.answer + ".tmp"):
@@ -247,15 +247,15 @@ def ask(target: Target) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(SCRIPT.format(pid=target.pid, answer=target.answer))
     except (discovery.Insecure, OSError) as error:
-        raise Refused(f"{target.who}: {error}") from None
+        raise CannotJoin(f"{target.who}: {error}") from None
     try:
         sys.remote_exec(target.pid, target.script)
     except (OSError, RuntimeError) as error:
         os.unlink(target.script)
-        raise Refused(_refusal(target, error)) from None
+        raise CannotJoin(_refusal(target, error)) from None
 
 
-def answers(asked: list[Target], deadline: float) -> dict[int, Answer]:
+def answers(asked: list[JoinTarget], deadline: float) -> dict[int, Answer]:
     """What each process's script said, for those that ran it before `deadline`."""
     said: dict[int, Answer] = {}
     while True:
@@ -351,21 +351,21 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def chosen_pids(args: argparse.Namespace) -> list[int]:
-    """The processes named, then those below --children-of; Refused when there are none."""
+    """The processes named, then those below --children-of; CannotJoin when there are none."""
     pids = list(dict.fromkeys(args.pids))
     if args.children_of is not None:
         if not os.path.exists(f"/proc/{args.children_of}"):
-            raise Refused(f"{args.children_of}: no such process")
+            raise CannotJoin(f"{args.children_of}: no such process")
         below = children_of(args.children_of)
         if not below:
-            raise Refused(f"{args.children_of} runs no Python process below it")
+            raise CannotJoin(f"{args.children_of} runs no Python process below it")
         pids += [pid for pid in below if pid not in pids]
     if not pids:
-        raise Refused("join needs a PID, or --children-of PID")
+        raise CannotJoin("join needs a PID, or --children-of PID")
     return pids
 
 
-def not_joined(t: Target, answer: Answer | None, timeout: float) -> str:
+def not_joined(t: JoinTarget, answer: Answer | None, timeout: float) -> str:
     """Why a process asked to join is not loaded, or "" when it is."""
     if answer is None:
         return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid)}"
@@ -377,7 +377,7 @@ def not_joined(t: Target, answer: Answer | None, timeout: float) -> str:
     return ""
 
 
-def rows_of(loaded: list[Target], said: dict[int, Answer], deadline: float,
+def rows_of(loaded: list[JoinTarget], said: dict[int, Answer], deadline: float,
             timeout: float) -> tuple[dict[int, list[wire.SessionRow]], list[str]]:
     """Each loaded process's rows in the broker its environment names, and a line for each that
     broker does not list by `deadline`."""
@@ -407,17 +407,17 @@ def run(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     try:
         pids = chosen_pids(args)
-    except Refused as refusal:
+    except CannotJoin as refusal:
         _say(str(refusal))
         return 2 if not args.pids and args.children_of is None else 1
-    asked: list[Target] = []
+    asked: list[JoinTarget] = []
     refused = 0
     for pid in pids:
         try:
             chosen = target(pid)
             ask(chosen)
             asked.append(chosen)
-        except Refused as refusal:
+        except CannotJoin as refusal:
             _say(str(refusal))
             refused += 1
     said = answers(asked, deadline)

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from programs import NAMED_RANKS, Program, debug, wait_for_lines, wait_for_sessions
 
-from monarch_pdb.client.shell import CommandError, whole_number, parse_target
+from monarch_pdb.client.arguments import CommandError, whole_number, parse_target
 
 WORDS = st.sampled_from(["debugee", "job:debugee", ":", "ranks(", "ranks(1,,2)", "ranks(:)", "ranks(host=1)", "p x",
                          "!", "?", ")", "(", " ", "\t", "0", "-1", "ranks(1)", "c", "\x00", "é"])

@@ -1,0 +1,230 @@
+"""The shell's commands for a job that hangs, which look at the whole job at once and stop
+nothing unasked: `stacks`, `peek`, `interrupt` and `mesh`. They reach the shell through the
+narrow `Shell` it offers them, never its prompt or its sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from typing import Protocol, TextIO, cast
+
+import cmd2
+
+from monarch_pdb import wire
+from monarch_pdb.client import answers, mesh, stack_tree
+from monarch_pdb.client.arguments import (ACTOR_HELP, SELECTOR_HELP, CommandError, argument, ask, command, frames_up,
+                                          parse_target, split_job, threads, timeout, typed_arguments, usage,
+                                          words_target)
+from monarch_pdb.client.connection import RequestFailed, ShellConnection
+from monarch_pdb.client.reporter import Reporter
+from monarch_pdb.client.terminal import Terminal
+from monarch_pdb.ranks import format_ranks, parse_selector, render_selector
+
+INTERRUPT_TIMEOUT = 5.0
+PEEK_TIMEOUT = 5.0
+
+
+class Shell(Protocol):
+    """What these commands use of the shell."""
+
+    conn: ShellConnection
+    report: Reporter
+    actors: set[str]
+    """The actor names Tab completes."""
+    cast_timeout: float
+    cast_output: str
+    stdout: TextIO
+    terminal: Terminal
+
+    def fail(self, text: str) -> None: ...
+
+    def complete_actor(self, text: str, line: str, begidx: int, endidx: int) -> list[str]: ...
+
+
+def in_call_line(actor: str, in_call: list[int], place: str) -> str:
+    """What to do about ranks that an interrupt cannot stop before their call returns."""
+    one = len(in_call) == 1
+    return (f"{actor} ranks[{format_ranks(in_call)}] {'is' if one else 'are'} in a C call ({place}); "
+            f"{'it stops' if one else 'they stop'} when it returns; `peek` reads {'it' if one else 'them'} now")
+
+
+def expression_only(text: str) -> str:
+    """The expression, or the one line that says why it is not one: `peek` changes nothing in
+    a rank, so a statement is refused before it is sent."""
+    try:
+        compile(text, "<peek>", "eval")
+        return text
+    except SyntaxError as error:
+        try:
+            compile(text, "<peek>", "exec")
+        except SyntaxError:
+            raise CommandError(f"peek needs a Python expression: {error.msg} in {text!r}") from None
+    raise CommandError(f"peek evaluates an expression, not a statement ({text!r}): it changes nothing in the ranks")
+
+
+class HangCommands(cmd2.CommandSet):
+    """A cmd2 command set, so that these commands live apart from the shell's loop and sessions;
+    cmd2 lists and runs them as the shell's own."""
+
+    @property
+    def shell(self) -> Shell:
+        return cast(Shell, self._cmd)
+
+    def fail(self, text: str) -> None:
+        self.shell.fail(text)
+
+    def complete_actor(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return self.shell.complete_actor(text, line, begidx, endidx)
+
+    @command(
+        argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)"),
+        argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)"),
+        argument("--thread", type=threads, default=wire.Threads.MAIN, metavar="main|all",
+                 help="the main thread of each rank (default), or all its threads"),
+        argument("--full", action="store_true",
+                 help="every frame, the trunk all ranks share too (folded into one line by default)"),
+        argument("--locals", action="store_true",
+                 help="the locals of each group's program frame (the one peek reads), values folded over ranks"),
+        argument("--json", action="store_true", help="the merged stacks as JSON"),
+    )
+    def do_stacks(self, args: argparse.Namespace) -> None:
+        """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--json]
+
+        Merged Python stacks of running ranks, without stopping them."""
+        shell = self.shell
+        if args.actor is not None:
+            job, actor, selection, extra = words_target(args.actor, args.selector, usage(self.do_stacks))
+            if extra:
+                raise CommandError(f"stacks takes an actor and a selector, not {extra!r}")
+            targets = [(job, actor)]
+        else:
+            selection = None
+            rows = ask(shell.conn, wire.ListAll(), wire.SessionList).rows
+            targets = sorted({(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
+            if not targets:
+                raise CommandError("no running rank is known to the broker")
+        selector = render_selector(selection or parse_selector("ranks(:)"))
+        texts, docs = [], []
+        for job, actor in targets:
+            result = shell.conn.stacks(actor, selector, args.thread, shell.cast_timeout, job, args.locals)
+            texts.append(stack_tree.text(result, args.thread == wire.Threads.ALL, args.full))
+            docs.append(stack_tree.document(result, args.thread == wire.Threads.ALL, args.full))
+            if result.missing:
+                shell.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
+        doc = docs[0] if len(docs) == 1 else docs
+        shell.report.result(json.dumps(doc, sort_keys=True) if args.json else "".join(texts), doc)
+
+    complete_stacks = complete_actor
+
+    @command(
+        argument("--frame", dest="function", default="", metavar="FUNC", help="the innermost frame of FUNC"),
+        argument("--up", type=frames_up, default=0, metavar="N", help="that many frames further out"),
+        argument("--timeout", type=timeout, default=PEEK_TIMEOUT, metavar="S",
+                 help=f"seconds a rank may take to answer (default {PEEK_TIMEOUT:g})"),
+        argument("--json", action="store_true", help="the grouped answers as JSON"),
+        argument("actor", help=ACTOR_HELP),
+        argument("expression", nargs=argparse.REMAINDER, metavar="ranks(<ranks>) <expression>",
+                 help=SELECTOR_HELP + ", then the expression, sent as typed"),
+        names_options=True,
+    )
+    def do_peek(self, args: argparse.Namespace) -> None:
+        """peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>) <expression>
+
+        Evaluate a Python expression in running ranks without stopping them, and show the
+        answers grouped as a cast's. It is read in the frame of the program's own code where
+        `stacks` shows each rank (a paused rank: where it stopped); --frame FUNC the innermost
+        frame of FUNC, --up N that many frames further out. An expression only: nothing of the
+        rank changes. One still running after --timeout seconds (default 5) is answered as
+        such and finishes on its own; a rank whose C code holds the GIL is named."""
+        shell = self.shell
+        options = len(args.cmd2_statement.get().arg_list) - 1 - len(args.expression)  # the words before the actor
+        usage_line = usage(self.do_peek)
+        job, actor, selection, expression = parse_target(typed_arguments(args, skip=options), usage_line)
+        if selection is None or not expression.strip():
+            raise CommandError(usage_line)
+        expression = expression_only(expression.strip())
+        result = shell.conn.peek(actor, render_selector(selection), expression, args.timeout, args.function, args.up, job)
+        shell.actors.add(actor)
+
+        def document() -> dict:
+            doc = answers.document(result)
+            for group in doc["groups"]:
+                del group["outcome"]  # the ranks of a peek run on: no session's outcome to tell
+            return doc
+
+        render = answers.raw if shell.cast_output == "raw" else answers.grouped
+        text = (lambda: json.dumps(document(), sort_keys=True)) if args.json else functools.partial(render, result)
+        shell.report.result(text, document)
+        if result.missing:
+            shell.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
+
+    complete_peek = complete_actor
+
+    @command(
+        argument("actor", help=ACTOR_HELP),
+        argument("selector", nargs="+", metavar="ranks(<ranks>)", help=SELECTOR_HELP),
+        argument("--timeout", type=timeout, default=INTERRUPT_TIMEOUT, metavar="S",
+                 help=f"seconds to wait for them to stop (default {INTERRUPT_TIMEOUT:g})"),
+    )
+    def do_interrupt(self, args: argparse.Namespace) -> None:
+        """interrupt <actor> ranks(<ranks>) [--timeout S]
+
+        Stop running ranks where they are, as sessions."""
+        shell = self.shell
+        usage_line = usage(self.do_interrupt)
+        job, actor, selection, extra = words_target(args.actor, args.selector, usage_line)
+        if extra:
+            raise CommandError(usage_line)
+        reply = ask(shell.conn, wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
+        asked = set(reply.ranks)
+
+        def stopped(rows: list[wire.SessionRow]) -> set[int]:
+            return {r.rank for r in rows if r.job == reply.job and r.actor == actor} & asked
+
+        done = stopped(shell.conn.wait_for_rows(lambda rows: stopped(rows) == asked, args.timeout)) if asked else set()
+        stuck = sorted(asked - done)
+        lines = [f"Interrupted {len(done)} rank{'s' if len(done) != 1 else ''}"
+                 + (f": {answers.rank_set(actor, sorted(done))}" if done else "")]
+        if not asked:
+            lines = [f"Every selected rank of {actor} is already stopped."]
+        doc: dict = {"interrupted": {"job": reply.job, "actor": actor, "ranks": sorted(done)}, "not_stopped": stuck}
+        if stuck:
+            lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (blocked in a call that "
+                         "did not return to its code, C code holding the GIL, or the signal blocked); where they are:")
+            try:
+                where = shell.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN,
+                                          shell.cast_timeout, reply.job)
+                lines.append(stack_tree.text(where, False).rstrip("\n"))
+                doc["stacks"] = stack_tree.document(where)
+                lines += [in_call_line(actor, in_call, place) for in_call, place in stack_tree.in_calls(where)]
+            except RequestFailed as failure:
+                lines.append(f"(no stacks: {failure})")
+            shell.report.failed(f"{len(stuck)} ranks did not stop")
+        shell.actors.add(actor)
+        shell.report.result("\n".join(lines), doc)
+
+    complete_interrupt = complete_actor
+
+    @command(argument("actor", nargs="?", help=ACTOR_HELP + " (default: every actor)"))
+    def do_mesh(self, args: argparse.Namespace) -> None:
+        """mesh [actor]
+
+        A picture of the mesh, each rank's state in its cell."""
+        shell = self.shell
+        job, actor = split_job(args.actor) if args.actor is not None else ("", "")
+        rows = ask(shell.conn, wire.ListAll(), wire.SessionList).rows
+        by_actor: dict[tuple[str, str], list[wire.SessionRow]] = {}
+        for row in rows:
+            if (not actor or row.actor == actor) and (not job or row.job == job):
+                by_actor.setdefault((row.job, row.actor), []).append(row)
+        if not by_actor:
+            raise CommandError(f"No rank of actor {actor} is known to the broker" if actor else "No rank is known to the broker")
+        several_jobs = len({j for j, _ in by_actor}) > 1
+        colour = shell.stdout.isatty() and not shell.report.as_json
+        names = {key: f"{key[0]}:{key[1]}" if several_jobs else key[1] for key in by_actor}
+        columns = shell.terminal.size().columns
+        pictures = [mesh.picture(names[key], by_actor[key], colour, columns) for key in sorted(by_actor)]
+        docs = [mesh.document(names[key], by_actor[key]) for key in sorted(by_actor)]
+        shell.report.result("\n".join(pictures), docs[0] if len(docs) == 1 else docs)
