@@ -16,12 +16,11 @@ import threading
 import time
 from pathlib import Path
 
-from monarch_pdb import discovery
-from monarch_pdb import settings as settings_module
-from monarch_pdb import wire
 from monarch_pdb.client.connection import ShellConnection
-
 from timing import timed
+
+from monarch_pdb import discovery, wire
+from monarch_pdb import settings as settings_module
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "debugging.py"
 RANKS = 16
@@ -36,17 +35,20 @@ class Example:
     Leaving the `with` block ends every process the run started, the embedded broker too.
     """
 
-    def __init__(self, workdir: Path, script: Path = EXAMPLE, ranks: int = RANKS,
-                 attached_rank: int = ATTACHED_RANK) -> None:
+    def __init__(
+        self, workdir: Path, script: Path = EXAMPLE, ranks: int = RANKS, attached_rank: int = ATTACHED_RANK
+    ) -> None:
         self.script, self.ranks, self.attached_rank = script, ranks, attached_rank
         self.log = workdir / "example.log"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
-        self.env.update({
-            "MONARCH_PDB_RUNTIME_DIR": str(workdir / "run"),
-            "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
-            "MONARCH_DEBUG_SERVER_PORT": "0",
-            "PYTHONUNBUFFERED": "1",
-        })
+        self.env.update(
+            {
+                "MONARCH_PDB_RUNTIME_DIR": str(workdir / "run"),
+                "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
+                "MONARCH_DEBUG_SERVER_PORT": "0",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         self.proc: subprocess.Popen | None = None
         self.conn: ShellConnection | None = None
         self.changed = threading.Event()
@@ -65,8 +67,13 @@ class Example:
     def _start(self) -> None:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, str(self.script)], env=self.env, cwd=self.script.parent, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [sys.executable, str(self.script)],
+                env=self.env,
+                cwd=self.script.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         settings = self._settings().with_overrides(connect_timeout=START_TIMEOUT)
         self.conn = ShellConnection.open(settings, on_events=lambda events: self.changed.set())
@@ -129,8 +136,12 @@ class Example:
         session = attached.session
 
         def answer(msg: wire.Message) -> bool:
-            return (isinstance(msg, (wire.SessionEnded, wire.Error))
-                    or isinstance(msg, wire.SessionOutput) and msg.session == session and msg.paused)
+            return (
+                isinstance(msg, (wire.SessionEnded, wire.Error))
+                or isinstance(msg, wire.SessionOutput)
+                and msg.session == session
+                and msg.paused
+            )
 
         def once() -> None:
             self.conn.post(wire.Send(session=session, line="p rank"))

@@ -14,7 +14,6 @@ from pathlib import Path
 import debugger
 import terminal
 from monarch_pdb.client.dap import encode, read_message
-
 from timing import timed
 
 STEPPER = Path(__file__).resolve().parent / "stepper.py"
@@ -25,8 +24,9 @@ class Adapter:
     """`monarch-pdb dap` on pipes, attached to the stepper's rank 0, spoken to in DAP."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(DAP, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            DAP, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         self.seq = 0
         self.events: list[dict] = []
         try:

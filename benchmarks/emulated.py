@@ -14,13 +14,12 @@ import sys
 import threading
 
 import zmq
+from floors import die_with_parent
 
 import monarch_pdb
 from monarch_pdb.rank import debugger
 from monarch_pdb.rank.agent import Agent
 from monarch_pdb.settings import load as load_settings
-
-from floors import die_with_parent
 
 # Enough for pdb's frames; the default 8 MB would reserve far more than a paused rank uses.
 STACK_BYTES = 256 * 1024
@@ -43,8 +42,9 @@ def main(first: int, count: int, connections: str) -> None:
     proc = first // count
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, SOCKETS_PER_AGENT * count + 64)
-    agents = [Agent(load_settings(), debugger.interrupt, context) if connections == "own" else None
-              for _ in range(count)]
+    agents = [
+        Agent(load_settings(), debugger.interrupt, context) if connections == "own" else None for _ in range(count)
+    ]
     threads = [threading.Thread(target=rank_main, args=(first + t, proc, t, agents[t])) for t in range(count)]
     for thread in threads:
         thread.start()

@@ -21,10 +21,9 @@ import sys
 import time
 
 import zmq
+from timing import timed
 
 from monarch_pdb import wire
-
-from timing import timed
 
 READY = b"ready"
 EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "debugging.py")
@@ -37,11 +36,23 @@ def pdb_exchange() -> tuple[list[bytes], list[bytes]]:
     """Signed frames the size of one attached `p rank`: the request, and the answer."""
     codec = wire.Codec(b"k" * 64)
     request = codec.encode(wire.Send(session=1, line="p rank"))
-    answer = codec.encode(wire.Prompt(
-        sid=1, cmd=1, job="debugging-1234", actor="debugee", rank=5, coords={"host": 1, "gpu": 1},
-        host="bench-host", pid=12345, function="debugging._debugee_actor_internal",
-        filename=EXAMPLE_FILE, lineno=15, output="5\n", prompt="(Pdb) ",
-    ))
+    answer = codec.encode(
+        wire.Prompt(
+            sid=1,
+            cmd=1,
+            job="debugging-1234",
+            actor="debugee",
+            rank=5,
+            coords={"host": 1, "gpu": 1},
+            host="bench-host",
+            pid=12345,
+            function="debugging._debugee_actor_internal",
+            filename=EXAMPLE_FILE,
+            lineno=15,
+            output="5\n",
+            prompt="(Pdb) ",
+        )
+    )
     return request, answer
 
 
@@ -80,8 +91,13 @@ class _Floor:
 
     def _peer(self, *args: str) -> subprocess.Popen:
         """A peer in a session of its own: a terminal's Ctrl-C is for the runner, which ends it."""
-        peer = subprocess.Popen([sys.executable, __file__, str(os.getpid()), *args], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        peer = subprocess.Popen(
+            [sys.executable, __file__, str(os.getpid()), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self._peers.append(peer)
         return peer
 

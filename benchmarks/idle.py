@@ -24,12 +24,11 @@ import tempfile
 import time
 
 import zmq
+from floors import die_with_parent
 
 from monarch_pdb import discovery, wire
 from monarch_pdb.link import routing_id, zmtp_heartbeats
 from monarch_pdb.settings import load as load_settings
-
-from floors import die_with_parent
 
 RANKS = 1024
 SECONDS = 10.0
@@ -72,8 +71,11 @@ def hold(address: str, key: bytes, beating: bool, pid: int) -> float:
             if not beating:
                 zmtp_heartbeats(sock, BEAT)
             sock.connect(address)
-            sock.send_multipart(codec.encode(wire.Hello(role=wire.Role.AGENT, job="idle", host="bench", pid=n,
-                                                        user="bench", link=os.urandom(8))))
+            sock.send_multipart(
+                codec.encode(
+                    wire.Hello(role=wire.Role.AGENT, job="idle", host="bench", pid=n, user="bench", link=os.urandom(8))
+                )
+            )
             socks.append(sock)
         poller = zmq.Poller()
         for sock in socks:
@@ -104,8 +106,9 @@ def hold(address: str, key: bytes, beating: bool, pid: int) -> float:
 def measure(say) -> dict[str, float]:
     """% of a core each listener spends with RANKS idle ranks connected."""
     here = os.path.dirname(os.path.abspath(__file__))
-    floor = subprocess.Popen([sys.executable, os.path.join(here, "idle.py"), "router", str(os.getpid())],
-                             stdout=subprocess.PIPE, text=True)
+    floor = subprocess.Popen(
+        [sys.executable, os.path.join(here, "idle.py"), "router", str(os.getpid())], stdout=subprocess.PIPE, text=True
+    )
     try:
         port = floor.stdout.readline().strip()
         say(f"idle: {RANKS} ranks at a bare ROUTER (the floor)")
@@ -115,10 +118,14 @@ def measure(say) -> dict[str, float]:
         floor.wait()
     for name, beating in (("python_heartbeats", True), ("broker", False)):
         with tempfile.TemporaryDirectory(prefix="monarch-pdb-idle-") as workdir:
-            env = dict(os.environ, MONARCH_PDB_RUNTIME_DIR=workdir, MONARCH_DEBUG_SERVER_PORT="0",
-                       MONARCH_DEBUG_SERVER_HOST="127.0.0.1", MONARCH_PDB_HEARTBEAT=str(BEAT))
-            broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env,
-                                      stderr=subprocess.DEVNULL)
+            env = dict(
+                os.environ,
+                MONARCH_PDB_RUNTIME_DIR=workdir,
+                MONARCH_DEBUG_SERVER_PORT="0",
+                MONARCH_DEBUG_SERVER_HOST="127.0.0.1",
+                MONARCH_PDB_HEARTBEAT=str(BEAT),
+            )
+            broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stderr=subprocess.DEVNULL)
             try:
                 settings = load_settings(env)
                 conn = None

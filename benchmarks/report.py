@@ -30,8 +30,9 @@ class Target:
     times_floor: float | None = None
 
     def describe(self) -> str:
-        parts = ([f"< {self.ms:g} ms"] if self.ms is not None else []) + \
-                ([f"<= {self.times_floor:g}x floor"] if self.times_floor is not None else [])
+        parts = ([f"< {self.ms:g} ms"] if self.ms is not None else []) + (
+            [f"<= {self.times_floor:g}x floor"] if self.times_floor is not None else []
+        )
         return " and ".join(parts)
 
     def met(self, p50_ms: float, floor_p50_ms: float | None) -> bool:
@@ -86,18 +87,32 @@ class Result:
             "ratio_to_floor": round(p50 / floor, 2) if floor and taken else None,
             "target": self.target.describe() if self.target else None,
             "verdict": verdict,
-            **({"critical_p50_ms": round(critical, 4) if critical is not None else None,
-                "target_on": self.judged_on if self.target else None} if self.critical_ns is not None else {}),
+            **(
+                {
+                    "critical_p50_ms": round(critical, 4) if critical is not None else None,
+                    "target_on": self.judged_on if self.target else None,
+                }
+                if self.critical_ns is not None
+                else {}
+            ),
         }
 
 
 COLUMNS = (
-    ("measure", "measure", "<"), ("n", "n", ">"), ("p50_ms", "p50 ms", ">"), ("p99_ms", "p99 ms", ">"),
-    ("floor_p50_ms", "floor p50 ms", ">"), ("ratio_to_floor", "ratio to floor", ">"),
-    ("target", "target", "<"), ("verdict", "verdict", "<"),
+    ("measure", "measure", "<"),
+    ("n", "n", ">"),
+    ("p50_ms", "p50 ms", ">"),
+    ("p99_ms", "p99 ms", ">"),
+    ("floor_p50_ms", "floor p50 ms", ">"),
+    ("ratio_to_floor", "ratio to floor", ">"),
+    ("target", "target", "<"),
+    ("verdict", "verdict", "<"),
 )
 TREE_COLUMNS = (
-    *COLUMNS[:4], ("critical_p50_ms", "critical path p50 ms", ">"), *COLUMNS[4:7], ("target_on", "target on", "<"),
+    *COLUMNS[:4],
+    ("critical_p50_ms", "critical path p50 ms", ">"),
+    *COLUMNS[4:7],
+    ("target_on", "target on", "<"),
     COLUMNS[7],
 )
 """The columns of a tree whose brokers share this machine: both times, and which one is judged."""
@@ -150,8 +165,13 @@ def _cpu_model() -> str:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 

@@ -56,17 +56,51 @@ TREE_LARGE_RESULTS = RESULTS.with_name("tree-large.json")
 ROUNDS = {"full": 10, "quick": 3}
 # Timed repetitions per measure over the whole run; full mode takes about half a minute on 2 cores.
 REPEAT = {
-    "full": {"relay": 10000, "attached": 5000, "fan_out": 3000, "cast": 2000, "list": 3000,
-             "tty_floor": 1000, "tty_attached": 1000, "tty_floor_tab": 1000, "tty_tab": 1000, "tty_cast": 500,
-             "tty_next": 500, "dap_next": 500},
-    "quick": {"relay": 600, "attached": 300, "fan_out": 210, "cast": 90, "list": 210,
-              "tty_floor": 90, "tty_attached": 90, "tty_floor_tab": 90, "tty_tab": 90, "tty_cast": 45,
-              "tty_next": 45, "dap_next": 45},
+    "full": {
+        "relay": 10000,
+        "attached": 5000,
+        "fan_out": 3000,
+        "cast": 2000,
+        "list": 3000,
+        "tty_floor": 1000,
+        "tty_attached": 1000,
+        "tty_floor_tab": 1000,
+        "tty_tab": 1000,
+        "tty_cast": 500,
+        "tty_next": 500,
+        "dap_next": 500,
+    },
+    "quick": {
+        "relay": 600,
+        "attached": 300,
+        "fan_out": 210,
+        "cast": 90,
+        "list": 210,
+        "tty_floor": 90,
+        "tty_attached": 90,
+        "tty_floor_tab": 90,
+        "tty_tab": 90,
+        "tty_cast": 45,
+        "tty_next": 45,
+        "dap_next": 45,
+    },
 }
 # Untimed repetitions before each batch: the first connects sockets and fills caches, later
 # ones make the processes of this measure hot again after the previous measure ran.
-WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20, "tty_floor": 5, "tty_attached": 5,
-          "tty_floor_tab": 5, "tty_tab": 5, "tty_cast": 2, "tty_next": 5, "dap_next": 5}
+WARMUP = {
+    "relay": 50,
+    "attached": 20,
+    "fan_out": 20,
+    "cast": 5,
+    "list": 20,
+    "tty_floor": 5,
+    "tty_attached": 5,
+    "tty_floor_tab": 5,
+    "tty_tab": 5,
+    "tty_cast": 2,
+    "tty_next": 5,
+    "dap_next": 5,
+}
 
 
 def quantile_sum(first: list[int], second: list[int]) -> list[int]:
@@ -80,12 +114,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
     parser.add_argument("--scale", action="store_true", help="add the emulated-rank scale measures")
-    parser.add_argument("--tree-large", action="store_true",
-                        help="only the trees of 131,072 and 1,048,576 ranks emulated at the wire")
-    parser.add_argument("--ranks", type=int, choices=[shape.ranks for shape in scale.TREE_LARGE],
-                        help="with --tree-large: only the tree of this many ranks")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="with --tree-large: run each broker under cProfile, its statistics to DIR/NAME.prof")
+    parser.add_argument(
+        "--tree-large", action="store_true", help="only the trees of 131,072 and 1,048,576 ranks emulated at the wire"
+    )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        choices=[shape.ranks for shape in scale.TREE_LARGE],
+        help="with --tree-large: only the tree of this many ranks",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="with --tree-large: run each broker under cProfile, its statistics to DIR/NAME.prof",
+    )
     args = parser.parse_args()
     if args.tree_large:
         shapes = [shape for shape in scale.TREE_LARGE if args.ranks in (None, shape.ranks)]
@@ -97,8 +140,10 @@ def main() -> int:
     mode = "quick" if args.quick else "full"
 
     with contextlib.ExitStack() as stack:
-        say(f"monarch-pdb benchmark ({mode}): starting the floors' peers and {debugger.EXAMPLE.name} "
-            f"with {debugger.RANKS} ranks...")
+        say(
+            f"monarch-pdb benchmark ({mode}): starting the floors' peers and {debugger.EXAMPLE.name} "
+            f"with {debugger.RANKS} ranks..."
+        )
         relay = stack.enter_context(floors.Relay())
         fan_out = stack.enter_context(floors.FanOut(debugger.RANKS))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="monarch-pdb-bench-")))
@@ -106,12 +151,18 @@ def main() -> int:
         shells = stack.enter_context(terminal.Shells(example.env, debugger.ATTACHED_RANK, debugger.RANKS))
         stepping = stack.enter_context(editor.Stepping(workdir / "stepper"))
         measures = {
-            "relay": relay.round_trips, "attached": example.attached_round_trips,
-            "fan_out": fan_out.round_trips, "cast": example.cast_round_trips, "list": example.list_round_trips,
-            "tty_floor": shells.floor_round_trips, "tty_attached": shells.attached_round_trips,
-            "tty_floor_tab": shells.floor_tab_round_trips, "tty_tab": shells.attached_tab_round_trips,
+            "relay": relay.round_trips,
+            "attached": example.attached_round_trips,
+            "fan_out": fan_out.round_trips,
+            "cast": example.cast_round_trips,
+            "list": example.list_round_trips,
+            "tty_floor": shells.floor_round_trips,
+            "tty_attached": shells.attached_round_trips,
+            "tty_floor_tab": shells.floor_tab_round_trips,
+            "tty_tab": shells.attached_tab_round_trips,
             "tty_cast": shells.cast_round_trips,
-            "tty_next": stepping.shell_next_round_trips, "dap_next": stepping.editor_next_round_trips,
+            "tty_next": stepping.shell_next_round_trips,
+            "dap_next": stepping.editor_next_round_trips,
         }
         samples: dict[str, list[int]] = {name: [] for name in measures}
         for n in range(ROUNDS[mode]):
@@ -131,49 +182,87 @@ def main() -> int:
     attached = Result("attached `p rank`", samples["attached"], floor=floor_a, target=Target(times_floor=2.0))
     # What a bare readline program costs plus what the same line costs below the shell: the
     # terminal's attached line can be no faster than both together.
-    tty_path_floor = Result("terminal floor: floor C + attached `p rank` below the shell",
-                            quantile_sum(samples["tty_floor"], samples["attached"]))
+    tty_path_floor = Result(
+        "terminal floor: floor C + attached `p rank` below the shell",
+        quantile_sum(samples["tty_floor"], samples["attached"]),
+    )
     tty_floor_tab = Result("terminal: cmd + readline completing `p ra` itself (floor C, Tab)", samples["tty_floor_tab"])
-    tty_tab_path_floor = Result("terminal floor, Tab: floor C's Tab + attached `p rank` below the shell",
-                                quantile_sum(samples["tty_floor_tab"], samples["attached"]))
-    tty_next = Result("terminal: attached `n`, Enter to prompt (the editor's floor)", samples["tty_next"], floor=floor_a)
+    tty_tab_path_floor = Result(
+        "terminal floor, Tab: floor C's Tab + attached `p rank` below the shell",
+        quantile_sum(samples["tty_floor_tab"], samples["attached"]),
+    )
+    tty_next = Result(
+        "terminal: attached `n`, Enter to prompt (the editor's floor)", samples["tty_next"], floor=floor_a
+    )
     results = [
         floor_a,
         floor_b,
         attached,
-        Result(f"cast ranks(:) `p rank`, {debugger.RANKS} ranks", samples["cast"], floor=floor_b, target=Target(ms=5.0)),
+        Result(
+            f"cast ranks(:) `p rank`, {debugger.RANKS} ranks", samples["cast"], floor=floor_b, target=Target(ms=5.0)
+        ),
         Result(f"list, {debugger.RANKS} sessions", samples["list"], target=Target(ms=200.0)),
         tty_floor,
         tty_path_floor,
-        Result("terminal: attached `p rank`, Enter to prompt", samples["tty_attached"], floor=tty_path_floor,
-               target=Target(ms=terminal.MONARCH_ATTACHED_MS, times_floor=2.0)),
+        Result(
+            "terminal: attached `p rank`, Enter to prompt",
+            samples["tty_attached"],
+            floor=tty_path_floor,
+            target=Target(ms=terminal.MONARCH_ATTACHED_MS, times_floor=2.0),
+        ),
         tty_floor_tab,
         tty_tab_path_floor,
-        Result("terminal: Tab completion attached, `p ra` Tab to `p rank` shown", samples["tty_tab"],
-               floor=tty_tab_path_floor, target=Target(times_floor=2.0)),
-        Result(f"terminal: cast to {debugger.RANKS} ranks, Enter to prompt", samples["tty_cast"], floor=tty_floor,
-               target=Target(ms=terminal.CAST_MS)),
+        Result(
+            "terminal: Tab completion attached, `p ra` Tab to `p rank` shown",
+            samples["tty_tab"],
+            floor=tty_tab_path_floor,
+            target=Target(times_floor=2.0),
+        ),
+        Result(
+            f"terminal: cast to {debugger.RANKS} ranks, Enter to prompt",
+            samples["tty_cast"],
+            floor=tty_floor,
+            target=Target(ms=terminal.CAST_MS),
+        ),
         tty_next,
-        Result("editor: `next` on one rank, request to `stopped` event", samples["dap_next"], floor=tty_next,
-               target=Target(times_floor=2.0)),
+        Result(
+            "editor: `next` on one rank, request to `stopped` event",
+            samples["dap_next"],
+            floor=tty_next,
+            target=Target(times_floor=2.0),
+        ),
         *breaking,
         *scaled,
     ]
     rows = [result.row() for result in results]
     print(report.table(rows))
-    print("\nthe shell's own CPU per line (ms): " + ", ".join(f"{k} {v}" for k, v in shell_cpu.items())
-          + f" (attached: target < {terminal.CPU_MS_PER_LINE:g} ms, "
-          + ("PASS" if shell_cpu.get("attached", math.inf) < terminal.CPU_MS_PER_LINE else "MISS") + ")")
-    print(f"\nidle broker CPU with {idle.RANKS} idle ranks (% of a core): {idle_cpu['broker']:.2f} "
-          f"(floor, a bare ROUTER answering libzmq's heartbeats: {idle_cpu['floor']:.2f}; with a Python "
-          f"heartbeat a rank a second, as before: {idle_cpu['python_heartbeats']:.2f})")
+    print(
+        "\nthe shell's own CPU per line (ms): "
+        + ", ".join(f"{k} {v}" for k, v in shell_cpu.items())
+        + f" (attached: target < {terminal.CPU_MS_PER_LINE:g} ms, "
+        + ("PASS" if shell_cpu.get("attached", math.inf) < terminal.CPU_MS_PER_LINE else "MISS")
+        + ")"
+    )
+    print(
+        f"\nidle broker CPU with {idle.RANKS} idle ranks (% of a core): {idle_cpu['broker']:.2f} "
+        f"(floor, a bare ROUTER answering libzmq's heartbeats: {idle_cpu['floor']:.2f}; with a Python "
+        f"heartbeat a rank a second, as before: {idle_cpu['python_heartbeats']:.2f})"
+    )
     print_resources(resources)
-    report.write_json(RESULTS, rows, {
-        "idle_broker_cpu_percent": idle_cpu,
-        "mode": mode, "ranks": debugger.RANKS, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP,
-        "floor_messages": floors.message_sizes(), "scale_resources": resources,
-        "shell_cpu_ms_per_line": shell_cpu,
-    })
+    report.write_json(
+        RESULTS,
+        rows,
+        {
+            "idle_broker_cpu_percent": idle_cpu,
+            "mode": mode,
+            "ranks": debugger.RANKS,
+            "rounds": ROUNDS[mode],
+            "warmup_per_batch": WARMUP,
+            "floor_messages": floors.message_sizes(),
+            "scale_resources": resources,
+            "shell_cpu_ms_per_line": shell_cpu,
+        },
+    )
     say(f"wrote {RESULTS}")
     return 0
 
@@ -186,8 +275,9 @@ def measure_scale(shapes: list[scale.Shape], profile: Path | None = None) -> tup
         for number, shape in enumerate(shapes):
             say(f"scale: {shape.label} emulated ranks")
             try:
-                results, row = scale.measure_shape(shape, Path(workdir) / f"shape-{number}", say,
-                                                   profile / f"shape-{number}" if profile else None)
+                results, row = scale.measure_shape(
+                    shape, Path(workdir) / f"shape-{number}", say, profile / f"shape-{number}" if profile else None
+                )
             except RuntimeError as failure:  # a shape the product cannot take is a finding, not the end
                 say(f"scale: {shape.label} failed: {failure}")
                 resources.append({"ranks": shape.ranks, "shape": shape.label, "failed": str(failure)})
@@ -211,8 +301,10 @@ def tree_large(shapes: list[scale.Shape], profile: Path | None = None) -> int:
     biggest = max(shapes, key=lambda shape: shape.ranks)
     lacking = scale.cannot_run(biggest, scale.TREE_LARGE_NEEDS)
     if lacking:
-        say(f"monarch-pdb benchmark: this machine cannot run the {biggest.ranks:,}-rank tree ({biggest.label}): "
-            f"{lacking}. Nothing was run.")
+        say(
+            f"monarch-pdb benchmark: this machine cannot run the {biggest.ranks:,}-rank tree ({biggest.label}): "
+            f"{lacking}. Nothing was run."
+        )
         return 2
     results, resources = measure_scale(shapes, profile)
     scale.compare_root_cpu(resources)
@@ -224,9 +316,9 @@ def tree_large(shapes: list[scale.Shape], profile: Path | None = None) -> int:
     say(f"wrote {TREE_LARGE_RESULTS}")
     missed = any(row["verdict"] and row["verdict"] != "PASS" for row in rows) or any(
         row.get("failed") or "MISS" in str(row.get("memory_verdict")) or row.get("root_cpu_verdict") == "MISS"
-        for row in resources)
+        for row in resources
+    )
     return 1 if missed else 0
-
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ import textwrap
 import time
 from pathlib import Path
 
+from monarch_pdb.client.connection import ShellConnection
+from report import Result, Target
+
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
-
-from report import Result, Target
 
 ITERATIONS = 20_000
 """Loop iterations in one timed sample (about a millisecond)."""
@@ -66,9 +66,16 @@ class Loops:
         self.script = workdir / "loop.py"
         self.script.write_text(LOOP)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
-        self.env.update({"MONARCH_PDB_RUNTIME_DIR": str(workdir / "run"), "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
-                         "MONARCH_DEBUG_SERVER_PORT": "0", "MONARCH_PDB_JOB": "loops", "MONARCH_PDB_ACTOR": "loop",
-                         "PYTHONUNBUFFERED": "1"})
+        self.env.update(
+            {
+                "MONARCH_PDB_RUNTIME_DIR": str(workdir / "run"),
+                "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
+                "MONARCH_DEBUG_SERVER_PORT": "0",
+                "MONARCH_PDB_JOB": "loops",
+                "MONARCH_PDB_ACTOR": "loop",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         self.procs: dict[str, subprocess.Popen] = {}
         self.conn: ShellConnection | None = None
 
@@ -76,8 +83,14 @@ class Loops:
         try:
             for name, rank in VARIANTS.items():
                 self.procs[name] = subprocess.Popen(
-                    [sys.executable, str(self.script), name], env=dict(self.env, RANK=rank), stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+                    [sys.executable, str(self.script), name],
+                    env=dict(self.env, RANK=rank),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    start_new_session=True,
+                )
             for proc in self.procs.values():
                 assert proc.stdout.readline() == "READY\n", "a loop process did not start"
             settings = settings_module.load(self.env).with_overrides(connect_timeout=START_TIMEOUT)
@@ -92,8 +105,13 @@ class Loops:
         """The editor's breakpoint in `other`, in the rank of the `breakpoint` process, once the
         broker knows that rank."""
         deadline = time.monotonic() + START_TIMEOUT
-        ask = wire.Breakpoints(ref=1, actor="loop", selector=f"ranks({VARIANTS['breakpoint']})", path=str(self.script),
-                               spots=[wire.Spot(line=OTHER_LINE)])
+        ask = wire.Breakpoints(
+            ref=1,
+            actor="loop",
+            selector=f"ranks({VARIANTS['breakpoint']})",
+            path=str(self.script),
+            spots=[wire.Spot(line=OTHER_LINE)],
+        )
         while True:
             reply = self.conn.request(ask, wire.BreakpointsResult)
             if isinstance(reply, wire.BreakpointsResult):
@@ -132,6 +150,8 @@ def measure(workdir: Path, mode: str, say) -> list[Result]:
                 samples[name] += loops.samples(name, SAMPLES[mode] // ROUNDS[mode])
     floor = Result(f"Python loop of {ITERATIONS:,}, without monarch-pdb (floor D)", samples["bare"])
     free = Target(times_floor=1.1)
-    return [floor,
-            Result("same loop, monarch-pdb installed", samples["installed"], floor=floor, target=free),
-            Result("same loop, a breakpoint set in another function", samples["breakpoint"], floor=floor, target=free)]
+    return [
+        floor,
+        Result("same loop, monarch-pdb installed", samples["installed"], floor=floor, target=free),
+        Result("same loop, a breakpoint set in another function", samples["breakpoint"], floor=floor, target=free),
+    ]

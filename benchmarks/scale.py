@@ -32,14 +32,12 @@ from pathlib import Path
 
 import floors
 import report
+from monarch_pdb.client import stack_tree, table
+from monarch_pdb.client.connection import RequestFailed, ShellConnection
 from report import Result, Target
 
-from monarch_pdb import discovery
+from monarch_pdb import discovery, wire
 from monarch_pdb import settings as settings_module
-from monarch_pdb import wire
-from monarch_pdb.client import table
-from monarch_pdb.client import stack_tree
-from monarch_pdb.client.connection import RequestFailed, ShellConnection
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
 WIRE_EMULATOR = EMULATOR.with_name("wire_ranks.py")
@@ -102,8 +100,15 @@ class Shape:
 # The tree runs the 16 x 1,024 processes of the direct shape before it, two on each of 8
 # hosts, so the two differ only in the brokers.
 SHAPES = {
-    "full": [Shape(1, 256), Shape(4, 256), Shape(4, 1024), Shape(16, 256, own_connections=True), Shape(16, 1024),
-             Shape(16, 1024, hosts=8), Shape(1, 16384)],
+    "full": [
+        Shape(1, 256),
+        Shape(4, 256),
+        Shape(4, 1024),
+        Shape(16, 256, own_connections=True),
+        Shape(16, 1024),
+        Shape(16, 1024, hosts=8),
+        Shape(1, 16384),
+    ],
     "quick": [Shape(1, 256), Shape(4, 256)],
 }
 TREE_LARGE = [Shape(16, 8192, hosts=16, at_wire=True), Shape(64, 16384, hosts=64, at_wire=True)]
@@ -129,8 +134,12 @@ ANSWER_TIMEOUT = 120.0
 CAST_TARGETS = {1024: Target(times_floor=2.0), 16384: Target(ms=1000.0), 131072: Target(ms=2000.0)}
 LIST_TARGETS = {16384: Target(ms=200.0), 131072: Target(ms=1000.0)}
 # Issue 9: `stacks` of every rank merged and printed, 1,024 under 1 s and 16,384 under 5 s.
-STACKS_TARGETS = {1024: Target(ms=1000.0), 16384: Target(ms=5000.0), 131072: Target(ms=1000.0),
-                  1048576: Target(ms=2000.0)}
+STACKS_TARGETS = {
+    1024: Target(ms=1000.0),
+    16384: Target(ms=5000.0),
+    131072: Target(ms=1000.0),
+    1048576: Target(ms=2000.0),
+}
 STORM_TARGETS = {131072: Target(ms=30000.0), 1048576: Target(ms=120000.0)}
 # Issue 28, for 1,048,576 ranks at the wire (critical path): `p rank` under 5 s, a cast with
 # one answer under 2 s, grouped `list` under 1 s, and the root's CPU for that cast at most
@@ -144,12 +153,18 @@ ROOT_MEMORY_TARGET_KB = 1.0
 ROOT_CPU_TARGET = 0.1
 """The root's CPU for a cast of identical answers, as a part of the direct broker's."""
 RESOURCE_COLUMNS = (
-    ("ranks", "N", ">"), ("shape", "shape", "<"), ("broker_rss_mb", "(root) broker RSS MB", ">"),
-    ("kb_per_session", "KB/session", ">"), ("memory_verdict", "memory target", "<"),
+    ("ranks", "N", ">"),
+    ("shape", "shape", "<"),
+    ("broker_rss_mb", "(root) broker RSS MB", ">"),
+    ("kb_per_session", "KB/session", ">"),
+    ("memory_verdict", "memory target", "<"),
     ("cpu_us_per_session_cast", "CPU us/session/cast", ">"),
-    ("cpu_ms_cast", "CPU ms/cast `p rank`", ">"), ("cpu_ms_same", "CPU ms/cast same answer", ">"),
-    ("hosts_cpu_ms_same", "host brokers' CPU ms/cast same", ">"), ("same_vs_direct", "same vs direct", ">"),
-    ("root_cpu_verdict", "< 1/10 direct", "<"), ("failed", "failed", "<"),
+    ("cpu_ms_cast", "CPU ms/cast `p rank`", ">"),
+    ("cpu_ms_same", "CPU ms/cast same answer", ">"),
+    ("hosts_cpu_ms_same", "host brokers' CPU ms/cast same", ">"),
+    ("same_vs_direct", "same vs direct", ">"),
+    ("root_cpu_verdict", "< 1/10 direct", "<"),
+    ("failed", "failed", "<"),
 )
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 SETTLED = 0.01
@@ -166,14 +181,26 @@ class Broker:
     host of its own), registered with the broker `upstream` (HOST:PORT) if given. `env` is
     the environment of the ranks and shells of its host: the broker's secret file is not in it."""
 
-    def __init__(self, workdir: Path, name: str, heartbeat: float, secret_file: Path | None = None,
-                 upstream: str = "", profile: Path | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        name: str,
+        heartbeat: float,
+        secret_file: Path | None = None,
+        upstream: str = "",
+        profile: Path | None = None,
+    ) -> None:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
-        self.env.update({
-            "MONARCH_PDB_RUNTIME_DIR": str(workdir / name), "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
-            "MONARCH_DEBUG_SERVER_PORT": "0", "MONARCH_PDB_JOB": JOB, "PYTHONUNBUFFERED": "1",
-            "MONARCH_PDB_HEARTBEAT": str(heartbeat),
-        })
+        self.env.update(
+            {
+                "MONARCH_PDB_RUNTIME_DIR": str(workdir / name),
+                "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
+                "MONARCH_DEBUG_SERVER_PORT": "0",
+                "MONARCH_PDB_JOB": JOB,
+                "PYTHONUNBUFFERED": "1",
+                "MONARCH_PDB_HEARTBEAT": str(heartbeat),
+            }
+        )
         self.settings = settings_module.load(self.env)
         discovery.ensure_runtime_dir(self.settings)
         broker_env = dict(self.env, **({"MONARCH_PDB_SECRET_FILE": str(secret_file)} if secret_file else {}))
@@ -181,10 +208,15 @@ class Broker:
         self.log = open(self.log_path, "wb")
         # cProfile writes its file when the broker ends as `stop` asks it to (SIGTERM).
         profiler = ["-m", "cProfile", "-o", str(profile / f"{name}.prof")] if profile else []
-        self.proc = subprocess.Popen([sys.executable, *profiler, "-m", "monarch_pdb.broker",
-                                      *(["--upstream", upstream] if upstream else [])],
-                                     env=broker_env, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_us)
+        self.proc = subprocess.Popen(
+            [sys.executable, *profiler, "-m", "monarch_pdb.broker", *(["--upstream", upstream] if upstream else [])],
+            env=broker_env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_us,
+        )
         deadline = time.monotonic() + floors.START_TIMEOUT
         while (conn := discovery.read_connection_file(self.settings)) is None or conn.pid != self.proc.pid:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -237,8 +269,9 @@ class Brokers:
         self.root = Broker(workdir, "root", shape.heartbeat, secret_file, profile=profile)
         try:
             for host in range(shape.hosts):
-                self.hosts.append(Broker(workdir, f"host-{host}", shape.heartbeat, secret_file, self.root.address,
-                                         profile))
+                self.hosts.append(
+                    Broker(workdir, f"host-{host}", shape.heartbeat, secret_file, self.root.address, profile)
+                )
             self._wait_for_branches(shape.hosts)
         except BaseException:
             self.stop()
@@ -249,7 +282,9 @@ class Brokers:
         deadline = time.monotonic() + floors.START_TIMEOUT
         while self.root.log_path.read_text().count("a broker below joined") < count:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the host brokers did not all register with the root: {self.root.log_path.read_text()}")
+                raise RuntimeError(
+                    f"the host brokers did not all register with the root: {self.root.log_path.read_text()}"
+                )
             time.sleep(0.05)
 
     @property
@@ -288,20 +323,33 @@ class Emulators:
         self.procs = []
         hosts = [brokers.hosts[p * len(brokers.hosts) // shape.processes] for p in range(shape.processes)]
         if shape.at_wire:
-            specs = [f"{host.settings.runtime_dir}:{p * shape.per_process}:{shape.per_process}"
-                     for p, host in enumerate(hosts)]
-            commands = [[str(WIRE_EMULATOR), *specs[at:at + WIRE_CONNECTIONS]]
-                        for at in range(0, len(specs), WIRE_CONNECTIONS)]
+            specs = [
+                f"{host.settings.runtime_dir}:{p * shape.per_process}:{shape.per_process}"
+                for p, host in enumerate(hosts)
+            ]
+            commands = [
+                [str(WIRE_EMULATOR), *specs[at : at + WIRE_CONNECTIONS]]
+                for at in range(0, len(specs), WIRE_CONNECTIONS)
+            ]
         else:
             connections = "own" if shape.own_connections else "shared"
-            commands = [[str(EMULATOR), str(p * shape.per_process), str(shape.per_process), connections]
-                        for p in range(shape.processes)]
+            commands = [
+                [str(EMULATOR), str(p * shape.per_process), str(shape.per_process), connections]
+                for p in range(shape.processes)
+            ]
         for number, command in enumerate(commands):
             with open(workdir / f"emulator-{number}.log", "ab") as log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, command[0], str(os.getpid()), *command[1:]],
-                    env=hosts[0].env, cwd=EMULATOR.parent, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True))
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, command[0], str(os.getpid()), *command[1:]],
+                        env=hosts[0].env,
+                        cwd=EMULATOR.parent,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
 
     def peak_rss_mb(self) -> float:
         return round(sum(peak_rss_kb(proc.pid) for proc in self.procs) / 1024, 1)
@@ -348,8 +396,11 @@ def cannot_run(shape: Shape, needs: dict[str, int]) -> str:
         short.append(f"{have['memory_gb']} GB of memory available (needs {needs['memory_gb']})")
     if shape.at_wire:
         return "; ".join(short)
-    short += [f"kernel.{name} {have[name]} (needs {threads}: one thread per rank)"
-              for name in ("pid_max", "threads-max") if have[name] < threads]
+    short += [
+        f"kernel.{name} {have[name]} (needs {threads}: one thread per rank)"
+        for name in ("pid_max", "threads-max")
+        if have[name] < threads
+    ]
     processes, _ = resource.getrlimit(resource.RLIMIT_NPROC)
     if processes != resource.RLIM_INFINITY and processes < threads:
         short.append(f"ulimit -u {processes} (needs {threads}: one thread per rank)")
@@ -401,11 +452,23 @@ class Measures:
         self.root_cpu[name] = self.root_cpu.get(name, 0.0) + root
         self.below_cpu[name] = self.below_cpu.get(name, 0.0) + sum(below)
 
-    def result(self, name: str, measure: str, target: Target | None = None, floor: Result | None = None,
-               judged_on: str = report.WALL) -> Result:
-        return Result(measure, self.samples.get(name, []), floor=floor, target=target,
-                      critical_ns=self.critical.get(name, []) if self.brokers.below else None,
-                      judged_on=judged_on, failed=self.failed.get(name, ""))
+    def result(
+        self,
+        name: str,
+        measure: str,
+        target: Target | None = None,
+        floor: Result | None = None,
+        judged_on: str = report.WALL,
+    ) -> Result:
+        return Result(
+            measure,
+            self.samples.get(name, []),
+            floor=floor,
+            target=target,
+            critical_ns=self.critical.get(name, []) if self.brokers.below else None,
+            judged_on=judged_on,
+            failed=self.failed.get(name, ""),
+        )
 
     def cpu_ms(self, name: str, table: dict[str, float]) -> float | None:
         count = len(self.samples.get(name, []))
@@ -438,9 +501,16 @@ def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None)
     n = shape.ranks
     timeout = shape.answer_timeout
     storms: list[int] = []
-    resources = {"ranks": n, "shape": shape.label, "processes": shape.processes, "per_process": shape.per_process,
-                 "own_connections": shape.own_connections, "hosts": shape.hosts, "at_wire": shape.at_wire,
-                 "failed": None}
+    resources = {
+        "ranks": n,
+        "shape": shape.label,
+        "processes": shape.processes,
+        "per_process": shape.per_process,
+        "own_connections": shape.own_connections,
+        "hosts": shape.hosts,
+        "at_wire": shape.at_wire,
+        "failed": None,
+    }
     workdir.mkdir()
     if profile:
         profile.mkdir()
@@ -466,9 +536,19 @@ def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None)
                     emulators = Emulators(brokers, shape, workdir)
                     listed = wait_for_paused(conn, lambda paused: paused >= n, STORM_TIMEOUT)
                     storms.append(time.perf_counter_ns() - start)
-                    storm_critical.append(round((root.cpu_seconds() - cpu_before[0] + max(
-                        (host.cpu_seconds() - was for host, was in zip(brokers.below, cpu_before[1])), default=0.0))
-                        * 1e9))
+                    storm_critical.append(
+                        round(
+                            (
+                                root.cpu_seconds()
+                                - cpu_before[0]
+                                + max(
+                                    (host.cpu_seconds() - was for host, was in zip(brokers.below, cpu_before[1])),
+                                    default=0.0,
+                                )
+                            )
+                            * 1e9
+                        )
+                    )
                     if listed < n:
                         storm_failed = f"only {listed} of {n} sessions listed within {STORM_TIMEOUT:g} s"
                         say(f"  N={n}: {storm_failed}")
@@ -483,8 +563,9 @@ def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None)
                         _alternate(conn, measures, fan_out, n, shape)
                         say(f"  N={n}: stacks")
                         for rep in range(REPEAT.get(n, 3)):
-                            measures.take("stacks", lambda: _stacks(conn, n, timeout),
-                                          WARMUPS.get(n, WARMUP) if rep == 0 else 0)
+                            measures.take(
+                                "stacks", lambda: _stacks(conn, n, timeout), WARMUPS.get(n, WARMUP) if rep == 0 else 0
+                            )
                         resources.update(_peaks(brokers, emulators))
                     say(f"  N={n}: continue")
                     emulators.release(conn, timeout)
@@ -496,32 +577,51 @@ def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None)
         if emulators is not None:
             emulators.kill()
         brokers.stop()
-    resources.update({
-        "cpu_us_per_session_cast": round(measures.root_cpu["cast"] / len(measures.samples["cast"]) / n * 1e6, 2)
-        if measures.samples.get("cast") else None,
-        "cpu_ms_cast": measures.cpu_ms("cast", measures.root_cpu),
-        "cpu_ms_same": measures.cpu_ms("same", measures.root_cpu),
-        "hosts_cpu_ms_same": measures.cpu_ms("same", measures.below_cpu) if brokers.below else None,
-    })
+    resources.update(
+        {
+            "cpu_us_per_session_cast": round(measures.root_cpu["cast"] / len(measures.samples["cast"]) / n * 1e6, 2)
+            if measures.samples.get("cast")
+            else None,
+            "cpu_ms_cast": measures.cpu_ms("cast", measures.root_cpu),
+            "cpu_ms_same": measures.cpu_ms("same", measures.root_cpu),
+            "hosts_cpu_ms_same": measures.cpu_ms("same", measures.below_cpu) if brokers.below else None,
+        }
+    )
     tree = report.CRITICAL if shape.at_wire else report.WALL
-    floor = Result(f"raw fan-out/gather, {shape.label} (floor)", measures.samples.get("fan_out", []),
-                   failed=measures.failed.get("fan_out", ""))
+    floor = Result(
+        f"raw fan-out/gather, {shape.label} (floor)",
+        measures.samples.get("fan_out", []),
+        failed=measures.failed.get("fan_out", ""),
+    )
     results = [
-        Result(f"breakpoint storm, {n} sessions listed ({shape.label})", storms, target=STORM_TARGETS.get(n),
-               critical_ns=storm_critical if brokers.below else None, judged_on=tree, failed=storm_failed),
+        Result(
+            f"breakpoint storm, {n} sessions listed ({shape.label})",
+            storms,
+            target=STORM_TARGETS.get(n),
+            critical_ns=storm_critical if brokers.below else None,
+            judged_on=tree,
+            failed=storm_failed,
+        ),
         floor,
-        measures.result("cast", f"cast ranks(:) `{DIFFERENT}`, {n} ranks ({shape.label})", CAST_TARGETS.get(n),
-                        floor, tree),
-        measures.result("same", f"cast ranks(:) `{SAME}` (one answer), {n} ranks ({shape.label})",
-                        SAME_TARGETS.get(n), floor, tree),
+        measures.result(
+            "cast", f"cast ranks(:) `{DIFFERENT}`, {n} ranks ({shape.label})", CAST_TARGETS.get(n), floor, tree
+        ),
+        measures.result(
+            "same", f"cast ranks(:) `{SAME}` (one answer), {n} ranks ({shape.label})", SAME_TARGETS.get(n), floor, tree
+        ),
     ]
     if not shape.at_wire:
         results.append(measures.result("list", f"list, {n} sessions ({shape.label})", LIST_TARGETS.get(n)))
     results += [
-        measures.result("grouped", f"list as the shell shows it (grouped), {n} sessions ({shape.label})",
-                        GROUPED_TARGETS.get(n, LIST_TARGETS.get(n)), judged_on=tree),
-        measures.result("stacks", f"stacks of {n} ranks, merged and printed ({shape.label})",
-                        STACKS_TARGETS.get(n), judged_on=tree),
+        measures.result(
+            "grouped",
+            f"list as the shell shows it (grouped), {n} sessions ({shape.label})",
+            GROUPED_TARGETS.get(n, LIST_TARGETS.get(n)),
+            judged_on=tree,
+        ),
+        measures.result(
+            "stacks", f"stacks of {n} ranks, merged and printed ({shape.label})", STACKS_TARGETS.get(n), judged_on=tree
+        ),
     ]
     return results, resources
 
@@ -546,8 +646,10 @@ def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut
         answered = sum(len(group.ranks) for group in result.groups)
         if result.missing or answered != n or len(result.groups) != groups:
             why = Counter(m.reason for m in result.missing).most_common()
-            raise RuntimeError(f"`{line}` was answered by {answered} of {n} ranks in {len(result.groups)} groups "
-                               f"(not {groups}), missing {len(result.missing)} {why}")
+            raise RuntimeError(
+                f"`{line}` was answered by {answered} of {n} ranks in {len(result.groups)} groups "
+                f"(not {groups}), missing {len(result.missing)} {why}"
+            )
 
     def listed() -> None:
         rows = conn.request(wire.ListSessions(), wire.SessionList, timeout=timeout).rows
@@ -556,8 +658,9 @@ def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut
 
     def shown() -> None:
         """`list` at the shell's default screenful: the broker's groups, drawn as a table."""
-        reply = conn.request(wire.ListSessions(groups_above=conn.settings.list_rows), wire.SessionGroups,
-                             timeout=timeout)
+        reply = conn.request(
+            wire.ListSessions(groups_above=conn.settings.list_rows), wire.SessionGroups, timeout=timeout
+        )
         grouped = sum(group.count for group in getattr(reply, "groups", []))
         if grouped != n:
             raise RuntimeError(f"list grouped {grouped} sessions, not {n}")
@@ -593,8 +696,16 @@ def compare_with_direct(rows: list[dict]) -> None:
     for row in rows:
         if not row.get("hosts") or row.get("failed") or row.get("at_wire"):
             continue
-        direct = next((other for other in rows if not other.get("hosts") and not other.get("failed")
-                       and all(other.get(k) == row[k] for k in ("processes", "per_process", "own_connections"))), None)
+        direct = next(
+            (
+                other
+                for other in rows
+                if not other.get("hosts")
+                and not other.get("failed")
+                and all(other.get(k) == row[k] for k in ("processes", "per_process", "own_connections"))
+            ),
+            None,
+        )
         if direct is None or not direct.get("cpu_ms_same"):
             row["root_cpu_verdict"] = "no direct run"
             continue
@@ -603,13 +714,21 @@ def compare_with_direct(rows: list[dict]) -> None:
 
 
 TREE_RESOURCE_COLUMNS = (
-    ("ranks", "N", ">"), ("shape", "shape", "<"), ("broker_rss_mb", "root RSS MB", ">"),
-    ("kb_per_session", "root KB/session", ">"), ("memory_verdict", "memory target", "<"),
-    ("root_peak_rss_mb", "root peak MB", ">"), ("host_peak_rss_mb", "largest host broker peak MB", ">"),
-    ("hosts_peak_rss_mb", "host brokers' peak MB", ">"), ("emulators_peak_rss_mb", "emulators' peak MB", ">"),
-    ("cpu_ms_cast", "root CPU ms `p rank`", ">"), ("cpu_ms_same", "root CPU ms one answer", ">"),
-    ("hosts_cpu_ms_same", "host brokers' CPU ms one answer", ">"), ("root_cpu_growth", "vs 131,072", ">"),
-    ("root_cpu_verdict", f"<= {ROOT_CPU_GROWTH:g}x", "<"), ("failed", "failed", "<"),
+    ("ranks", "N", ">"),
+    ("shape", "shape", "<"),
+    ("broker_rss_mb", "root RSS MB", ">"),
+    ("kb_per_session", "root KB/session", ">"),
+    ("memory_verdict", "memory target", "<"),
+    ("root_peak_rss_mb", "root peak MB", ">"),
+    ("host_peak_rss_mb", "largest host broker peak MB", ">"),
+    ("hosts_peak_rss_mb", "host brokers' peak MB", ">"),
+    ("emulators_peak_rss_mb", "emulators' peak MB", ">"),
+    ("cpu_ms_cast", "root CPU ms `p rank`", ">"),
+    ("cpu_ms_same", "root CPU ms one answer", ">"),
+    ("hosts_cpu_ms_same", "host brokers' CPU ms one answer", ">"),
+    ("root_cpu_growth", "vs 131,072", ">"),
+    ("root_cpu_verdict", f"<= {ROOT_CPU_GROWTH:g}x", "<"),
+    ("failed", "failed", "<"),
 )
 
 

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pexpect
-
 from timing import timed
 
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>78]|\x07|\r")
@@ -56,9 +55,13 @@ class Terminal:
     """A program in a pseudo-terminal, driven one line at a time."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.child = pexpect.spawn(argv[0], argv[1:], env=dict(env, TERM="xterm",
-                                                              MONARCH_PDB_HISTORY=""),
-                                   dimensions=(50, 200), timeout=ANSWER_TIMEOUT)
+        self.child = pexpect.spawn(
+            argv[0],
+            argv[1:],
+            env=dict(env, TERM="xterm", MONARCH_PDB_HISTORY=""),
+            dimensions=(50, 200),
+            timeout=ANSWER_TIMEOUT,
+        )
         self.child.delaybeforesend = None  # pexpect waits 50 ms before each send unless told not to
         self.screen = b""
 
@@ -124,8 +127,9 @@ class Shells:
 
     def attached_round_trips(self, warmup: int, repeat: int) -> list[int]:
         self.shell.line(f"attach debugee {self.rank}", "", "(Pdb) ")
-        samples = self._counted("attached", lambda: self.shell.line("p rank", f"{self.rank}\n", "(Pdb) "),
-                                warmup, repeat)
+        samples = self._counted(
+            "attached", lambda: self.shell.line("p rank", f"{self.rank}\n", "(Pdb) "), warmup, repeat
+        )
         self.shell.line("detach", "", "monarch_dbg> ")
         return samples
 
@@ -142,9 +146,14 @@ class Shells:
 
     def cast_round_trips(self, warmup: int, repeat: int) -> list[int]:
         last = self.ranks - 1
-        return self._counted("cast", lambda: self.shell.line("cast debugee ranks(:) p rank",
-                                                             f"debugee ranks[{last}] (1)\n{last}\n", "monarch_dbg> "),
-                             warmup, repeat)
+        return self._counted(
+            "cast",
+            lambda: self.shell.line(
+                "cast debugee ranks(:) p rank", f"debugee ranks[{last}] (1)\n{last}\n", "monarch_dbg> "
+            ),
+            warmup,
+            repeat,
+        )
 
     def _counted(self, name: str, once, warmup: int, repeat: int) -> list[int]:
         for _ in range(warmup):

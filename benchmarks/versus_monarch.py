@@ -41,9 +41,13 @@ ROUNDS = {"full": 10, "quick": 3}
 REPEAT = {"full": {"attached": 600, "cast": 200, "list": 400}, "quick": {"attached": 60, "cast": 30, "list": 60}}
 WARMUP = {"attached": 10, "cast": 3, "list": 5}
 COLUMNS = (
-    ("measure", "measure", "<"), ("n", "n", ">"), ("monarch_p50_ms", "Monarch p50 ms", ">"),
-    ("monarch_p99_ms", "Monarch p99 ms", ">"), ("ours_p50_ms", "monarch-pdb p50 ms", ">"),
-    ("ours_p99_ms", "monarch-pdb p99 ms", ">"), ("speedup", "Monarch / monarch-pdb", ">"),
+    ("measure", "measure", "<"),
+    ("n", "n", ">"),
+    ("monarch_p50_ms", "Monarch p50 ms", ">"),
+    ("monarch_p99_ms", "Monarch p99 ms", ">"),
+    ("ours_p50_ms", "monarch-pdb p50 ms", ">"),
+    ("ours_p99_ms", "monarch-pdb p99 ms", ">"),
+    ("speedup", "Monarch / monarch-pdb", ">"),
 )
 
 
@@ -73,9 +77,15 @@ class MonarchDebugger:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MONARCH_PDB_", "MONARCH_DEBUG_"))}
         env.update({"MONARCH_DEBUG_SERVER_HOST": "127.0.0.1", "MONARCH_DEBUG_SERVER_PORT": str(free_port())})
         self.log = open(script.parent / "program.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, str(script)], env=env, cwd=script.parent,
-                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script)],
+            env=env,
+            cwd=script.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.sock: socket.socket | None = None
         try:
             self._connect(int(env["MONARCH_DEBUG_SERVER_PORT"]))
@@ -163,8 +173,11 @@ def main() -> int:
             say(f"starting the guide's program with {ranks} ranks on real Monarch, twice (Monarch's debugger, ours)...")
             theirs = MonarchDebugger(guide_program(workdir, ranks, ours=False), ranks)
             stack.callback(theirs.stop)
-            ours = stack.enter_context(debugger.Example(workdir / f"ours-{ranks}", guide_program(workdir, ranks, ours=True),
-                                                        ranks, ATTACHED_RANK))
+            ours = stack.enter_context(
+                debugger.Example(
+                    workdir / f"ours-{ranks}", guide_program(workdir, ranks, ours=True), ranks, ATTACHED_RANK
+                )
+            )
             pairs[ranks] = {"monarch": theirs, "ours": ours}
         for number in range(ROUNDS[mode]):
             say(f"round {number + 1} of {ROUNDS[mode]}")
@@ -173,21 +186,28 @@ def main() -> int:
                     for who, target in pair.items():
                         run = getattr(target, f"{measure}_round_trips")
                         samples.setdefault((ranks, measure, who), []).extend(
-                            run(WARMUP[measure], REPEAT[mode][measure] // ROUNDS[mode]))
+                            run(WARMUP[measure], REPEAT[mode][measure] // ROUNDS[mode])
+                        )
     rows = []
     for ranks in MESHES:
         for measure, title in (("attached", "attached `p rank`"), ("cast", "cast ranks(:) `p rank`"), ("list", "list")):
             theirs = Result(f"Monarch {title}", samples[(ranks, measure, "monarch")])
             ours = Result(f"monarch-pdb {title}", samples[(ranks, measure, "ours")])
-            rows.append({
-                "measure": f"{title}, {ranks} ranks", "n": len(ours.samples_ns),
-                "monarch_p50_ms": round(theirs.percentile(50), 3), "monarch_p99_ms": round(theirs.percentile(99), 3),
-                "ours_p50_ms": round(ours.percentile(50), 3), "ours_p99_ms": round(ours.percentile(99), 3),
-                "speedup": f"{theirs.percentile(50) / ours.percentile(50):.1f}x",
-            })
+            rows.append(
+                {
+                    "measure": f"{title}, {ranks} ranks",
+                    "n": len(ours.samples_ns),
+                    "monarch_p50_ms": round(theirs.percentile(50), 3),
+                    "monarch_p99_ms": round(theirs.percentile(99), 3),
+                    "ours_p50_ms": round(ours.percentile(50), 3),
+                    "ours_p99_ms": round(ours.percentile(99), 3),
+                    "speedup": f"{theirs.percentile(50) / ours.percentile(50):.1f}x",
+                }
+            )
     print(report.table(rows, COLUMNS))
-    report.write_json(RESULTS, rows, {"mode": mode, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP,
-                                      "monarch": monarch_version()})
+    report.write_json(
+        RESULTS, rows, {"mode": mode, "rounds": ROUNDS[mode], "warmup_per_batch": WARMUP, "monarch": monarch_version()}
+    )
     say(f"wrote {RESULTS}")
     return 0
 
@@ -196,7 +216,6 @@ def monarch_version() -> str:
     from importlib.metadata import version
 
     return version("torchmonarch")
-
 
 
 if __name__ == "__main__":

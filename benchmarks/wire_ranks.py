@@ -29,21 +29,22 @@ import sys
 import threading
 
 import zmq
+from floors import die_with_parent
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.rank.identity import job_name
 from monarch_pdb.link import Link
+from monarch_pdb.rank.identity import job_name
 from monarch_pdb.ranks import RankSet
 from monarch_pdb.settings import load as load_settings
-
-from floors import die_with_parent
 
 ACTOR = "emu"
 FUNCTION = "wire_ranks.rank_main"
 FILENAME = os.path.abspath(__file__)
 LINENO = 1
 PROMPT = "(Pdb) "
-STACK = [wire.ThreadStack("MainThread", [wire.Frame(FILENAME, 1, "<module>"), wire.Frame(FILENAME, LINENO, "rank_main")])]
+STACK = [
+    wire.ThreadStack("MainThread", [wire.Frame(FILENAME, 1, "<module>"), wire.Frame(FILENAME, LINENO, "rank_main")])
+]
 CONTINUE = frozenset(("c", "cont", "continue"))
 
 
@@ -75,14 +76,27 @@ class Ranks:
         self.outgoing: list[wire.Message] = []
         self.job, self.hostname, self.pid = job_name(), socket.gethostname(), os.getpid()
         # The link's thread starts at once, and may ask for `welcomed` before it is assigned here.
-        self.link = Link(settings, wire.Role.AGENT, self, lambda: discovery.locate(settings),
-                         context=context, job=self.job)
+        self.link = Link(
+            settings, wire.Role.AGENT, self, lambda: discovery.locate(settings), context=context, job=self.job
+        )
 
     def prompt(self, index: int, output: str) -> wire.Prompt:
         rank = self.first + index
-        return wire.Prompt(sid=index + 1, cmd=self.cmds[index], job=self.job, actor=ACTOR, rank=rank,
-                           coords={"host": self.host, "local": index}, host=self.hostname, pid=self.pid,
-                           function=FUNCTION, filename=FILENAME, lineno=LINENO, output=output, prompt=PROMPT)
+        return wire.Prompt(
+            sid=index + 1,
+            cmd=self.cmds[index],
+            job=self.job,
+            actor=ACTOR,
+            rank=rank,
+            coords={"host": self.host, "local": index},
+            host=self.hostname,
+            pid=self.pid,
+            function=FUNCTION,
+            filename=FILENAME,
+            lineno=LINENO,
+            output=output,
+            prompt=PROMPT,
+        )
 
     def welcomed(self) -> list[wire.Message]:
         return [self.prompt(i, "") for i, cmd in enumerate(self.cmds) if cmd >= 0]
@@ -96,8 +110,9 @@ class Ranks:
             release = isinstance(msg, wire.Dismiss) or msg.release
             if release or line.strip() in CONTINUE:
                 self.cmds[index] = -1
-                self.outgoing.append(wire.Ended(sid=msg.sid, cmd=getattr(msg, "cmd", 0), output="",
-                                                reason=wire.Ending.CONTINUED))
+                self.outgoing.append(
+                    wire.Ended(sid=msg.sid, cmd=getattr(msg, "cmd", 0), output="", reason=wire.Ending.CONTINUED)
+                )
                 self.open -= 1
                 if not self.open:
                     self.done()
@@ -105,10 +120,12 @@ class Ranks:
             self.cmds[index] = msg.cmd
             self.outgoing.append(self.prompt(index, answer(line, self.first + index)))
         elif isinstance(msg, wire.TakeStacks) and msg.actor == ACTOR:
-            mine = [rank for rank in msg.ranks if 0 <= rank - self.first < self.count
-                    and self.cmds[rank - self.first] >= 0]
-            self.outgoing.append(wire.StackReport(ref=msg.ref, groups=[wire.StackGroup(STACK, RankSet.of(mine))]
-                                                  if mine else []))
+            mine = [
+                rank for rank in msg.ranks if 0 <= rank - self.first < self.count and self.cmds[rank - self.first] >= 0
+            ]
+            self.outgoing.append(
+                wire.StackReport(ref=msg.ref, groups=[wire.StackGroup(STACK, RankSet.of(mine))] if mine else [])
+            )
 
     def published(self, msg: wire.Message) -> None:
         pass

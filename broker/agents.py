@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
 from monarch_pdb.broker.records import Refused
 from monarch_pdb.broker.routes import Routes
+
+from monarch_pdb import wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.requests import Requests
@@ -18,8 +19,9 @@ TOO_MANY = "too many sessions on one connection"
 
 
 class Agents:
-    def __init__(self, requests: Requests, sessions: Sessions, refused: Callable[[str], None],
-                 started: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, requests: Requests, sessions: Sessions, refused: Callable[[str], None], started: Callable[[bytes], None]
+    ) -> None:
         """`refused` counts a refusal for the log; `started` asks a process that said which
         ranks it runs what stands for them (`Breakpoints.started`)."""
         self.registry = requests.registry
@@ -31,8 +33,14 @@ class Agents:
         self.started = started
 
     def routes(self) -> Routes:
-        return Routes(agent={wire.Prompt: self.on_prompt, wire.Output: self.on_output, wire.Ended: self.on_ended,
-                             wire.Present: self.on_present})
+        return Routes(
+            agent={
+                wire.Prompt: self.on_prompt,
+                wire.Output: self.on_output,
+                wire.Ended: self.on_ended,
+                wire.Present: self.on_present,
+            }
+        )
 
     def on_prompt(self, agent: bytes, msg: wire.Prompt) -> None:
         try:

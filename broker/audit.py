@@ -18,8 +18,9 @@ class Audit:
         self.registry = registry
         self.file = file
 
-    def record(self, identity: bytes, job: str, actor: str, ranks_sent: Iterable[int], line: str,
-               below: str = "") -> None:
+    def record(
+        self, identity: bytes, job: str, actor: str, ranks_sent: Iterable[int], line: str, below: str = ""
+    ) -> None:
         """One line per command sent to ranks (and the selector that picks more below, where it
         is evaluated there), and who sent it; nothing without a file."""
         if self.file is None:
@@ -28,6 +29,7 @@ class Audit:
         who = shell.describe() if shell is not None else "unknown shell"
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         there = f" and {below} below" if below else ""
-        self.file.write(f"{when} {who} job={job} actor={actor} ranks={ranks.format_ranks(ranks_sent)}{there} "
-                        f"command={line!r}\n")
+        self.file.write(
+            f"{when} {who} job={job} actor={actor} ranks={ranks.format_ranks(ranks_sent)}{there} command={line!r}\n"
+        )
         self.file.flush()

@@ -7,11 +7,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
 from monarch_pdb.broker.log import log
 from monarch_pdb.broker.records import LIVE
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
+
+from monarch_pdb import wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.events import EventLog
@@ -25,8 +26,10 @@ def ranks_below(branch: Peer, sessions: list[Session] | None = None) -> int:
     gone), and those it runs without one, each once (a rank that just stopped may be in both
     until the broker below says it has a session now)."""
     held = branch.owned.values() if sessions is None else sessions
-    return len({(s.job, s.actor, s.rank) for s in held}
-               | {(row.job, row.actor, row.rank) for row in branch.below if row.state in LIVE})
+    return len(
+        {(s.job, s.actor, s.rank) for s in held}
+        | {(row.job, row.actor, row.rank) for row in branch.below if row.state in LIVE}
+    )
 
 
 def ignore(branch: bytes, msg: wire.Message) -> None:
@@ -34,8 +37,9 @@ def ignore(branch: bytes, msg: wire.Message) -> None:
 
 
 class Branches:
-    def __init__(self, requests: Requests, sessions: Sessions, events: EventLog,
-                 started: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, requests: Requests, sessions: Sessions, events: EventLog, started: Callable[[bytes], None]
+    ) -> None:
         """`started` asks a broker below that said which ranks it runs what stands for them
         (`Breakpoints.started`)."""
         self.registry = requests.registry
@@ -47,12 +51,21 @@ class Branches:
         self.started = started
 
     def routes(self) -> Routes:
-        return Routes(branch={
-            wire.BranchSessions: self.on_branch_sessions, wire.BranchRanks: self.on_branch_ranks,
-            wire.BranchEnded: self.on_branch_ended, wire.BranchLost: self.on_branch_lost,
-            wire.BranchOutput: self.on_branch_output, wire.Attached: self.on_attached, wire.Error: self.on_error,
-            wire.SessionOutput: self.on_session_output, wire.SessionEnded: self.on_session_ended,
-            wire.Continued: ignore, wire.Detached: ignore})
+        return Routes(
+            branch={
+                wire.BranchSessions: self.on_branch_sessions,
+                wire.BranchRanks: self.on_branch_ranks,
+                wire.BranchEnded: self.on_branch_ended,
+                wire.BranchLost: self.on_branch_lost,
+                wire.BranchOutput: self.on_branch_output,
+                wire.Attached: self.on_attached,
+                wire.Error: self.on_error,
+                wire.SessionOutput: self.on_session_output,
+                wire.SessionEnded: self.on_session_ended,
+                wire.Continued: ignore,
+                wire.Detached: ignore,
+            }
+        )
 
     # --- its life ------------------------------------------------------------------------
 
@@ -145,9 +158,21 @@ class Branches:
         if sess is None or sess.id != sess_id or sess.holder != shell:
             self.send(branch, wire.Detach(session=msg.session))
             return
-        self.send(shell, wire.Attached(session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank,
-                                       host=sess.host, replay=msg.replay, resumed=msg.resumed, paused=msg.paused,
-                                       prompt=msg.prompt, taken_from=taken_from or msg.taken_from))
+        self.send(
+            shell,
+            wire.Attached(
+                session=sess.id,
+                job=sess.job,
+                actor=sess.actor,
+                rank=sess.rank,
+                host=sess.host,
+                replay=msg.replay,
+                resumed=msg.resumed,
+                paused=msg.paused,
+                prompt=msg.prompt,
+                taken_from=taken_from or msg.taken_from,
+            ),
+        )
 
     def on_error(self, branch: bytes, msg: wire.Error) -> None:
         """A broker below refused an attach (the session ended meanwhile): tell the shell."""
@@ -160,8 +185,9 @@ class Branches:
     def on_session_output(self, branch: bytes, msg: wire.SessionOutput) -> None:
         sess = self.registry.session_of(branch, msg.session)
         if sess is not None:
-            self.sessions.to_holder(sess, wire.SessionOutput(session=sess.id, text=msg.text, paused=msg.paused,
-                                                             prompt=msg.prompt))
+            self.sessions.to_holder(
+                sess, wire.SessionOutput(session=sess.id, text=msg.text, paused=msg.paused, prompt=msg.prompt)
+            )
 
     def on_session_ended(self, branch: bytes, msg: wire.SessionEnded) -> None:
         """A session taken from us below (attach --force there): our shell holds it no more.

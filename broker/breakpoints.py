@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
 from monarch_pdb.broker.records import Refused
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
+
+from monarch_pdb import ranks, wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
@@ -57,15 +58,25 @@ class BreakpointsInFlight(Request):
     def result(self, part_size: int) -> list[wire.Message]:
         for peer in list(self.waiting):
             self.take(peer, [], NO_ANSWER)
-        return [wire.BreakpointsResult(ref=self.ref, groups=[
-            wire.BreakGroup(actor, sorted(answered), list(reasons), missing)
-            for (actor, reasons, missing), answered in self.answers.items()])]
+        return [
+            wire.BreakpointsResult(
+                ref=self.ref,
+                groups=[
+                    wire.BreakGroup(actor, sorted(answered), list(reasons), missing)
+                    for (actor, reasons, missing), answered in self.answers.items()
+                ],
+            )
+        ]
 
 
 def audited(msg: wire.Breakpoints) -> str:
     """The request as the audit log keeps it: its conditions and log messages run in the ranks."""
-    spots = ", ".join(f"{spot.line}" + (f" if {spot.condition}" if spot.condition else "")
-                      + (f" log {spot.log!r}" if spot.log else "") for spot in msg.spots)
+    spots = ", ".join(
+        f"{spot.line}"
+        + (f" if {spot.condition}" if spot.condition else "")
+        + (f" log {spot.log!r}" if spot.log else "")
+        for spot in msg.spots
+    )
     uncaught = "" if msg.uncaught is None else f" uncaught={msg.uncaught}"
     return f"breakpoints {msg.path} [{spots}]{uncaught}" if msg.path else f"breakpoints{uncaught}"
 
@@ -104,10 +115,12 @@ class Breakpoints:
         in running ranks or paused ones: each one's go when it does."""
 
     def routes(self) -> Routes:
-        return Routes(editor={wire.Breakpoints: self.on_breakpoints},
-                      parent={wire.Breakpoints: self.on_parent_breakpoints, wire.EditorGone: self.on_editor_gone},
-                      agent={wire.BreakReport: self.on_break_report, wire.Logged: self.on_logged},
-                      branch={wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged})
+        return Routes(
+            editor={wire.Breakpoints: self.on_breakpoints},
+            parent={wire.Breakpoints: self.on_parent_breakpoints, wire.EditorGone: self.on_editor_gone},
+            agent={wire.BreakReport: self.on_break_report, wire.Logged: self.on_logged},
+            branch={wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged},
+        )
 
     def chosen(self, msg: wire.Breakpoints) -> list[LiveRank]:
         """The live ranks the editor selects: of its actor, else of every actor of the job.
@@ -153,8 +166,9 @@ class Breakpoints:
         except (Refused, ranks.SelectorError) as refusal:
             self.send(shell, refused(str(refusal)))
             return
-        request = self.table.open(BreakpointsInFlight(shell=shell, ref=msg.ref, actor=msg.actor,
-                                                      deadline=time.monotonic() + msg.timeout))
+        request = self.table.open(
+            BreakpointsInFlight(shell=shell, ref=msg.ref, actor=msg.actor, deadline=time.monotonic() + msg.timeout)
+        )
         registry = self.registry
         for live in chosen:
             if not msg.path or not registry.is_paused(live.job, live.actor, live.rank):
@@ -198,15 +212,24 @@ class Breakpoints:
             if identity in wish.asked:
                 continue
             try:
-                chosen = [live for live in self.chosen(wish.ask) if live.peer == identity
-                          and not (wish.ask.path and registry.is_paused(live.job, live.actor, live.rank))]
+                chosen = [
+                    live
+                    for live in self.chosen(wish.ask)
+                    if live.peer == identity
+                    and not (wish.ask.path and registry.is_paused(live.job, live.actor, live.rank))
+                ]
             except (Refused, ranks.SelectorError):
                 continue
             if chosen:
                 self.send(identity, self.ask_of(identity, 0, wish.ask, wish.owner))
                 wish.asked.add(identity)
-                self.audit.record(UPSTREAM if wish.owner.startswith(UPSTREAM) else wish.owner, wish.ask.job,
-                                   wish.ask.actor, [live.rank for live in chosen], audited(wish.ask))
+                self.audit.record(
+                    UPSTREAM if wish.owner.startswith(UPSTREAM) else wish.owner,
+                    wish.ask.job,
+                    wish.ask.actor,
+                    [live.rank for live in chosen],
+                    audited(wish.ask),
+                )
 
     def on_break_report(self, identity: bytes, msg: wire.BreakReport) -> None:
         """From an agent."""
@@ -243,6 +266,6 @@ class Breakpoints:
         """From an agent, or a broker below: to the editor that set the log point, if it is
         still connected."""
         if msg.owner.startswith(UPSTREAM):
-            self.send(UPSTREAM, replace(msg, owner=msg.owner[len(UPSTREAM):]))
+            self.send(UPSTREAM, replace(msg, owner=msg.owner[len(UPSTREAM) :]))
         elif self.registry.peer(msg.owner) is not None:
             self.send(msg.owner, msg)

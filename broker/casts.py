@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request, below_timeout
 from monarch_pdb.broker.records import Refused
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
+
+from monarch_pdb import ranks, wire
 from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
@@ -129,8 +130,10 @@ class CastInFlight(Request):
             return
         owed = self.owed[branch]
         if owed is not PICKED_THERE:
-            groups = [wire.CastGroup(group.output, group.outcome, RankSet.of(r for r in owed if r in group.ranks))
-                      for group in groups]
+            groups = [
+                wire.CastGroup(group.output, group.outcome, RankSet.of(r for r in owed if r in group.ranks))
+                for group in groups
+            ]
         below, again, merged = self.below, self.again, self.merged[branch]
         for group in groups:
             if not group.ranks.count:
@@ -196,8 +199,11 @@ class CastInFlight(Request):
         return len(group.output) + 8 * len(group.ranks.spans)
 
     def unanswered(self) -> list[wire.Missing]:
-        below = [wire.Missing(rank, f"no answer in time from the broker on {self.hosts[branch]}")
-                 for branch in self.owed for rank in self.still_owed(branch)]
+        below = [
+            wire.Missing(rank, f"no answer in time from the broker on {self.hosts[branch]}")
+            for branch in self.owed
+            for rank in self.still_owed(branch)
+        ]
         return [wire.Missing(rank, "still running") for rank in self.pending.values()] + below
 
 
@@ -263,11 +269,16 @@ class Casts(InFlight[CastInFlight]):
             if reason == wire.Ending.LOST:
                 cast.give_up(sess.id, wire.Ending.LOST)
             else:
-                cast.answer(sess.id, sess.log.replay(), wire.Ending.FINISHED if reason == wire.Ending.RETURNED else reason)
+                cast.answer(
+                    sess.id, sess.log.replay(), wire.Ending.FINISHED if reason == wire.Ending.RETURNED else reason
+                )
             touched.append(cast)
         for cast_id, _ in self.waiting.pop(sess.id, ()):
             if (cast := self.get(cast_id)) is not None:
-                cast.give_up(sess.id, wire.Ending.LOST if reason == wire.Ending.LOST else "its session ended before the command ran")
+                cast.give_up(
+                    sess.id,
+                    wire.Ending.LOST if reason == wire.Ending.LOST else "its session ended before the command ran",
+                )
                 touched.append(cast)
         return touched
 
@@ -294,8 +305,14 @@ class Casts(InFlight[CastInFlight]):
 class CastRequests:
     """The handlers of a cast's messages, over the casts in flight through one broker."""
 
-    def __init__(self, requests: Requests, casts: Casts, audit: Audit, forward: Callable[[Session, str], None],
-                 tell_holders: Callable[[list[Session], bytes], None]) -> None:
+    def __init__(
+        self,
+        requests: Requests,
+        casts: Casts,
+        audit: Audit,
+        forward: Callable[[Session, str], None],
+        tell_holders: Callable[[list[Session], bytes], None],
+    ) -> None:
         """`forward` hands a line to one of our sessions; `tell_holders` tells the clients
         that hold sessions (but the one named) that they run."""
         self.requests = requests
@@ -307,8 +324,11 @@ class CastRequests:
         self.tell_holders = tell_holders
 
     def routes(self) -> Routes:
-        return Routes(shell={wire.Cast: self.on_cast}, parent={wire.CastDown: self.on_cast_down},
-                      branch={wire.CastResult: self.on_cast_result, wire.CastProgress: self.on_cast_progress})
+        return Routes(
+            shell={wire.Cast: self.on_cast},
+            parent={wire.CastDown: self.on_cast_down},
+            branch={wire.CastResult: self.on_cast_result, wire.CastProgress: self.on_cast_progress},
+        )
 
     def on_cast(self, shell: bytes, msg: wire.Cast) -> None:
         try:
@@ -316,8 +336,9 @@ class CastRequests:
         except Refused as refusal:
             self.send(shell, wire.Error(text=str(refusal)))
             return
-        self.start(shell, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector,
-                   0.0 if msg.progress else math.inf)
+        self.start(
+            shell, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector, 0.0 if msg.progress else math.inf
+        )
 
     def on_cast_down(self, parent: bytes, msg: wire.CastDown) -> None:
         """The parent's cast, for the ranks it names here or those its selector picks here; a
@@ -332,8 +353,17 @@ class CastRequests:
                 picked = Picked(msg.job, [], [], {}, ranks.Selection())
         self.start(parent, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector, msg.progress_every)
 
-    def start(self, shell: bytes, ref: int, actor: str, picked: Picked, line: str, timeout: float,
-              selector: str = "", progress_every: float = 0.0) -> None:
+    def start(
+        self,
+        shell: bytes,
+        ref: int,
+        actor: str,
+        picked: Picked,
+        line: str,
+        timeout: float,
+        selector: str = "",
+        progress_every: float = 0.0,
+    ) -> None:
         """Run one line on the picked sessions: ours one by one, each broker below's in one
         message (the ranks it names there, or the selector to evaluate there); the answers go to
         `shell` grouped, once all are in or the time is up. A shell whose selector picked
@@ -341,21 +371,32 @@ class CastRequests:
         as often as `progress_every` says (never when infinite), and from below as seldom."""
         job = picked.job
         evaluated_below = any(asked is None for asked in picked.below.values())
-        self.audit.record(shell, job, actor, [s.rank for s in picked.sessions], line,
-                          selector if evaluated_below else "")
+        self.audit.record(
+            shell, job, actor, [s.rank for s in picked.sessions], line, selector if evaluated_below else ""
+        )
         self.tell_holders([sess for sess in picked.sessions if sess.paused], shell)
         now = time.monotonic()
         quiet = progress_every == math.inf
-        cast = CastInFlight(shell=shell, ref=ref, actor=actor, deadline=now + timeout,
-                            total=len(picked.sessions) + len(picked.absent) + sum(
-                                len(asked) for asked in picked.below.values() if asked is not None),
-                            missing=picked.absent, estimate=picked.estimate, progress_every=progress_every,
-                            next_progress=math.inf if quiet else now + (
-                                max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM else PROGRESS_EVERY))
+        cast = CastInFlight(
+            shell=shell,
+            ref=ref,
+            actor=actor,
+            deadline=now + timeout,
+            total=len(picked.sessions)
+            + len(picked.absent)
+            + sum(len(asked) for asked in picked.below.values() if asked is not None),
+            missing=picked.absent,
+            estimate=picked.estimate,
+            progress_every=progress_every,
+            next_progress=math.inf
+            if quiet
+            else now + (max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM else PROGRESS_EVERY),
+        )
         if evaluated_below:
             branches = {peer.identity: peer for peer in self.registry.branches()}
-            cast.picked_there = lambda branch: self.registry.picked_below(branches[branch], job, actor,
-                                                                          picked.selection)
+            cast.picked_there = lambda branch: self.registry.picked_below(
+                branches[branch], job, actor, picked.selection
+            )
             if shell != UPSTREAM:
                 cast.refusal = lambda: self.requests.nothing_picked(job, actor, picked.selection)
         for sess in self.casts.start(cast, line, picked.sessions):
@@ -366,16 +407,31 @@ class CastRequests:
             if peer.silent:
                 cast.lost(branch, unreachable_because(peer.host))
                 continue
-            self.send(branch, wire.CastDown(ref=cast.id, job=job, actor=actor, ranks=asked or RankSet(),
-                                            line=line, timeout=below_timeout(timeout),
-                                            selector=selector if asked is None else "",
-                                            progress_every=math.inf if quiet else
-                                            len(picked.below) / PROGRESS_HEARD_PER_SECOND))
+            self.send(
+                branch,
+                wire.CastDown(
+                    ref=cast.id,
+                    job=job,
+                    actor=actor,
+                    ranks=asked or RankSet(),
+                    line=line,
+                    timeout=below_timeout(timeout),
+                    selector=selector if asked is None else "",
+                    progress_every=math.inf if quiet else len(picked.below) / PROGRESS_HEARD_PER_SECOND,
+                ),
+            )
         if shell != UPSTREAM and not cast.done:
-            sent = RankSet.joined([RankSet.of(cast.pending.values()),
-                                   *(asked for asked in cast.owed.values() if asked is not None)])
-            self.send(shell, wire.CastStarted(ref=ref, ranks=sent,
-                                              below=sorted({cast.hosts[b] for b, asked in cast.owed.items() if asked is None})))
+            sent = RankSet.joined(
+                [RankSet.of(cast.pending.values()), *(asked for asked in cast.owed.values() if asked is not None)]
+            )
+            self.send(
+                shell,
+                wire.CastStarted(
+                    ref=ref,
+                    ranks=sent,
+                    below=sorted({cast.hosts[b] for b, asked in cast.owed.items() if asked is None}),
+                ),
+            )
         self.requests.settle(self.casts, cast)
 
     def on_cast_result(self, branch: bytes, msg: wire.CastResult) -> None:

@@ -65,9 +65,18 @@ class EventLog:
         for fold in self.pending:
             self.seq += 1
             ranks = sorted(set(fold.ranks))
-            events.append(wire.Event(seq=self.seq, kind=fold.kind, job=fold.job, actor=fold.actor,
-                                     ranks=format_ranks(ranks), count=len(ranks) or fold.count,
-                                     where=fold.where, detail=fold.detail))
+            events.append(
+                wire.Event(
+                    seq=self.seq,
+                    kind=fold.kind,
+                    job=fold.job,
+                    actor=fold.actor,
+                    ranks=format_ranks(ranks),
+                    count=len(ranks) or fold.count,
+                    where=fold.where,
+                    detail=fold.detail,
+                )
+            )
             self.history.append(events[-1].row())
         self.pending, self.open, self.last_of = [], {}, {}
         return events

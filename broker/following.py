@@ -10,16 +10,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
 from monarch_pdb.broker.routes import Routes
+
+from monarch_pdb import wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.records import Peer, Session
 
 
 class Following:
-    def __init__(self, publish: Callable[[wire.Message], None], send: Callable[[bytes, wire.Message], None],
-                 branches: Callable[[], list[Peer]], send_up: Callable[[Session, str], None]) -> None:
+    def __init__(
+        self,
+        publish: Callable[[wire.Message], None],
+        send: Callable[[bytes, wire.Message], None],
+        branches: Callable[[], list[Peer]],
+        send_up: Callable[[Session, str], None],
+    ) -> None:
         """`publish` publishes on the output topic; `send_up` sends a chunk to the broker above."""
         self.publish = publish
         self.send = send
@@ -71,7 +77,8 @@ class Following:
         """A chunk of a session's output, numbered as kept: published while a shell here
         follows ranks, sent up while one above does."""
         if self.followed:
-            self.publish(wire.Printed(session=sess.id, seq=seq, job=sess.job, actor=sess.actor, rank=sess.rank,
-                                      text=text))
+            self.publish(
+                wire.Printed(session=sess.id, seq=seq, job=sess.job, actor=sess.actor, rank=sess.rank, text=text)
+            )
         if self.parent_wants_output:
             self.send_up(sess, text)

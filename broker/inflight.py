@@ -5,13 +5,13 @@ once, in parts that fit a message."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, ClassVar, Generic, Iterable, Iterator, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
-
 
 BELOW_MARGIN = 0.1
 """A broker below gets this much less of a request's time (at most half a second), so that
@@ -83,8 +83,10 @@ class Request:
         ordered.sort(key=RUNS)
         ordered.sort(key=HOW_MANY, reverse=True)
         missing = sorted(self.missing + self.unanswered(), key=lambda m: (m.rank, m.reason))
-        return [self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=[] if more else missing, more=more)
-                for groups, more in in_parts(zip(ordered, map(self.weight, ordered)), part_size)]
+        return [
+            self.RESULT(ref=self.ref, actor=self.actor, groups=groups, missing=[] if more else missing, more=more)
+            for groups, more in in_parts(zip(ordered, map(self.weight, ordered)), part_size)
+        ]
 
 
 @dataclass(kw_only=True)

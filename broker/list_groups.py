@@ -11,8 +11,9 @@ from itertools import chain, groupby
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
 from monarch_pdb.broker.inflight import in_parts
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet, format_ranks
 
 if TYPE_CHECKING:
@@ -47,10 +48,21 @@ def group_rows(rows: Iterable[wire.SessionRow]) -> list[wire.SessionGroup]:
         coords = members.coords
         for dim, value in row.coords.items():
             coords[dim].add(value)
-    return [wire.SessionGroup(job, actor, function, lineno, state, ranks=format_ranks(m.ranks),
-                              count=len(set(m.ranks)), coords={dim: format_ranks(v) for dim, v in m.coords.items()},
-                              hosts=list(m.hosts), attached=attached)
-            for (job, actor, function, lineno, state, attached), m in groups.items()]
+    return [
+        wire.SessionGroup(
+            job,
+            actor,
+            function,
+            lineno,
+            state,
+            ranks=format_ranks(m.ranks),
+            count=len(set(m.ranks)),
+            coords={dim: format_ranks(v) for dim, v in m.coords.items()},
+            hosts=list(m.hosts),
+            attached=attached,
+        )
+        for (job, actor, function, lineno, state, attached), m in groups.items()
+    ]
 
 
 PLACE = attrgetter("job", "actor", "function", "lineno", "reason", "attached", "host")
@@ -87,10 +99,23 @@ def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.Ran
                 for i, dim in enumerate(names):  # column by column: zip(*values) costs more than the rest together
                     coords.setdefault(dim, set()).update(map(itemgetter(i), values))
         ranks = RankSet.of(list(chain.from_iterable(item[3] for item in on_hosts)))
-        made.append((on_hosts[0][0], wire.SessionGroup(
-            job, actor, function, lineno, states[reason], ranks=ranks.text(), count=len(ranks),
-            coords={dim: format_ranks(values) for dim, values in coords.items()},
-            hosts=[host for _, host, _, _ in on_hosts], attached=attached)))
+        made.append(
+            (
+                on_hosts[0][0],
+                wire.SessionGroup(
+                    job,
+                    actor,
+                    function,
+                    lineno,
+                    states[reason],
+                    ranks=ranks.text(),
+                    count=len(ranks),
+                    coords={dim: format_ranks(values) for dim, values in coords.items()},
+                    hosts=[host for _, host, _, _ in on_hosts],
+                    attached=attached,
+                ),
+            )
+        )
     made.sort(key=lambda item: (item[1].job, item[1].actor, item[0]))
     return [group for _, group in made]
 
@@ -102,10 +127,17 @@ GROUP_FIXED = 8 * len(wire.SessionGroup.__slots__)
 def group_weight(group: wire.SessionGroup) -> int:
     """About the bytes a group takes in a message: its texts, and a few for each field, host
     and coordinate."""
-    return (len(group.job) + len(group.actor) + len(group.function) + len(group.state) + len(group.ranks)
-            + len(group.attached)
-            + sum(len(dim) + len(values) + 2 for dim, values in group.coords.items())
-            + sum(len(host) + 2 for host in group.hosts) + GROUP_FIXED)
+    return (
+        len(group.job)
+        + len(group.actor)
+        + len(group.function)
+        + len(group.state)
+        + len(group.ranks)
+        + len(group.attached)
+        + sum(len(dim) + len(values) + 2 for dim, values in group.coords.items())
+        + sum(len(host) + 2 for host in group.hosts)
+        + GROUP_FIXED
+    )
 
 
 def group_parts(groups: list[wire.SessionGroup], part_size: int) -> Iterator[tuple[list[wire.SessionGroup], bool]]:

@@ -7,11 +7,12 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
 from monarch_pdb.broker.inflight import row_parts
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.records import STOP_STATES
 from monarch_pdb.broker.routes import Routes
+
+from monarch_pdb import wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.registry import Registry
@@ -27,8 +28,9 @@ class Lists:
         self.part_size = min(wire.BATCH_BYTES, max_message // 2)
 
     def routes(self) -> Routes:
-        return Routes(shell={wire.ListSessions: self.on_list, wire.ListAll: self.on_list_all,
-                             wire.ListJobs: self.on_jobs})
+        return Routes(
+            shell={wire.ListSessions: self.on_list, wire.ListAll: self.on_list_all, wire.ListJobs: self.on_jobs}
+        )
 
     def on_list(self, shell: bytes, msg: wire.ListSessions) -> None:
         """`list`: its rows, or past `groups_above` sessions their groups, made straight
@@ -47,8 +49,9 @@ class Lists:
         self.send_parts(shell, [wire.JobList(rows=self.registry.job_rows())])
 
     def send_groups(self, shell: bytes, groups: list[wire.SessionGroup]) -> None:
-        self.send_parts(shell, (wire.SessionGroups(groups=part, more=more)
-                                for part, more in group_parts(groups, self.part_size)))
+        self.send_parts(
+            shell, (wire.SessionGroups(groups=part, more=more) for part, more in group_parts(groups, self.part_size))
+        )
 
     def send_list(self, shell: bytes, rows: Iterable[wire.SessionRow], groups_above: int | None) -> None:
         """A list in parts of a batch each: 65,536 rows are more than 8 MB, and the rows are
@@ -62,4 +65,6 @@ class Lists:
                     self.send_groups(shell, group_rows(chain(first, rows)))
                     return
             rows = iter(first)
-        self.send_parts(shell, (wire.SessionList(rows=part, more=more) for part, more in row_parts(rows, self.part_size)))
+        self.send_parts(
+            shell, (wire.SessionList(rows=part, more=more) for part, more in row_parts(rows, self.part_size))
+        )

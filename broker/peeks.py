@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
 from monarch_pdb.broker.routes import Routes
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
@@ -59,15 +60,27 @@ class Peeks:
         self.table: InFlight[PeekInFlight] = requests.add(InFlight(part_size=part_size))
 
     def routes(self) -> Routes:
-        return Routes(shell={wire.Peek: self.on_peek}, parent={wire.PeekRanks: self.on_peek_ranks},
-                      agent={wire.PeekReport: self.on_peek_report}, branch={wire.PeekResult: self.on_peek_result})
+        return Routes(
+            shell={wire.Peek: self.on_peek},
+            parent={wire.PeekRanks: self.on_peek_ranks},
+            agent={wire.PeekReport: self.on_peek_report},
+            branch={wire.PeekResult: self.on_peek_result},
+        )
 
     def on_peek(self, shell: bytes, msg: wire.Peek) -> None:
         """From a shell: the selected live ranks, paused or not."""
         chosen, absent = self.requests.selected(shell, msg.job, msg.actor, msg.selector, live=True)
         if chosen:
-            ask = wire.PeekRanks(ref=0, actor=msg.actor, ranks=[], expression=msg.expression, limit=msg.limit,
-                                 function=msg.function, up=msg.up, job=chosen[0].job)
+            ask = wire.PeekRanks(
+                ref=0,
+                actor=msg.actor,
+                ranks=[],
+                expression=msg.expression,
+                limit=msg.limit,
+                function=msg.function,
+                up=msg.up,
+                job=chosen[0].job,
+            )
             self.start(shell, msg.ref, chosen, absent, ask, msg.limit + wire.PEEK_MARGIN)
 
     def on_peek_ranks(self, identity: bytes, msg: wire.PeekRanks) -> None:
@@ -75,21 +88,40 @@ class Peeks:
         chosen, absent = self.registry.pick(msg.job, msg.actor, msg.ranks, live=True)
         self.start(identity, msg.ref, chosen, absent, msg, msg.timeout)
 
-    def start(self, shell: bytes, ref: int, chosen: list[LiveRank], absent: list[wire.Missing],
-              ask: wire.PeekRanks, window: float) -> None:
+    def start(
+        self,
+        shell: bytes,
+        ref: int,
+        chosen: list[LiveRank],
+        absent: list[wire.Missing],
+        ask: wire.PeekRanks,
+        window: float,
+    ) -> None:
         """Ask each process (or broker below) for its chosen ranks' answers, within `window`
         seconds: `ask` as each is asked, but for its own ranks, our request's id and the time
         left below. The expression runs in the ranks, so it goes into the audit log."""
-        request = self.table.open(PeekInFlight(shell=shell, ref=ref, actor=ask.actor,
-                                               deadline=time.monotonic() + window, missing=absent))
+        request = self.table.open(
+            PeekInFlight(shell=shell, ref=ref, actor=ask.actor, deadline=time.monotonic() + window, missing=absent)
+        )
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
         self.requests.skip_unreachable(request)
         self.audit.record(shell, ask.job, ask.actor, [live.rank for live in chosen], f"peek {ask.expression}")
         for peer, asked in request.waiting.items():
-            self.requests.send(peer, wire.PeekRanks(ref=request.id, actor=ask.actor, ranks=asked, expression=ask.expression,
-                                                    limit=ask.limit, function=ask.function, up=ask.up, job=ask.job,
-                                                    timeout=below_timeout(window)))
+            self.requests.send(
+                peer,
+                wire.PeekRanks(
+                    ref=request.id,
+                    actor=ask.actor,
+                    ranks=asked,
+                    expression=ask.expression,
+                    limit=ask.limit,
+                    function=ask.function,
+                    up=ask.up,
+                    job=ask.job,
+                    timeout=below_timeout(window),
+                ),
+            )
         self.requests.settle(self.table, request)
 
     def on_peek_report(self, identity: bytes, msg: wire.PeekReport) -> None:

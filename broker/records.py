@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from monarch_pdb import wire
 
+
 @dataclass(slots=True)
 class Peer:
     """One connection: an agent (a rank process) or a shell."""
@@ -50,7 +51,6 @@ class Peer:
         """Where a session this peer holds is attached, as a refusal to attach says it."""
         kind = "an editor" if self.name == wire.Client.EDITOR else "another shell"
         return f"{kind} ({self.describe()})"
-
 
 
 STOPS = frozenset(stop.value for stop in wire.Stop)
@@ -186,13 +186,36 @@ class Session:
         return self.cmd
 
     def row(self) -> wire.SessionRow:
-        return rank_row(self.job, self.actor, self.rank, self.coords, self.host, self.pid,
-                        STOP_STATES[self.reason] if self.paused else wire.RankState.RUNNING, self.instance,
-                        self.function, self.filename, self.lineno, self.attached)
+        return rank_row(
+            self.job,
+            self.actor,
+            self.rank,
+            self.coords,
+            self.host,
+            self.pid,
+            STOP_STATES[self.reason] if self.paused else wire.RankState.RUNNING,
+            self.instance,
+            self.function,
+            self.filename,
+            self.lineno,
+            self.attached,
+        )
 
 
-def rank_row(job: str, actor: str, rank: int, coords: dict, host: str, pid: int, state: str, instance: str,
-             function: str = "", filename: str = "", lineno: int = 0, attached: str = "") -> wire.SessionRow:
+def rank_row(
+    job: str,
+    actor: str,
+    rank: int,
+    coords: dict,
+    host: str,
+    pid: int,
+    state: str,
+    instance: str,
+    function: str = "",
+    filename: str = "",
+    lineno: int = 0,
+    attached: str = "",
+) -> wire.SessionRow:
     return wire.SessionRow(job, actor, rank, coords, host, pid, function, filename, lineno, state, instance, attached)
 
 

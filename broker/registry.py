@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
-from monarch_pdb import ranks, wire
 from monarch_pdb.broker.records import LIVE, LiveRank, Peer, Refused, Session
 from monarch_pdb.broker.table import Table
+
+from monarch_pdb import ranks, wire
 
 
 @dataclass
@@ -48,7 +49,9 @@ class Registry(Table):
         if len(jobs) > 1:
             jobs = jobs - self.dead_jobs(jobs)
         if len(jobs) > 1:
-            raise Refused(f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}")
+            raise Refused(
+                f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
+            )
         return jobs
 
     def find(self, job: str, actor: str, rank: int) -> Session:
@@ -107,17 +110,32 @@ class Registry(Table):
             if not here and not below:
                 raise Refused(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
             absent = sorted(set(names) - of_actor.keys())
-            return Picked(job, sorted(here, key=attrgetter("rank")),
-                          self.without_session(job, actor, absent) if absent else [],
-                          {branch: ranks.RankSet.of(asked) for branch, asked in below.items()}, selection)
+            return Picked(
+                job,
+                sorted(here, key=attrgetter("rank")),
+                self.without_session(job, actor, absent) if absent else [],
+                {branch: ranks.RankSet.of(asked) for branch, asked in below.items()},
+                selection,
+            )
         known = {dim for dims in self.dims for dim in dims}
         if any(dim not in known for dim in ranks.dimensions(selection)):
             raise Refused(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
-        own = [s for peer in self.peers.values() if peer.role == wire.Role.AGENT for s in peer.owned.values()
-               if s.actor == actor and s.job == job]
+        own = [
+            s
+            for peer in self.peers.values()
+            if peer.role == wire.Role.AGENT
+            for s in peer.owned.values()
+            if s.actor == actor and s.job == job
+        ]
         chosen = self.picked(selection, own)
-        return Picked(job, chosen, [], {branch.identity: None for branch in branches}, selection,
-                      estimate=len(of_actor) - len(own))
+        return Picked(
+            job,
+            chosen,
+            [],
+            {branch.identity: None for branch in branches},
+            selection,
+            estimate=len(of_actor) - len(own),
+        )
 
     def picked(self, selection: ranks.Selection, found: list) -> list:
         """Those of the sessions (or live ranks) a selection picks, in rank order. A slice or
@@ -125,8 +143,11 @@ class Registry(Table):
         by_rank = {r.rank: r for r in found}
         # Coordinates are made only for a selector that filters on them, not for ranks(0:8).
         by_coords = bool(ranks.dimensions(selection))
-        picked = found if selection.threads or ranks.named(selection) or not self.thread_sessions else [
-            r for r in found if not wire.is_thread(r.instance)]
+        picked = (
+            found
+            if selection.threads or ranks.named(selection) or not self.thread_sessions
+            else [r for r in found if not wire.is_thread(r.instance)]
+        )
         candidates = ((r.rank, r.coords if by_coords else {}) for r in picked)
         return [by_rank[rank] for rank in ranks.select(selection, candidates)]
 
@@ -154,14 +175,21 @@ class Registry(Table):
 
     def _present_live(self, peer: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
         """The ranks of one actor a process says it runs."""
-        return {(j, rank): LiveRank(peer.identity, j, a, rank, dims, values)
-                for j, a, rank, dims, values, _ in peer.present if a == actor and (not job or j == job)}
+        return {
+            (j, rank): LiveRank(peer.identity, j, a, rank, dims, values)
+            for j, a, rank, dims, values, _ in peer.present
+            if a == actor and (not job or j == job)
+        }
 
     def _rows_live(self, branch: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
         """The ranks of one actor a broker below runs without a session."""
-        return {(row.job, row.rank): LiveRank(branch.identity, row.job, actor, row.rank, tuple(row.coords),
-                                              tuple(row.coords.values()), row.instance)
-                for row in branch.below if row.actor == actor and (not job or row.job == job) and row.state in LIVE}
+        return {
+            (row.job, row.rank): LiveRank(
+                branch.identity, row.job, actor, row.rank, tuple(row.coords), tuple(row.coords.values()), row.instance
+            )
+            for row in branch.below
+            if row.actor == actor and (not job or row.job == job) and row.state in LIVE
+        }
 
     def pick_live(self, job: str, actor: str, selector: str) -> Picked:
         """What `stacks`' selector picks among the live ranks, as `pick_for_cast` does among the
@@ -190,8 +218,13 @@ class Registry(Table):
                 for sess in peer.owned.values():
                     if sess.actor == actor and sess.job == job:
                         own.setdefault((job, sess.rank), sess)
-        return Picked(job, self.picked(selection, list(own.values())), [], {branch.identity: None for branch in branches},
-                      selection)
+        return Picked(
+            job,
+            self.picked(selection, list(own.values())),
+            [],
+            {branch.identity: None for branch in branches},
+            selection,
+        )
 
     def picked_live_below(self, branch: Peer, job: str, actor: str, selection: ranks.Selection) -> list[int]:
         """The live ranks of a broker below (as it told us of them) a selection picks."""
@@ -205,14 +238,27 @@ class Registry(Table):
         """A `Missing` for each of `wanted` that has no session: it runs, its process is gone
         (lost or finished), or the broker never heard of it."""
         running = {rank for peer in self.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor}
-        below = {row.rank: row.state for peer in self.branches() for row in peer.below
-                 if row.job == job and row.actor == actor}
+        below = {
+            row.rank: row.state
+            for peer in self.branches()
+            for row in peer.below
+            if row.job == job and row.actor == actor
+        }
         found = []
         for rank in wanted:
             gone = self.departed.get((job, actor, rank))
-            found.append(wire.Missing(rank, self.running_state((job, actor, rank)) if rank in running
-                                      else below[rank] if rank in below
-                                      else gone[3] if gone else "no such rank is known"))
+            found.append(
+                wire.Missing(
+                    rank,
+                    self.running_state((job, actor, rank))
+                    if rank in running
+                    else below[rank]
+                    if rank in below
+                    else gone[3]
+                    if gone
+                    else "no such rank is known",
+                )
+            )
         return found
 
     def pick(self, job: str, actor: str, wanted: list[int], live: bool = False) -> tuple[list, list[wire.Missing]]:

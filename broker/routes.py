@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from monarch_pdb import wire
 from monarch_pdb.broker.records import Peer
+
+from monarch_pdb import wire
 
 Handler = Callable[[bytes, Any], None]
 Table = dict[type, Handler]
@@ -48,9 +49,11 @@ class Routes:
 
     def tables(self) -> dict[tuple[str, bool], Table]:
         """Each table made once, by (role, is an editor)."""
-        return {(role, editor): self.table(Peer(b"", role, wire.Client.EDITOR if editor else "", "", 0, "", 0.0))
-                for role in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER, wire.Role.PARENT)
-                for editor in (False, True)}
+        return {
+            (role, editor): self.table(Peer(b"", role, wire.Client.EDITOR if editor else "", "", 0, "", 0.0))
+            for role in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER, wire.Role.PARENT)
+            for editor in (False, True)
+        }
 
 
 def sender(peer: Peer) -> str:

@@ -22,9 +22,6 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
-
-from monarch_pdb import curve, discovery, wire
 from monarch_pdb.broker.agents import Agents
 from monarch_pdb.broker.audit import Audit
 from monarch_pdb.broker.branches import Branches
@@ -44,6 +41,9 @@ from monarch_pdb.broker.sessions import Sessions
 from monarch_pdb.broker.shells import Shells
 from monarch_pdb.broker.stacks import Stacks
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, NoUpstream, Upstream
+from zmq.utils.monitor import recv_monitor_message
+
+from monarch_pdb import curve, discovery, wire
 from monarch_pdb.link import zmtp_heartbeats
 from monarch_pdb.settings import Settings
 
@@ -95,26 +95,42 @@ class Broker:
 
     def __post_init__(self) -> None:
         self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
-        self.registry = Registry(history_limit=self.settings.session_history,
-                                 sessions_per_connection=self.settings.max_sessions_per_connection)
+        self.registry = Registry(
+            history_limit=self.settings.session_history,
+            sessions_per_connection=self.settings.max_sessions_per_connection,
+        )
         part_size = self.settings.max_message // 2
         self.requests = Requests(self.registry, self.send, self.settled)
         audit = Audit(self.registry, self.audit)
         casts = Casts(part_size=part_size)
-        self.following = Following(self.publish_output, self.send, self.registry.branches,
-                                   lambda sess, text: self.upstream.printed(sess, text))
+        self.following = Following(
+            self.publish_output, self.send, self.registry.branches, lambda sess, text: self.upstream.printed(sess, text)
+        )
         self.sessions = Sessions(self.registry, self.events, self.requests, casts, self.following.printed)
         self.breakpoints = Breakpoints(self.requests, audit, part_size)
         self.casts = CastRequests(self.requests, casts, audit, self.sessions.forward, self.sessions.tell_holders)
         self.stacks = Stacks(self.requests, part_size)
         self.peeks = Peeks(self.requests, audit, part_size)
         self.branches = Branches(self.requests, self.sessions, self.events, self.breakpoints.started)
-        routes = Routes(every={wire.Hello: self.on_hello, wire.Heartbeat: self.on_heartbeat, wire.Bye: self.on_bye,
-                               wire.CatchUp: self.on_catch_up})
-        for more in (Agents(self.requests, self.sessions, self.refused, self.breakpoints.started),
-                     Shells(self.requests, self.sessions, audit, self.breakpoints.setters),
-                     Lists(self.registry, self.send_parts, self.settings.max_message),
-                     self.following, self.branches, self.casts, self.stacks, self.peeks, self.breakpoints):
+        routes = Routes(
+            every={
+                wire.Hello: self.on_hello,
+                wire.Heartbeat: self.on_heartbeat,
+                wire.Bye: self.on_bye,
+                wire.CatchUp: self.on_catch_up,
+            }
+        )
+        for more in (
+            Agents(self.requests, self.sessions, self.refused, self.breakpoints.started),
+            Shells(self.requests, self.sessions, audit, self.breakpoints.setters),
+            Lists(self.registry, self.send_parts, self.settings.max_message),
+            self.following,
+            self.branches,
+            self.casts,
+            self.stacks,
+            self.peeks,
+            self.breakpoints,
+        ):
             routes.add(more.routes())
         self.routes = routes.tables()
         self.context = zmq.Context()
@@ -148,12 +164,15 @@ class Broker:
         self.pub.bind(discovery.endpoint(host, 0))
         router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         pub = self.pub_endpoint = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
-        return discovery.Connection(router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve)
+        return discovery.Connection(
+            router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve
+        )
 
     def start_upstream(self, address: str) -> None:
         """Register everything below us with the broker at `address`, and serve it."""
-        self.upstream = self.sessions.upstream = Upstream(self.settings, address, self.secret, self.context,
-                                                          lambda msg: self.send(UPSTREAM, msg))
+        self.upstream = self.sessions.upstream = Upstream(
+            self.settings, address, self.secret, self.context, lambda msg: self.send(UPSTREAM, msg)
+        )
 
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
@@ -371,7 +390,6 @@ class Broker:
             return
         self.dispatch(identity, msgs)
 
-
     # --- by peer -----------------------------------------------------------------------
 
     def dispatch(self, identity: bytes, msgs: list[wire.Message]) -> None:
@@ -424,8 +442,17 @@ class Broker:
 
     def parent_joined(self) -> None:
         self.drop(UPSTREAM, wire.Ending.RECONNECTED)
-        self.registry.join(Peer(identity=UPSTREAM, role=wire.Role.PARENT, name="parent", host=self.upstream.address,
-                                pid=0, user="", last_seen=time.monotonic()))
+        self.registry.join(
+            Peer(
+                identity=UPSTREAM,
+                role=wire.Role.PARENT,
+                name="parent",
+                host=self.upstream.address,
+                pid=0,
+                user="",
+                last_seen=time.monotonic(),
+            )
+        )
         self.upstream.rejoined(self.registry)
         self.following.parent_joined()
         log(f"registered with the broker above at {self.upstream.address}")
@@ -440,14 +467,30 @@ class Broker:
         joined = not self.registry.knows(identity, msg.role, msg.link)
         if joined:
             self.drop(identity, wire.Ending.RECONNECTED)
-            first_of_job = self.registry.join(Peer(
-                identity=identity, role=msg.role, name=msg.job if msg.role == wire.Role.AGENT else msg.client or "",
-                host=msg.host, pid=msg.pid, user=msg.user, last_seen=time.monotonic(), link=msg.link,
-            ))
+            first_of_job = self.registry.join(
+                Peer(
+                    identity=identity,
+                    role=msg.role,
+                    name=msg.job if msg.role == wire.Role.AGENT else msg.client or "",
+                    host=msg.host,
+                    pid=msg.pid,
+                    user=msg.user,
+                    last_seen=time.monotonic(),
+                    link=msg.link,
+                )
+            )
             if first_of_job:
                 log(f"job {msg.job} joined ({msg.host}, pid {msg.pid})")
-        self.send(identity, wire.Welcome(pub=self.pub_endpoint, heartbeat=self.settings.heartbeat_interval,
-                                         broker_pid=os.getpid(), seq=self.events.seq, known=not joined))
+        self.send(
+            identity,
+            wire.Welcome(
+                pub=self.pub_endpoint,
+                heartbeat=self.settings.heartbeat_interval,
+                broker_pid=os.getpid(),
+                seq=self.events.seq,
+                known=not joined,
+            ),
+        )
         if joined and msg.role == wire.Role.BROKER:
             self.branches.joined(identity, msg.host, msg.pid)
             self.following.branch_joined(identity)
@@ -542,8 +585,10 @@ class Broker:
             self.requests.lost(identity, wire.Ending.LOST)
         if role == wire.Role.SHELL and reason != wire.Ending.RECONNECTED and self.breakpoints.gone(identity):
             how = "was lost" if reason == wire.Ending.LOST else "disconnected"
-            log(f"the editor on {gone.peer.host} (pid {gone.peer.pid}) {how}: its breakpoints and exception filter "
-                "are removed from every rank")
+            log(
+                f"the editor on {gone.peer.host} (pid {gone.peer.pid}) {how}: its breakpoints and exception filter "
+                "are removed from every rank"
+            )
         if gone.job_left:
             log(f"job {gone.peer.name} left ({reason})")
         if role == wire.Role.AGENT:
@@ -637,11 +682,15 @@ def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None 
             return 1
         return 0
     if discovery.secret_of(settings) is None and not discovery.is_local(settings.host):
-        log(f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
+        log(
+            f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE"
+        )
         return 2
     if discovery.secret_of(settings) is None and settings.upstream:
-        log(f"cannot register with the broker above ({settings.upstream}) without the secret it was given: "
-            "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
+        log(
+            f"cannot register with the broker above ({settings.upstream}) without the secret it was given: "
+            "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE"
+        )
         return 2
     unresolved = discovery.does_not_resolve(discovery.bind_host(settings.host))
     if unresolved:

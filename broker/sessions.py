@@ -11,12 +11,13 @@ from collections.abc import Callable
 from sys import intern
 from typing import TYPE_CHECKING
 
-from monarch_pdb import wire
 from monarch_pdb.broker.casts import Casts
 from monarch_pdb.broker.events import EventLog
 from monarch_pdb.broker.log import log
 from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.upstream import UPSTREAM, NoUpstream
+
+from monarch_pdb import wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.records import Session
@@ -25,8 +26,14 @@ if TYPE_CHECKING:
 
 
 class Sessions:
-    def __init__(self, registry: Registry, events: EventLog, requests: Requests, casts: Casts,
-                 publish_output: Callable[[Session, int, str], None]) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        events: EventLog,
+        requests: Requests,
+        casts: Casts,
+        publish_output: Callable[[Session, int, str], None],
+    ) -> None:
         """`publish_output` passes a chunk of output, numbered as kept, to whoever follows ranks."""
         self.registry = registry
         self.events = events
@@ -68,8 +75,9 @@ class Sessions:
     def forward(self, sess: Session, line: str, release: bool = False, colour: bool = False) -> None:
         """Hand one line to a session's pdb. The broker above learns that it runs on, unless
         the line is of its own cast, whose result tells it."""
-        self.send(sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release,
-                                        colour=colour))
+        self.send(
+            sess.peer, wire.Input(sid=sess.sid, cmd=sess.resume(release), line=line, release=release, colour=colour)
+        )
         cast = self.casts.running(sess)
         if cast is None or cast.shell != UPSTREAM:
             self.upstream.sent_line(sess, time.monotonic())
@@ -104,11 +112,21 @@ class Sessions:
             self.attaching[sess.peer].append((identity, sess.id, taken_from))
             self.send(sess.peer, wire.Attach(job=sess.job, actor=sess.actor, rank=sess.rank, force=True))
             return
-        self.send(identity, wire.Attached(
-            session=sess.id, job=sess.job, actor=sess.actor, rank=sess.rank, host=sess.host,
-            replay=sess.log.replay(), resumed=sess.resumed, paused=sess.paused, prompt=sess.prompt,
-            taken_from=taken_from,
-        ))
+        self.send(
+            identity,
+            wire.Attached(
+                session=sess.id,
+                job=sess.job,
+                actor=sess.actor,
+                rank=sess.rank,
+                host=sess.host,
+                replay=sess.log.replay(),
+                resumed=sess.resumed,
+                paused=sess.paused,
+                prompt=sess.prompt,
+                taken_from=taken_from,
+            ),
+        )
 
     def touched(self, sess: Session, news: bool, new: bool) -> None:
         """A session stopped or changed (`news`: it stopped somewhere new; `new`: the broker

@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inspections import Inspections
 from monarch_pdb.broker.records import Refused, State
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
+
+from monarch_pdb import ranks, wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
@@ -21,8 +22,7 @@ if TYPE_CHECKING:
 
 
 class Shells:
-    def __init__(self, requests: Requests, sessions: Sessions, audit: Audit,
-                 breakpoint_setters: set[bytes]) -> None:
+    def __init__(self, requests: Requests, sessions: Sessions, audit: Audit, breakpoint_setters: set[bytes]) -> None:
         """`breakpoint_setters` are the editors that set breakpoints here (`Breakpoints.setters`)."""
         self.requests = requests
         self.registry = requests.registry
@@ -33,15 +33,26 @@ class Shells:
         self.breakpoint_setters = breakpoint_setters
 
     def routes(self) -> Routes:
-        holding = {wire.Attach: self.on_attach, wire.Detach: self.on_detach, wire.Send: self.on_send,
-                   wire.Complete: self.on_complete, wire.Continue: self.on_continue}
+        holding = {
+            wire.Attach: self.on_attach,
+            wire.Detach: self.on_detach,
+            wire.Send: self.on_send,
+            wire.Complete: self.on_complete,
+            wire.Continue: self.on_continue,
+        }
         answers = {wire.Inspection: self.on_inspection, wire.Completions: self.on_inspection}
         return Routes(
-            shell={**holding, wire.Follow: self.on_follow, wire.OutputSince: self.on_output_since,
-                   wire.Interrupt: self.on_interrupt},
+            shell={
+                **holding,
+                wire.Follow: self.on_follow,
+                wire.OutputSince: self.on_output_since,
+                wire.Interrupt: self.on_interrupt,
+            },
             editor={wire.Inspect: self.on_inspect},
             parent={**holding, wire.Inspect: self.on_inspect, wire.InterruptRanks: self.on_interrupt_ranks},
-            agent=answers, branch=answers)
+            agent=answers,
+            branch=answers,
+        )
 
     def reachable(self, sess: Session) -> Session:
         """`sess`, unless the broker below that has it does not answer."""
@@ -58,8 +69,10 @@ class Shells:
             return
         if taken_from is not None:
             taker = self.registry.peer(shell)
-            self.send(taken_from.identity, wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN,
-                                                             by=taker.attached_in()))
+            self.send(
+                taken_from.identity,
+                wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN, by=taker.attached_in()),
+            )
             self.sessions.publish(wire.EventKind.TAKEN, sess, taker.describe())
         self.sessions.now_held(shell, sess, taken_from.attached_in() if taken_from is not None else "")
 
@@ -118,8 +131,14 @@ class Shells:
     def on_follow(self, shell: bytes, msg: wire.Follow) -> None:
         chosen, _ = self.requests.selected(shell, msg.job, msg.actor, msg.selector)
         if chosen:
-            self.send(shell, wire.Following(job=chosen[0].job, actor=msg.actor,
-                                            sessions=[wire.FollowedSession(s.id, s.rank, s.log.seq) for s in chosen]))
+            self.send(
+                shell,
+                wire.Following(
+                    job=chosen[0].job,
+                    actor=msg.actor,
+                    sessions=[wire.FollowedSession(s.id, s.rank, s.log.seq) for s in chosen],
+                ),
+            )
 
     def on_output_since(self, shell: bytes, msg: wire.OutputSince) -> None:
         sess = self.registry.session_at(msg.session)

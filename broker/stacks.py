@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
 from monarch_pdb.broker.records import Refused
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
+
+from monarch_pdb import ranks, wire
 from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
@@ -81,14 +82,24 @@ class StacksInFlight(AskedOfEach):
                 folded.setdefault((value.name, value.value), []).extend(ranks)
 
     def groups(self) -> list[wire.StackGroup]:
-        return [wire.StackGroup(threads, sets[0] if len(sets) == 1 else RankSet.joined(sets),
-                                [wire.LocalValue(name, value, sorted(ranks))
-                                 for (name, value), ranks in self.locals.get(key, {}).items()])
-                for key, (threads, sets) in self.merged.items()]
+        return [
+            wire.StackGroup(
+                threads,
+                sets[0] if len(sets) == 1 else RankSet.joined(sets),
+                [
+                    wire.LocalValue(name, value, sorted(ranks))
+                    for (name, value), ranks in self.locals.get(key, {}).items()
+                ],
+            )
+            for key, (threads, sets) in self.merged.items()
+        ]
 
     def weight(self, group: wire.StackGroup) -> int:
-        return (8 * len(group.ranks.spans) + sum(len(f.file) + len(f.function) + 12 for t in group.threads for f in t.frames)
-                + sum(len(v.name) + len(v.value) + 8 * len(v.ranks) for v in group.locals))
+        return (
+            8 * len(group.ranks.spans)
+            + sum(len(f.file) + len(f.function) + 12 for t in group.threads for f in t.frames)
+            + sum(len(v.name) + len(v.value) + 8 * len(v.ranks) for v in group.locals)
+        )
 
     def still_picked(self, branch: bytes) -> list[int]:
         """The ranks a broker below that evaluates the selector has sent no stack for yet."""
@@ -104,8 +115,11 @@ class StacksInFlight(AskedOfEach):
         super().lost(peer, reason)
 
     def unanswered(self) -> list[wire.Missing]:
-        return [wire.Missing(rank, "no answer in time") for peer, ranks in self.waiting.items()
-                for rank in (self.still_picked(peer) if peer in self.picking else ranks)]
+        return [
+            wire.Missing(rank, "no answer in time")
+            for peer, ranks in self.waiting.items()
+            for rank in (self.still_picked(peer) if peer in self.picking else ranks)
+        ]
 
 
 class Stacks:
@@ -118,8 +132,12 @@ class Stacks:
         self.table: InFlight[StacksInFlight] = requests.add(InFlight(part_size=part_size))
 
     def routes(self) -> Routes:
-        return Routes(shell={wire.Stacks: self.on_stacks}, parent={wire.TakeStacks: self.on_take_stacks},
-                      agent={wire.StackReport: self.on_stack_report}, branch={wire.StacksResult: self.on_stacks_result})
+        return Routes(
+            shell={wire.Stacks: self.on_stacks},
+            parent={wire.TakeStacks: self.on_take_stacks},
+            agent={wire.StackReport: self.on_stack_report},
+            branch={wire.StacksResult: self.on_stacks_result},
+        )
 
     def on_stacks(self, shell: bytes, msg: wire.Stacks) -> None:
         """From a shell: the stacks of the live ranks its selector picks."""
@@ -143,20 +161,33 @@ class Stacks:
             picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
         self.start(parent, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
 
-    def start(self, shell: bytes, ref: int, actor: str, picked: Picked, timeout: float, threads: wire.Threads,
-              with_locals: bool, selector: str = "") -> None:
+    def start(
+        self,
+        shell: bytes,
+        ref: int,
+        actor: str,
+        picked: Picked,
+        timeout: float,
+        threads: wire.Threads,
+        with_locals: bool,
+        selector: str = "",
+    ) -> None:
         """Ask each process (or broker below) for its picked ranks' stacks (and their locals),
         merged as they come: a broker below that evaluates the selector is sent the selector.
         A shell whose selector picked nothing anywhere is told why, as when it picks nothing here."""
         job = picked.job
-        request = self.table.open(StacksInFlight(shell=shell, ref=ref, actor=actor,
-                                                 deadline=time.monotonic() + timeout, missing=picked.absent))
+        request = self.table.open(
+            StacksInFlight(
+                shell=shell, ref=ref, actor=actor, deadline=time.monotonic() + timeout, missing=picked.absent
+            )
+        )
         for live in picked.sessions:
             request.waiting.setdefault(live.peer, []).append(live.rank)
         if picked.below:
             branches = {peer.identity: peer for peer in self.registry.branches()}
-            request.picked_there = lambda branch: self.registry.picked_live_below(branches[branch], job, actor,
-                                                                                  picked.selection)
+            request.picked_there = lambda branch: self.registry.picked_live_below(
+                branches[branch], job, actor, picked.selection
+            )
             if shell != UPSTREAM:
                 request.refusal = lambda: self.requests.nothing_picked(job, actor, picked.selection, live=True)
             for branch in picked.below:
@@ -164,9 +195,19 @@ class Stacks:
         self.requests.skip_unreachable(request)
         for peer, asked in request.waiting.items():
             there = peer in request.picking
-            self.send(peer, wire.TakeStacks(ref=request.id, actor=actor, ranks=RankSet.of(asked),
-                                            threads=threads, job=job, timeout=below_timeout(timeout),
-                                            locals=with_locals, selector=selector if there else ""))
+            self.send(
+                peer,
+                wire.TakeStacks(
+                    ref=request.id,
+                    actor=actor,
+                    ranks=RankSet.of(asked),
+                    threads=threads,
+                    job=job,
+                    timeout=below_timeout(timeout),
+                    locals=with_locals,
+                    selector=selector if there else "",
+                ),
+            )
         self.requests.settle(self.table, request)
 
     def on_stack_report(self, agent: bytes, msg: wire.StackReport) -> None:

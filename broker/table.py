@@ -16,9 +16,21 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from sys import intern
 
+from monarch_pdb.broker.records import (
+    CALL_ENDED,
+    NO_OUTPUT,
+    STOPS,
+    Departure,
+    OutputLog,
+    Peer,
+    Refused,
+    Session,
+    State,
+    process_gone,
+    rank_row,
+)
+
 from monarch_pdb import wire
-from monarch_pdb.broker.records import (CALL_ENDED, NO_OUTPUT, STOPS, Departure, OutputLog, Peer, Refused,
-                                        Session, State, process_gone, rank_row)
 
 
 @dataclass
@@ -115,8 +127,11 @@ class Table:
         `since` at the earliest (when the broker last came back from a pause: their messages
         waited unread), but those already known to be silent. Ranks and shells beat in libzmq,
         not in Python: their silence says nothing, and they are not looked at."""
-        return [identity for identity, peer in self.brokers.items()
-                if not peer.silent and now - max(peer.last_seen, since) > limit]
+        return [
+            identity
+            for identity, peer in self.brokers.items()
+            if not peer.silent and now - max(peer.last_seen, since) > limit
+        ]
 
     def _adopt(self, old: bytes, new: bytes) -> None:
         """A process that reconnected on a new socket before its old one was declared lost:
@@ -173,15 +188,31 @@ class Table:
             return None, False
         owner = self.peers[peer]
         if sess is None and len(owner.owned) >= self.sessions_per_connection:
-            raise Refused(f"refused a session of {msg.actor} {msg.rank}: this process already has "
-                          f"{self.sessions_per_connection} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
-                          "it continues without stopping")
-        news = sess is None or sess.state is State.RELEASED or (msg.reason == wire.Stop.POST_MORTEM and sess.reason != wire.Stop.POST_MORTEM)
+            raise Refused(
+                f"refused a session of {msg.actor} {msg.rank}: this process already has "
+                f"{self.sessions_per_connection} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
+                "it continues without stopping"
+            )
+        news = (
+            sess is None
+            or sess.state is State.RELEASED
+            or (msg.reason == wire.Stop.POST_MORTEM and sess.reason != wire.Stop.POST_MORTEM)
+        )
         if sess is None:
             sess = Session(
-                id=self.next_id, peer=peer, sid=msg.sid, job=intern(msg.job), actor=intern(msg.actor),
-                rank=msg.rank, dims=self.dims_of(msg.coords), values=tuple(msg.coords.values()), host=intern(msg.host),
-                pid=msg.pid, log=OutputLog(self.history_limit), instance=msg.instance, cmd=msg.cmd,
+                id=self.next_id,
+                peer=peer,
+                sid=msg.sid,
+                job=intern(msg.job),
+                actor=intern(msg.actor),
+                rank=msg.rank,
+                dims=self.dims_of(msg.coords),
+                values=tuple(msg.coords.values()),
+                host=intern(msg.host),
+                pid=msg.pid,
+                log=OutputLog(self.history_limit),
+                instance=msg.instance,
+                cmd=msg.cmd,
             )
             self.next_id += 1
             self.sessions[sess.id] = sess
@@ -203,9 +234,18 @@ class Table:
         stopped = row.state in STOPS
         if sess is None:
             sess = Session(
-                id=self.next_id, peer=branch, sid=item.id, job=intern(row.job), actor=intern(row.actor),
-                rank=row.rank, dims=self.dims_of(row.coords), values=tuple(row.coords.values()), host=intern(row.host),
-                pid=row.pid, log=NO_OUTPUT, instance=row.instance,
+                id=self.next_id,
+                peer=branch,
+                sid=item.id,
+                job=intern(row.job),
+                actor=intern(row.actor),
+                rank=row.rank,
+                dims=self.dims_of(row.coords),
+                values=tuple(row.coords.values()),
+                host=intern(row.host),
+                pid=row.pid,
+                log=NO_OUTPUT,
+                instance=row.instance,
                 state=State.STOPPED if stopped else State.RUNNING,
             )
             self.next_id += 1
@@ -295,7 +335,9 @@ class Table:
         """Every paused session (of one job, if named), but those of a job found dead where
         another job has an actor of the same name (`dead_jobs`): `wait` counts the live one's."""
         stopped, paused = State.STOPPED, State.PAUSED  # compared inline: 1,048,576 at the root of a tree
-        found = [s for s in self.sessions.values() if (s.state is stopped or s.state is paused) and (not job or s.job == job)]
+        found = [
+            s for s in self.sessions.values() if (s.state is stopped or s.state is paused) and (not job or s.job == job)
+        ]
         dead = self.dead_jobs(self.shared_jobs())
         return [s for s in found if s.job not in dead] if dead else found
 
@@ -344,8 +386,9 @@ class Table:
             holder.held.discard(sess.id)
             holder = None
         if holder is not None and not force:
-            raise Refused(f"{sess.actor} {sess.rank} is attached in {holder.attached_in()}; "
-                          "use 'attach --force' to take it over")
+            raise Refused(
+                f"{sess.actor} {sess.rank} is attached in {holder.attached_in()}; use 'attach --force' to take it over"
+            )
         if holder is not None:
             holder.held.discard(sess.id)
             sess.watcher = holder.identity if holder.name == wire.Client.EDITOR else None
@@ -377,8 +420,11 @@ class Table:
         for peer in self.peers.values():
             if peer.role == wire.Role.AGENT and peer.name in jobs:
                 processes.setdefault(peer.name, []).append(peer)
-        dead = {job for job, peers in processes.items()
-                if all(peer.host == self.host and process_gone(peer.pid) for peer in peers)}
+        dead = {
+            job
+            for job, peers in processes.items()
+            if all(peer.host == self.host and process_gone(peer.pid) for peer in peers)
+        }
         self.found_gone += [peer.identity for job in dead for peer in processes[job]]
         return dead
 
@@ -453,11 +499,23 @@ class Table:
         `finished`, the latest ones within bounds: those it said it runs, and those it had a
         session of (a process that only stopped at a breakpoint never said it runs one)."""
         gone = [((s.job, s.actor, s.rank), (s.coords, s.host, s.pid, state, s.instance)) for s in sessions]
-        gone += [((job, actor, rank), (dict(zip(dims, values)), peer.host, peer.pid, state, instance))
-                 for job, actor, rank, dims, values, instance in peer.present]
-        gone += [((row.job, row.actor, row.rank),
-                  (row.coords, row.host, row.pid, row.state if row.state == wire.RankState.FINISHED else state,
-                   row.instance)) for row in peer.below]
+        gone += [
+            ((job, actor, rank), (dict(zip(dims, values)), peer.host, peer.pid, state, instance))
+            for job, actor, rank, dims, values, instance in peer.present
+        ]
+        gone += [
+            (
+                (row.job, row.actor, row.rank),
+                (
+                    row.coords,
+                    row.host,
+                    row.pid,
+                    row.state if row.state == wire.RankState.FINISHED else state,
+                    row.instance,
+                ),
+            )
+            for row in peer.below
+        ]
         for key, what in gone:
             self.departed[key] = what
             self.departed.move_to_end(key)

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import zmq
+from monarch_pdb.broker.inflight import in_parts, row_parts, row_weight
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.broker.inflight import in_parts, row_parts, row_weight
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
@@ -53,14 +53,17 @@ TROUBLE_EVERY = 30.0
 class Upstream:
     """The parent link, and what the parent has been told."""
 
-    def __init__(self, settings: Settings, address: str, secret: str, context: zmq.Context,
-                 send: Callable[[wire.Message], None]) -> None:
+    def __init__(
+        self, settings: Settings, address: str, secret: str, context: zmq.Context, send: Callable[[wire.Message], None]
+    ) -> None:
         """`send` queues a message for the parent in order with the broker's answers to it."""
         self.address = address
         self.send = send
         self.part_size = settings.max_message // 2
         self.ranks_every = max(0.05, settings.heartbeat_interval / 2)
-        parent = discovery.Connection(router=discovery.endpoint(*address.rsplit(":", 1)), pub="", secret=secret, pid=0, curve=settings.curve)
+        parent = discovery.Connection(
+            router=discovery.endpoint(*address.rsplit(":", 1)), pub="", secret=secret, pid=0, curve=settings.curve
+        )
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.woken, self._wake = os.pipe()
         os.set_blocking(self.woken, False)
@@ -217,8 +220,9 @@ class Upstream:
                 item = wire.BranchSession(id=sess_id, row=row, prompt=sess.prompt, news=news, detail=detail)
                 items.append((item, row_weight(row) + len(sess.prompt) + len(detail)))
         self.changed.clear()
-        out: list[wire.Message] = [wire.BranchSessions(sessions=part) for part, _ in in_parts(items, self.part_size)
-                                   if part]
+        out: list[wire.Message] = [
+            wire.BranchSessions(sessions=part) for part, _ in in_parts(items, self.part_size) if part
+        ]
         if self.ranks_due and now - self.ranks_sent_at >= self.ranks_every:
             self.ranks_due, self.ranks_sent_at = False, now
             jobs = registry.job_rows()

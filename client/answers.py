@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from monarch_pdb import wire
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.numbers import Summary, summarize
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import format_ranks
 
 NUMBER_LINES = 16
@@ -72,7 +73,9 @@ def document(result: wire.CastResult | wire.PeekResult) -> dict:
     not answer."""
     doc = {
         "actor": result.actor,
-        "groups": [{"ranks": list(g.ranks), "output": g.output, "outcome": g.outcome or "paused"} for g in result.groups],
+        "groups": [
+            {"ranks": list(g.ranks), "output": g.output, "outcome": g.outcome or "paused"} for g in result.groups
+        ],
         "missing": [{"rank": m.rank, "reason": m.reason} for m in result.missing],
     }
     summary = summarize(result.groups)

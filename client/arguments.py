@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import cmd2
+from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
 from monarch_pdb.ranks import Selection, SelectorError, split_selector
 
 CATEGORY = "Debugger"
@@ -97,7 +97,7 @@ def first_word(text: str) -> tuple[str, str]:
         end = text.find(text[0], 1)
         if end < 0:
             raise CommandError(f"no closing {text[0]} after the actor's name")
-        return text[1:end], text[end + 1:]
+        return text[1:end], text[end + 1 :]
     word, _, rest = text.partition(" ")
     return word, rest
 
@@ -157,8 +157,9 @@ class Parser(cmd2.Cmd2ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise CommandError(self.refusal or f"usage: {self.usage}")
 
-    def parse_args(self, args: Sequence[str] | None = None,
-                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+    def parse_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
         """Options may come anywhere among the words (`stacks trainer --json ranks(0)`); a
         remainder, cast's pdb command, takes its words as they come."""
         if any(action.nargs == argparse.REMAINDER for action in self._actions):

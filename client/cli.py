@@ -9,9 +9,10 @@ import os
 import signal
 import sys
 
-from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection
 from monarch_pdb.client.reporter import Transcript
+
+from monarch_pdb import settings as settings_module
 
 WAIT_BROKER = 60.0
 """Seconds a script waits for a broker by default, as `wait` waits for ranks."""
@@ -32,15 +33,31 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.description = "Open the debugger shell on the ranks paused in a broker."
     parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
     parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
-    parser.add_argument("--script", metavar="FILE", action="append", default=[],
-                        help="run the commands in FILE (one per line, # comments) and exit; repeatable")
-    parser.add_argument("-c", dest="commands", metavar="CMD", action="append", default=[],
-                        help="run CMD and exit; repeatable, after any --script")
+    parser.add_argument(
+        "--script",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="run the commands in FILE (one per line, # comments) and exit; repeatable",
+    )
+    parser.add_argument(
+        "-c",
+        dest="commands",
+        metavar="CMD",
+        action="append",
+        default=[],
+        help="run CMD and exit; repeatable, after any --script",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document per command")
     parser.add_argument("--record", metavar="FILE", help="write a transcript that --script can replay")
-    parser.add_argument("--wait-broker", type=seconds, default=WAIT_BROKER, metavar="S",
-                        help=f"with --script or -c, seconds to wait for a broker to answer (default {WAIT_BROKER:g}); "
-                             "the interactive shell waits until one does")
+    parser.add_argument(
+        "--wait-broker",
+        type=seconds,
+        default=WAIT_BROKER,
+        metavar="S",
+        help=f"with --script or -c, seconds to wait for a broker to answer (default {WAIT_BROKER:g}); "
+        "the interactive shell waits until one does",
+    )
     return parser
 
 
@@ -84,11 +101,19 @@ def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = Non
     try:
         try:
             if keyboard is None:
-                conn.wait_for_broker(args.wait_broker, lambda note: print(
-                    f"monarch-pdb: {note} Giving up after {args.wait_broker:g} s (--wait-broker).", file=sys.stderr))
+                conn.wait_for_broker(
+                    args.wait_broker,
+                    lambda note: print(
+                        f"monarch-pdb: {note} Giving up after {args.wait_broker:g} s (--wait-broker).", file=sys.stderr
+                    ),
+                )
             else:
-                conn.wait_for_broker(None, lambda note: print(f"{note[0].upper()}{note[1:]} {QUIT_KEYS}", file=sys.stderr),
-                                     keyboard, ahead.take)
+                conn.wait_for_broker(
+                    None,
+                    lambda note: print(f"{note[0].upper()}{note[1:]} {QUIT_KEYS}", file=sys.stderr),
+                    keyboard,
+                    ahead.take,
+                )
         except NoBroker as error:
             if args.json:
                 print(json.dumps({"error": str(error)}))
@@ -99,8 +124,9 @@ def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = Non
             print(file=sys.stderr)
             return INTERRUPTED
         transcript = Transcript.open(args.record) if args.record else None
-        shell = DebugShell(conn, history_file=settings.history_file if interactive else "", as_json=args.json,
-                           transcript=transcript)
+        shell = DebugShell(
+            conn, history_file=settings.history_file if interactive else "", as_json=args.json, transcript=transcript
+        )
         if ahead.leaving is not None:
             shell.onecmd_plus_hooks(ahead.leaving)
             return 0

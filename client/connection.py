@@ -17,8 +17,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from monarch_pdb import discovery, wire
 from monarch_pdb.client.follow import Deliver, Follower
+
+from monarch_pdb import discovery, wire
 from monarch_pdb.link import Link
 from monarch_pdb.ranks import format_ranks
 from monarch_pdb.settings import Settings
@@ -69,17 +70,25 @@ def add_part(whole: wire.Message, part: wire.Message) -> None:
 def lost_answers(started: wire.CastStarted, result: wire.CastResult | None, actor: str) -> str:
     """What a shell says of a cast whose broker restarted: where the line went and no answer
     came, so the user knows where it may have run."""
-    came = set() if result is None else {missed.rank for missed in result.missing}.union(*(g.ranks for g in result.groups))
+    came = (
+        set() if result is None else {missed.rank for missed in result.missing}.union(*(g.ranks for g in result.groups))
+    )
     lost = [rank for rank in started.ranks if rank not in came]
     where = [f"{actor} ranks[{format_ranks(lost)}] ({len(lost)})"] if lost else []
     where += [f"the ranks its selector picks below, on {', '.join(started.below)}"] if started.below else []
-    return (f"the broker restarted during the cast; the answers of {' and '.join(where)} were lost "
-            "(the line may have run there)")
+    return (
+        f"the broker restarted during the cast; the answers of {' and '.join(where)} were lost "
+        "(the line may have run there)"
+    )
 
 
 class ShellConnection:
-    def __init__(self, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None,
-                 client: wire.Client = wire.Client.SHELL) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        on_events: Callable[[list[wire.Event]], None] | None = None,
+        client: wire.Client = wire.Client.SHELL,
+    ) -> None:
         self.settings = settings
         self.on_events = on_events
         self.on_reply: Callable[[wire.Message], None] | None = None
@@ -103,11 +112,17 @@ class ShellConnection:
         written on the link's thread)."""
         self._cut_short: set[int] = set()
         """Those of them a broker that restarted will never answer."""
-        self.link = Link(settings, wire.Role.SHELL, self, lambda: discovery.locate(settings), events=True, client=client)
+        self.link = Link(
+            settings, wire.Role.SHELL, self, lambda: discovery.locate(settings), events=True, client=client
+        )
 
     @classmethod
-    def open(cls, settings: Settings, on_events: Callable[[list[wire.Event]], None] | None = None,
-             client: wire.Client = wire.Client.SHELL) -> ShellConnection:
+    def open(
+        cls,
+        settings: Settings,
+        on_events: Callable[[list[wire.Event]], None] | None = None,
+        client: wire.Client = wire.Client.SHELL,
+    ) -> ShellConnection:
         """A connection a broker welcomed within the connect time-out; NoBroker otherwise."""
         conn = cls(settings, on_events, client)
         try:
@@ -117,8 +132,13 @@ class ShellConnection:
             raise
         return conn
 
-    def wait_for_broker(self, patience: float | None, waiting: Callable[[str], None] | None = None,
-                        keyboard: int | None = None, typed: Callable[[bytes], bool] | None = None) -> bool:
+    def wait_for_broker(
+        self,
+        patience: float | None,
+        waiting: Callable[[str], None] | None = None,
+        keyboard: int | None = None,
+        typed: Callable[[bytes], bool] | None = None,
+    ) -> bool:
         """Wait until a broker welcomes us (True). NoBroker at once when the broker refuses us (a
         wrong secret) or another program holds its port, and once `patience` seconds pass (None:
         no limit) with no broker. After the connect time-out, `waiting` is told once where we
@@ -145,7 +165,9 @@ class ShellConnection:
                     raise NoBroker(f"no debug broker answers at {where}, and none can start on this host: {unwritable}")
                 if now >= give_up:
                     seen = f"{other.why}; " if other is not None else ""
-                    raise NoBroker(f"no debug broker answers at {where} ({seen}looked for {looked}). {start}, then try again.")
+                    raise NoBroker(
+                        f"no debug broker answers at {where} ({seen}looked for {looked}). {start}, then try again."
+                    )
                 look = min(now + settings.connect_timeout, give_up)
                 if not told:
                     waiting(note)
@@ -247,9 +269,16 @@ class ShellConnection:
                 return rows
             self.changed.wait(left)
 
-    def cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
-             progress: Callable[[wire.CastProgress], None] | None = None,
-             waiting: Callable[[str], None] | None = None) -> wire.CastResult:
+    def cast(
+        self,
+        actor: str,
+        selector: str,
+        line: str,
+        timeout: float,
+        job: str = "",
+        progress: Callable[[wire.CastProgress], None] | None = None,
+        waiting: Callable[[str], None] | None = None,
+    ) -> wire.CastResult:
         """Send one pdb command to the selected ranks; return all their answers, every part
         of a large result joined. Raises RequestFailed with the broker's one-line reason.
         `waiting` is told, once, when the broker stops answering meanwhile."""
@@ -260,40 +289,70 @@ class ShellConnection:
             self._started.pop(ref, None)
             self._cut_short.discard(ref)
 
-    def start_cast(self, actor: str, selector: str, line: str, timeout: float, job: str = "",
-                   progress: bool = False, awaited: bool = False) -> int:
+    def start_cast(
+        self,
+        actor: str,
+        selector: str,
+        line: str,
+        timeout: float,
+        job: str = "",
+        progress: bool = False,
+        awaited: bool = False,
+    ) -> int:
         """Send a cast without waiting for it; its answers come as replies with the number
         returned (and, with `progress`, how far it got). `awaited` by `cast`, which hears where
         the broker sent its line, to name the ranks whose answers a broker restart loses."""
         ref = next(self._refs)
         if awaited:
             self._started[ref] = None
-        self.post(wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job,
-                            progress=progress))
+        self.post(
+            wire.Cast(ref=ref, actor=actor, selector=selector, line=line, timeout=timeout, job=job, progress=progress)
+        )
         return ref
 
-    def stacks(self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "",
-               with_locals: bool = False) -> wire.StacksResult:
+    def stacks(
+        self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "", with_locals: bool = False
+    ) -> wire.StacksResult:
         """The selected live ranks' stacks (and their locals), every part of a large result
         joined. Raises RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)
-        self.post(wire.Stacks(ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job,
-                              locals=with_locals))
+        self.post(
+            wire.Stacks(
+                ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job, locals=with_locals
+            )
+        )
         return self._parts(ref, wire.StacksResult, timeout, "gather the stacks")
 
-    def peek(self, actor: str, selector: str, expression: str, limit: float, function: str = "", up: int = 0,
-             job: str = "") -> wire.PeekResult:
+    def peek(
+        self, actor: str, selector: str, expression: str, limit: float, function: str = "", up: int = 0, job: str = ""
+    ) -> wire.PeekResult:
         """An expression's value in each selected live rank, read without stopping it, every
         part of a large result joined. Raises RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)
-        self.post(wire.Peek(ref=ref, actor=actor, selector=selector, expression=expression, limit=limit,
-                            function=function, up=up, job=job))
+        self.post(
+            wire.Peek(
+                ref=ref,
+                actor=actor,
+                selector=selector,
+                expression=expression,
+                limit=limit,
+                function=function,
+                up=up,
+                job=job,
+            )
+        )
         return self._parts(ref, wire.PeekResult, limit + wire.PEEK_MARGIN, "finish the peek")
 
-    def _parts(self, ref: int, kind: type[wire.CastResult] | type[wire.StacksResult] | type[wire.PeekResult],
-               timeout: float, doing: str,
-               progress: Callable[[wire.CastProgress], None] | None = None,
-               waiting: Callable[[str], None] | None = None, actor: str = ""):
+    def _parts(
+        self,
+        ref: int,
+        kind: type[wire.CastResult] | type[wire.StacksResult] | type[wire.PeekResult],
+        timeout: float,
+        doing: str,
+        progress: Callable[[wire.CastProgress], None] | None = None,
+        waiting: Callable[[str], None] | None = None,
+        actor: str = "",
+    ):
         """The answer to request `ref`, its `groups` and `missing` joined over every part (a
         large answer comes in several, the last with `more` false). Its clock stops while the
         broker does not answer, for as long as its time again at most: a broker stopped or
@@ -306,8 +365,10 @@ class ShellConnection:
         last = time.monotonic()
         while True:
             answering = self.link.ready.is_set()
-            msg = self.collect(lambda m: isinstance(m, wire.Error) or getattr(m, "ref", None) == ref,
-                               max(0.0, min(left, STALL_CHECK)) if answering else STALL_CHECK)
+            msg = self.collect(
+                lambda m: isinstance(m, wire.Error) or getattr(m, "ref", None) == ref,
+                max(0.0, min(left, STALL_CHECK)) if answering else STALL_CHECK,
+            )
             now = time.monotonic()
             if answering or patience <= 0:
                 left -= now - last

@@ -25,11 +25,12 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from monarch_pdb import discovery
-from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import readable
 from monarch_pdb.client.dap_session import DebugSession
 from monarch_pdb.client.editor_runtime import Refused
+
+from monarch_pdb import discovery
+from monarch_pdb import settings as settings_module
 from monarch_pdb.settings import Settings
 
 MAX_BODY = 16 * 1024 * 1024
@@ -104,8 +105,10 @@ class Adapter:
                 self._check_jobs()
                 if not self._drain():
                     conn, due = self.session.conn, self.session.job_check
-                    readable([self._wake_r] + ([conn.signal_fd] if conn is not None else []),
-                             None if due is None else due - time.monotonic())
+                    readable(
+                        [self._wake_r] + ([conn.signal_fd] if conn is not None else []),
+                        None if due is None else due - time.monotonic(),
+                    )
         finally:
             self.session.close()
             os.close(self._wake_r)
@@ -195,10 +198,10 @@ class Adapter:
         if command == "disconnect":
             self.done = True
 
-    def respond(self, request_seq: int, command: str, success: bool, body: dict | None = None,
-                message: str = "") -> None:
-        msg: dict[str, Any] = {"type": "response", "request_seq": request_seq, "success": success,
-                               "command": command}
+    def respond(
+        self, request_seq: int, command: str, success: bool, body: dict | None = None, message: str = ""
+    ) -> None:
+        msg: dict[str, Any] = {"type": "response", "request_seq": request_seq, "success": success, "command": command}
         if message:
             msg["message"] = message
             msg["body"] = {"error": {"id": 1, "format": message, "showUser": True}}
@@ -228,8 +231,10 @@ def listen_address(text: str, settings: Settings) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise SystemExit(f"monarch-pdb dap: --listen takes HOST:PORT, not {text!r}")
     if not discovery.is_local(host) and discovery.secret_of(settings) is None:
-        raise SystemExit(f"monarch-pdb dap: listening on {host}, which is not loopback, needs a secret "
-                         "(MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)")
+        raise SystemExit(
+            f"monarch-pdb dap: listening on {host}, which is not loopback, needs a secret "
+            "(MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)"
+        )
     return discovery.bind_host(host), int(port)
 
 
@@ -238,8 +243,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.description = "a Debug Adapter Protocol server: every paused rank a thread of one debug session"
     parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
     parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
-    parser.add_argument("--listen", metavar="HOST:PORT",
-                        help="serve editors that connect over TCP, one at a time, instead of stdin/stdout")
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="serve editors that connect over TCP, one at a time, instead of stdin/stdout",
+    )
     return parser
 
 

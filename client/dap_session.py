@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from monarch_pdb import ranks, wire
-from monarch_pdb.client import editor_commands, editor_launch, hostlist, table
-from monarch_pdb.client import stack_tree
+from monarch_pdb.client import editor_commands, editor_launch, hostlist, stack_tree, table
 from monarch_pdb.client import editor_runtime as rt
 from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.client.editor_runtime import Debuggee, Refused, Runtime, Thread
+
+from monarch_pdb import ranks, wire
 from monarch_pdb.settings import Settings
 
 UNCAUGHT = "uncaught"
@@ -45,9 +45,10 @@ class PathMap:
     @classmethod
     def parse(cls, mappings: Any) -> PathMap:
         if not isinstance(mappings, list) or not all(
-                isinstance(m, dict) and isinstance(m.get("localRoot"), str) and isinstance(m.get("remoteRoot"), str)
-                for m in mappings):
-            raise Refused("attach: pathMappings is a list of {\"localRoot\": ..., \"remoteRoot\": ...}")
+            isinstance(m, dict) and isinstance(m.get("localRoot"), str) and isinstance(m.get("remoteRoot"), str)
+            for m in mappings
+        ):
+            raise Refused('attach: pathMappings is a list of {"localRoot": ..., "remoteRoot": ...}')
         return cls(tuple((m["localRoot"].rstrip("/") + "/", m["remoteRoot"].rstrip("/") + "/") for m in mappings))
 
     def local(self, path: str) -> str:
@@ -59,7 +60,7 @@ class PathMap:
     def _swap(self, path: str, source: int, target: int) -> str:
         for pair in self.pairs:
             if path.startswith(pair[source]):
-                return pair[target] + path[len(pair[source]):]
+                return pair[target] + path[len(pair[source]) :]
         return path
 
 
@@ -154,13 +155,17 @@ class DebugSession:
                 self.send_event("output", {"category": "console", "output": f"{what.actor} {what.rank}: {what.text}\n"})
             else:  # each line marked with the rank as the shell's `follow` marks it
                 lines = what.text.rstrip("\n").split("\n")
-                self.send_event("output", {"category": "stdout", "output": "".join(
-                    f"[{what.actor} {what.rank}] {line}\n" for line in lines)})
+                self.send_event(
+                    "output",
+                    {"category": "stdout", "output": "".join(f"[{what.actor} {what.rank}] {line}\n" for line in lines)},
+                )
         elif isinstance(what, rt.Note):
             self.console(what.text)
         elif isinstance(what, rt.Verified):
-            self.send_event("breakpoint", {"reason": "changed",
-                                           "breakpoint": {"id": what.number, "verified": True, "line": what.line}})
+            self.send_event(
+                "breakpoint",
+                {"reason": "changed", "breakpoint": {"id": what.number, "verified": True, "line": what.line}},
+            )
         elif isinstance(what, rt.Finished):
             self.send_event("terminated", {})
         elif isinstance(what, rt.Changed):
@@ -197,9 +202,14 @@ class DebugSession:
             "supportsHitConditionalBreakpoints": True,
             "supportsLogPoints": True,
             "supportsExceptionInfoRequest": True,
-            "exceptionBreakpointFilters": [{"filter": UNCAUGHT, "label": "Uncaught Exceptions", "default": False,
-                                            "description": "Stop every selected rank in post-mortem on an "
-                                                           "uncaught exception"}],
+            "exceptionBreakpointFilters": [
+                {
+                    "filter": UNCAUGHT,
+                    "label": "Uncaught Exceptions",
+                    "default": False,
+                    "description": "Stop every selected rank in post-mortem on an uncaught exception",
+                }
+            ],
             "supportsRestartRequest": False,
         }
 
@@ -266,7 +276,7 @@ class DebugSession:
         thread.stop = answer.stop
         start = max(0, int(args.get("startFrame") or 0))
         levels = int(args.get("levels") or 0)
-        chosen = answer.items[start:start + levels] if levels > 0 else answer.items[start:]
+        chosen = answer.items[start : start + levels] if levels > 0 else answer.items[start:]
         frames = []
         for item in chosen:
             frame = {"id": self.frames.make(thread.id, item.handle), "name": item.name, "line": item.line, "column": 1}
@@ -277,8 +287,16 @@ class DebugSession:
     def on_scopes(self, args: dict) -> dict:
         thread, index = self.frame(args)
         answer = self.runtime.inspect(thread, wire.Query.SCOPES, frame=index)
-        return {"scopes": [{"name": item.name, "variablesReference": self.values.make(thread.id, item.handle),
-                            "expensive": item.name == "Globals"} for item in answer.items]}
+        return {
+            "scopes": [
+                {
+                    "name": item.name,
+                    "variablesReference": self.values.make(thread.id, item.handle),
+                    "expensive": item.name == "Globals",
+                }
+                for item in answer.items
+            ]
+        }
 
     def on_variables(self, args: dict) -> dict:
         thread_id, handle = self.values.get(int(args.get("variablesReference", 0)), "variables")
@@ -294,8 +312,11 @@ class DebugSession:
             raise Refused("setVariable: name and value are strings")
         thread = self.runtime.thread_by_id(thread_id)
         item = self.runtime.inspect(thread, wire.Query.SET, handle=handle, name=name, expression=value).items[0]
-        return {"value": item.value, "type": item.type,
-                "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
+        return {
+            "value": item.value,
+            "type": item.type,
+            "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0,
+        }
 
     def on_evaluate(self, args: dict) -> dict:
         expression = args.get("expression")
@@ -311,8 +332,11 @@ class DebugSession:
             return {"result": self.runtime.pdb_line(thread, expression), "variablesReference": 0}
         answer = self.runtime.inspect(thread, wire.Query.EVALUATE, frame=index, expression=expression)
         item = answer.items[0]
-        return {"result": item.value, "type": item.type,
-                "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
+        return {
+            "result": item.value,
+            "type": item.type,
+            "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0,
+        }
 
     def shell_command(self, command: tuple[str, str], args: dict) -> str:
         """`!cast`, `!peek` or `!stacks` in the Debug Console, answered as the shell answers it;
@@ -338,8 +362,14 @@ class DebugSession:
             if not hits.isdigit():
                 refused[index] = f"a hit count is a whole number, not {hits!r}"
             else:
-                spots.append(wire.Spot(line=int(spec["line"]), condition=str(spec.get("condition") or ""),
-                                       hits=int(hits), log=str(spec.get("logMessage") or "")))
+                spots.append(
+                    wire.Spot(
+                        line=int(spec["line"]),
+                        condition=str(spec.get("condition") or ""),
+                        hits=int(hits),
+                        log=str(spec.get("logMessage") or ""),
+                    )
+                )
         path = self.paths.remote(path)
         reasons, taken = self.runtime.set_breakpoints(path, spots)
         shown, spot_number, waiting = [], 0, []
@@ -348,8 +378,11 @@ class DebugSession:
                 shown.append({"verified": False, "line": spec.get("line"), "message": refused[index]})
                 continue
             reason = reasons.get(spot_number)
-            entry = {"id": next(self.breakpoint_ids), "verified": reason is None and taken,
-                     "line": spots[spot_number].line}
+            entry = {
+                "id": next(self.breakpoint_ids),
+                "verified": reason is None and taken,
+                "line": spots[spot_number].line,
+            }
             if reason or not taken:
                 entry["message"] = reason or "no selected rank is paused or runs yet: set in each as it starts or stops"
             if not taken:
@@ -366,14 +399,23 @@ class DebugSession:
         if not isinstance(filters, list) or not all(isinstance(f, str) for f in filters):
             raise Refused("setExceptionBreakpoints: filters is a list of names")
         message = self.runtime.stop_on_uncaught(UNCAUGHT in filters)
-        return {"breakpoints": [
-            {"verified": False, "message": f"monarch-pdb has no exception filter {name!r}"} if name != UNCAUGHT else
-            {"verified": not message, **({"message": message} if message else {})} for name in filters]}
+        return {
+            "breakpoints": [
+                {"verified": False, "message": f"monarch-pdb has no exception filter {name!r}"}
+                if name != UNCAUGHT
+                else {"verified": not message, **({"message": message} if message else {})}
+                for name in filters
+            ]
+        }
 
     def on_exceptionInfo(self, args: dict) -> dict:
         item = self.runtime.inspect(self.thread(args), wire.Query.EXCEPTION).items[0]
-        return {"exceptionId": item.name, "description": item.value, "breakMode": "unhandled",
-                "details": {"typeName": item.name, "message": item.value, "stackTrace": item.type}}
+        return {
+            "exceptionId": item.name,
+            "description": item.value,
+            "breakMode": "unhandled",
+            "details": {"typeName": item.name, "message": item.value, "stackTrace": item.type},
+        }
 
     def on_next(self, args: dict) -> None:
         self.runtime.step(self.thread(args), STEPS["next"])
@@ -405,10 +447,21 @@ class DebugSession:
         groups = []
         for group in self.runtime.groups():
             threads = self.runtime.group_threads(group.job, group.actor, ranks.parse_ranks(group.ranks))
-            groups.append({"job": group.job, "actor": group.actor, "function": group.function, "line": group.lineno,
-                           "state": str(group.state), "ranks": group.ranks, "count": group.count,
-                           "coords": table.coords_ranges(group.coords), "hosts": hostlist.compress(group.hosts),
-                           "attached": group.attached, "threadId": threads[0].id if threads else 0})
+            groups.append(
+                {
+                    "job": group.job,
+                    "actor": group.actor,
+                    "function": group.function,
+                    "line": group.lineno,
+                    "state": str(group.state),
+                    "ranks": group.ranks,
+                    "count": group.count,
+                    "coords": table.coords_ranges(group.coords),
+                    "hosts": hostlist.compress(group.hosts),
+                    "attached": group.attached,
+                    "threadId": threads[0].id if threads else 0,
+                }
+            )
         body: dict[str, Any] = {"groups": groups}
         if args.get("stacks"):
             body["stacks"] = [stacks_tree(result) for result in self.runtime.running_stacks()]
@@ -436,8 +489,9 @@ class DebugSession:
         if thread.running:
             raise Refused(f"{thread.actor} {thread.rank} is running: pause it first")
         self.forget(thread)
-        self.send_event("stopped", {"reason": thread.reason or "pause", "threadId": thread.id,
-                                    "allThreadsStopped": False})
+        self.send_event(
+            "stopped", {"reason": thread.reason or "pause", "threadId": thread.id, "allThreadsStopped": False}
+        )
         return {}
 
     def on_disconnect(self, args: dict) -> None:
@@ -466,8 +520,12 @@ class DebugSession:
         return self.runtime.thread_by_id(thread_id), index
 
     def variable(self, thread: Thread, item: wire.Item) -> dict:
-        return {"name": item.name, "value": item.value, "type": item.type,
-                "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0}
+        return {
+            "name": item.name,
+            "value": item.value,
+            "type": item.type,
+            "variablesReference": self.values.make(thread.id, item.handle) if item.handle else 0,
+        }
 
     # --- sources the editor has no file of ---------------------------------------------
 
@@ -504,11 +562,19 @@ class DebugSession:
 def stacks_tree(result: wire.StacksResult) -> dict:
     """One actor's merged stacks as the Ranks view shows them: the shell's `stacks` tree (its
     trunk folded), each node a frame and the ranks through it."""
+
     def node(item: stack_tree.Node) -> dict:
-        return {"label": item.label, "ranks": stack_tree.rank_text(item.ranks),
-                "children": [node(child) for child in stack_tree.ordered(item)]}
+        return {
+            "label": item.label,
+            "ranks": stack_tree.rank_text(item.ranks),
+            "children": [node(child) for child in stack_tree.ordered(item)],
+        }
 
     total = sorted({r for group in result.groups for r in group.ranks})
     root = stack_tree.tree(result.groups, False, stack_tree.trunk(result.groups, False))
-    return {"actor": result.actor, "ranks": stack_tree.rank_text(total), "children": node(root)["children"],
-            "missing": len(result.missing)}
+    return {
+        "actor": result.actor,
+        "ranks": stack_tree.rank_text(total),
+        "children": node(root)["children"],
+        "missing": len(result.missing),
+    }

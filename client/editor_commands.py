@@ -13,11 +13,11 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from monarch_pdb import wire
-from monarch_pdb.client import answers
-from monarch_pdb.client import stack_tree
+from monarch_pdb.client import answers, stack_tree
 from monarch_pdb.client.connection import RequestFailed, ShellConnection
 from monarch_pdb.client.editor_runtime import Refused
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import parse_selector, render_selector
 
 PREFIX = "!"
@@ -38,7 +38,7 @@ def command_of(line: str) -> tuple[str, str] | None:
     """(`cast`, the rest) of `!cast ...`; None for a line that is pdb's (`!x = 1` among them)."""
     if not line.startswith(PREFIX):
         return None
-    word, _, rest = line[len(PREFIX):].partition(" ")
+    word, _, rest = line[len(PREFIX) :].partition(" ")
     return (word, rest) if word in COMMANDS else None
 
 
@@ -96,8 +96,17 @@ def peek(conn: ShellConnection, rest: str, here: Here) -> str:
     job, actor, selection, expression = parse_target(skip_words(rest, options), usage_line)
     if selection is None or not expression.strip():
         raise Refused(usage_line)
-    return answers.grouped(conn.peek(actor, render_selector(selection), expression_only(expression.strip()),
-                                     args.timeout, args.function, args.up, job))
+    return answers.grouped(
+        conn.peek(
+            actor,
+            render_selector(selection),
+            expression_only(expression.strip()),
+            args.timeout,
+            args.function,
+            args.up,
+            job,
+        )
+    )
 
 
 def merged_stacks(conn: ShellConnection, rest: str, here: Here) -> str:
@@ -114,11 +123,21 @@ def merged_stacks(conn: ShellConnection, rest: str, here: Here) -> str:
         selection = None
         reply = conn.request(wire.ListAll(), wire.SessionList)
         rows = reply.rows if isinstance(reply, wire.SessionList) else []
-        targets = sorted({(r.job, r.actor) for r in rows
-                          if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)
-                          and (not here.job or r.job == here.job)})
+        targets = sorted(
+            {
+                (r.job, r.actor)
+                for r in rows
+                if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED) and (not here.job or r.job == here.job)
+            }
+        )
         if not targets:
             raise Refused("no running rank is known to the broker")
     selector = render_selector(selection or parse_selector("ranks(:)"))
-    return "".join(stack_tree.text(conn.stacks(actor, selector, args.thread, CAST_TIMEOUT, job, args.locals),
-                               args.thread == wire.Threads.ALL, args.full) for job, actor in targets)
+    return "".join(
+        stack_tree.text(
+            conn.stacks(actor, selector, args.thread, CAST_TIMEOUT, job, args.locals),
+            args.thread == wire.Threads.ALL,
+            args.full,
+        )
+        for job, actor in targets
+    )

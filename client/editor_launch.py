@@ -46,11 +46,12 @@ class Command:
         Python) or `command` (its words), with `cwd`, `env` and `args`."""
         program, command = args.get("program"), args.get("command")
         if (program is None) == (command is None):
-            raise LaunchError("launch: give either \"program\" (a Python file) or \"command\" (a list of words)")
+            raise LaunchError('launch: give either "program" (a Python file) or "command" (a list of words)')
         if program is not None and (not isinstance(program, str) or not program):
             raise LaunchError(f"launch: program must be a file's path, not {program!r}")
-        if command is not None and (not isinstance(command, list) or not command
-                                    or not all(isinstance(word, str) for word in command)):
+        if command is not None and (
+            not isinstance(command, list) or not command or not all(isinstance(word, str) for word in command)
+        ):
             raise LaunchError(f"launch: command must be a list of words, not {command!r}")
         extra = args.get("args", [])
         if not isinstance(extra, list) or not all(isinstance(word, str) for word in extra):
@@ -61,8 +62,10 @@ class Command:
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise LaunchError("launch: env maps names to strings")
         if program is not None and not os.path.isfile(os.path.join(cwd or "", program)):
-            raise LaunchError(f"launch: program {program} is not a file"
-                              + (f" in {cwd}" if cwd and not os.path.isabs(program) else ""))
+            raise LaunchError(
+                f"launch: program {program} is not a file"
+                + (f" in {cwd}" if cwd and not os.path.isabs(program) else "")
+            )
         argv = [sys.executable, program] if program is not None else list(command)
         return cls(argv + extra, cwd, env)
 
@@ -70,18 +73,29 @@ class Command:
 class Launched:
     """A running job and its broker; `stop` ends both."""
 
-    def __init__(self, command: Command, settings: Settings, printed: Callable[[str, str], None],
-                 ended: Callable[[int], None]) -> None:
+    def __init__(
+        self, command: Command, settings: Settings, printed: Callable[[str, str], None], ended: Callable[[int], None]
+    ) -> None:
         """`printed(category, text)` is told what the job writes (`stdout`, `stderr`), and
         `ended(status)` that it exited, each on a thread of its own."""
         self.stopping = False
         os.makedirs(settings.runtime_dir, mode=0o700, exist_ok=True)
         self.runtime_dir = tempfile.mkdtemp(prefix="launch-", dir=settings.runtime_dir)
-        env = {**os.environ, "MONARCH_PDB_RUNTIME_DIR": self.runtime_dir, "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
-               "MONARCH_DEBUG_SERVER_PORT": "0"}
-        self.broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], env=env, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                       start_new_session=True)
+        env = {
+            **os.environ,
+            "MONARCH_PDB_RUNTIME_DIR": self.runtime_dir,
+            "MONARCH_DEBUG_SERVER_HOST": "127.0.0.1",
+            "MONARCH_DEBUG_SERVER_PORT": "0",
+        }
+        self.broker = subprocess.Popen(
+            [sys.executable, "-m", "monarch_pdb.broker"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         first = self.broker.stderr.readline() if self.broker.stderr is not None else ""
         found = LISTENING.search(first)
         if found is None:
@@ -93,14 +107,23 @@ class Launched:
         self.settings = settings.with_overrides(host="127.0.0.1", port=0, runtime_dir=self.runtime_dir)
         env.update(command.env, PYTHONBREAKPOINT="monarch_pdb.set_trace")
         try:
-            self.job = subprocess.Popen(command.argv, cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            self.job = subprocess.Popen(
+                command.argv,
+                cwd=command.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
         except OSError as error:
             self.end(self.broker)
             shutil.rmtree(self.runtime_dir, ignore_errors=True)
             raise LaunchError(f"launch: cannot run {command.argv[0]}: {error.strerror or error}") from None
-        readers = [threading.Thread(target=self.relay, args=(stream, name, printed), daemon=True)
-                   for stream, name in ((self.job.stdout, "stdout"), (self.job.stderr, "stderr"))]
+        readers = [
+            threading.Thread(target=self.relay, args=(stream, name, printed), daemon=True)
+            for stream, name in ((self.job.stdout, "stdout"), (self.job.stderr, "stderr"))
+        ]
         for reader in readers:
             reader.start()
         threading.Thread(target=self.watch, args=(readers, ended), daemon=True).start()

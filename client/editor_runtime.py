@@ -13,10 +13,11 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
+
+from monarch_pdb.client.connection import NoBroker, RequestFailed, ShellConnection, Timeout
 
 from monarch_pdb import ranks, wire
-from monarch_pdb.client.connection import NoBroker, RequestFailed, ShellConnection, Timeout
 from monarch_pdb.settings import Settings
 
 STEP_TIMEOUT = 24 * 3600.0
@@ -62,8 +63,11 @@ class Debuggee:
             raise Refused(f"ranks: {error}") from None
 
     def chooses(self, job: str, actor: str, picked: set[int] | None, rank: int) -> bool:
-        return ((not self.job or job == self.job) and (not self.actor or actor == self.actor)
-                and (picked is None or rank in picked))
+        return (
+            (not self.job or job == self.job)
+            and (not self.actor or actor == self.actor)
+            and (picked is None or rank in picked)
+        )
 
 
 @dataclass
@@ -100,6 +104,7 @@ def thread_name(row: wire.SessionRow) -> str:
 
 
 # --- what the editor is told ----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Stopped:
@@ -163,9 +168,9 @@ class Changed:
     """The broker told of ranks that stopped, ran or went: a view of the ranks is out of date."""
 
 
-Happening = Union[Stopped, Ran, Started, Exited, Printed, Note, Verified, Finished, Changed]
+Happening = Stopped | Ran | Started | Exited | Printed | Note | Verified | Finished | Changed
 Emit = Callable[[Happening], None]
-News = Union[list, wire.Message]
+News = list | wire.Message
 """What `heard` takes: a list of the broker's folded events, or a reply nobody waited for."""
 
 
@@ -242,9 +247,13 @@ class Runtime:
             self.stopped(thread, "entry")
         if not paused:
             running = sum(row.processes for row in jobs)
-            self.emit(Note(f"monarch-pdb: no selected rank is paused yet ({running} rank processes run"
-                           f"{' in ' + self.target.job if self.target.job else ''}): each one that stops at a "
-                           "breakpoint, raises or is paused becomes a thread"))
+            self.emit(
+                Note(
+                    f"monarch-pdb: no selected rank is paused yet ({running} rank processes run"
+                    f"{' in ' + self.target.job if self.target.job else ''}): each one that stops at a "
+                    "breakpoint, raises or is paused becomes a thread"
+                )
+            )
         for news in self.pending:
             self.heard(news)
         self.pending.clear()
@@ -306,8 +315,9 @@ class Runtime:
         if self.target.actor not in ("", actor):
             return
         try:
-            self.ask(wire.Interrupt(actor=actor, selector=self.target.selector or "ranks(:)", job=job),
-                     wire.Interrupting)
+            self.ask(
+                wire.Interrupt(actor=actor, selector=self.target.selector or "ranks(:)", job=job), wire.Interrupting
+            )
         except Refused as error:
             self.emit(Note(f"monarch-pdb: stopAll could not interrupt the other ranks of {actor}: {error}"))
 
@@ -335,8 +345,12 @@ class Runtime:
             self.emit(Printed(thread.actor, thread.rank, msg.text))
         if isinstance(msg, wire.SessionEnded):
             if msg.reason == wire.Ending.TAKEN:
-                self.emit(Note(f"monarch-pdb: a shell took over {thread.actor} {thread.rank} (attach --force); "
-                               "the editor follows it, and holds it again when the shell detaches"))
+                self.emit(
+                    Note(
+                        f"monarch-pdb: a shell took over {thread.actor} {thread.rank} (attach --force); "
+                        "the editor follows it, and holds it again when the shell detaches"
+                    )
+                )
             else:
                 self.gone(thread)
         elif msg.paused:
@@ -361,8 +375,9 @@ class Runtime:
             self.conn.post(wire.Attach(actor=thread.actor, rank=thread.rank, job=thread.job))
         deadline = time.monotonic() + self.conn.settings.connect_timeout
         for _ in threads:
-            answer = self.conn.collect(lambda m: isinstance(m, (wire.Attached, wire.Error)),
-                                       max(0.0, deadline - time.monotonic()))
+            answer = self.conn.collect(
+                lambda m: isinstance(m, (wire.Attached, wire.Error)), max(0.0, deadline - time.monotonic())
+            )
             if answer is None:
                 return
             self.attach_answer(answer)
@@ -405,7 +420,9 @@ class Runtime:
                 continue
             thread = self.threads.get(key)
             if thread is None:
-                thread = self.threads[key] = Thread(next(self.thread_ids), row.job, row.actor, row.rank, thread_name(row))
+                thread = self.threads[key] = Thread(
+                    next(self.thread_ids), row.job, row.actor, row.rank, thread_name(row)
+                )
                 new.append(thread)
                 if self.configured:
                     self.emit(Started(thread))
@@ -425,9 +442,13 @@ class Runtime:
             return
         self.hidden_told = hidden
         first = chosen[limit]
-        self.emit(Note(f"monarch-pdb: {len(chosen)} ranks are paused; the editor shows {limit} of them as threads "
-                       f"(MONARCH_PDB_DAP_THREADS). To see others, attach with \"ranks\" such as "
-                       f"\"{first.actor} ranks({first.rank}:{first.rank + limit})\", or use the shell."))
+        self.emit(
+            Note(
+                f"monarch-pdb: {len(chosen)} ranks are paused; the editor shows {limit} of them as threads "
+                f'(MONARCH_PDB_DAP_THREADS). To see others, attach with "ranks" such as '
+                f'"{first.actor} ranks({first.rank}:{first.rank + limit})", or use the shell.'
+            )
+        )
 
     def picked(self, rows: list[wire.SessionRow]) -> set[int] | None:
         if not self.target.selector:
@@ -463,8 +484,12 @@ class Runtime:
         """Once every rank of the jobs the editor debugs has finished, the session ends,
         unless it waits for the next job; while some still run, ask again."""
         self.job_check = None
-        if self.options.wait_for_job or not self.jobs or self.conn is None or any(
-                not t.running for t in self.threads.values()):
+        if (
+            self.options.wait_for_job
+            or not self.jobs
+            or self.conn is None
+            or any(not t.running for t in self.threads.values())
+        ):
             return
         live = {row.job for row in self.ask(wire.ListJobs(), wire.JobList).rows if row.processes}
         if self.jobs & live:
@@ -500,19 +525,23 @@ class Runtime:
         for thread in threads:
             ref = next(self.refs)
             asked[ref] = None
-            self.conn.post(wire.Inspect(ref=ref, job=thread.job, actor=thread.actor, rank=thread.rank, query=query,
-                                        **fields))
+            self.conn.post(
+                wire.Inspect(ref=ref, job=thread.job, actor=thread.actor, rank=thread.rank, query=query, **fields)
+            )
         waiting = set(asked)
         deadline = time.monotonic() + self.conn.settings.connect_timeout + 10.0
         while waiting:
-            answer = self.conn.collect(lambda m: isinstance(m, wire.Inspection) and m.ref in waiting,
-                                       max(0.0, deadline - time.monotonic()))
+            answer = self.conn.collect(
+                lambda m: isinstance(m, wire.Inspection) and m.ref in waiting, max(0.0, deadline - time.monotonic())
+            )
             if answer is None:
                 break
             asked[answer.ref] = answer
             waiting.discard(answer.ref)
-        return [answer or wire.Inspection(ref=ref, items=[], error=f"{thread.actor} {thread.rank} did not answer in time")
-                for (ref, answer), thread in zip(asked.items(), threads)]
+        return [
+            answer or wire.Inspection(ref=ref, items=[], error=f"{thread.actor} {thread.rank} did not answer in time")
+            for (ref, answer), thread in zip(asked.items(), threads)
+        ]
 
     def apply_breakpoints(self, threads: list[Thread], path: str, spots: list[wire.Spot]) -> list[wire.Inspection]:
         return self.inspect_all(threads, wire.Query.BREAKPOINTS, expression=path, spots=spots)
@@ -551,13 +580,20 @@ class Runtime:
         """(number, line) of the file's breakpoints no rank took yet: `Verified` once one does."""
         self.unverified[path] = waiting
 
-    def running_breakpoints(self, paused: list[Thread], path: str, spots: list[wire.Spot],
-                            reasons: dict[int, str]) -> int:
+    def running_breakpoints(
+        self, paused: list[Thread], path: str, spots: list[wire.Spot], reasons: dict[int, str]
+    ) -> int:
         """The file's breakpoints in the process of every selected live rank (the broker's
         `Breakpoints`); each spot's first reason from a rank that is not `paused` goes to
         `reasons`. How many such ranks set them."""
-        ask = wire.Breakpoints(ref=next(self.refs), job=self.target.job, actor=self.target.actor,
-                               selector=self.target.selector, path=path, spots=spots)
+        ask = wire.Breakpoints(
+            ref=next(self.refs),
+            job=self.target.job,
+            actor=self.target.actor,
+            selector=self.target.selector,
+            path=path,
+            spots=spots,
+        )
         try:
             result = self.ask(ask, wire.BreakpointsResult)
         except Refused:
@@ -580,8 +616,16 @@ class Runtime:
         """Whether every selected rank stops in post-mortem on an uncaught exception; why not,
         when no rank took it."""
         try:
-            self.ask(wire.Breakpoints(ref=next(self.refs), job=self.target.job, actor=self.target.actor,
-                                      selector=self.target.selector, uncaught=uncaught), wire.BreakpointsResult)
+            self.ask(
+                wire.Breakpoints(
+                    ref=next(self.refs),
+                    job=self.target.job,
+                    actor=self.target.actor,
+                    selector=self.target.selector,
+                    uncaught=uncaught,
+                ),
+                wire.BreakpointsResult,
+            )
         except Refused as error:
             return str(error)
         return ""
@@ -599,8 +643,11 @@ class Runtime:
         finally:
             thread.own -= 1
         # What the held session printed meanwhile waits aside: it is the answer, shown as such.
-        answer = [m for m in self.conn.aside if isinstance(m, wire.SessionOutput) and thread.session
-                  and m.session == thread.session]
+        answer = [
+            m
+            for m in self.conn.aside
+            if isinstance(m, wire.SessionOutput) and thread.session and m.session == thread.session
+        ]
         self.conn.aside = [m for m in self.conn.aside if not any(m is a for a in answer)]
         thread.echo = bool(thread.session) and not any(m.paused for m in answer)
         for group in result.groups:
@@ -636,9 +683,14 @@ class Runtime:
         """Every selected paused rank goes on, as the shell's `continue` (its `b` breakpoints
         cleared); or those of one actor's `selector`."""
         target = self.target
-        reply = self.ask(wire.Continue(job=target.job if job is None else job,
-                                       actor=target.actor if actor is None else actor,
-                                       selector=target.selector if selector is None else selector), wire.Continued)
+        reply = self.ask(
+            wire.Continue(
+                job=target.job if job is None else job,
+                actor=target.actor if actor is None else actor,
+                selector=target.selector if selector is None else selector,
+            ),
+            wire.Continued,
+        )
         for released in reply.released:
             for rank in released.ranks:
                 for thread in list(self.threads.values()):
@@ -648,7 +700,9 @@ class Runtime:
 
     def pause(self, thread: Thread) -> None:
         thread.pausing = True
-        self.ask(wire.Interrupt(actor=thread.actor, selector=f"ranks({thread.rank})", job=thread.job), wire.Interrupting)
+        self.ask(
+            wire.Interrupt(actor=thread.actor, selector=f"ranks({thread.rank})", job=thread.job), wire.Interrupting
+        )
 
     # --- the ranks in groups, and a group at once ----------------------------------------
 
@@ -663,8 +717,14 @@ class Runtime:
         """The merged stacks of each selected actor's live ranks, read without stopping them."""
         assert self.conn is not None
         rows = self.ask(wire.ListAll(), wire.SessionList).rows
-        actors = sorted({(r.job, r.actor) for r in rows if self.target.chooses(r.job, r.actor, None, r.rank)
-                         and r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
+        actors = sorted(
+            {
+                (r.job, r.actor)
+                for r in rows
+                if self.target.chooses(r.job, r.actor, None, r.rank)
+                and r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)
+            }
+        )
         selector = self.target.selector or "ranks(:)"
         try:
             return [self.conn.stacks(actor, selector, wire.Threads.MAIN, REPL_TIMEOUT, job) for job, actor in actors]
@@ -673,8 +733,10 @@ class Runtime:
 
     def group_threads(self, job: str, actor: str, numbers: list[int]) -> list[Thread]:
         chosen = set(numbers)
-        return sorted((t for t in self.threads.values() if t.job == job and t.actor == actor and t.rank in chosen),
-                      key=lambda t: t.rank)
+        return sorted(
+            (t for t in self.threads.values() if t.job == job and t.actor == actor and t.rank in chosen),
+            key=lambda t: t.rank,
+        )
 
     def act_on_group(self, action: str, job: str, actor: str, numbers: list[int]) -> None:
         """`continue`, `next` or `interrupt` these ranks of one actor, as the shell's continue,

@@ -22,8 +22,10 @@ RUNS_ON = "is running again (continued)"
 """A session that ended because pdb's continue left the rank untraced: the rank runs on (a
 sleep it was interrupted in goes on sleeping), nothing finished."""
 
-SEVERAL = {PHRASES[wire.EventKind.LOST]: "were lost (their processes or connections are gone)",
-           RUNS_ON: "are running again (continued)"}
+SEVERAL = {
+    PHRASES[wire.EventKind.LOST]: "were lost (their processes or connections are gone)",
+    RUNS_ON: "are running again (continued)",
+}
 """What reads otherwise of several ranks."""
 
 
@@ -40,8 +42,12 @@ def broker_line(event: wire.Event) -> str:
     return f"the broker on {event.where} {event.detail}{lost}"
 
 
-BROKER_EVENTS = (wire.EventKind.BROKER_LOST, wire.EventKind.BROKER_JOINED, wire.EventKind.BROKER_SILENT,
-                 wire.EventKind.BROKER_BACK)
+BROKER_EVENTS = (
+    wire.EventKind.BROKER_LOST,
+    wire.EventKind.BROKER_JOINED,
+    wire.EventKind.BROKER_SILENT,
+    wire.EventKind.BROKER_BACK,
+)
 STOPS = (wire.EventKind.BREAKPOINT, wire.EventKind.POST_MORTEM)
 
 
@@ -70,8 +76,11 @@ def phrase(event: wire.Event) -> tuple[str, str]:
     return PHRASES[event.kind], "" if event.detail == wire.Ending.RETURNED else f" ({event.detail})"
 
 
-def describe_events(events: list[wire.Event], attached: tuple[str, str, int] | None = None,
-                    said: tuple[wire.EventKind, str, str, int] | None = None) -> list[str]:
+def describe_events(
+    events: list[wire.Event],
+    attached: tuple[str, str, int] | None = None,
+    said: tuple[wire.EventKind, str, str, int] | None = None,
+) -> list[str]:
     """One line per actor and kind of event (and exception, for post-mortem), in order seen.
     The `attached` rank's stops are left out: its own prompt says them; and so is the take-over
     of the attached rank, and the end this shell `said` already of the rank it held (taken over,

@@ -11,15 +11,28 @@ import json
 from typing import Protocol, TextIO, cast
 
 import cmd2
-
-from monarch_pdb import wire
 from monarch_pdb.client import answers, mesh, stack_tree
-from monarch_pdb.client.arguments import (ACTOR_HELP, SELECTOR_HELP, CommandError, argument, ask, command, frames_up,
-                                          parse_target, split_job, threads, timeout, typed_arguments, usage,
-                                          words_target)
+from monarch_pdb.client.arguments import (
+    ACTOR_HELP,
+    SELECTOR_HELP,
+    CommandError,
+    argument,
+    ask,
+    command,
+    frames_up,
+    parse_target,
+    split_job,
+    threads,
+    timeout,
+    typed_arguments,
+    usage,
+    words_target,
+)
 from monarch_pdb.client.connection import RequestFailed, ShellConnection
 from monarch_pdb.client.reporter import Reporter
 from monarch_pdb.client.terminal import Terminal
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import format_ranks, parse_selector, render_selector
 
 INTERRUPT_TIMEOUT = 5.0
@@ -46,8 +59,10 @@ class Shell(Protocol):
 def in_call_line(actor: str, in_call: list[int], place: str) -> str:
     """What to do about ranks that an interrupt cannot stop before their call returns."""
     one = len(in_call) == 1
-    return (f"{actor} ranks[{format_ranks(in_call)}] {'is' if one else 'are'} in a C call ({place}); "
-            f"{'it stops' if one else 'they stop'} when it returns; `peek` reads {'it' if one else 'them'} now")
+    return (
+        f"{actor} ranks[{format_ranks(in_call)}] {'is' if one else 'are'} in a C call ({place}); "
+        f"{'it stops' if one else 'they stop'} when it returns; `peek` reads {'it' if one else 'them'} now"
+    )
 
 
 def expression_only(text: str) -> str:
@@ -81,12 +96,23 @@ class HangCommands(cmd2.CommandSet):
     @command(
         argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)"),
         argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)"),
-        argument("--thread", type=threads, default=wire.Threads.MAIN, metavar="main|all",
-                 help="the main thread of each rank (default), or all its threads"),
-        argument("--full", action="store_true",
-                 help="every frame, the trunk all ranks share too (folded into one line by default)"),
-        argument("--locals", action="store_true",
-                 help="the locals of each group's program frame (the one peek reads), values folded over ranks"),
+        argument(
+            "--thread",
+            type=threads,
+            default=wire.Threads.MAIN,
+            metavar="main|all",
+            help="the main thread of each rank (default), or all its threads",
+        ),
+        argument(
+            "--full",
+            action="store_true",
+            help="every frame, the trunk all ranks share too (folded into one line by default)",
+        ),
+        argument(
+            "--locals",
+            action="store_true",
+            help="the locals of each group's program frame (the one peek reads), values folded over ranks",
+        ),
         argument("--json", action="store_true", help="the merged stacks as JSON"),
     )
     def do_stacks(self, args: argparse.Namespace) -> None:
@@ -102,7 +128,9 @@ class HangCommands(cmd2.CommandSet):
         else:
             selection = None
             rows = ask(shell.conn, wire.ListAll(), wire.SessionList).rows
-            targets = sorted({(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
+            targets = sorted(
+                {(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)}
+            )
             if not targets:
                 raise CommandError("no running rank is known to the broker")
         selector = render_selector(selection or parse_selector("ranks(:)"))
@@ -121,12 +149,21 @@ class HangCommands(cmd2.CommandSet):
     @command(
         argument("--frame", dest="function", default="", metavar="FUNC", help="the innermost frame of FUNC"),
         argument("--up", type=frames_up, default=0, metavar="N", help="that many frames further out"),
-        argument("--timeout", type=timeout, default=PEEK_TIMEOUT, metavar="S",
-                 help=f"seconds a rank may take to answer (default {PEEK_TIMEOUT:g})"),
+        argument(
+            "--timeout",
+            type=timeout,
+            default=PEEK_TIMEOUT,
+            metavar="S",
+            help=f"seconds a rank may take to answer (default {PEEK_TIMEOUT:g})",
+        ),
         argument("--json", action="store_true", help="the grouped answers as JSON"),
         argument("actor", help=ACTOR_HELP),
-        argument("expression", nargs=argparse.REMAINDER, metavar="ranks(<ranks>) <expression>",
-                 help=SELECTOR_HELP + ", then the expression, sent as typed"),
+        argument(
+            "expression",
+            nargs=argparse.REMAINDER,
+            metavar="ranks(<ranks>) <expression>",
+            help=SELECTOR_HELP + ", then the expression, sent as typed",
+        ),
         names_options=True,
     )
     def do_peek(self, args: argparse.Namespace) -> None:
@@ -145,7 +182,9 @@ class HangCommands(cmd2.CommandSet):
         if selection is None or not expression.strip():
             raise CommandError(usage_line)
         expression = expression_only(expression.strip())
-        result = shell.conn.peek(actor, render_selector(selection), expression, args.timeout, args.function, args.up, job)
+        result = shell.conn.peek(
+            actor, render_selector(selection), expression, args.timeout, args.function, args.up, job
+        )
         shell.actors.add(actor)
 
         def document() -> dict:
@@ -165,8 +204,13 @@ class HangCommands(cmd2.CommandSet):
     @command(
         argument("actor", help=ACTOR_HELP),
         argument("selector", nargs="+", metavar="ranks(<ranks>)", help=SELECTOR_HELP),
-        argument("--timeout", type=timeout, default=INTERRUPT_TIMEOUT, metavar="S",
-                 help=f"seconds to wait for them to stop (default {INTERRUPT_TIMEOUT:g})"),
+        argument(
+            "--timeout",
+            type=timeout,
+            default=INTERRUPT_TIMEOUT,
+            metavar="S",
+            help=f"seconds to wait for them to stop (default {INTERRUPT_TIMEOUT:g})",
+        ),
     )
     def do_interrupt(self, args: argparse.Namespace) -> None:
         """interrupt <actor> ranks(<ranks>) [--timeout S]
@@ -177,7 +221,9 @@ class HangCommands(cmd2.CommandSet):
         job, actor, selection, extra = words_target(args.actor, args.selector, usage_line)
         if extra:
             raise CommandError(usage_line)
-        reply = ask(shell.conn, wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting)
+        reply = ask(
+            shell.conn, wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting
+        )
         asked = set(reply.ranks)
 
         def stopped(rows: list[wire.SessionRow]) -> set[int]:
@@ -185,17 +231,22 @@ class HangCommands(cmd2.CommandSet):
 
         done = stopped(shell.conn.wait_for_rows(lambda rows: stopped(rows) == asked, args.timeout)) if asked else set()
         stuck = sorted(asked - done)
-        lines = [f"Interrupted {len(done)} rank{'s' if len(done) != 1 else ''}"
-                 + (f": {answers.rank_set(actor, sorted(done))}" if done else "")]
+        lines = [
+            f"Interrupted {len(done)} rank{'s' if len(done) != 1 else ''}"
+            + (f": {answers.rank_set(actor, sorted(done))}" if done else "")
+        ]
         if not asked:
             lines = [f"Every selected rank of {actor} is already stopped."]
         doc: dict = {"interrupted": {"job": reply.job, "actor": actor, "ranks": sorted(done)}, "not_stopped": stuck}
         if stuck:
-            lines.append(f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (blocked in a call that "
-                         "did not return to its code, C code holding the GIL, or the signal blocked); where they are:")
+            lines.append(
+                f"{answers.rank_set(actor, stuck)} did not stop within {args.timeout:g} s (blocked in a call that "
+                "did not return to its code, C code holding the GIL, or the signal blocked); where they are:"
+            )
             try:
-                where = shell.conn.stacks(actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN,
-                                          shell.cast_timeout, reply.job)
+                where = shell.conn.stacks(
+                    actor, f"ranks({','.join(map(str, stuck))})", wire.Threads.MAIN, shell.cast_timeout, reply.job
+                )
                 lines.append(stack_tree.text(where, False).rstrip("\n"))
                 doc["stacks"] = stack_tree.document(where)
                 lines += [in_call_line(actor, in_call, place) for in_call, place in stack_tree.in_calls(where)]
@@ -220,7 +271,9 @@ class HangCommands(cmd2.CommandSet):
             if (not actor or row.actor == actor) and (not job or row.job == job):
                 by_actor.setdefault((row.job, row.actor), []).append(row)
         if not by_actor:
-            raise CommandError(f"No rank of actor {actor} is known to the broker" if actor else "No rank is known to the broker")
+            raise CommandError(
+                f"No rank of actor {actor} is known to the broker" if actor else "No rank is known to the broker"
+            )
         several_jobs = len({j for j, _ in by_actor}) > 1
         colour = shell.stdout.isatty() and not shell.report.as_json
         names = {key: f"{key[0]}:{key[1]}" if several_jobs else key[1] for key in by_actor}

@@ -28,11 +28,14 @@ def compress(hosts: Iterable[str]) -> str:
     for (prefix, suffix), numbers in series.items():
         widths = {len(digits) for digits in numbers}
         padded = any(len(digits) > 1 and digits.startswith("0") for digits in numbers)
-        by_width = {0: numbers} if len(widths) > 1 and not padded else {
-            width: [d for d in numbers if len(d) == width] for width in widths}
+        by_width = (
+            {0: numbers}
+            if len(widths) > 1 and not padded
+            else {width: [d for d in numbers if len(d) == width] for width in widths}
+        )
         for width, digits in by_width.items():
             values = sorted({int(d) for d in digits})
-            text = re.sub(r"\d+", lambda m: m.group().zfill(width), format_ranks(values))
+            text = re.sub(r"\d+", lambda m, width=width: m.group().zfill(width), format_ranks(values))
             shown = f"{prefix}{text}{suffix}" if len(values) == 1 else f"{prefix}[{text}]{suffix}"
             entries.append((prefix, suffix, values[0], shown))
     return ",".join(shown for *_, shown in sorted(entries))

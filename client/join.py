@@ -24,9 +24,10 @@ import sys
 import time
 from dataclasses import dataclass, fields
 
+from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
+
 from monarch_pdb import discovery, wire
 from monarch_pdb import settings as settings_module
-from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
 from monarch_pdb.ranks import format_ranks
 
 JOIN_TIMEOUT = 30.0
@@ -38,7 +39,7 @@ LIST_POLL = 0.2
 """Seconds at most between two lists of the broker, while it names none of them yet."""
 RESTART_HINT = "start it with PYTHONBREAKPOINT=monarch_pdb.set_trace or monarch_pdb.install()"
 
-SCRIPT = '''\
+SCRIPT = """\
 # Run by `monarch-pdb join` in process {pid}, on its main thread, at a safe point (PEP 768).
 def _answer():
     import sys
@@ -64,7 +65,7 @@ def _tell(answer, path={answer!r}):
 
 
 _tell(_answer())
-'''
+"""
 
 
 class CannotJoin(Exception):
@@ -139,8 +140,10 @@ def _permission(pid: int) -> str:
     except OSError:
         scope = ""
     because = f"kernel.yama.ptrace_scope is {scope}" if scope and scope != "0" else "it is not dumpable"
-    return (f"not permitted to reach {pid} ({because}, or it belongs to another user): join it as its user with "
-            "CAP_SYS_PTRACE, or set kernel.yama.ptrace_scope to 0")
+    return (
+        f"not permitted to reach {pid} ({because}, or it belongs to another user): join it as its user with "
+        "CAP_SYS_PTRACE, or set kernel.yama.ptrace_scope to 0"
+    )
 
 
 def target(pid: int) -> JoinTarget:
@@ -168,14 +171,19 @@ def target(pid: int) -> JoinTarget:
         raise CannotJoin(f"{pid} ({name}) exited") from None
     ours = sys.version_info[:2]
     if version is not None and version < NEEDED:
-        raise CannotJoin(f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there; "
-                      f"{RESTART_HINT}")
+        raise CannotJoin(
+            f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there; {RESTART_HINT}"
+        )
     if version is not None and version != ours:
-        raise CannotJoin(f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
-                      f"sys.remote_exec needs the same Python on both sides; run join with Python {_version(version)}")
+        raise CannotJoin(
+            f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
+            f"sys.remote_exec needs the same Python on both sides; run join with Python {_version(version)}"
+        )
     if ours < NEEDED:
-        raise CannotJoin(f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
-                      f"needs Python {_version(NEEDED)} or later")
+        raise CannotJoin(
+            f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
+            f"needs Python {_version(NEEDED)} or later"
+        )
     env = dict(item.decode(errors="replace").partition("=")[::2] for item in environ.split(b"\0") if b"=" in item)
     try:
         settings = settings_module.load(env)
@@ -222,13 +230,17 @@ def _refusal(target: JoinTarget, error: BaseException) -> str:
     """What `sys.remote_exec`'s error means for the user."""
     text = " ".join(str(e) for e in _causes(error))
     if "not enabled" in text:
-        return (f"{target.who} does not allow remote debugging (PYTHON_DISABLE_REMOTE_DEBUG, or -X "
-                f"disable-remote-debug); {RESTART_HINT}")
+        return (
+            f"{target.who} does not allow remote debugging (PYTHON_DISABLE_REMOTE_DEBUG, or -X "
+            f"disable-remote-debug); {RESTART_HINT}"
+        )
     if any(isinstance(e, PermissionError) for e in _causes(error)):
         return _permission(target.pid)
     if "different Python version" in text or "Python process" in text:
-        return (f"{target.who} runs another Python than join's {sys.version.split()[0]}: sys.remote_exec needs the "
-                "same Python on both sides; run join with that process's Python")
+        return (
+            f"{target.who} runs another Python than join's {sys.version.split()[0]}: sys.remote_exec needs the "
+            "same Python on both sides; run join with that process's Python"
+        )
     if any(isinstance(e, (FileNotFoundError, ProcessLookupError)) for e in _causes(error)):
         return f"{target.who} exited"
     if "PyRuntime" in text:
@@ -340,13 +352,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     from monarch_pdb.client.cli import seconds
 
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb join")
-    parser.description = ("Load the debugger into running Python 3.14+ processes (sys.remote_exec), as if each had "
-                          "called monarch_pdb.install() now.")
+    parser.description = (
+        "Load the debugger into running Python 3.14+ processes (sys.remote_exec), as if each had "
+        "called monarch_pdb.install() now."
+    )
     parser.add_argument("pids", type=int, nargs="*", metavar="PID", help="a process to join")
-    parser.add_argument("--children-of", type=int, metavar="PID",
-                        help="join the Python processes a launcher (torchrun, mpirun, an srun step) runs below PID")
-    parser.add_argument("--timeout", type=seconds, default=JOIN_TIMEOUT, metavar="S",
-                        help=f"seconds to wait for each process to reach a safe point and join (default {JOIN_TIMEOUT:g})")
+    parser.add_argument(
+        "--children-of",
+        type=int,
+        metavar="PID",
+        help="join the Python processes a launcher (torchrun, mpirun, an srun step) runs below PID",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=seconds,
+        default=JOIN_TIMEOUT,
+        metavar="S",
+        help=f"seconds to wait for each process to reach a safe point and join (default {JOIN_TIMEOUT:g})",
+    )
     return parser
 
 
@@ -370,15 +393,18 @@ def not_joined(t: JoinTarget, answer: Answer | None, timeout: float) -> str:
     if answer is None:
         return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid)}"
     if answer.missing:
-        return (f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer.missing}: install it there "
-                f"with `{answer.executable} -m pip install monarch-pdb`")
+        return (
+            f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer.missing}: install it there "
+            f"with `{answer.executable} -m pip install monarch-pdb`"
+        )
     if answer.failed:
         return f"{t.who} could not load monarch-pdb: {answer.failed}"
     return ""
 
 
-def rows_of(loaded: list[JoinTarget], said: dict[int, Answer], deadline: float,
-            timeout: float) -> tuple[dict[int, list[wire.SessionRow]], list[str]]:
+def rows_of(
+    loaded: list[JoinTarget], said: dict[int, Answer], deadline: float, timeout: float
+) -> tuple[dict[int, list[wire.SessionRow]], list[str]]:
     """Each loaded process's rows in the broker its environment names, and a line for each that
     broker does not list by `deadline`."""
     rows: dict[int, list[wire.SessionRow]] = {}
@@ -387,8 +413,10 @@ def rows_of(loaded: list[JoinTarget], said: dict[int, Answer], deadline: float,
         these = [t for t in loaded if t.settings == settings]
         try:
             found = listed(settings, {t.pid for t in these}, deadline)
-            why = (f"the broker at {settings.host}:{settings.port} has not listed it within {timeout:g} s "
-                   f"(its log: {discovery.log_file(settings)})")
+            why = (
+                f"the broker at {settings.host}:{settings.port} has not listed it within {timeout:g} s "
+                f"(its log: {discovery.log_file(settings)})"
+            )
         except (NoBroker, Timeout) as error:
             found, why = {}, str(error)
         for t in these:

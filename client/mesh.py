@@ -20,8 +20,13 @@ STATES = {
     wire.RankState.FINISHED: ("F", "finished", "34"),
     wire.RankState.QUIT: ("Q", "quit", "36"),
 }
-LEGEND = (wire.RankState.BREAKPOINT, wire.RankState.RUNNING, wire.RankState.POST_MORTEM, wire.RankState.LOST,
-          wire.RankState.FINISHED)
+LEGEND = (
+    wire.RankState.BREAKPOINT,
+    wire.RankState.RUNNING,
+    wire.RankState.POST_MORTEM,
+    wire.RankState.LOST,
+    wire.RankState.FINISHED,
+)
 OCCASIONAL = (wire.RankState.QUIT,)
 """States in the legend only when some rank is in one."""
 ATTACHED = "attached"
@@ -65,7 +70,10 @@ def picture(actor: str, rows: list[wire.SessionRow], colour: bool, columns: int)
     extent = [max(key[i] for key in at) + 1 for i in range(len(dims))]
     if dims is WITHOUT_COORDS:
         extent[1] = ROW_WITHOUT_COORDS
-        title, every_row = f"{actor}: ranks, {ROW_WITHOUT_COORDS} a row (rank = row + column)", range(0, extent[0], ROW_WITHOUT_COORDS)
+        title, every_row = (
+            f"{actor}: ranks, {ROW_WITHOUT_COORDS} a row (rank = row + column)",
+            range(0, extent[0], ROW_WITHOUT_COORDS),
+        )
     else:
         title = f"{actor}: {dims[0]} (rows) x {dims[1]} (columns)" if dims[0] else f"{actor}: {dims[1]}"
         every_row = range(extent[0])
@@ -95,6 +103,9 @@ def picture(actor: str, rows: list[wire.SessionRow], colour: bool, columns: int)
 
 
 def document(actor: str, rows: list[wire.SessionRow]) -> dict:
-    return {"actor": actor, "dims": layout(rows)[0],
-            "ranks": [{"rank": r.rank, "coords": r.coords, "state": r.state, "attached": r.attached} for r in rows],
-            "counts": dict(Counter(r.state for r in rows))}
+    return {
+        "actor": actor,
+        "dims": layout(rows)[0],
+        "ranks": [{"rank": r.rank, "coords": r.coords, "state": r.state, "attached": r.attached} for r in rows],
+        "counts": dict(Counter(r.state for r in rows)),
+    }

@@ -16,7 +16,6 @@ import sys
 
 import rich.console
 from IPython.display import display
-
 from monarch_pdb.client import cli, mesh
 from monarch_pdb.client.shell import ALIASES
 
@@ -35,8 +34,11 @@ def monarch_debug(line: str, cell: str | None = None) -> None:
     list, cast, continue, stacks, peek, mesh, jobs, wait and interrupt (attach: `monarch debug`
     in a terminal). The lines run in order; the first that fails ends the cell."""
     texts = [line] if cell is None else cell.split("\n")
-    lines = [(WHERE, n, text.strip()) for n, text in enumerate(texts, 1)
-             if text.strip() and not text.lstrip().startswith("#")]
+    lines = [
+        (WHERE, n, text.strip())
+        for n, text in enumerate(texts, 1)
+        if text.strip() and not text.lstrip().startswith("#")
+    ]
     if not lines:
         print(f"usage: %monarch_debug COMMAND, where COMMAND is one of {', '.join(COMMANDS)}", file=sys.stderr)
         return
@@ -60,8 +62,9 @@ def run(command: str, line: tuple[str, int, str]) -> int:
         with contextlib.redirect_stdout(shown):
             failed = cli.run(args, [line])
     if shown.getvalue():
-        display({"text/plain": shown.getvalue().rstrip("\n"), "text/html": as_html(command, shown.getvalue())},
-                raw=True)
+        display(
+            {"text/plain": shown.getvalue().rstrip("\n"), "text/html": as_html(command, shown.getvalue())}, raw=True
+        )
     return failed
 
 
@@ -82,8 +85,10 @@ def plain_consoles():
 
 def refusal(command: str) -> str:
     if command in TERMINAL_ONLY:
-        return (f"{command} needs a terminal, where each line you type goes to the rank: run `monarch debug` "
-                f"in one; here: {', '.join(COMMANDS)}")
+        return (
+            f"{command} needs a terminal, where each line you type goes to the rank: run `monarch debug` "
+            f"in one; here: {', '.join(COMMANDS)}"
+        )
     return f"{command!r} is not a command of %monarch_debug, which runs {', '.join(COMMANDS)}"
 
 
@@ -109,8 +114,11 @@ def as_html(command: str, text: str) -> str:
             rows.append("<tr><th></th>" + "".join(f"<th>{html.escape(c)}</th>" for c in line.split()) + "</tr>")
         elif command == "mesh" and rows and line[:1].isdigit():
             label, *letters = line.split()
-            rows.append(f"<tr><th>{html.escape(label)}</th>" + "".join(
-                f'<td title="{LETTERS.get(c, "")}">{html.escape(c)}</td>' for c in letters) + "</tr>")
+            rows.append(
+                f"<tr><th>{html.escape(label)}</th>"
+                + "".join(f'<td title="{LETTERS.get(c, "")}">{html.escape(c)}</td>' for c in letters)
+                + "</tr>"
+            )
         elif line.strip():
             close()
             parts.append(f"<p>{html.escape(line)}</p>")

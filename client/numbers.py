@@ -16,7 +16,7 @@ OUTLIER_SIGMAS = 3.0
 NUMBER = re.compile(
     r"""^\s*(?:(?:tensor|array|(?:np|numpy|torch)\.\w+)\(\s*)?   # tensor(...), array(...), np.float64(...)
         ([-+]?(?:nan|inf|\d+(?:\.\d*)?(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?))
-        \s*(?:,[^()]*(?:\([^()]*\)[^()]*)*)?\)?\s*$""",       # , dtype=..., device='cuda:0')
+        \s*(?:,[^()]*(?:\([^()]*\)[^()]*)*)?\)?\s*$""",  # , dtype=..., device='cuda:0')
     re.IGNORECASE | re.VERBOSE,
 )
 
@@ -42,11 +42,18 @@ class Summary:
     def line(self) -> str:
         parts = [f"count {self.count}"]
         if self.minimum is not None and self.maximum is not None and self.mean is not None:
-            parts += [f"min {self.minimum[0]:g} (rank {self.minimum[1]})", f"max {self.maximum[0]:g} (rank {self.maximum[1]})",
-                      f"mean {self.mean:g}"]
-        parts.append(f"NaN/Inf {len(self.nonfinite)}" + (f" ranks[{format_ranks(self.nonfinite)}]" if self.nonfinite else ""))
-        parts.append(f"beyond {OUTLIER_SIGMAS:g} sd {len(self.outliers)}"
-                     + (f" ranks[{format_ranks(self.outliers)}]" if self.outliers else ""))
+            parts += [
+                f"min {self.minimum[0]:g} (rank {self.minimum[1]})",
+                f"max {self.maximum[0]:g} (rank {self.maximum[1]})",
+                f"mean {self.mean:g}",
+            ]
+        parts.append(
+            f"NaN/Inf {len(self.nonfinite)}" + (f" ranks[{format_ranks(self.nonfinite)}]" if self.nonfinite else "")
+        )
+        parts.append(
+            f"beyond {OUTLIER_SIGMAS:g} sd {len(self.outliers)}"
+            + (f" ranks[{format_ranks(self.outliers)}]" if self.outliers else "")
+        )
         if self.other:
             parts.append(f"no number {len(self.other)} ranks[{format_ranks(self.other)}]")
         return "numbers: " + ", ".join(parts)
@@ -56,7 +63,10 @@ class Summary:
             "count": self.count,
             "min": None if self.minimum is None else {"value": self.minimum[0], "rank": self.minimum[1]},
             "max": None if self.maximum is None else {"value": self.maximum[0], "rank": self.maximum[1]},
-            "mean": self.mean, "nonfinite": self.nonfinite, "outliers": self.outliers, "other": self.other,
+            "mean": self.mean,
+            "nonfinite": self.nonfinite,
+            "outliers": self.outliers,
+            "other": self.other,
         }
 
 

@@ -21,12 +21,25 @@ import time
 from dataclasses import asdict, dataclass
 
 import cmd2
-
-from monarch_pdb import wire
 from monarch_pdb.client import answers
-from monarch_pdb.client.arguments import (ACTOR_HELP, SELECTOR_HELP, CommandError, argument, ask, command,
-                                          count_number, natural, parse_target, rank_number, seconds, split_job,
-                                          timeout, typed_arguments, usage, words_target)
+from monarch_pdb.client.arguments import (
+    ACTOR_HELP,
+    SELECTOR_HELP,
+    CommandError,
+    argument,
+    ask,
+    command,
+    count_number,
+    natural,
+    parse_target,
+    rank_number,
+    seconds,
+    split_job,
+    timeout,
+    typed_arguments,
+    usage,
+    words_target,
+)
 from monarch_pdb.client.connection import ShellConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
@@ -35,6 +48,8 @@ from monarch_pdb.client.pager import Pager, checked
 from monarch_pdb.client.reporter import Reporter, Transcript
 from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
 from monarch_pdb.client.terminal import EOF, Terminal
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import format_ranks, parse_selector, render_selector
 
 TOP_PROMPT = "monarch_dbg> "
@@ -97,9 +112,20 @@ class Attachment:
 
 def json_row(row: wire.SessionRow) -> dict:
     """A `list` row as docs/scripts.md's JSON schema names its fields."""
-    return {"job": row.job, "actor": row.actor, "rank": row.rank, "coords": row.coords,
-            "host": row.host, "pid": row.pid, "function": row.function, "file": row.filename,
-            "line": row.lineno, "state": row.state, "instance": row.instance, "attached": row.attached}
+    return {
+        "job": row.job,
+        "actor": row.actor,
+        "rank": row.rank,
+        "coords": row.coords,
+        "host": row.host,
+        "pid": row.pid,
+        "function": row.function,
+        "file": row.filename,
+        "line": row.lineno,
+        "state": row.state,
+        "instance": row.instance,
+        "attached": row.attached,
+    }
 
 
 @functools.cache
@@ -115,8 +141,14 @@ def pdb_completions(text: str) -> list[str]:
 
 
 class DebugShell(cmd2.Cmd):
-    def __init__(self, conn: ShellConnection, history_file: str = "", as_json: bool = False,
-                 transcript: Transcript | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        conn: ShellConnection,
+        history_file: str = "",
+        as_json: bool = False,
+        transcript: Transcript | None = None,
+        **kwargs,
+    ) -> None:
         self.colour_errors = sys.stderr.isatty()
         self.captured: list[str] | None = None
         """While not None, what the shell prints is kept here, to go above the prompt."""
@@ -134,8 +166,17 @@ class DebugShell(cmd2.Cmd):
         self.conn = conn
         self.prompt = TOP_PROMPT
         self.intro = BANNER
-        self.terminal = Terminal(self.stdin, self.stdout, self.write_out, self.terminal_lock, conn.wake,
-                                 self.settle_at_prompt, self.prompt_to_draw, PDB_DELIMS, history_file)
+        self.terminal = Terminal(
+            self.stdin,
+            self.stdout,
+            self.write_out,
+            self.terminal_lock,
+            conn.wake,
+            self.settle_at_prompt,
+            self.prompt_to_draw,
+            PDB_DELIMS,
+            history_file,
+        )
         self._attached: Attachment | None = None
         self.last_line: str | None = None
         self.actors: set[str] = set()
@@ -149,18 +190,39 @@ class DebugShell(cmd2.Cmd):
         """The end of the rank we held that we said already (taken over, lost): its event is left out."""
         self.cast_output = "grouped"
         self.cast_timeout = 10.0
-        self.add_settable(cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self,
-                                        choices=CAST_OUTPUTS))
+        self.add_settable(
+            cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self, choices=CAST_OUTPUTS)
+        )
         self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
         self.list_rows = conn.settings.list_rows
         self.pager = Pager(conn.settings.pager, self.stdout)
-        self.add_settable(cmd2.Settable("pager", checked, "command that shows results taller than the terminal "
-                                        "('' or cat: none)", self.pager, settable_attrib_name="command"))
-        self.add_settable(cmd2.Settable("list_rows", natural, "list shows a row per rank up to this many ranks, "
-                                        "past it a row per group of ranks", self))
+        self.add_settable(
+            cmd2.Settable(
+                "pager",
+                checked,
+                "command that shows results taller than the terminal ('' or cat: none)",
+                self.pager,
+                settable_attrib_name="command",
+            )
+        )
+        self.add_settable(
+            cmd2.Settable(
+                "list_rows",
+                natural,
+                "list shows a row per rank up to this many ranks, past it a row per group of ranks",
+                self,
+            )
+        )
         self.color = "on" if conn.settings.colour else "off"
-        self.add_settable(cmd2.Settable("color", str, "on: an attached rank's pdb colours what it shows, at a "
-                                        "terminal (Python 3.14+ ranks)", self, choices=COLOURS))
+        self.add_settable(
+            cmd2.Settable(
+                "color",
+                str,
+                "on: an attached rank's pdb colours what it shows, at a terminal (Python 3.14+ ranks)",
+                self,
+                choices=COLOURS,
+            )
+        )
         conn.on_events = self.show_events
         conn.on_reply = self.reply_came
 
@@ -254,8 +316,12 @@ class DebugShell(cmd2.Cmd):
         the next line is typed. A broker that forgot the session (it restarted) waits for that
         line, which is then sent again."""
         att = self.attached
-        if (att is not None and isinstance(msg, wire.SessionEnded) and msg.session == att.session
-                and msg.reason != wire.Ending.UNKNOWN):
+        if (
+            att is not None
+            and isinstance(msg, wire.SessionEnded)
+            and msg.session == att.session
+            and msg.reason != wire.Ending.UNKNOWN
+        ):
             self.terminal.act_at_prompt()
 
     def settle_at_prompt(self) -> str:
@@ -329,8 +395,10 @@ class DebugShell(cmd2.Cmd):
         if self.attached is not None:
             self.attached_line(line)
         elif len(line) > MAX_COMMAND_LINE:
-            self.fail(f"a command of {len(line):,} characters is over the limit of {MAX_COMMAND_LINE:,}; "
-                      "nothing was run (lines typed while attached have no such limit)")
+            self.fail(
+                f"a command of {len(line):,} characters is over the limit of {MAX_COMMAND_LINE:,}; "
+                "nothing was run (lines typed while attached have no such limit)"
+            )
         else:
             if self.terminal.alerts_above_prompt:  # what happened before the command was typed goes before its answer
                 self.conn.hand_over_events()
@@ -376,8 +444,10 @@ class DebugShell(cmd2.Cmd):
                     break
                 waited = time.monotonic() - started
                 if not self.terminal.keyboard and waited >= self.cast_timeout:
-                    self.fail(f"{self.attached.label} did not come back to its prompt within {self.cast_timeout:g} s "
-                              "(cast_timeout); the script leaves it as it is")
+                    self.fail(
+                        f"{self.attached.label} did not come back to its prompt within {self.cast_timeout:g} s "
+                        "(cast_timeout); the script leaves it as it is"
+                    )
                     self.detach()
                 elif self.terminal.keyboard and waited >= RUNNING_HINT_AFTER and said != self.waiting_for():
                     said = self.waiting_for()
@@ -390,7 +460,11 @@ class DebugShell(cmd2.Cmd):
         each waits its turn at the prompt, in order, but a `detach` (or Ctrl-D) that no line
         waits before leaves at once."""
         for line in self.terminal.typed(text):
-            if self.attached is not None and not self.terminal.typed_ahead and (line.strip() == "detach" or line == EOF):
+            if (
+                self.attached is not None
+                and not self.terminal.typed_ahead
+                and (line.strip() == "detach" or line == EOF)
+            ):
                 self.detach()
             else:
                 self.terminal.typed_ahead.append(line)
@@ -401,8 +475,10 @@ class DebugShell(cmd2.Cmd):
             return "the broker does not answer; waiting for it; type 'detach' to leave"
         if self.terminal.typed_ahead:
             count = len(self.terminal.typed_ahead)
-            return (f"{self.attached.label} is running; {count} line{'s' if count != 1 else ''} typed "
-                    f"wait{'' if count != 1 else 's'} for its prompt; Ctrl-C leaves it running")
+            return (
+                f"{self.attached.label} is running; {count} line{'s' if count != 1 else ''} typed "
+                f"wait{'' if count != 1 else 's'} for its prompt; Ctrl-C leaves it running"
+            )
         return f"{self.attached.label} is running; type 'detach' to leave it running"
 
     def next_input_or_message(self, timeout: float) -> wire.Message | str | None:
@@ -421,7 +497,9 @@ class DebugShell(cmd2.Cmd):
             return
         if isinstance(msg, wire.Resumed):
             att.paused = False
-            self.note(f"({att.label} runs: another shell or an editor sent it a line; it stops where its pdb says next)")
+            self.note(
+                f"({att.label} runs: another shell or an editor sent it a line; it stops where its pdb says next)"
+            )
         elif isinstance(msg, wire.SessionOutput):
             self.collected.append(msg.text)
             self.report.stream(visible(msg.text, self.pdb_colours))
@@ -489,8 +567,11 @@ class DebugShell(cmd2.Cmd):
 
     @command(
         argument("--all", action="store_true", help="every rank known, running ones too"),
-        argument("--rows", action="store_true",
-                 help="a row per rank however many (past list_rows ranks, a row per group of ranks by default)"),
+        argument(
+            "--rows",
+            action="store_true",
+            help="a row per rank however many (past list_rows ranks, a row per group of ranks by default)",
+        ),
     )
     def do_list(self, args: argparse.Namespace) -> None:
         """list [--all] [--rows]
@@ -526,8 +607,11 @@ class DebugShell(cmd2.Cmd):
         argument("actor", help=ACTOR_HELP),
         argument("rank", type=rank_number, help="one of its ranks stopped at a breakpoint"),
         argument("--force", action="store_true", help="take the rank over from another shell"),
-        argument("--full", action="store_true",
-                 help="all it printed since its last input (at a terminal, a screenful by default)"),
+        argument(
+            "--full",
+            action="store_true",
+            help="all it printed since its last input (at a terminal, a screenful by default)",
+        ),
     )
     def do_attach(self, args: argparse.Namespace) -> None:
         """attach <actor> <rank> [--force] [--full]
@@ -560,10 +644,14 @@ class DebugShell(cmd2.Cmd):
         self.said = None
         taken = f", taken over from {reply.taken_from}" if reply.taken_from else ""
         header = f"<last pdb output for {att.actor} {att.rank} follows>\n" if reply.resumed and reply.replay else ""
-        on_screen = self.terminal.interactive and self.terminal.keyboard and self.stdout.isatty() and not self.report.as_json
+        on_screen = (
+            self.terminal.interactive and self.terminal.keyboard and self.stdout.isatty() and not self.report.as_json
+        )
         replay = reply.replay if full or not on_screen else self.screenful(reply.replay, job, att)
-        self.report.result(f"Attached to debug session for {att.label}{taken}\n{header}{visible(replay, self.pdb_colours)}",
-                           {"attached": att.describe(), "output": reply.replay})
+        self.report.result(
+            f"Attached to debug session for {att.label}{taken}\n{header}{visible(replay, self.pdb_colours)}",
+            {"attached": att.describe(), "output": reply.replay},
+        )
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "
         else:
@@ -579,15 +667,22 @@ class DebugShell(cmd2.Cmd):
         left = lines[:-room]
         name = f"{job}:{att.actor}" if job else att.actor
         name = f'"{name}"' if " " in name else name
-        return (f"({len(left):,} earlier lines, {sum(map(len, left)):,} characters, not shown; "
-                f"'detach', then 'attach {name} {att.rank} --full' shows them)\n" + "".join(lines[-room:]))
+        return (
+            f"({len(left):,} earlier lines, {sum(map(len, left)):,} characters, not shown; "
+            f"'detach', then 'attach {name} {att.rank} --full' shows them)\n" + "".join(lines[-room:])
+        )
 
     @command(
         argument("actor", nargs="?", help=ACTOR_HELP),
         argument("--any", action="store_true", help="ranks of any actor, instead of one actor's"),
         argument("count", type=count_number, help="how many of its ranks must be stopped"),
-        argument("--timeout", type=timeout, default=WAIT_TIMEOUT, metavar="S",
-                 help=f"seconds to wait (default {WAIT_TIMEOUT:g})"),
+        argument(
+            "--timeout",
+            type=timeout,
+            default=WAIT_TIMEOUT,
+            metavar="S",
+            help=f"seconds to wait (default {WAIT_TIMEOUT:g})",
+        ),
     )
     def do_wait(self, args: argparse.Namespace) -> None:
         """wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]
@@ -599,8 +694,11 @@ class DebugShell(cmd2.Cmd):
         job, actor = ("", "") if args.any else split_job(args.actor)
 
         def stopped(rows: list[wire.SessionRow]) -> int:
-            return sum(1 for r in rows if r.state != wire.RankState.RUNNING and (not actor or r.actor == actor)
-                       and (not job or r.job == job))
+            return sum(
+                1
+                for r in rows
+                if r.state != wire.RankState.RUNNING and (not actor or r.actor == actor) and (not job or r.job == job)
+            )
 
         seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= args.count, args.timeout))
         what = f"ranks of {name}" if actor else "ranks"
@@ -623,17 +721,25 @@ class DebugShell(cmd2.Cmd):
         job, actor, selection, extra = words_target(args.actor, args.selector, usage(self.do_follow))
         if extra:
             raise CommandError(f"follow takes an actor and a selector, not {extra!r}")
-        following = self.conn.follow(actor, render_selector(selection or parse_selector("ranks(:)")), job, self.show_output)
+        following = self.conn.follow(
+            actor, render_selector(selection or parse_selector("ranks(:)")), job, self.show_output
+        )
         rank_list = sorted(f.rank for f in following.sessions)
-        self.report.result(f"Following {actor} ranks[{format_ranks(rank_list)}] ({len(rank_list)}); 'follow off' stops.",
-                           {"following": {"job": following.job, "actor": actor, "ranks": rank_list}})
+        self.report.result(
+            f"Following {actor} ranks[{format_ranks(rank_list)}] ({len(rank_list)}); 'follow off' stops.",
+            {"following": {"job": following.job, "actor": actor, "ranks": rank_list}},
+        )
 
     complete_follow = complete_actor
 
     @command(
         argument("actor", help=ACTOR_HELP),
-        argument("command", nargs=argparse.REMAINDER, metavar="ranks(<ranks>) <pdb command>",
-                 help=SELECTOR_HELP + ", then the pdb command, sent as typed"),
+        argument(
+            "command",
+            nargs=argparse.REMAINDER,
+            metavar="ranks(<ranks>) <pdb command>",
+            help=SELECTOR_HELP + ", then the pdb command, sent as typed",
+        ),
     )
     def do_cast(self, args: argparse.Namespace) -> None:
         """cast <actor> ranks(<ranks>) <pdb command>
@@ -659,8 +765,15 @@ class DebugShell(cmd2.Cmd):
                 self.note(f"\r({why})")
 
         try:
-            result = self.conn.cast(actor, render_selector(selection), line, self.cast_timeout, job,
-                                    progress if self.terminal.keyboard else None, waiting)
+            result = self.conn.cast(
+                actor,
+                render_selector(selection),
+                line,
+                self.cast_timeout,
+                job,
+                progress if self.terminal.keyboard else None,
+                waiting,
+            )
         except KeyboardInterrupt:
             raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
         finally:
@@ -683,7 +796,9 @@ class DebugShell(cmd2.Cmd):
         total = sum(len(r.ranks) for r in released)
         parts = ", ".join(f"{r.actor} ranks[{format_ranks(r.ranks)}]" for r in released)
         text = f"Continued {total} rank{'s' if total != 1 else ''}: {parts}" if released else "No rank is stopped."
-        self.report.result(text, {"continued": [{"actor": r.actor, "ranks": r.ranks} for r in released], "count": total})
+        self.report.result(
+            text, {"continued": [{"actor": r.actor, "ranks": r.ranks} for r in released], "count": total}
+        )
 
     @command(refusal="detach takes no arguments")
     def do_detach(self, args: argparse.Namespace) -> None:

@@ -14,9 +14,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from monarch_pdb import wire
 from monarch_pdb.client.answers import missing_lines, shortened
 from monarch_pdb.client.numbers import summarize
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet, format_ranks
 
 RANKS_SHOWN = 72
@@ -49,7 +50,9 @@ def merge(groups: list[wire.StackGroup], every_thread: bool, below: int = 0) -> 
         root.ranks.extend(group.ranks)
         for thread in group.threads:
             node = root
-            for label in ([f"thread {thread.name}"] if every_thread else []) + [where(f) for f in thread.frames[below:]]:
+            for label in ([f"thread {thread.name}"] if every_thread else []) + [
+                where(f) for f in thread.frames[below:]
+            ]:
                 child = node.children.get(label)
                 if child is None:
                     child = node.children[label] = Node(label)
@@ -203,7 +206,9 @@ def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> s
         return missing_lines(result)
     total = sorted({r for group in result.groups for r in group.ranks})
     odd = elsewhere(result.groups)
-    head = [f"{result.actor} {rank_text(total)}: {len(result.groups)} distinct stack{'s' if len(result.groups) != 1 else ''}"]
+    head = [
+        f"{result.actor} {rank_text(total)}: {len(result.groups)} distinct stack{'s' if len(result.groups) != 1 else ''}"
+    ]
     head += [elsewhere_line(result.actor, ranks, place) for ranks, place in odd[:ELSEWHERE_SHOWN]]
     if len(odd) > ELSEWHERE_SHOWN:
         rest = sum(len(r) for r, _ in odd[ELSEWHERE_SHOWN:])
@@ -223,11 +228,21 @@ def document(result: wire.StacksResult, every_thread: bool = False, full: bool =
     return {
         "actor": result.actor,
         "common": [frame_document(f) for f in common],
-        "groups": [{"ranks": list(group.ranks), "threads": [{"name": thread.name, "frames": [
-            frame_document(f) for f in thread.frames[len(common):]]} for thread in group.threads],
-            **({"locals": [{"name": v.name, "value": v.value, "ranks": v.ranks} for v in group.locals]}
-               if group.locals else {})}
-            for group in result.groups],
+        "groups": [
+            {
+                "ranks": list(group.ranks),
+                "threads": [
+                    {"name": thread.name, "frames": [frame_document(f) for f in thread.frames[len(common) :]]}
+                    for thread in group.threads
+                ],
+                **(
+                    {"locals": [{"name": v.name, "value": v.value, "ranks": v.ranks} for v in group.locals]}
+                    if group.locals
+                    else {}
+                ),
+            }
+            for group in result.groups
+        ],
         "elsewhere": [{"ranks": ranks, "where": place} for ranks, place in elsewhere(result.groups)],
         "missing": [{"rank": m.rank, "reason": m.reason} for m in result.missing],
     }

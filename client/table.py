@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import unicodedata
 
-from monarch_pdb import wire
 from monarch_pdb.client.answers import shortened
 from monarch_pdb.client.hostlist import compress
+
+from monarch_pdb import wire
 
 COLUMNS = ("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.")
 GROUP_COLUMNS = ("Actor Name", "Ranks", "Coords", "Hosts", "Function", "Line No.")
@@ -23,12 +24,18 @@ def coords_text(coords: dict) -> str:
 
 
 def job_text(job: str) -> str:
-    return job if len(job) <= JOB_SHOWN else job[:JOB_SHOWN - 3] + "..."
+    return job if len(job) <= JOB_SHOWN else job[: JOB_SHOWN - 3] + "..."
 
 
 def session_cells(row: wire.SessionRow, with_job: bool) -> list[str]:
-    cells = [row.actor, str(row.rank), coords_text(row.coords), row.host, row.function,
-             str(row.lineno) if row.lineno else ""]
+    cells = [
+        row.actor,
+        str(row.rank),
+        coords_text(row.coords),
+        row.host,
+        row.function,
+        str(row.lineno) if row.lineno else "",
+    ]
     return [job_text(row.job), *cells] if with_job else cells
 
 
@@ -42,8 +49,10 @@ def display_width(text: str) -> int:
 
 def grid(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
     """A table whose columns line up on a terminal, whatever the width of each character."""
-    widths = [max(display_width(h), *(display_width(r[i]) for r in rows)) if rows else display_width(h)
-              for i, h in enumerate(header)]
+    widths = [
+        max(display_width(h), *(display_width(r[i]) for r in rows)) if rows else display_width(h)
+        for i, h in enumerate(header)
+    ]
 
     def rule(char: str) -> str:
         return "+" + "+".join(char * (w + 2) for w in widths) + "+"
@@ -81,13 +90,26 @@ def groups_table(groups: list[wire.SessionGroup], with_state: bool = False) -> s
     with_job = len({g.job for g in groups}) > 1
     with_attached = any(g.attached for g in groups)
     with_state = with_state or len({g.state for g in groups}) > 1
-    header = [*(["Job"] if with_job else []), *GROUP_COLUMNS, *(["Attached"] if with_attached else []),
-              *(["State"] if with_state else [])]
-    cells = [[*([job_text(g.job)] if with_job else []), g.actor, f"{shortened(g.ranks, CELL_SHOWN)} ({g.count})",
-              coords_ranges(g.coords), shortened(compress(g.hosts), CELL_SHOWN),
-              g.function, str(g.lineno) if g.lineno else "", *([g.attached] if with_attached else []),
-              *([g.state] if with_state else [])]
-             for g in groups]
+    header = [
+        *(["Job"] if with_job else []),
+        *GROUP_COLUMNS,
+        *(["Attached"] if with_attached else []),
+        *(["State"] if with_state else []),
+    ]
+    cells = [
+        [
+            *([job_text(g.job)] if with_job else []),
+            g.actor,
+            f"{shortened(g.ranks, CELL_SHOWN)} ({g.count})",
+            coords_ranges(g.coords),
+            shortened(compress(g.hosts), CELL_SHOWN),
+            g.function,
+            str(g.lineno) if g.lineno else "",
+            *([g.attached] if with_attached else []),
+            *([g.state] if with_state else []),
+        ]
+        for g in groups
+    ]
     ranks = sum(g.count for g in groups)
     count = f"{ranks} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''}; 'list --rows' shows each rank"
     return grid(header, cells) + "\n" + count
@@ -100,5 +122,4 @@ def coords_ranges(coords: dict[str, str]) -> str:
 
 def jobs_table(rows: list[wire.JobRow]) -> str:
     header = ("Job", "Processes", "Paused", "Hosts")
-    return grid(header, [[r.job, str(r.processes), f"{r.paused}/{r.sessions}", ", ".join(r.hosts)]
-                         for r in rows])
+    return grid(header, [[r.job, str(r.processes), f"{r.paused}/{r.sessions}", ", ".join(r.hosts)] for r in rows])

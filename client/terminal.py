@@ -20,10 +20,16 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from cmd2 import rl_utils
-from cmd2.rl_utils import (RlType, readline, rl_force_redisplay, rl_get_display_prompt, rl_get_point, rl_set_prompt,
-                           rl_type)
+from cmd2.rl_utils import (
+    RlType,
+    readline,
+    rl_force_redisplay,
+    rl_get_display_prompt,
+    rl_get_point,
+    rl_set_prompt,
+    rl_type,
+)
 from cmd2.terminal_utils import async_alert_str
-
 from monarch_pdb.client.connection import readable
 
 EOF = "eof"
@@ -133,9 +139,18 @@ class Terminal:
     prompt on the shell's thread; so does the news that the shell must act on at the prompt
     (`act_at_prompt`), whose printing `settle` returns."""
 
-    def __init__(self, stdin: TextIO, stdout: TextIO, write: Callable[[str], None], lock: threading.RLock,
-                 wake: Callable[[], None], settle: Callable[[], str], prompt: Callable[[], str | None],
-                 other_delims: str, history_file: str) -> None:
+    def __init__(
+        self,
+        stdin: TextIO,
+        stdout: TextIO,
+        write: Callable[[str], None],
+        lock: threading.RLock,
+        wake: Callable[[], None],
+        settle: Callable[[], str],
+        prompt: Callable[[], str | None],
+        other_delims: str,
+        history_file: str,
+    ) -> None:
         self.stdin, self.stdout = stdin, stdout
         self.write = write
         self.lock = lock
@@ -246,9 +261,15 @@ class Terminal:
                 if new_prompt is not None:
                     rl_set_prompt(new_prompt)
                 if text:
-                    self.write(async_alert_str(terminal_columns=self.size().columns, prompt=shown,
-                                               line=readline.get_line_buffer(), cursor_offset=rl_get_point(),
-                                               alert_msg=text.rstrip("\n") + "\n"))
+                    self.write(
+                        async_alert_str(
+                            terminal_columns=self.size().columns,
+                            prompt=shown,
+                            line=readline.get_line_buffer(),
+                            cursor_offset=rl_get_point(),
+                            alert_msg=text.rstrip("\n") + "\n",
+                        )
+                    )
                 elif new_prompt is not None:
                     self.write("\r\x1b[K")  # readline redraws from the line's start, not after the old prompt
                 else:

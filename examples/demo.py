@@ -27,8 +27,9 @@ def start_broker(config: settings.Settings) -> subprocess.Popen | None:
     """A broker for the demo, unless one already serves this port (then share it)."""
     if discovery.broker_running(config):
         return None
-    broker = subprocess.Popen([sys.executable, "-m", "monarch_pdb.broker"], stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "monarch_pdb.broker"], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     said = []
     for line in broker.stderr:
         if "listening on" in line:
@@ -77,8 +78,11 @@ def main() -> int:
     log_path = Path(tempfile.gettempdir()) / f"monarch-pdb-demo-{os.getpid()}.log"
     with open(log_path, "w") as log:
         program = subprocess.Popen(
-            [sys.executable, str(HERE / "debugging.py")], stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, str(HERE / "debugging.py")],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     print(f"Started examples/debugging.py: 16 ranks in a {{'host': 4, 'gpu': 4}} mesh (its output: {log_path}).")
     print("Try: list, attach debugee 13, n, p rank, detach, cast debugee ranks(0,1) n, continue, quit.")

@@ -41,8 +41,12 @@ def evaluate(shard: int) -> int:
 
 
 if __name__ == "__main__":
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True,
-             runtime_env={"worker_process_setup_hook": "monarch_pdb.install"})
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=True,
+        runtime_env={"worker_process_setup_hook": "monarch_pdb.install"},
+    )
     learners = [Learner.remote(rank) for rank in range(4)]
     print("STEPPED", ray.get([learner.step.remote() for learner in learners]), flush=True)
     print("EVALUATED", ray.get(evaluate.remote(3)), flush=True)

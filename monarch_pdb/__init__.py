@@ -14,8 +14,9 @@ __version__ = "0.1.0"
 __all__ = ["endpoint_call", "install", "set_identity", "set_trace"]
 
 
-def set_identity(*, actor: str | None = None, rank: int | None = None,
-                 coords: dict[str, int] | None = None, job: str | None = None) -> None:
+def set_identity(
+    *, actor: str | None = None, rank: int | None = None, coords: dict[str, int] | None = None, job: str | None = None
+) -> None:
     """Name this process's sessions explicitly; overrides every detected value given."""
     from monarch_pdb.rank.agent import Agent
 

@@ -30,9 +30,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        print(f"{prog}: {argv[0]!r} is not a command of monarch-pdb ({', '.join(COMMANDS)})"
-              + (", and torchmonarch, whose `monarch` runs Monarch's own, is not installed" if prog == "monarch" else ""),
-              file=sys.stderr)
+        print(
+            f"{prog}: {argv[0]!r} is not a command of monarch-pdb ({', '.join(COMMANDS)})"
+            + (", and torchmonarch, whose `monarch` runs Monarch's own, is not installed" if prog == "monarch" else ""),
+            file=sys.stderr,
+        )
         return 2
     if not argv or argv[0] not in COMMANDS:
         _parser(prog).parse_args(argv)
@@ -51,8 +53,14 @@ def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
 
 def monarch_command() -> metadata.EntryPoint | None:
     """torchmonarch's `monarch` console script (any `monarch` script but ours), if installed."""
-    return next((ep for ep in metadata.entry_points(group="console_scripts", name="monarch")
-                 if ep.value.replace(" ", "") != MONARCH_MAIN), None)
+    return next(
+        (
+            ep
+            for ep in metadata.entry_points(group="console_scripts", name="monarch")
+            if ep.value.replace(" ", "") != MONARCH_MAIN
+        ),
+        None,
+    )
 
 
 def monarch_main() -> int | None:

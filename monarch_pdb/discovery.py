@@ -174,8 +174,10 @@ def ensure_runtime_dir(settings: Settings) -> None:
 
 def unusable(settings: Settings, error: OSError) -> str:
     """One line naming the runtime directory and why it cannot be used."""
-    return (f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; "
-            "set MONARCH_PDB_RUNTIME_DIR to a directory of yours")
+    return (
+        f"cannot use {settings.runtime_dir} as the runtime directory: {error.strerror}; "
+        "set MONARCH_PDB_RUNTIME_DIR to a directory of yours"
+    )
 
 
 def _try_writing(directory: str) -> None:
@@ -242,17 +244,20 @@ def unanswered(settings: Settings) -> Unanswered | None:
         except OSError:
             greeting = b""
     if greeting != ZMTP_FIRST_BYTE:
-        return Unanswered(f"another program listens on port {settings.port}: it does not speak ZeroMQ, so it is not "
-                          "a debug broker", "Stop that program, or give the broker and the ranks another port "
-                          "(MONARCH_DEBUG_SERVER_PORT).")
+        return Unanswered(
+            f"another program listens on port {settings.port}: it does not speak ZeroMQ, so it is not a debug broker",
+            "Stop that program, or give the broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).",
+        )
     try:
         secret = secret_of(settings)
     except Insecure:
         return None
     if secret is None and read_connection_file(settings) is None:
-        return Unanswered(f"a ZeroMQ program listens at {where}, but there is no secret to sign with: no broker's "
-                          f"file at {connection_file(settings)}",
-                          "Give this process the broker's secret (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE).")
+        return Unanswered(
+            f"a ZeroMQ program listens at {where}, but there is no secret to sign with: no broker's "
+            f"file at {connection_file(settings)}",
+            "Give this process the broker's secret (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE).",
+        )
     return None
 
 
@@ -312,8 +317,13 @@ def read_connection_file(settings: Settings) -> Connection | None:
     """The connection file's contents; Insecure if others could read it, None if unusable."""
     try:
         data = json.loads(read_private(connection_file(settings)))
-        return Connection(router=data["router"], pub=data["pub"], secret=data["secret"], pid=int(data["pid"]),
-                          curve=bool(data.get("curve", False)))
+        return Connection(
+            router=data["router"],
+            pub=data["pub"],
+            secret=data["secret"],
+            pid=int(data["pid"]),
+            curve=bool(data.get("curve", False)),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -356,7 +366,9 @@ def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connecti
     others only wait; the broker lock would let just one broker survive in any case.
     """
     ensure_runtime_dir(settings)
-    spawn_lock = os.open(os.path.join(settings.runtime_dir, f"broker-{settings.port}.spawn"), os.O_RDWR | os.O_CREAT, 0o600)
+    spawn_lock = os.open(
+        os.path.join(settings.runtime_dir, f"broker-{settings.port}.spawn"), os.O_RDWR | os.O_CREAT, 0o600
+    )
     try:
         try:
             fcntl.flock(spawn_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

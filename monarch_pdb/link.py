@@ -91,8 +91,12 @@ def _encoded(codec: wire.Codec, msgs: list[wire.Message]) -> tuple[list[wire.Mes
         try:
             bodies.append(codec.encode(msg))
         except Exception as error:
-            print(f"monarch-pdb: a message ({msg.TYPE}) could not be sent to the debug broker and is left out: "
-                  f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            print(
+                f"monarch-pdb: a message ({msg.TYPE}) could not be sent to the debug broker and is left out: "
+                f"{type(error).__name__}: {error}",
+                file=sys.stderr,
+                flush=True,
+            )
         else:
             kept.append(msg)
     return kept, bodies
@@ -142,9 +146,17 @@ def beat_due(sent: float, beaten: float, heard: float, beat: float) -> float:
 
 
 class Link:
-    def __init__(self, settings: Settings, role: wire.Role, peer: LinkOwner,
-                 locate: Callable[[], discovery.Connection | None], events: bool = False,
-                 context: zmq.Context | None = None, job: str = "", client: wire.Client | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        role: wire.Role,
+        peer: LinkOwner,
+        locate: Callable[[], discovery.Connection | None],
+        events: bool = False,
+        context: zmq.Context | None = None,
+        job: str = "",
+        client: wire.Client | None = None,
+    ) -> None:
         self.settings = settings
         self.role, self.job, self.client = role, job, client
         self.peer = peer
@@ -269,8 +281,15 @@ class Link:
             self._wake_pending = False
 
     def _hello(self) -> wire.Hello:
-        return wire.Hello(role=self.role, job=self.job, client=self.client, host=socket.gethostname(), pid=os.getpid(),
-                          user=getpass.getuser(), link=self.id)
+        return wire.Hello(
+            role=self.role,
+            job=self.job,
+            client=self.client,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            user=getpass.getuser(),
+            link=self.id,
+        )
 
     def _take_outgoing(self) -> list[wire.Message]:
         out: list[wire.Message] = []
@@ -416,13 +435,16 @@ class Link:
         self._resend += [m for m in self._unanswered if not isinstance(m, wire.Prompt)]
         self._unanswered = []
 
-    def _receive_all(self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket | None,
-                     conn: discovery.Connection) -> list[wire.Message]:
+    def _receive_all(
+        self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket | None, conn: discovery.Connection
+    ) -> list[wire.Message]:
         replies: list[wire.Message] = []
         for msg in _messages(dealer, codec):
             if msg is REJECTED:
-                self.refuse("authentication failed: the broker refuses our messages; its secret is not the one "
-                            f"we use (from {discovery.secret_source(self.settings)})")
+                self.refuse(
+                    "authentication failed: the broker refuses our messages; its secret is not the one "
+                    f"we use (from {discovery.secret_source(self.settings)})"
+                )
                 continue
             if not isinstance(msg, wire.Unknown):
                 self._unanswered.clear()

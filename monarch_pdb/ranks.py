@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 import string
 from bisect import bisect_right
-from itertools import count, groupby, islice
-from operator import lt, sub
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import count, groupby, islice
+from operator import lt, sub
 from typing import NoReturn
 
 __all__ = [
@@ -261,7 +261,7 @@ def split_selector(text: str) -> tuple[Selection, str]:
     otherwise returned exactly as given, whatever it contains.
     """
     selection, end = _selector(text)
-    return selection, text[_skip(text, end):]
+    return selection, text[_skip(text, end) :]
 
 
 def render_selector(selection: Selection) -> str:
@@ -424,8 +424,7 @@ def _filters(text: str, at: int) -> tuple[tuple[DimFilter, ...], int]:
         name, end = _name(text, at)
         if name is None:
             mixed = ch == ":" or "0" <= ch <= "9"
-            _fail(text, at, "cannot mix ranks and dimension filters" if mixed
-                  else _item_error(ch, "a dimension name"))
+            _fail(text, at, "cannot mix ranks and dimension filters" if mixed else _item_error(ch, "a dimension name"))
         if name in seen:
             _fail(text, at, f"duplicate dimension {name!r}")
         seen.add(name)
@@ -562,7 +561,7 @@ def _next(text: str, at: int) -> tuple[str, int]:
 def _fail(text: str, at: int, reason: str) -> NoReturn:
     """Raise for the character at index `at`, showing only the selector around it."""
     start = _skip(text, 0)
-    shown = text[start:_selector_end(text, start, at)].rstrip()
+    shown = text[start : _selector_end(text, start, at)].rstrip()
     raise SelectorError(shown, min(at - start, len(shown)) + 1, reason)
 
 

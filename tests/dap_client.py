@@ -19,8 +19,9 @@ class DapClient:
 
     def __init__(self, env: dict[str, str], *args: str, streams: tuple | None = None) -> None:
         if streams is None:
-            self.proc = subprocess.Popen([*DAP, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE)
+            self.proc = subprocess.Popen(
+                [*DAP, *args], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
             self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         else:
             self.proc = None
@@ -72,8 +73,9 @@ class DapClient:
 
     def response(self, seq: int, timeout: float = 30.0) -> dict:
         with self.arrived:
-            assert self.arrived.wait_for(lambda: seq in self.responses or self.ended, timeout), \
+            assert self.arrived.wait_for(lambda: seq in self.responses or self.ended, timeout), (
                 f"no response to request {seq} within {timeout} s"
+            )
             assert seq in self.responses, f"the adapter ended before answering request {seq}: {self.stderr()}"
             return self.responses.pop(seq)
 
@@ -93,8 +95,11 @@ class DapClient:
         deadline = time.monotonic() + timeout
 
         def found() -> list[dict]:
-            return [e for e in self.events if e["event"] == name
-                    and all(e.get("body", {}).get(k) == v for k, v in match.items())][:count]
+            return [
+                e
+                for e in self.events
+                if e["event"] == name and all(e.get("body", {}).get(k) == v for k, v in match.items())
+            ][:count]
 
         with self.arrived:
             while len(found()) < count:

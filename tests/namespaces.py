@@ -40,19 +40,25 @@ class Network:
         self.made: list[str] = []
         self.links = [f"vh{tag}{i}" for i in range(HOSTS)]
         """Each host's end of its veth pair."""
-        self.steps = [("ip", "netns", "add", self.broker), ("ip", "-n", self.broker, "link", "set", "lo", "up"),
-                      ("ip", "-n", self.broker, "link", "add", "br0", "type", "bridge"),
-                      ("ip", "-n", self.broker, "addr", "add", f"{BROKER_ADDRESS}/24", "dev", "br0"),
-                      ("ip", "-n", self.broker, "link", "set", "br0", "up")]
+        self.steps = [
+            ("ip", "netns", "add", self.broker),
+            ("ip", "-n", self.broker, "link", "set", "lo", "up"),
+            ("ip", "-n", self.broker, "link", "add", "br0", "type", "bridge"),
+            ("ip", "-n", self.broker, "addr", "add", f"{BROKER_ADDRESS}/24", "dev", "br0"),
+            ("ip", "-n", self.broker, "link", "set", "br0", "up"),
+        ]
         for i, host in enumerate(self.hosts):
             outer, inner = f"vb{tag}{i}", self.links[i]
-            self.steps += [("ip", "netns", "add", host), ("ip", "-n", host, "link", "set", "lo", "up"),
-                           ("ip", "link", "add", outer, "type", "veth", "peer", "name", inner),
-                           ("ip", "link", "set", outer, "netns", self.broker),
-                           ("ip", "link", "set", inner, "netns", host),
-                           ("ip", "-n", self.broker, "link", "set", outer, "master", "br0", "up"),
-                           ("ip", "-n", host, "addr", "add", f"{SUBNET}.{10 + i}/24", "dev", inner),
-                           ("ip", "-n", host, "link", "set", inner, "up")]
+            self.steps += [
+                ("ip", "netns", "add", host),
+                ("ip", "-n", host, "link", "set", "lo", "up"),
+                ("ip", "link", "add", outer, "type", "veth", "peer", "name", inner),
+                ("ip", "link", "set", outer, "netns", self.broker),
+                ("ip", "link", "set", inner, "netns", host),
+                ("ip", "-n", self.broker, "link", "set", outer, "master", "br0", "up"),
+                ("ip", "-n", host, "addr", "add", f"{SUBNET}.{10 + i}/24", "dev", inner),
+                ("ip", "-n", host, "link", "set", inner, "up"),
+            ]
 
     def make(self) -> str | None:
         """Build it; the reason it cannot be built, or None."""

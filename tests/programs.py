@@ -16,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from monarch_pdb.client.connection import ShellConnection
+
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PDB_STOPS_ON_BREAKPOINT = sys.version_info >= (3, 13)
@@ -45,13 +46,26 @@ torchmonarch is installed too."""
 class Program:
     """A program run in its own process group, so everything it started can be ended at once."""
 
-    def __init__(self, env: dict[str, str], script: Path | str, *args: str, cwd: Path | None = None,
-                 launcher: list[str] | None = None, stdin: IO[str] | int = subprocess.DEVNULL) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        script: Path | str,
+        *args: str,
+        cwd: Path | None = None,
+        launcher: list[str] | None = None,
+        stdin: IO[str] | int = subprocess.DEVNULL,
+    ) -> None:
         """`python SCRIPT ARGS`, or `LAUNCHER SCRIPT ARGS` (torchrun, ip netns exec ...) when given;
         `python - ` reads its program from `stdin`."""
         self.proc = subprocess.Popen(
-            [*(launcher or [sys.executable]), str(script), *args], env=env, cwd=cwd, stdin=stdin,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            [*(launcher or [sys.executable]), str(script), *args],
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
 
     def finish(self, timeout: float = 30.0) -> tuple[int, str]:
@@ -80,8 +94,14 @@ def wait_for_lines(program: Program, word: str, count: int, timeout: float = 60.
 
 def run_debug(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
     """`monarch-pdb debug ARGS` without a terminal (a script, -c, --json), run to its end."""
-    return subprocess.run([*DEBUG_SHELL, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*DEBUG_SHELL, *args],
+        env=dict(env, MONARCH_PDB_HISTORY=""),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 RESERVED: list[socket.socket] = []
@@ -105,13 +125,16 @@ def settings_for(env: dict[str, str]) -> settings_module.Settings:
     return settings_module.load(env)
 
 
-def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, state: str | None = None) -> list[wire.SessionRow]:
+def wait_for_sessions(
+    env: dict[str, str], count: int, timeout: float = 30.0, state: str | None = None
+) -> list[wire.SessionRow]:
     """Block until `count` sessions are listed (optionally in one state); returns the rows.
 
     The shell's own `wait` mechanism: it re-lists whenever the broker publishes an event.
     """
     conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
+
         def chosen(rows: list[wire.SessionRow]) -> list[wire.SessionRow]:
             return [r for r in rows if state is None or r.state == state]
 
@@ -122,8 +145,13 @@ def wait_for_sessions(env: dict[str, str], count: int, timeout: float = 30.0, st
         conn.close()
 
 
-def wait_for_all_rows(env: dict[str, str], enough: Callable[[list], bool], timeout: float = 30.0,
-                      ask: wire.Message = wire.ListAll(), answer: type[wire.Message] = wire.SessionList) -> list:
+def wait_for_all_rows(
+    env: dict[str, str],
+    enough: Callable[[list], bool],
+    timeout: float = 30.0,
+    ask: wire.Message = wire.ListAll(),
+    answer: type[wire.Message] = wire.SessionList,
+) -> list:
     """`list --all` rows (or those of another list: `ask` and its `answer`) once `enough(rows)`;
     asked again after every event, or a moment later."""
     conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
@@ -140,11 +168,19 @@ def wait_for_all_rows(env: dict[str, str], enough: Callable[[list], bool], timeo
         conn.close()
 
 
-def debug(env: dict[str, str], *commands: str, flags: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess:
+def debug(
+    env: dict[str, str], *commands: str, flags: tuple[str, ...] = (), timeout: float = 60
+) -> subprocess.CompletedProcess:
     """`monarch-pdb debug -c COMMAND ...`, without a terminal."""
     args = [a for command in commands for a in ("-c", command)]
-    return subprocess.run([*DEBUG_SHELL, *flags, *args], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*DEBUG_SHELL, *flags, *args],
+        env=dict(env, MONARCH_PDB_HISTORY=""),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def interrupt_running_ranks(env: dict[str, str], actor: str, function: str, script: Path) -> str:
@@ -163,8 +199,12 @@ def interrupt_running_ranks(env: dict[str, str], actor: str, function: str, scri
 def start_broker(env: dict[str, str], *args: str, launcher: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     """`python -m monarch_pdb.broker ARGS` in the foreground (behind LAUNCHER when given);
     returns it and its first line, once it says it listens."""
-    proc = subprocess.Popen([*(launcher or []), sys.executable, "-m", "monarch_pdb.broker", *args], env=env,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*(launcher or []), sys.executable, "-m", "monarch_pdb.broker", *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = first_line(proc.stderr)
     assert "listening on" in first, first
     return proc, first
@@ -207,6 +247,7 @@ class BrokerLog:
 
     def wait_for(self, text: str, timeout: float = 30.0) -> str:
         """The next line that holds `text`, once the broker has logged it."""
+
         def found() -> int | None:
             return next((n for n in range(self.seen, len(self.lines)) if text in self.lines[n]), None)
 
@@ -222,7 +263,7 @@ class BrokerLog:
         on what it must not say meanwhile."""
         with self.changed:
             self.changed.wait_for(lambda: self.proc.poll() is not None, seconds)
-            text, self.seen = "".join(self.lines[self.seen:]), len(self.lines)
+            text, self.seen = "".join(self.lines[self.seen :]), len(self.lines)
             return text
 
     def stop(self) -> str:
@@ -233,7 +274,7 @@ class BrokerLog:
         return "".join(self.lines)
 
 
-RUNS = textwrap.dedent('''
+RUNS = textwrap.dedent("""
     import time
 
     import monarch_pdb
@@ -241,12 +282,12 @@ RUNS = textwrap.dedent('''
     monarch_pdb.install()
     print("RUNNING", flush=True)
     time.sleep(3600)
-''')
+""")
 """A rank that runs and never stops, known to the broker from `install()` (its launcher's
 RANK names it): saved as train.py, it is rank RANK of actor train."""
 
 
-NAMED_RANKS = textwrap.dedent('''
+NAMED_RANKS = textwrap.dedent("""
     import sys
     import threading
     import time
@@ -270,12 +311,12 @@ NAMED_RANKS = textwrap.dedent('''
     for rank, actor in enumerate(actors):
         threading.Thread(target=rank_main, args=(actor, rank, running), daemon=True).start()
     threading.Event().wait()
-''')
+""")
 """Ranks 0, 1, ... of the actors named in its first argument (comma-separated), in one process:
 each stops at a breakpoint but the rank its second argument names, which runs on, a sleep at a time."""
 
 
-LAUNCHED_RANK = textwrap.dedent('''
+LAUNCHED_RANK = textwrap.dedent("""
     import os
     import sys
 
@@ -284,7 +325,7 @@ LAUNCHED_RANK = textwrap.dedent('''
     breakpoint()
     sys.stdout.write(f"rank {rank} done\\n")  # one write: the launcher interleaves the ranks' output
     sys.stdout.flush()
-''')
+""")
 """A rank of a multi-process launcher (mpirun, srun), saved as solver.py by the tests of launchers."""
 
 
@@ -299,7 +340,8 @@ def debug_launched_ranks(env: dict[str, str], shell: Callable, program: Program,
     assert listed == [("solver", str(r), f"{{'host': 0, 'gpu': {r}}}") for r in range(4)]
     assert sh.command("cast solver ranks(::2) p value") == (
         "solver ranks[0] (1)\n100\nsolver ranks[2] (1)\n102\n"
-        "numbers: count 2, min 100 (rank 0), max 102 (rank 2), mean 101, NaN/Inf 0, beyond 3 sd 0\n")
+        "numbers: count 2, min 100 (rank 0), max 102 (rank 2), mean 101, NaN/Inf 0, beyond 3 sd 0\n"
+    )
     assert "Continued 4 ranks: solver ranks[0-3]" in sh.command("continue")
     code, output = program.finish(timeout=60)
     assert code == 0 and all(f"rank {r} done" in output for r in range(4)), output

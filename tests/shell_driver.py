@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 import pexpect
-
 from conftest import wait_for_exit
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>78]|\x07")
@@ -33,13 +32,26 @@ def without_progress(text: str) -> str:
 
 
 class ShellDriver:
-    def __init__(self, env: dict[str, str], *args: str, command: list[str] | None = None,
-                 timeout: float = 20.0, preexec_fn: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        *args: str,
+        command: list[str] | None = None,
+        timeout: float = 20.0,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         """Start `monarch debug ARGS`, or `command` when given (a program that opens the shell)."""
         argv = command or [os.path.join(os.path.dirname(sys.executable), "monarch"), "debug", *args]
         shell_env = {"MONARCH_PDB_HISTORY": "", **env, "TERM": "xterm"}
-        self.child = pexpect.spawn(argv[0], argv[1:], env=shell_env, encoding="utf-8",
-                                   dimensions=(50, 220), timeout=timeout, preexec_fn=preexec_fn)
+        self.child = pexpect.spawn(
+            argv[0],
+            argv[1:],
+            env=shell_env,
+            encoding="utf-8",
+            dimensions=(50, 220),
+            timeout=timeout,
+            preexec_fn=preexec_fn,
+        )
         self.timeout = timeout
         self.raw = ""
         self.seen = 0
@@ -69,7 +81,9 @@ class ShellDriver:
                 self.seen = match.end()
                 return match
             if time.monotonic() > deadline or not self._read(deadline):
-                raise AssertionError(f"never saw {pattern!r}; the shell printed:\n{text[self.seen - 2000 if self.seen > 2000 else 0:]}")
+                raise AssertionError(
+                    f"never saw {pattern!r}; the shell printed:\n{text[self.seen - 2000 if self.seen > 2000 else 0 :]}"
+                )
 
     def expect_absent(self, pattern: str, seconds: float) -> None:
         """Read what the shell prints for `seconds`, and fail if `pattern` shows up in it: a
@@ -78,7 +92,7 @@ class ShellDriver:
         while time.monotonic() < deadline and self._read(deadline):
             pass
         match = re.compile(pattern, re.MULTILINE).search(self.text, self.seen)
-        assert match is None, f"saw {match.group()!r} too early; the shell printed:\n{self.text[self.seen:]}"
+        assert match is None, f"saw {match.group()!r} too early; the shell printed:\n{self.text[self.seen :]}"
 
     def wait_prompt(self, timeout: float | None = None) -> str:
         """Wait until the shell reads a line; returns the prompt it shows."""
@@ -111,9 +125,11 @@ class ShellDriver:
                     break
             if time.monotonic() > deadline or not self._read(deadline):
                 since = self.raw[start:]
-                raise AssertionError(f"no prompt after {line!r}; the shell printed:\n{self.text[-3000:]}\n"
-                                     f"as sent, from the line on (accepted at {accepted}):\n{since[:1500]!r}\n"
-                                     f"...\n{since[-1500:]!r}")
+                raise AssertionError(
+                    f"no prompt after {line!r}; the shell printed:\n{self.text[-3000:]}\n"
+                    f"as sent, from the line on (accepted at {accepted}):\n{since[:1500]!r}\n"
+                    f"...\n{since[-1500:]!r}"
+                )
         self.seen = len(self.text)
         return without_progress(plain(self.raw[accepted:following]))
 
@@ -125,7 +141,7 @@ class ShellDriver:
     def _accepted_at(self, start: int, line: str) -> int:
         at = start
         while (off := self.raw.find(PROMPT_OFF, at)) >= 0:
-            drawn = plain(self.raw[max(self.raw.rfind(PROMPT_ON, 0, off), 0):off]).rstrip()
+            drawn = plain(self.raw[max(self.raw.rfind(PROMPT_ON, 0, off), 0) : off]).rstrip()
             if drawn.endswith(line.strip()):
                 return off + len(PROMPT_OFF)
             at = off + len(PROMPT_OFF)
@@ -133,7 +149,7 @@ class ShellDriver:
 
     @property
     def prompt(self) -> str:
-        return plain(self.raw[self.raw.rfind(PROMPT_ON):]).strip()
+        return plain(self.raw[self.raw.rfind(PROMPT_ON) :]).strip()
 
     def command_until_exit(self, line: str) -> str:
         """Type a line that ends the shell; returns everything printed after it."""

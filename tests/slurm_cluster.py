@@ -22,9 +22,13 @@ import pytest
 from conftest import MARKER, processes_with_marker, reap, wait_for_exit
 
 SRUN, SLURMCTLD, SLURMD = (shutil.which(name) for name in ("srun", "slurmctld", "slurmd"))
-SKIP_REASON = ("srun, slurmctld or slurmd is not installed (Debian: apt-get install slurm-wlm)"
-               if None in (SRUN, SLURMCTLD, SLURMD) else
-               "slurmd must run as root to start the ranks" if os.geteuid() != 0 else None)
+SKIP_REASON = (
+    "srun, slurmctld or slurmd is not installed (Debian: apt-get install slurm-wlm)"
+    if None in (SRUN, SLURMCTLD, SLURMD)
+    else "slurmd must run as root to start the ranks"
+    if os.geteuid() != 0
+    else None
+)
 PARTITION = "test"
 
 # SlurmctldDebug=debug: slurmctld then logs the node's registration, the event the fixture waits on.
@@ -88,29 +92,45 @@ def slurm(env: dict[str, str], tmp_path: Path) -> Iterator[SlurmCluster]:
         (directory / sub).mkdir(parents=True)
     node = socket.gethostname().split(".")[0]
     conf = directory / "slurm.conf"
-    conf.write_text(CONF.format(node=node, ctld_port=_free_port(), slurmd_port=_free_port(),
-                                directory=directory, partition=PARTITION))
+    conf.write_text(
+        CONF.format(
+            node=node, ctld_port=_free_port(), slurmd_port=_free_port(), directory=directory, partition=PARTITION
+        )
+    )
     cluster = SlurmCluster(dict(env, SLURM_CONF=str(conf)))
     daemons_marker = f"{env[MARKER]} slurm"
     daemon_env = dict(cluster.env, **{MARKER: daemons_marker})
-    ctld = subprocess.Popen([SLURMCTLD, "-D", "-f", str(conf)], env=daemon_env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ctld = subprocess.Popen(
+        [SLURMCTLD, "-D", "-f", str(conf)],
+        env=daemon_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     registered = threading.Event()
     ctld_log = directory / "slurmctld.log"
-    copier = threading.Thread(target=_copy_log, args=(ctld.stdout, ctld_log, f"node {node} registered", registered),
-                              daemon=True)
+    copier = threading.Thread(
+        target=_copy_log, args=(ctld.stdout, ctld_log, f"node {node} registered", registered), daemon=True
+    )
     copier.start()
     with open(directory / "slurmd.log", "w") as slurmd_log:
-        slurmd = subprocess.Popen([SLURMD, "-D", "-f", str(conf)], env=daemon_env, stdin=subprocess.DEVNULL,
-                                  stdout=slurmd_log, stderr=subprocess.STDOUT)
+        slurmd = subprocess.Popen(
+            [SLURMD, "-D", "-f", str(conf)],
+            env=daemon_env,
+            stdin=subprocess.DEVNULL,
+            stdout=slurmd_log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         assert registered.wait(30), f"slurmd never registered with slurmctld:\n{ctld_log.read_text()}"
         yield cluster
     finally:
         # A failed test leaves ranks paused: kill them, and let their steps end while slurmd runs.
         subprocess.run(["scancel", "--signal=KILL", f"--partition={PARTITION}"], env=cluster.env, timeout=30)
-        wait_for_exit([pid for pid, cmd in processes_with_marker(daemons_marker) if cmd.startswith("slurmstepd")],
-                      timeout=30)
+        wait_for_exit(
+            [pid for pid, cmd in processes_with_marker(daemons_marker) if cmd.startswith("slurmstepd")], timeout=30
+        )
         for daemon in (slurmd, ctld):
             daemon.terminate()
             daemon.wait(timeout=30)

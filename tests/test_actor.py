@@ -35,21 +35,26 @@ def write_program(tmp_path, source: str, name: str = "program.py"):
 
 def run_program(tmp_path, env, source: str, *args: str, timeout: float = 45) -> subprocess.CompletedProcess:
     path = write_program(tmp_path, source)
-    return subprocess.run([sys.executable, str(path), *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(path), *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def result(done: subprocess.CompletedProcess, expect_rc: int = 0) -> dict:
     assert done.returncode == expect_rc, f"rc={done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"no RESULT line\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_rank_sets_and_selection_are_row_major():
     extent = Extent.of({"host": 2, "gpu": 3})
     assert [extent.point(rank).coords for rank in (0, 2, 3, 5)] == [
-        {"host": 0, "gpu": 0}, {"host": 0, "gpu": 2}, {"host": 1, "gpu": 0}, {"host": 1, "gpu": 2}]
+        {"host": 0, "gpu": 0},
+        {"host": 0, "gpu": 2},
+        {"host": 1, "gpu": 0},
+        {"host": 1, "gpu": 2},
+    ]
     assert extent.select(range(6), {"gpu": slice(1, None), "host": -1}) == (4, 5)
     assert name_ranks([14, 2, 6, 10]) == "ranks 2,6,10,14"
     assert name_ranks([0, 1, 2, 3, 5, 8, 9]) == "ranks 0-3,5,8,9"
@@ -58,7 +63,10 @@ def test_rank_sets_and_selection_are_row_major():
 
 @pytest.mark.timeout(60)
 def test_sixteen_ranks_have_row_major_coords_and_values(tmp_path, env):
-    done = run_program(tmp_path, env, """
+    done = run_program(
+        tmp_path,
+        env,
+        """
         class Where(Actor):
             @endpoint
             def where(self, offset):
@@ -78,7 +86,8 @@ def test_sixteen_ranks_have_row_major_coords_and_values(tmp_path, env):
             report(pairs=[[point.rank, point.coords, value] for point, value in answers],
                    values=answers.values(), repr=repr(answers), outside=outside,
                    cube=[[point.rank, point.coords] for point, _ in cube.where.call(0).get()])
-    """)
+    """,
+    )
     out = result(done)
     assert [rank for rank, _, _ in out["pairs"]] == list(range(16))
     for rank, coords, value in out["pairs"]:
@@ -91,12 +100,17 @@ def test_sixteen_ranks_have_row_major_coords_and_values(tmp_path, env):
     assert "current_rank() only works inside an actor's endpoint" in out["outside"]
     assert out["cube"] == [[r, {"a": r // 6, "b": r // 2 % 3, "c": r % 2}] for r in range(12)]
     assert sorted(line for line in done.stdout.splitlines() if line.startswith("hello")) == sorted(
-        f"hello from rank {rank}" for rank in [*range(16), *range(12)])
+        f"hello from rank {rank}" for rank in [*range(16), *range(12)]
+    )
 
 
 @pytest.mark.timeout(60)
 def test_sync_and_async_endpoints_run_one_at_a_time_in_order(tmp_path, env):
-    out = result(run_program(tmp_path, env, """
+    out = result(
+        run_program(
+            tmp_path,
+            env,
+            """
         class Journal(Actor):
             def __init__(self):
                 self.entries = []
@@ -124,14 +138,19 @@ def test_sync_and_async_endpoints_run_one_at_a_time_in_order(tmp_path, env):
                 mesh.add.broadcast(entry)
             mesh.add_later.broadcast("async")
             report(awaited=asyncio.run(awaited(mesh)), entries=mesh.read.call().get().values())
-    """))
+    """,
+        )
+    )
     assert out["awaited"] == [0, 1]
     assert out["entries"] == [[0, 1, 2, 3, 4, "async", "awaited"]] * 2
 
 
 @pytest.mark.timeout(60)
 def test_error_names_every_failing_rank_and_the_original_exception(tmp_path, env):
-    done = run_program(tmp_path, env, """
+    done = run_program(
+        tmp_path,
+        env,
+        """
         def _bad_rank():
             raise ValueError("bad rank")
 
@@ -167,27 +186,39 @@ def test_error_names_every_failing_rank_and_the_original_exception(tmp_path, env
                    errors=[[e.rank, e.coords, e.type_name, e.message, isinstance(e.exception, ValueError)]
                            for e in error.errors],
                    traceback=error.errors[0].traceback, died=died, after=after)
-    """)
+    """,
+    )
     out = result(done)
     head, _, rest = out["message"].partition("\n")
     assert head == "4 of 16 ranks of debugee.to_debug raised: ranks 2,6,10,14: ValueError: bad rank"
     assert "rank 2 (host=0, gpu=2) remote traceback:" in rest and "_bad_rank()" in rest
     assert (out["call"], out["total"]) == ("debugee.to_debug", 16)
-    assert out["errors"] == [[r, {"host": r // 4, "gpu": r % 4}, "ValueError", "bad rank", True] for r in (2, 6, 10, 14)]
+    assert out["errors"] == [
+        [r, {"host": r // 4, "gpu": r % 4}, "ValueError", "bad rank", True] for r in (2, 6, 10, 14)
+    ]
     program = str(tmp_path / "program.py")
     assert out["traceback"].startswith(f'Traceback (most recent call last):\n  File "{program}"')
     assert "monarch_pdb/actor" not in out["traceback"]
-    assert out["died"].startswith("1 of 16 ranks of debugee.die raised: rank 5: WorkerExited: "
-                                  "worker of rank 5 (host=1, gpu=1), pid ")
+    assert out["died"].startswith(
+        "1 of 16 ranks of debugee.die raised: rank 5: WorkerExited: worker of rank 5 (host=1, gpu=1), pid "
+    )
     assert out["died"].endswith("exited with code 3")
-    assert sorted(out["after"]) == [[2, "ValueError"], [5, "WorkerExited"], [6, "ValueError"],
-                                    [10, "ValueError"], [14, "ValueError"]]
+    assert sorted(out["after"]) == [
+        [2, "ValueError"],
+        [5, "WorkerExited"],
+        [6, "ValueError"],
+        [10, "ValueError"],
+        [14, "ValueError"],
+    ]
     assert "worker of rank 5 (host=1, gpu=1)" in done.stderr
 
 
 @pytest.mark.timeout(60)
 def test_call_one_choose_broadcast_and_slicing(tmp_path, env):
-    done = run_program(tmp_path, env, """
+    done = run_program(
+        tmp_path,
+        env,
+        """
         class Echo(Actor):
             def __init__(self):
                 self.seen = []
@@ -245,7 +276,8 @@ def test_call_one_choose_broadcast_and_slicing(tmp_path, env):
                 waiter.close()
             out["released"] = blocked.get(timeout=10).values()
             report(**out)
-    """)
+    """,
+    )
     out = result(done)
     assert out["one"] == 5
     assert out["call_one_error"].startswith("ValueError: call_one() needs a mesh of exactly one rank, but echo has 6")
@@ -258,8 +290,10 @@ def test_call_one_choose_broadcast_and_slicing(tmp_path, env):
     assert out["bad_dim"] == "ValueError: this mesh has no dimension 'gpus'; its dimensions are: host, gpu"
     assert out["bad_index"] == "ValueError: host=2 is out of range for a dimension of size 2"
     assert out["seen"] == [["host 0 only"]] * 3 + [[]] * 3
-    assert "monarch_pdb.actor: broadcast failed: 6 of 6 ranks of echo.fail raised: ranks 0-5: " \
-           "RuntimeError: broadcast failure" in done.stderr
+    assert (
+        "monarch_pdb.actor: broadcast failed: 6 of 6 ranks of echo.fail raised: ranks 0-5: "
+        "RuntimeError: broadcast failure" in done.stderr
+    )
     assert out["timeout"] == "TimeoutError: echo.wait_for: 3 of 3 ranks did not answer within 0.2s: ranks 0-2"
     assert out["others"] == [3, 4, 5]
     assert out["released"] == ["released"] * 3
@@ -267,7 +301,11 @@ def test_call_one_choose_broadcast_and_slicing(tmp_path, env):
 
 @pytest.mark.timeout(60)
 def test_constructor_arguments_and_constructor_errors(tmp_path, env):
-    out = result(run_program(tmp_path, env, """
+    out = result(
+        run_program(
+            tmp_path,
+            env,
+            """
         class Scaled(Actor):
             def __init__(self, base, *, step=1):
                 self.value = base + step * current_rank().rank
@@ -299,7 +337,9 @@ def test_constructor_arguments_and_constructor_errors(tmp_path, env):
                    missing=error_of(lambda: scaled.nothing),
                    unmarked=error_of(lambda: scaled.helper),
                    unpicklable=error_of(lambda: scaled.get_value.call(threading.Lock())))
-    """))
+    """,
+        )
+    )
     assert out["values"] == [100, 105, 110, 115]
     assert out["refused"] == "ActorError: 2 of 4 ranks of picky.__init__ raised: ranks 1,3: ValueError: gpu 1 refuses"
     assert out["not_actor"].startswith("TypeError: spawn() needs a subclass of monarch_pdb.actor.Actor")
@@ -311,7 +351,9 @@ def test_constructor_arguments_and_constructor_errors(tmp_path, env):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("run_as", ["script", "module"])
 def test_classes_of_the_main_program_work_and_keep_their_source(tmp_path, env, run_as):
-    path = write_program(tmp_path, """
+    path = write_program(
+        tmp_path,
+        """
         from dataclasses import dataclass
 
         @dataclass
@@ -332,10 +374,13 @@ def test_classes_of_the_main_program_work_and_keep_their_source(tmp_path, env, r
         if __name__ == "__main__":
             box, seen = this_host().spawn_procs().spawn("inspector", Inspector).grow.call_one(Box(1)).get()
             report(box_is_main_class=type(box) is Box, value=box.value, **seen)
-    """, name="mainprog.py")
+    """,
+        name="mainprog.py",
+    )
     command = [str(path)] if run_as == "script" else ["-m", "mainprog"]
-    out = result(subprocess.run([sys.executable, *command], env=env, cwd=tmp_path,
-                                capture_output=True, text=True, timeout=45))
+    out = result(
+        subprocess.run([sys.executable, *command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=45)
+    )
     assert out["box_is_main_class"] and out["value"] == 2
     assert out["file"] == str(path)
     assert out["line"] == out["source"] == "def grow(self, box):"
@@ -347,14 +392,16 @@ def test_without_a_script_classes_of_main_travel_by_value(tmp_path, env):
     """`python -c`: an actor of __main__, the function of __main__ it calls and the exception
     class it raises reach the workers by value, with the program's lines for tracebacks; an
     imported actor still travels by name."""
-    (tmp_path / "greeters.py").write_text(textwrap.dedent("""
+    (tmp_path / "greeters.py").write_text(
+        textwrap.dedent("""
         from monarch_pdb.actor import Actor, current_rank, endpoint
 
         class Greeter(Actor):
             @endpoint
             def greet(self, name):
                 return f"hello {name} from {current_rank().rank}"
-    """))
+    """)
+    )
     program = textwrap.dedent("""
         import json
         from monarch_pdb.actor import Actor, ActorError, current_rank, endpoint, this_host
@@ -382,16 +429,27 @@ def test_without_a_script_classes_of_main_travel_by_value(tmp_path, env):
             print("RESULT " + json.dumps({"greetings": greetings, "rank": error.rank, "summary": error.summary,
                                           "same_class": type(error.exception) is Odd, "traceback": error.traceback}))
     """)
-    out = result(subprocess.run([sys.executable, "-c", program], env=env, cwd=tmp_path,
-                                capture_output=True, text=True, timeout=45))
+    out = result(
+        subprocess.run(
+            [sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=45
+        )
+    )
     assert 'File "<string>", line 11, in twice\n    raise Odd(f"rank {n} is odd")\n' in out.pop("traceback")
-    assert out == {"greetings": ["hello you from 0", "hello you from 1"], "rank": 1, "summary": "Odd: rank 1 is odd",
-                   "same_class": True}
+    assert out == {
+        "greetings": ["hello you from 0", "hello you from 1"],
+        "rank": 1,
+        "summary": "Odd: rank 1 is odd",
+        "same_class": True,
+    }
 
 
 @pytest.mark.timeout(60)
 def test_nested_workers_are_set_up_like_top_level_ones(tmp_path, env):
-    out = result(run_program(tmp_path, env, """
+    out = result(
+        run_program(
+            tmp_path,
+            env,
+            """
         def probe():
             who, point = identity.current(), current_rank()
             return {"hook": sys.breakpointhook == monarch_pdb.set_trace, "actor": who.actor,
@@ -420,17 +478,33 @@ def test_nested_workers_are_set_up_like_top_level_ones(tmp_path, env):
             report(job=os.environ["MONARCH_PDB_JOB"], pid=os.getpid(),
                    top=outer.probe.call().get().values() + outer.probe_async.call().get().values(),
                    nested=outer.nest.call().get().values())
-    """))
+    """,
+        )
+    )
     assert out["job"] == f"program-{out['pid']}"
     for index, seen in enumerate(out["top"]):
         rank = index % 2
-        assert seen == {"hook": True, "actor": "outer", "rank": rank, "coords": {"host": rank},
-                        "job": out["job"], "point": [rank, {"host": rank}], "parent": out["pid"]}
+        assert seen == {
+            "hook": True,
+            "actor": "outer",
+            "rank": rank,
+            "coords": {"host": rank},
+            "job": out["job"],
+            "point": [rank, {"host": rank}],
+            "parent": out["pid"],
+        }
     for outer in out["nested"]:
         for index, seen in enumerate(outer["sync"] + outer["async"]):
             rank = index % 2
-            assert seen == {"hook": True, "actor": "inner", "rank": rank, "coords": {"inner": rank},
-                            "job": out["job"], "point": [rank, {"inner": rank}], "parent": outer["pid"]}
+            assert seen == {
+                "hook": True,
+                "actor": "inner",
+                "rank": rank,
+                "coords": {"inner": rank},
+                "job": out["job"],
+                "point": [rank, {"inner": rank}],
+                "parent": outer["pid"],
+            }
 
 
 TREE = """
@@ -508,11 +582,16 @@ def test_root_exit_ends_every_worker_even_a_stuck_one(tmp_path, env, ending):
 
 @pytest.mark.timeout(60)
 def test_sigkilled_root_leaves_no_worker(tmp_path, env):
-    path = write_program(tmp_path, TREE + """
+    path = write_program(
+        tmp_path,
+        TREE
+        + """
         threading.Event().wait()
-    """)
-    root = subprocess.Popen([sys.executable, str(path)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    """,
+    )
+    root = subprocess.Popen(
+        [sys.executable, str(path)], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         pids = read_result(root.stdout, timeout=30)["pids"]
         assert len(set(pids)) == 6 and alive(pids) == pids

@@ -12,27 +12,33 @@ import sys
 
 import pytest
 import zmq
+from monarch_pdb.client.connection import ShellConnection
 from programs import BrokerLog, Program, settings_for, start_broker, wait_for_all_rows, wait_for_sessions
 
 from monarch_pdb import discovery, wire
 from monarch_pdb.ranks import RankSet
-from monarch_pdb.client.connection import ShellConnection
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 
 
 @pytest.mark.timeout(30)
 def test_an_idle_broker_exits_by_itself_and_removes_its_file(env):
-    proc = subprocess.run([sys.executable, "-m", "monarch_pdb.broker", "--idle-exit", "0.5"], env=env,
-                          capture_output=True, text=True, timeout=20)
+    proc = subprocess.run(
+        [sys.executable, "-m", "monarch_pdb.broker", "--idle-exit", "0.5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert proc.returncode == 0 and "idle for 0.5 s, exiting" in proc.stderr
     assert discovery.read_connection_file(settings_for(env)) is None
 
 
 @pytest.mark.timeout(30)
 def test_a_second_standalone_broker_on_the_same_port_says_so(env, broker):
-    second = subprocess.run([sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True,
-                            text=True, timeout=20)
+    second = subprocess.run(
+        [sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True, text=True, timeout=20
+    )
     assert second.returncode == 1 and "another broker already serves port 0" in second.stderr
 
 
@@ -43,8 +49,13 @@ def test_a_rank_that_prints_100_mb_is_cut_with_a_note(env, tmp_path):
     program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0"), script, cwd=tmp_path)
     try:
         wait_for_sessions(env, 1)
-        done = subprocess.run([*DEBUG, "--json", "-c", "cast big ranks(0) p 'x' * 10**8", "-c", "cast big ranks(0) p x"],
-                              env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [*DEBUG, "--json", "-c", "cast big ranks(0) p 'x' * 10**8", "-c", "cast big ranks(0) p x"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         big, small = (json.loads(line) for line in done.stdout.splitlines())
         [group] = big["groups"]
@@ -61,8 +72,21 @@ def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(en
     same process (a load generator's agents) keeps its own."""
     conn = discovery.read_connection_file(settings_for(env))
     ctx = zmq.Context()
-    prompt = wire.Prompt(sid=1, cmd=0, job="job", actor="a", rank=0, coords={}, host="h", pid=4242,
-                         function="m.f", filename="f.py", lineno=3, output="> f.py(3)f()\n", prompt="(Pdb) ")
+    prompt = wire.Prompt(
+        sid=1,
+        cmd=0,
+        job="job",
+        actor="a",
+        rank=0,
+        coords={},
+        host="h",
+        pid=4242,
+        function="m.f",
+        filename="f.py",
+        lineno=3,
+        output="> f.py(3)f()\n",
+        prompt="(Pdb) ",
+    )
     try:
         for link, rank in ((b"link-one", 0), (b"link-one", 0), (b"link-two", 1)):
             sock, codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
@@ -79,11 +103,11 @@ def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(en
         ctx.destroy(linger=0)
 
 
-
 @pytest.mark.timeout(60)
 def test_a_process_that_opens_and_closes_many_connections_keeps_no_descriptor_of_them(env, broker):
     """An editor's adapter or a notebook opens a connection per session or command, for as
     long as it runs: each must give back what it took."""
+
     def descriptors() -> int:
         return len(os.listdir("/proc/self/fd"))
 
@@ -118,7 +142,7 @@ class RawPeer:
         while not heard or not isinstance(heard[-1], kind):
             assert self.sock.poll(int(timeout * 1000)), f"no {kind.__name__} within {timeout} s; heard {heard}"
             heard += self.codec.decode(self.sock.recv_multipart())
-            heard = heard[:next((n + 1 for n, msg in enumerate(heard) if isinstance(msg, kind)), len(heard))]
+            heard = heard[: next((n + 1 for n, msg in enumerate(heard) if isinstance(msg, kind)), len(heard))]
         return heard
 
 
@@ -130,8 +154,21 @@ def test_a_message_from_a_role_that_may_not_send_it_does_nothing_and_is_named_on
     said = BrokerLog(proc)
     conn = discovery.read_connection_file(settings_for(env))
     ctx = zmq.Context()
-    stop = wire.Prompt(sid=1, cmd=0, job="job", actor="a", rank=0, coords={}, host="h", pid=4242,
-                       function="m.f", filename="f.py", lineno=3, output="> f.py(3)f()\n", prompt="(Pdb) ")
+    stop = wire.Prompt(
+        sid=1,
+        cmd=0,
+        job="job",
+        actor="a",
+        rank=0,
+        coords={},
+        host="h",
+        pid=4242,
+        function="m.f",
+        filename="f.py",
+        lineno=3,
+        output="> f.py(3)f()\n",
+        prompt="(Pdb) ",
+    )
     try:
         rank = RawPeer(ctx, conn, wire.Hello(role="agent", name="job", host="h", pid=4242, link=b"rank"))
         shell = RawPeer(ctx, conn, wire.Hello(role="shell", name=wire.Client.SHELL, host="h", pid=4243))

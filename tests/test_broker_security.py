@@ -41,11 +41,18 @@ def test_a_refused_shell_is_told_which_setting_gave_its_secret(env, broker, tmp_
     secret_file = tmp_path / "secret"
     secret_file.write_text("not-the-secret\n")
     os.chmod(secret_file, 0o600)
-    done = subprocess.run([*DEBUG, "-c", "list"], env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
-                          capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        [*DEBUG, "-c", "list"],
+        env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert done.returncode == 2
-    assert done.stderr.splitlines()[-1] == ("monarch-pdb: authentication failed: the broker refuses our messages; its "
-                                            f"secret is not the one we use (from MONARCH_PDB_SECRET_FILE, {secret_file})")
+    assert done.stderr.splitlines()[-1] == (
+        "monarch-pdb: authentication failed: the broker refuses our messages; its "
+        f"secret is not the one we use (from MONARCH_PDB_SECRET_FILE, {secret_file})"
+    )
 
 
 @pytest.mark.timeout(30)
@@ -55,17 +62,30 @@ def test_a_secret_readable_by_others_is_refused_with_the_fix(env, broker, tmp_pa
     done = subprocess.run([*DEBUG, "-c", "list"], env=env, capture_output=True, text=True, timeout=20)
     path = discovery.connection_file(settings)
     assert done.returncode == 2
-    assert done.stderr.strip() == f"monarch-pdb: {path} may be read by other users, so it cannot hold a secret; run: chmod 600 {path}"
+    assert (
+        done.stderr.strip()
+        == f"monarch-pdb: {path} may be read by other users, so it cannot hold a secret; run: chmod 600 {path}"
+    )
     os.chmod(path, 0o600)
     secret_file = tmp_path / "secret"
     secret_file.write_text(discovery.read_connection_file(settings).secret + "\n")
     os.chmod(secret_file, 0o640)
-    done = subprocess.run([*DEBUG, "-c", "list"], env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
-                          capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        [*DEBUG, "-c", "list"],
+        env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert done.returncode == 2 and f"run: chmod 600 {secret_file}" in done.stderr
     os.chmod(secret_file, 0o600)
-    done = subprocess.run([*DEBUG, "-c", "list"], env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
-                          capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        [*DEBUG, "-c", "list"],
+        env=dict(env, MONARCH_PDB_SECRET_FILE=str(secret_file)),
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "No active breakpoints."
 
 
@@ -76,9 +96,25 @@ def test_the_audit_log_names_every_command_sent_to_ranks(env, tmp_path):
     program = Program(env, EXAMPLES / "debugging.py")
     try:
         wait_for_sessions(env, 16)
-        done = subprocess.run([*DEBUG, "-c", "cast debugee ranks(host=1) p rank", "-c", "attach debugee 2",
-                               "-c", "!x = 1", "-c", "detach", "-c", "continue"], env=env,
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [
+                *DEBUG,
+                "-c",
+                "cast debugee ranks(host=1) p rank",
+                "-c",
+                "attach debugee 2",
+                "-c",
+                "!x = 1",
+                "-c",
+                "detach",
+                "-c",
+                "continue",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert done.returncode == 0, done.stderr
     finally:
         program.stop()
@@ -100,8 +136,9 @@ def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
     program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="0"), script, cwd=tmp_path)
     try:
         [row] = wait_for_sessions(env, 1)
-        done = subprocess.run([*DEBUG, "-c", "cast secretive ranks(0) p token"], env=env, capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(
+            [*DEBUG, "-c", "cast secretive ranks(0) p token"], env=env, capture_output=True, text=True, timeout=30
+        )
         assert done.stdout == "secretive ranks[0] (1)\n'classified-value-123'\n", done.stderr
         conn = discovery.read_connection_file(settings_for(env))
         assert conn.curve
@@ -110,7 +147,9 @@ def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
         plain.setsockopt(zmq.SNDTIMEO, 1500)
         plain.connect(conn.router)
         try:
-            plain.send_multipart(wire.Codec(conn.key).encode(wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=1)))
+            plain.send_multipart(
+                wire.Codec(conn.key).encode(wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=1))
+            )
         except zmq.Again:
             pass  # the broker dropped its connection at the handshake before the message was queued
         assert plain.poll(1500) == 0, "a peer without CURVE gets nothing back"
@@ -123,8 +162,15 @@ def test_curve_encrypts_every_connection_and_refuses_plaintext(env, tmp_path):
 
 @pytest.mark.timeout(30)
 def test_listening_beyond_loopback_without_a_secret_is_refused(env):
-    done = subprocess.run([sys.executable, "-m", "monarch_pdb.broker", "--host", "0.0.0.0"], env=env,
-                          capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        [sys.executable, "-m", "monarch_pdb.broker", "--host", "0.0.0.0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert done.returncode == 2
-    assert done.stderr.strip() == ("monarch-pdb broker: refusing to listen on 0.0.0.0 without a secret: "
-                                   "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE")
+    assert done.stderr.strip() == (
+        "monarch-pdb broker: refusing to listen on 0.0.0.0 without a secret: "
+        "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE"
+    )

@@ -16,12 +16,20 @@ BIN = os.path.dirname(sys.executable)
 
 
 def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        argv,
+        env=dict(env, MONARCH_PDB_HISTORY=""),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.skipif(monarch_command() is not None, reason="torchmonarch is installed: its `monarch` runs other commands")
+@pytest.mark.skipif(
+    monarch_command() is not None, reason="torchmonarch is installed: its `monarch` runs other commands"
+)
 def test_without_torchmonarch_monarch_debug_is_the_shell_and_another_command_a_one_line_error(env, broker):
     jobs = run(env, os.path.join(BIN, "monarch"), "debug", "-c", "jobs")
     assert (jobs.returncode, jobs.stderr) == (0, ""), jobs.stderr

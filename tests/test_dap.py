@@ -14,10 +14,22 @@ from pathlib import Path
 
 import pytest
 from dap_client import DAP, DapClient
-from programs import (DEBUG_SHELL, EXAMPLES, BrokerLog, Program, debug, start_broker, stop_broker, stop_line, wait_for_all_rows,
-                      wait_for_lines, wait_for_sessions)
-from monarch_pdb import wire
+from programs import (
+    DEBUG_SHELL,
+    EXAMPLES,
+    BrokerLog,
+    Program,
+    debug,
+    start_broker,
+    stop_broker,
+    stop_line,
+    wait_for_all_rows,
+    wait_for_lines,
+    wait_for_sessions,
+)
 from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
+
+from monarch_pdb import wire
 
 EXAMPLE = str(EXAMPLES / "debugging.py")
 BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
@@ -69,8 +81,9 @@ def test_stack_scopes_variables_and_evaluate_on_one_rank(example, editor):
     assert trace["totalFrames"] == len(frames)
     assert frames[0]["name"] == "_debugee_actor_internal" and frames[0]["line"] == stop_line(BREAK_LINES[1])
     assert frames[0]["source"]["path"] == EXAMPLE
-    assert not any("monarch_pdb" in f["source"].get("path", "") and "/actor/" not in f["source"].get("path", "")
-                   for f in frames), "the adapter's and the agent's own frames are never shown"
+    assert not any(
+        "monarch_pdb" in f["source"].get("path", "") and "/actor/" not in f["source"].get("path", "") for f in frames
+    ), "the adapter's and the agent's own frames are never shown"
     assert not any(f["source"].get("path", "").endswith(("pdb.py", "bdb.py")) for f in frames)
     assert {f["source"]["path"] for f in frames} == {EXAMPLE}, "justMyCode: only the program's own frames"
     paged = editor.request("stackTrace", threadId=thread, startFrame=1, levels=1)
@@ -78,14 +91,23 @@ def test_stack_scopes_variables_and_evaluate_on_one_rank(example, editor):
 
     scopes = editor.request("scopes", frameId=frames[0]["id"])["scopes"]
     assert [s["name"] for s in scopes] == ["Locals", "Globals"]
-    local = {v["name"]: v for v in editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]}
+    local = {
+        v["name"]: v
+        for v in editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]
+    }
     assert local["rank"]["value"] == "5" and local["rank"]["type"] == "int"
 
     caller = editor.request("scopes", frameId=frames[1]["id"])["scopes"][0]
-    mine = {v["name"]: v for v in editor.request("variables", variablesReference=caller["variablesReference"])["variables"]}
+    mine = {
+        v["name"]: v for v in editor.request("variables", variablesReference=caller["variablesReference"])["variables"]
+    }
     assert mine["self"]["type"] == "DebugeeActor" and mine["rank"]["value"] == "5"
-    thing = editor.request("evaluate", expression="__import__('types').SimpleNamespace(x=1, y='two')",
-                           frameId=frames[0]["id"], context="watch")
+    thing = editor.request(
+        "evaluate",
+        expression="__import__('types').SimpleNamespace(x=1, y='two')",
+        frameId=frames[0]["id"],
+        context="watch",
+    )
     attributes = editor.request("variables", variablesReference=thing["variablesReference"])["variables"]
     assert [(v["name"], v["value"]) for v in attributes] == [("x", "1"), ("y", "'two'")]
 
@@ -102,15 +124,20 @@ def test_stack_scopes_variables_and_evaluate_on_one_rank(example, editor):
     later = editor.request("variables", variablesReference=many["variablesReference"], start=99_998, count=5)
     assert [v["value"] for v in later["variables"]] == ["99998", "99999"]
     assert "NameError" in editor.failure("evaluate", expression="nosuch", frameId=frames[0]["id"], context="watch")
-    changed = editor.request("setVariable", variablesReference=scopes[0]["variablesReference"], name="rank",
-                             value="rank * 100")
+    changed = editor.request(
+        "setVariable", variablesReference=scopes[0]["variablesReference"], name="rank", value="rank * 100"
+    )
     assert (changed["value"], changed["type"]) == ("500", "int")
     pair = editor.request("evaluate", expression="(1, 2)", frameId=frames[0]["id"], context="watch")
-    assert editor.failure("setVariable", variablesReference=pair["variablesReference"], name="0", value="3") \
+    assert (
+        editor.failure("setVariable", variablesReference=pair["variablesReference"], name="0", value="3")
         == "TypeError: a tuple cannot be changed"
+    )
     item = editor.request("setVariable", variablesReference=hover["variablesReference"], name="'a'", value="'x'")
     assert item["value"] == "'x'"
-    assert editor.request("evaluate", expression="p rank + 1", frameId=frames[0]["id"], context="repl")["result"] == "501"
+    assert (
+        editor.request("evaluate", expression="p rank + 1", frameId=frames[0]["id"], context="repl")["result"] == "501"
+    )
 
 
 @pytest.mark.timeout(120)
@@ -140,8 +167,10 @@ def test_a_console_line_keeps_the_frames_shown_unless_it_ran_the_rank(example, e
     editor.request("variables", variablesReference=scopes[0]["variablesReference"])
     assert editor.request("evaluate", expression="p rank", frameId=frame["id"], context="repl")["result"] == "9"
     scopes = editor.request("scopes", frameId=frame["id"])["scopes"]
-    local = {v["name"]: v["value"] for v in
-             editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]}
+    local = {
+        v["name"]: v["value"]
+        for v in editor.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]
+    }
     assert local["rank"] == "9"
     assert editor.request("evaluate", expression="rank + 1", frameId=frame["id"], context="watch")["result"] == "10"
     assert editor.request("evaluate", expression="rank", frameId=frame["id"], context="hover")["result"] == "9"
@@ -167,7 +196,9 @@ def test_continue_resumes_every_rank_and_the_raising_ones_stop_in_post_mortem(ex
     assert sorted(threads_by_rank(editor)) == raising
     info = editor.request("exceptionInfo", threadId=by_rank[raising[0]])
     assert (info["exceptionId"], info["description"]) == ("ValueError", "bad rank")
-    assert "in _bad_rank" in info["details"]["stackTrace"] and info["details"]["stackTrace"].endswith("ValueError: bad rank\n")
+    assert "in _bad_rank" in info["details"]["stackTrace"] and info["details"]["stackTrace"].endswith(
+        "ValueError: bad rank\n"
+    )
 
 
 @pytest.mark.timeout(120)
@@ -175,8 +206,15 @@ def test_breakpoints_set_in_the_editor_stop_every_rank_that_reaches_them(example
     editor.attach()
     editor.take_events("stopped", 16, reason="entry")
     by_rank = threads_by_rank(editor)
-    lines = [{"line": 12}, {"line": 16, "condition": "rank > 10"}, {"line": 20}, {"line": 24}, {"line": 3},
-             {"line": 24, "condition": "rank >"}, {"line": 24, "logMessage": "at {rank}"}]
+    lines = [
+        {"line": 12},
+        {"line": 16, "condition": "rank > 10"},
+        {"line": 20},
+        {"line": 24},
+        {"line": 3},
+        {"line": 24, "condition": "rank >"},
+        {"line": 24, "logMessage": "at {rank}"},
+    ]
     shown = editor.request("setBreakpoints", source={"path": EXAMPLE}, breakpoints=lines)["breakpoints"]
     assert [b["verified"] for b in shown] == [True, True, True, True, False, False, True]
     assert "holds no code" in shown[4]["message"] and "not a Python expression" in shown[5]["message"]
@@ -219,8 +257,10 @@ def test_pause_stops_a_running_rank(env, editor):
 @pytest.mark.timeout(60)
 def test_bad_requests_and_malformed_input_get_an_error_and_the_adapter_goes_on(example, editor):
     editor.attach()
-    assert editor.failure("launch", program="x.py") == \
-        "launch: this session is attached already; launch in a debug session of its own"
+    assert (
+        editor.failure("launch", program="x.py")
+        == "launch: this session is attached already; launch in a debug session of its own"
+    )
     assert editor.failure("restart") == "monarch-pdb does not support the request 'restart'"
     assert "never ends a job" in editor.failure("terminate")
     assert "no thread 999" in editor.failure("stackTrace", threadId=999)
@@ -228,8 +268,10 @@ def test_bad_requests_and_malformed_input_get_an_error_and_the_adapter_goes_on(e
     assert "no frame 12345" in editor.failure("scopes", frameId=12345)
     assert editor.failure("stackTrace", threadId=1, startFrame="x").startswith("stackTrace: bad arguments (ValueError")
     assert editor.failure("setBreakpoints", source="x.py").startswith("setBreakpoints: bad arguments (")
-    assert editor.failure("setBreakpoints", source={"path": EXAMPLE}, breakpoints=[{"column": 1}]) \
+    assert (
+        editor.failure("setBreakpoints", source={"path": EXAMPLE}, breakpoints=[{"column": 1}])
         == "setBreakpoints: bad arguments (KeyError: 'line')"
+    )
     editor.write(b"Content-Length: 5\r\n\r\nnot j")
     editor.write(b"Content-Length: 2\r\n\r\n[]")
     editor.write(b"Nonsense\r\n\r\n")
@@ -266,8 +308,10 @@ def test_listen_serves_an_editor_over_tcp_one_after_another(env, example, host):
 def test_listen_beyond_loopback_needs_a_secret(env):
     done = subprocess.run([*DAP, "--listen", "0.0.0.0:0"], env=env, capture_output=True, text=True, timeout=20)
     assert done.returncode != 0
-    assert done.stderr.strip() == ("monarch-pdb dap: listening on 0.0.0.0, which is not loopback, needs a secret "
-                                   "(MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)")
+    assert done.stderr.strip() == (
+        "monarch-pdb dap: listening on 0.0.0.0, which is not loopback, needs a secret "
+        "(MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -287,9 +331,11 @@ def test_past_the_thread_limit_the_console_says_how_many_more_and_how_to_see_the
         editor.attach()
         assert sorted(threads_by_rank(editor)) == [0, 1, 2, 3]
         told = editor.take_events("output", category="console")[0]["body"]["output"]
-        assert told == ("monarch-pdb: 16 ranks are paused; the editor shows 4 of them as threads "
-                        "(MONARCH_PDB_DAP_THREADS). To see others, attach with \"ranks\" such as "
-                        "\"debugee ranks(4:8)\", or use the shell.\n")
+        assert told == (
+            "monarch-pdb: 16 ranks are paused; the editor shows 4 of them as threads "
+            '(MONARCH_PDB_DAP_THREADS). To see others, attach with "ranks" such as '
+            '"debugee ranks(4:8)", or use the shell.\n'
+        )
         assert not [e for e in editor.events if e["event"] == "output"], "told once"
     finally:
         editor.close()
@@ -323,7 +369,7 @@ def test_without_just_my_code_the_stack_holds_the_runtime_frames_but_never_the_d
 
 
 GENERATED_SOURCE = "def generated(rank):\n    total = rank * 7\n    breakpoint()\n    return total\n"
-GENERATED = textwrap.dedent(f'''
+GENERATED = textwrap.dedent(f"""
     import linecache
 
     import monarch_pdb
@@ -336,7 +382,7 @@ GENERATED = textwrap.dedent(f'''
     monarch_pdb.install()
     with monarch_pdb.endpoint_call("gen", 0, {{"rank": 0}}):
         namespace["generated"](0)
-''')
+""")
 
 
 @pytest.mark.timeout(120)
@@ -364,13 +410,15 @@ def test_code_with_no_file_on_the_editors_disk_is_read_from_the_rank_through_a_s
 def printed(editor: DapClient) -> list[str]:
     """The lines of the editor's Debug Console that ranks printed (output events `stdout`)."""
     with editor.arrived:
-        return "".join(e["body"]["output"] for e in editor.events
-                       if e["event"] == "output" and e["body"]["category"] == "stdout").splitlines()
+        return "".join(
+            e["body"]["output"] for e in editor.events if e["event"] == "output" and e["body"]["category"] == "stdout"
+        ).splitlines()
 
 
 @pytest.mark.timeout(180)
-def test_the_shell_sees_the_editors_ranks_as_held_and_its_lines_and_continue_reach_the_editor(env, example, editor,
-                                                                                              shell):
+def test_the_shell_sees_the_editors_ranks_as_held_and_its_lines_and_continue_reach_the_editor(
+    env, example, editor, shell
+):
     editor.attach()
     editor.take_events("stopped", 16, reason="entry")
     by_rank = threads_by_rank(editor)
@@ -388,8 +436,9 @@ def test_the_shell_sees_the_editors_ranks_as_held_and_its_lines_and_continue_rea
     pictured = sh.command("mesh debugee")
     assert re.search(r"^0  s s s s$", pictured, re.M) and "  s attached (16)  . no rank" in pictured, pictured
     refused = sh.command("attach debugee 3")
-    assert re.search(r"debugee 3 is attached in an editor \(\S+ pid \d+\); use 'attach --force' to take it over$",
-                     refused, re.M), refused
+    assert re.search(
+        r"debugee 3 is attached in an editor \(\S+ pid \d+\); use 'attach --force' to take it over$", refused, re.M
+    ), refused
 
     line = top_frame(editor, by_rank[5])["line"]
     sh.command("cast debugee ranks(5) n")
@@ -400,8 +449,10 @@ def test_the_shell_sees_the_editors_ranks_as_held_and_its_lines_and_continue_rea
 
     assert sh.command("attach --force debugee 3").startswith("Attached to debug session for debugee 3")
     told = editor.take_events("output", category="console")[0]["body"]["output"]
-    assert told == ("monarch-pdb: a shell took over debugee 3 (attach --force); the editor follows it, "
-                    "and holds it again when the shell detaches\n")
+    assert told == (
+        "monarch-pdb: a shell took over debugee 3 (attach --force); the editor follows it, "
+        "and holds it again when the shell detaches\n"
+    )
     assert re.search(r"^\| debugee +\| 3 +\|.*\| shell +\|$", debug(env, "list").stdout, re.M)
     line = top_frame(editor, by_rank[3])["line"]
     sh.command("n")  # attached
@@ -426,9 +477,17 @@ def test_what_a_rank_prints_running_or_paused_reaches_the_debug_console_in_order
     editor.attach()
     editor.take_events("stopped", 16, reason="entry")
     printing = subprocess.Popen(
-        [*DEBUG_SHELL, "-c", "cast debugee ranks(7) !for i in range(3000): print(i) or __import__('time').sleep(0.001)",
-         "-c", "cast debugee ranks(7) p rank * 7"],
-        env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        [
+            *DEBUG_SHELL,
+            "-c",
+            "cast debugee ranks(7) !for i in range(3000): print(i) or __import__('time').sleep(0.001)",
+            "-c",
+            "cast debugee ranks(7) p rank * 7",
+        ],
+        env=dict(env, MONARCH_PDB_HISTORY=""),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         with editor.arrived:
             assert editor.arrived.wait_for(lambda: printed(editor), 60), "the rank prints, running"
@@ -488,21 +547,27 @@ def test_ranks_below_host_brokers_are_threads_of_an_editor_on_the_root(tree, env
 
 @pytest.mark.timeout(180)
 def test_a_rank_a_shell_holds_is_a_thread_the_editor_does_not_hold_and_the_shell_hears_the_editors_continue(
-        env, example, editor, shell):
+    env, example, editor, shell
+):
     sh = shell()
     assert sh.command("attach debugee 3").startswith("Attached to debug session for debugee 3")
     editor.attach()
     told = editor.take_events("output", category="console")[0]["body"]["output"]
-    assert re.fullmatch(r"monarch-pdb: debugee 3 is attached in another shell \(\S+ pid \d+\): "
-                        r"the editor shows it, without its output\n", told), told
+    assert re.fullmatch(
+        r"monarch-pdb: debugee 3 is attached in another shell \(\S+ pid \d+\): "
+        r"the editor shows it, without its output\n",
+        told,
+    ), told
     editor.take_events("stopped", 16, reason="entry")
     by_rank = threads_by_rank(editor)
     assert len(by_rank) == 16
     editor.request("continue", threadId=by_rank[0])
     editor.take_events("thread", reason="exited", threadId=by_rank[3])
     # The shell says so above its prompt at once (erasing the prompt's line), and is back at monarch_dbg>.
-    sh.expect(r"\(debugee 3 \(\S+\) runs: another shell or an editor sent it a line; it stops where its pdb says next\)\n"
-              r"Detaching from debug session for debugee 3 .*\nDetached from debug session for debugee 3 .*\nmonarch_dbg> ")
+    sh.expect(
+        r"\(debugee 3 \(\S+\) runs: another shell or an editor sent it a line; it stops where its pdb says next\)\n"
+        r"Detaching from debug session for debugee 3 .*\nDetached from debug session for debugee 3 .*\nmonarch_dbg> "
+    )
     assert "| Job " in sh.command("jobs")
 
 
@@ -572,8 +637,9 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
     program, script = loops()
     editor.attach()
     assert console_lines(editor, 1)[0].startswith("monarch-pdb: no selected rank is paused yet (2 rank processes run)")
-    shown = editor.request("setBreakpoints", source={"path": str(script)},
-                           breakpoints=[{"line": VISIT_LINE}, {"line": 2}])["breakpoints"]
+    shown = editor.request(
+        "setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": VISIT_LINE}, {"line": 2}]
+    )["breakpoints"]
     assert plain(shown)[0] == {"verified": True, "line": VISIT_LINE}
     assert not shown[1]["verified"] and "holds no code" in shown[1]["message"]
     stops = editor.take_events("stopped", 2, reason="breakpoint")
@@ -585,8 +651,11 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
         editor.request("next", threadId=by_rank[0])
         editor.take_events("stopped", reason="step")
     assert (top_frame(editor, by_rank[0])["name"], top_frame(editor, by_rank[0])["line"]) == ("work", LOOP_LINE + 1)
-    editor.request("setBreakpoints", source={"path": str(script)},
-                   breakpoints=[{"line": LOOP_LINE, "logMessage": "round {round} of {rank}", "condition": "rank == 1"}])
+    editor.request(
+        "setBreakpoints",
+        source={"path": str(script)},
+        breakpoints=[{"line": LOOP_LINE, "logMessage": "round {round} of {rank}", "condition": "rank == 1"}],
+    )
     editor.request("continue", threadId=by_rank[0])
     printed = console_lines(editor, 3)
     assert all(line.startswith("looper 1: round ") and line.endswith(" of 1\n") for line in printed), printed
@@ -596,7 +665,8 @@ def test_a_breakpoint_set_while_ranks_run_stops_them_all_and_one_removed_lets_th
 @pytest.mark.each_python
 @pytest.mark.timeout(180)
 def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_points_and_uncaught_filter(
-        tree, env, editor, tmp_path):
+    tree, env, editor, tmp_path
+):
     tree.start_root()
     tree.host_broker("host0")
     script = tmp_path / "loops.py"
@@ -611,17 +681,22 @@ def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_poin
         (tmp_path / "stop-0").touch()
         stop = editor.take_events("stopped", reason="exception")[0]["body"]
         assert threads_by_rank(editor) == {0: stop["threadId"]}, "rank 0 raised below the host broker"
-        shown = editor.request("setBreakpoints", source={"path": str(script)},
-                               breakpoints=[{"line": LOOP_LINE, "logMessage": "round {round} of {rank}",
-                                             "condition": "rank == 1"}])["breakpoints"]
+        shown = editor.request(
+            "setBreakpoints",
+            source={"path": str(script)},
+            breakpoints=[{"line": LOOP_LINE, "logMessage": "round {round} of {rank}", "condition": "rank == 1"}],
+        )["breakpoints"]
         if not MONITORING:  # the running rank's process answered from below the host broker
             assert shown[0]["message"].startswith("looper 1: set when the rank next stops"), shown
             return
-        assert plain(shown) == [{"verified": True, "line": LOOP_LINE}], "set in the running rank's process below the host broker"
+        assert plain(shown) == [{"verified": True, "line": LOOP_LINE}], (
+            "set in the running rank's process below the host broker"
+        )
         printed = console_lines(editor, 3)
         assert all(line.startswith("looper 1: round ") and line.endswith(" of 1\n") for line in printed), printed
-        shown = editor.request("setBreakpoints", source={"path": str(script)},
-                               breakpoints=[{"line": VISIT_LINE}])["breakpoints"]
+        shown = editor.request("setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": VISIT_LINE}])[
+            "breakpoints"
+        ]
         assert plain(shown) == [{"verified": True, "line": VISIT_LINE}]
         [stopped] = editor.take_events("stopped", reason="breakpoint")
         thread = stopped["body"]["threadId"]
@@ -637,8 +712,12 @@ def test_log_points_print_in_the_console_naming_the_rank_with_conditions_and_hit
     program, script = loops(paused=(0,))
     editor.attach()
     editor.take_events("stopped", reason="entry")
-    point = {"line": VISIT_LINE, "logMessage": "visit {rank}: round {round}, {{braces}} {nosuch}",
-             "condition": "round % 2 == 1", "hitCondition": "2"}
+    point = {
+        "line": VISIT_LINE,
+        "logMessage": "visit {rank}: round {round}, {{braces}} {nosuch}",
+        "condition": "round % 2 == 1",
+        "hitCondition": "2",
+    }
     shown = editor.request("setBreakpoints", source={"path": str(script)}, breakpoints=[point])["breakpoints"]
     if MONITORING:
         assert plain(shown) == [{"verified": True, "line": VISIT_LINE}]
@@ -647,8 +726,10 @@ def test_log_points_print_in_the_console_naming_the_rank_with_conditions_and_hit
     editor.request("continue", threadId=threads_by_rank(editor)[0])
     printed = console_lines(editor, 12)
     paused_first = [line for line in printed if line.startswith("looper 0: ")]
-    assert paused_first[:2] == ["looper 0: visit 0: round 3, {braces} <NameError: name 'nosuch' is not defined>\n",
-                                "looper 0: visit 0: round 5, {braces} <NameError: name 'nosuch' is not defined>\n"]
+    assert paused_first[:2] == [
+        "looper 0: visit 0: round 3, {braces} <NameError: name 'nosuch' is not defined>\n",
+        "looper 0: visit 0: round 5, {braces} <NameError: name 'nosuch' is not defined>\n",
+    ]
     running = [line for line in printed if line.startswith("looper 1: ")]
     assert bool(running) == MONITORING, printed
     assert all(int(line.split("round ")[1].split(",")[0]) % 2 == 1 for line in running), printed
@@ -700,10 +781,16 @@ def test_ranks_that_start_after_the_editor_set_its_breakpoints_and_filter_take_t
     program = None
     try:
         editor.attach()
-        shown = editor.request("setBreakpoints", source={"path": str(script)},
-                               breakpoints=[{"line": VISIT_LINE, "condition": "rank == 1"}])["breakpoints"]
-        assert plain(shown) == [{"verified": False, "line": VISIT_LINE,
-                          "message": "no selected rank is paused or runs yet: set in each as it starts or stops"}]
+        shown = editor.request(
+            "setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": VISIT_LINE, "condition": "rank == 1"}]
+        )["breakpoints"]
+        assert plain(shown) == [
+            {
+                "verified": False,
+                "line": VISIT_LINE,
+                "message": "no selected rank is paused or runs yet: set in each as it starts or stops",
+            }
+        ]
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         program = Program(env, script, str(tmp_path / "stop-"))
         wait_for_lines(program, "RUNNING", 2)
@@ -738,15 +825,18 @@ def editor_gone(editor: DapClient, how: str) -> None:
 def test_the_editors_breakpoints_in_paused_ranks_go_when_it_disconnects_or_is_lost(env, example, editor, how):
     editor.attach()
     editor.take_events("stopped", 16, reason="entry")
-    shown = editor.request("setBreakpoints", source={"path": EXAMPLE},
-                           breakpoints=[{"line": 12}, {"line": 16}, {"line": 24}])["breakpoints"]
+    shown = editor.request(
+        "setBreakpoints", source={"path": EXAMPLE}, breakpoints=[{"line": 12}, {"line": 16}, {"line": 24}]
+    )["breakpoints"]
     assert all(b["verified"] for b in shown), shown
     editor_gone(editor, how)
-    wait_for_all_rows(env, lambda rows: len(rows) == 16 and not any(r.attached for r in rows), 60,
-                      ask=wire.ListSessions())
+    wait_for_all_rows(
+        env, lambda rows: len(rows) == 16 and not any(r.attached for r in rows), 60, ask=wire.ListSessions()
+    )
     assert debug(env, "continue").returncode == 0
-    rows = wait_for_all_rows(env, lambda rows: len(rows) == 4 and all(r.state == "post-mortem" for r in rows), 60,
-                             ask=wire.ListSessions())
+    rows = wait_for_all_rows(
+        env, lambda rows: len(rows) == 4 and all(r.state == "post-mortem" for r in rows), 60, ask=wire.ListSessions()
+    )
     assert sorted(r.rank for r in rows) == [2, 6, 10, 14], "no rank stops at a breakpoint of the editor that left"
 
 
@@ -765,8 +855,9 @@ def test_running_ranks_and_later_jobs_take_nothing_from_an_editor_that_left(env,
         wait_for_all_rows(env, lambda rows: len(rows) == 2)
         editor.attach()
         go = f"__import__('os').path.exists({str(tmp_path / 'go')!r})"
-        editor.request("setBreakpoints", source={"path": str(script)},
-                       breakpoints=[{"line": VISIT_LINE, "condition": go}])
+        editor.request(
+            "setBreakpoints", source={"path": str(script)}, breakpoints=[{"line": VISIT_LINE, "condition": go}]
+        )
         assert editor.request("setExceptionBreakpoints", filters=["uncaught"])["breakpoints"] == [{"verified": True}]
         editor_gone(editor, how)
         said.wait_for("its breakpoints and exception filter are removed from every rank")
@@ -804,8 +895,10 @@ def test_when_every_rank_finished_the_session_ends_unless_it_waits_for_the_next_
     assert code != 0, out
     if not wait:
         editor.take_events("terminated")
-        assert any(re.fullmatch(r"monarch-pdb: every rank of debugging-\d+ finished\n", line)
-                   for line in console_lines(editor, 1))
+        assert any(
+            re.fullmatch(r"monarch-pdb: every rank of debugging-\d+ finished\n", line)
+            for line in console_lines(editor, 1)
+        )
         return
     later = Program(env, EXAMPLES / "debugging.py")
     try:
@@ -822,10 +915,13 @@ def test_attached_before_the_job_its_breakpoints_turn_verified_once_a_rank_takes
     program = None
     try:
         editor.attach()
-        assert console_lines(editor, 1) == ["monarch-pdb: no selected rank is paused yet (0 rank processes run): "
-                                            "each one that stops at a breakpoint, raises or is paused becomes a thread\n"]
-        shown = editor.request("setBreakpoints", source={"path": EXAMPLE},
-                               breakpoints=[{"line": 12}, {"line": 3}])["breakpoints"]
+        assert console_lines(editor, 1) == [
+            "monarch-pdb: no selected rank is paused yet (0 rank processes run): "
+            "each one that stops at a breakpoint, raises or is paused becomes a thread\n"
+        ]
+        shown = editor.request("setBreakpoints", source={"path": EXAMPLE}, breakpoints=[{"line": 12}, {"line": 3}])[
+            "breakpoints"
+        ]
         assert [(b["verified"], b["line"]) for b in shown] == [(False, 12), (False, 3)]
         program = Program(env, EXAMPLES / "debugging.py")
         changed = editor.take_events("breakpoint", reason="changed")[0]["body"]["breakpoint"]
@@ -876,13 +972,16 @@ def test_a_breakpoint_in_a_file_the_running_rank_has_not_imported_yet_stops_it_o
         wait_for_lines(program, "INSTALLED", 1)
         wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running"])
         editor.attach()
-        shown = editor.request("setBreakpoints", source={"path": str(tmp_path / "late.py")},
-                               breakpoints=[{"line": STEP_LINE}])["breakpoints"]
+        shown = editor.request(
+            "setBreakpoints", source={"path": str(tmp_path / "late.py")}, breakpoints=[{"line": STEP_LINE}]
+        )["breakpoints"]
         assert plain(shown) == [{"verified": True, "line": STEP_LINE}], "set as the file loads"
         (tmp_path / "go-import").touch()
         stop = editor.take_events("stopped", reason="breakpoint")[0]["body"]
         assert (top_frame(editor, stop["threadId"])["name"], top_frame(editor, stop["threadId"])["line"]) == (
-            "step", STEP_LINE)
+            "step",
+            STEP_LINE,
+        )
     finally:
         program.stop()
 
@@ -894,12 +993,16 @@ def test_the_audit_log_names_the_breakpoints_an_editor_sets_in_running_ranks(env
     try:
         program, script = loops()
         editor.attach()
-        editor.request("setBreakpoints", source={"path": str(script)},
-                       breakpoints=[{"line": VISIT_LINE, "condition": "rank == 9", "logMessage": "at {round}"}])
+        editor.request(
+            "setBreakpoints",
+            source={"path": str(script)},
+            breakpoints=[{"line": VISIT_LINE, "condition": "rank == 9", "logMessage": "at {round}"}],
+        )
         editor.request("setExceptionBreakpoints", filters=["uncaught"])
     finally:
         stop_broker(broker)
     lines = audit.read_text().splitlines()
     assert [line.split(" ranks=")[1] for line in lines] == [
         f"0,1 command=\"breakpoints {script} [{VISIT_LINE} if rank == 9 log 'at {{round}}']\"",
-        "0,1 command='breakpoints uncaught=True'"]
+        "0,1 command='breakpoints uncaught=True'",
+    ]

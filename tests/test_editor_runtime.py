@@ -8,13 +8,13 @@ import queue
 import time
 
 import pytest
+from monarch_pdb.client import editor_runtime as rt
+from monarch_pdb.client.connection import readable
 from programs import stop_line
 from test_dap import loops  # noqa: F401 (the fixture of two looping ranks)
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
-from monarch_pdb.client import editor_runtime as rt
-from monarch_pdb.client.connection import readable
 
 BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
 
@@ -56,8 +56,11 @@ class Driven:
 
     def taken(self, kind: type, **match) -> list:
         """The happenings of `kind` with `match`, removed from those kept."""
-        taken = [h for h in self.happenings if isinstance(h, kind)
-                 and all(getattr(h, name) == value for name, value in match.items())]
+        taken = [
+            h
+            for h in self.happenings
+            if isinstance(h, kind) and all(getattr(h, name) == value for name, value in match.items())
+        ]
         self.happenings[:] = [h for h in self.happenings if not any(h is t for t in taken)]
         return taken
 
@@ -151,4 +154,6 @@ def test_stop_all_interrupts_the_actors_other_running_rank_when_one_raises(loops
     assert (raised.thread.rank, paused.thread.rank) == (0, 1)
     assert driven.taken(rt.Changed), "a view of the ranks is told they changed"
     assert [group.state for group in sorted(driven.runtime.groups(), key=lambda g: g.ranks)] == [
-        wire.RankState.POST_MORTEM, wire.RankState.INTERRUPTED]
+        wire.RankState.POST_MORTEM,
+        wire.RankState.INTERRUPTED,
+    ]

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from programs import DEBUG_SHELL, EXAMPLES, Program, interrupt_running_ranks, wait_for_all_rows, wait_for_sessions
 
-pytest.importorskip("monarch.actor", reason="torchmonarch is not installed (make test-engines installs monarch-pdb[monarch])")
+pytest.importorskip(
+    "monarch.actor", reason="torchmonarch is not installed (make test-engines installs monarch-pdb[monarch])"
+)
 
 EMBEDDED = "from monarch_pdb.actor import Actor, current_rank, endpoint, this_host\n"
 REAL = "from monarch.actor import Actor, current_rank, endpoint, this_host\nimport monarch_pdb\nmonarch_pdb.install()\n"
@@ -35,7 +37,8 @@ def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
         sh = shell(command=DEBUG_SHELL)
         rows = TABLE_ROW.findall(sh.command("list"))
         assert [(actor, rank, coords) for actor, rank, coords, *_ in rows] == [
-            ("debugee", str(r), f"{{'host': {r // 4}, 'gpu': {r % 4}}}") for r in range(16)]
+            ("debugee", str(r), f"{{'host': {r // 4}, 'gpu': {r % 4}}}") for r in range(16)
+        ]
         assert {function for *_, function, _ in rows} == {"debugging._debugee_actor_internal"}
         stacks = sh.command("stacks debugee")
         assert re.search(r"^\W*debugging\.py:\d+ _debugee_actor_internal  ranks\[", stacks, re.M), stacks
@@ -44,7 +47,8 @@ def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
         assert "breakpoint()  # noqa" in sh.command("cast debugee ranks(0) l")
         assert sh.command("cast debugee ranks(:) p rank % 2") == (
             "debugee ranks[0,2,4,6,8,10,12,14] (8)\n0\ndebugee ranks[1,3,5,7,9,11,13,15] (8)\n1\n"
-            "numbers: count 16, min 0 (rank 0), max 1 (rank 1), mean 0.5, NaN/Inf 0, beyond 3 sd 0\n")
+            "numbers: count 16, min 0 (rank 0), max 1 (rank 1), mean 0.5, NaN/Inf 0, beyond 3 sd 0\n"
+        )
         assert sh.command("continue").strip() == "Continued 16 ranks: debugee ranks[0-15]"
         raised = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
         assert sorted(r.rank for r in raised) == [2, 6, 10, 14]
@@ -57,7 +61,7 @@ def test_the_guides_program_on_real_monarch(env, tmp_path, shell):
         program.stop()
 
 
-LOOPS = textwrap.dedent('''
+LOOPS = textwrap.dedent("""
     import asyncio
     import os
     import sys
@@ -97,7 +101,7 @@ LOOPS = textwrap.dedent('''
         loading = procs.spawn("loader", Loader).load.call(sys.argv[1])
         fetching = procs.spawn("fetcher", Fetcher).fetch.call(sys.argv[1])
         print("LOADED", [value for _, value in loading.get()], "FETCHED", [value for _, value in fetching.get()])
-''')
+""")
 
 
 @pytest.mark.timeout(240)
@@ -124,8 +128,15 @@ def test_monarch_runs_monarchs_own_commands_and_ours_runs_debug(env, broker, tmp
         pytest.skip("torchmonarch's `monarch` was installed after ours: it runs Monarch's commands itself")
 
     def monarch(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ours), *args], env=dict(env, MONARCH_PDB_HISTORY=""), cwd=tmp_path,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [str(ours), *args],
+            env=dict(env, MONARCH_PDB_HISTORY=""),
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     listed = monarch("context", "ls")
     assert (listed.returncode, listed.stdout) == (0, "No contexts.\n"), listed.stderr
@@ -134,6 +145,12 @@ def test_monarch_runs_monarchs_own_commands_and_ours_runs_debug(env, broker, tmp
     unknown = monarch("bogus")
     assert unknown.returncode == 2 and "invalid choice: 'bogus' (choose from 'context', 'apply'" in unknown.stderr
     for shell in ([str(ours), "debug"], DEBUG_SHELL):
-        jobs = subprocess.run([*shell, "-c", "jobs"], env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=60)
+        jobs = subprocess.run(
+            [*shell, "-c", "jobs"],
+            env=dict(env, MONARCH_PDB_HISTORY=""),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert (jobs.returncode, jobs.stderr) == (0, ""), jobs.stderr

@@ -16,11 +16,22 @@ AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 OPEN_MPI = shutil.which("mpirun.openmpi") or (shutil.which("mpirun") if shutil.which("ompi_info") else None)
 HYDRA = shutil.which("mpiexec.hydra")
 LAUNCHERS = [
-    pytest.param([OPEN_MPI, "--oversubscribe", "-np", "4", "-x", "PYTHONBREAKPOINT"], "OMPI_COMM_WORLD_RANK",
-                 id="openmpi", marks=pytest.mark.skipif(
-                     OPEN_MPI is None, reason="Open MPI's mpirun is not installed (Debian: apt-get install openmpi-bin)")),
-    pytest.param([HYDRA, "-n", "4"], "PMI_RANK", id="mpich", marks=pytest.mark.skipif(
-        HYDRA is None, reason="MPICH's mpiexec.hydra is not installed (Debian: apt-get install mpich)")),
+    pytest.param(
+        [OPEN_MPI, "--oversubscribe", "-np", "4", "-x", "PYTHONBREAKPOINT"],
+        "OMPI_COMM_WORLD_RANK",
+        id="openmpi",
+        marks=pytest.mark.skipif(
+            OPEN_MPI is None, reason="Open MPI's mpirun is not installed (Debian: apt-get install openmpi-bin)"
+        ),
+    ),
+    pytest.param(
+        [HYDRA, "-n", "4"],
+        "PMI_RANK",
+        id="mpich",
+        marks=pytest.mark.skipif(
+            HYDRA is None, reason="MPICH's mpiexec.hydra is not installed (Debian: apt-get install mpich)"
+        ),
+    ),
 ]
 
 
@@ -29,8 +40,13 @@ LAUNCHERS = [
 def test_mpi_ranks_are_one_job_with_mpi_ranks(env, tmp_path, shell, launcher, rank_variable):
     script = tmp_path / "solver.py"
     script.write_text(LAUNCHED_RANK)
-    program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", **AS_ROOT), script, rank_variable,
-                      cwd=tmp_path, launcher=[*launcher, sys.executable])
+    program = Program(
+        dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", **AS_ROOT),
+        script,
+        rank_variable,
+        cwd=tmp_path,
+        launcher=[*launcher, sys.executable],
+    )
     try:
         debug_launched_ranks(env, shell, program, lambda job: job.startswith("solver-mpi-"))
     finally:

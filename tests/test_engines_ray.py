@@ -19,8 +19,11 @@ ANSWER = re.compile(r"^Learner ranks\[(\d+)\] \(1\)\n'(\w+)'$", re.M)
 
 
 def cells_of(table: str) -> list[list[str]]:
-    return [[cell.strip() for cell in line.strip("|").split("|")]
-            for line in table.splitlines() if line.startswith("| ") and not line.startswith("| Actor Name")]
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith("| Actor Name")
+    ]
 
 
 def start(env, *args: str, **extra: str) -> Program:
@@ -35,14 +38,17 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         sh = shell(command=DEBUG_SHELL)
         rows = TABLE_ROW.findall(sh.command("list"))
         assert [(actor, rank, function) for actor, rank, _, _, function, _, _ in rows] == [
-            ("Learner", str(r), "ray_actors.step") for r in range(4)]
+            ("Learner", str(r), "ray_actors.step") for r in range(4)
+        ]
         # The Instance column names each actor as Ray itself does.
-        ids = dict(ANSWER.findall(sh.command("cast Learner ranks(:) p __import__('ray').get_runtime_context().get_actor_id()")))
+        ids = dict(
+            ANSWER.findall(sh.command("cast Learner ranks(:) p __import__('ray').get_runtime_context().get_actor_id()"))
+        )
         assert len(set(ids.values())) == 4
         assert [instance for _, rank, *_, instance in rows] == [f"actor {ids[str(r)]}" for r in range(4)]
         assert sh.command("cast Learner ranks(:) p value") == "".join(
-            f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4)) + (
-            "numbers: count 4, min 0 (rank 0), max 30 (rank 3), mean 15, NaN/Inf 0, beyond 3 sd 0\n")
+            f"Learner ranks[{r}] (1)\n{r * 10}\n" for r in range(4)
+        ) + ("numbers: count 4, min 0 (rank 0), max 30 (rank 3), mean 15, NaN/Inf 0, beyond 3 sd 0\n")
         assert sh.command("continue").strip() == "Continued 4 ranks: Learner ranks[0-3]"
         assert "1 ranks of evaluate stopped" in sh.command("wait evaluate 1 --timeout 60", timeout=70)
         [task] = [r for r in wait_for_sessions(env, 1) if r.actor == "evaluate"]
@@ -50,8 +56,8 @@ def test_ray_actors_stop_in_our_broker_and_continue(env, shell):
         assert re.fullmatch(r"task [0-9a-f]+", task.instance), task
         # Every process once: the actors run on as themselves, the task's worker is its session.
         assert [(c[0], c[1], c[6], c[7]) for c in cells_of(sh.command("list --all"))] == [
-            ("Learner", str(r), f"actor {ids[str(r)]}", "running") for r in range(4)] + [
-            ("evaluate", str(task.pid), task.instance, "breakpoint")]
+            ("Learner", str(r), f"actor {ids[str(r)]}", "running") for r in range(4)
+        ] + [("evaluate", str(task.pid), task.instance, "breakpoint")]
         assert sh.command("cast evaluate ranks(:) p score").endswith(f"evaluate ranks[{task.pid}] (1)\n300\n")
         assert "Continued 1 rank: evaluate" in sh.command("continue")
         code, output = program.finish(timeout=60)
@@ -71,7 +77,8 @@ def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
         sh.command("continue")
         rows = wait_for_sessions(env, 4, timeout=60, state="post-mortem")
         assert sorted((r.actor, r.rank, r.function) for r in rows) == [
-            ("Learner", r, "ray_actors.fail") for r in range(4)]
+            ("Learner", r, "ray_actors.fail") for r in range(4)
+        ]
         # Events of the ranks stopping may still be printed above an answer: the answer ends the output.
         assert sh.command("cast Learner ranks(2) p lookup").endswith("Learner ranks[2] (1)\n{'rank': 2}\n")
         assert "Continued 4 ranks: Learner ranks[0-3]" in sh.command("continue")
@@ -81,7 +88,7 @@ def test_ray_post_mortem_always_stops_where_the_method_raised(env, shell):
         program.stop()
 
 
-LOOPS = textwrap.dedent('''
+LOOPS = textwrap.dedent("""
     import asyncio
     import os
     import sys
@@ -124,7 +131,7 @@ LOOPS = textwrap.dedent('''
         stop = sys.argv[1]
         print("DONE", ray.get([Loader.remote().load.remote(stop), Fetcher.remote().fetch.remote(stop), shuffle.remote(stop)]))
         ray.shutdown()
-''')
+""")
 
 
 @pytest.mark.timeout(180)

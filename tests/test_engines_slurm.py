@@ -18,8 +18,13 @@ pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "
 def test_srun_ranks_are_one_job_with_slurm_ranks(env, slurm, tmp_path, shell):
     script = tmp_path / "solver.py"
     script.write_text(LAUNCHED_RANK)
-    program = Program(dict(slurm.env, PYTHONBREAKPOINT="monarch_pdb.set_trace"), script, "SLURM_PROCID",
-                      cwd=tmp_path, launcher=[SRUN, "--ntasks=4", sys.executable])
+    program = Program(
+        dict(slurm.env, PYTHONBREAKPOINT="monarch_pdb.set_trace"),
+        script,
+        "SLURM_PROCID",
+        cwd=tmp_path,
+        launcher=[SRUN, "--ntasks=4", sys.executable],
+    )
 
     def is_the_step(job: str) -> bool:
         """The job id Slurm itself reports for the running job, and srun's first step."""

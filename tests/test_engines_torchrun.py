@@ -13,8 +13,15 @@ import textwrap
 
 import pytest
 from conftest import wait_for_exit
-from programs import (DEBUG_SHELL, EXAMPLES, Program, interrupt_running_ranks, wait_for_all_rows, wait_for_lines,
-                      wait_for_sessions)
+from programs import (
+    DEBUG_SHELL,
+    EXAMPLES,
+    Program,
+    interrupt_running_ranks,
+    wait_for_all_rows,
+    wait_for_lines,
+    wait_for_sessions,
+)
 
 pytest.importorskip("torch", reason="torch is not installed (make test-engines installs monarch-pdb[torch])")
 
@@ -32,12 +39,17 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.timeout(180)
 def test_torchrun_ranks_are_listed_cast_to_and_continued(env, shell):
-    program = Program(dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", TRAIN_TIMEOUT=str(JOB_TIMEOUT)),
-                      EXAMPLES / "train.py", launcher=TORCHRUN)
+    program = Program(
+        dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", TRAIN_TIMEOUT=str(JOB_TIMEOUT)),
+        EXAMPLES / "train.py",
+        launcher=TORCHRUN,
+    )
     try:
         rows = wait_for_sessions(env, 4, timeout=120)
         sh = shell(command=DEBUG_SHELL)
-        listed = re.findall(r"^\| (\w+) +\| (\d) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\|$", sh.command("list"), re.M)
+        listed = re.findall(
+            r"^\| (\w+) +\| (\d) +\| (\{.*?\}) +\| (\S+) +\| (\S+) +\| (\d+) +\|$", sh.command("list"), re.M
+        )
         assert [row[:3] for row in listed] == [("train", str(r), f"{{'host': 0, 'gpu': {r}}}") for r in range(4)]
         assert {row[4] for row in listed} == {"train.main"}
 
@@ -51,7 +63,9 @@ def test_torchrun_ranks_are_listed_cast_to_and_continued(env, shell):
         assert sh.command("cast train ranks(0:3) c") == "train ranks[0-2] (3)\n(continued; no longer traced)\n"
         waiting = [row.pid for row in rows if row.rank < 3]
         wait_for_exit(waiting, timeout=3 * JOB_TIMEOUT)
-        assert all(alive(pid) for pid in waiting), "a rank waiting for a paused peer was ended by the collective timeout"
+        assert all(alive(pid) for pid in waiting), (
+            "a rank waiting for a paused peer was ended by the collective timeout"
+        )
         assert "Continued 1 rank: train ranks[3]" in sh.command("continue")
 
         code, output = program.finish(timeout=60)
@@ -64,7 +78,7 @@ def test_torchrun_ranks_are_listed_cast_to_and_continued(env, shell):
         program.stop()
 
 
-LOOP = textwrap.dedent('''
+LOOP = textwrap.dedent("""
     import os
     import sys
     import time
@@ -83,7 +97,7 @@ LOOP = textwrap.dedent('''
 
 
     print("RANK", os.environ["RANK"], "WAITED", wait_for_peers(sys.argv[1]), flush=True)
-''')
+""")
 
 
 @pytest.mark.timeout(120)
@@ -92,7 +106,9 @@ def test_running_torchrun_ranks_are_seen_and_stopped_in_their_code(env, tmp_path
     script.write_text(LOOP)
     program = Program(env, script, str(tmp_path / "stop"), cwd=tmp_path, launcher=[*TORCHRUN[:-1], "2"])
     try:
-        wait_for_all_rows(env, lambda rows: {(r.actor, r.rank) for r in rows} == {("peers", 0), ("peers", 1)}, timeout=90)
+        wait_for_all_rows(
+            env, lambda rows: {(r.actor, r.rank) for r in rows} == {("peers", 0), ("peers", 1)}, timeout=90
+        )
         interrupt_running_ranks(env, "peers", "wait_for_peers", script)
         (tmp_path / "stop").touch()
         code, output = program.finish(timeout=60)
@@ -101,7 +117,7 @@ def test_running_torchrun_ranks_are_seen_and_stopped_in_their_code(env, tmp_path
         program.stop()
 
 
-DDP = textwrap.dedent('''
+DDP = textwrap.dedent("""
     import os
     import sys
     import time
@@ -149,7 +165,7 @@ DDP = textwrap.dedent('''
 
 
     main()
-''')
+""")
 """Four DDP ranks over gloo: at step 3 rank 2's loss goes NaN and rank 3 stalls in next_batch,
 so ranks 0-2 wait for it in the gradients' all-reduce, inside loss.backward()."""
 
@@ -162,7 +178,9 @@ def test_peek_finds_the_nan_while_ranks_wait_in_the_all_reduce_for_a_hung_one(en
     program = Program(env, script, str(release), cwd=tmp_path, launcher=TORCHRUN)
     try:
         wait_for_lines(program, "BACKWARD", 4 * 4 - 1, timeout=150)  # ranks 0-2 at step 3, rank 3 past step 2
-        wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")] * 4, timeout=60)
+        wait_for_all_rows(
+            env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")] * 4, timeout=60
+        )
         sh = shell(command=DEBUG_SHELL)
         hung = sh.command("stacks train")
         assert re.search(r"^rank 3 is elsewhere: train\.py:\d+ next_batch$", hung, re.M), hung
@@ -170,14 +188,24 @@ def test_peek_finds_the_nan_while_ranks_wait_in_the_all_reduce_for_a_hung_one(en
         nan = sh.command("peek --frame train_step train ranks(:) loss")
         assert "\ntrain ranks[2] (1)\ntensor(nan, grad_fn=<MulBackward0>)\n" in nan, nan
         for rank in (0, 1):
-            assert re.search(rf"^train ranks\[{rank}\] \(1\)\ntensor\([\d.]+, grad_fn=<MseLossBackward0>\)$", nan, re.M), nan
+            assert re.search(
+                rf"^train ranks\[{rank}\] \(1\)\ntensor\([\d.]+, grad_fn=<MseLossBackward0>\)$", nan, re.M
+            ), nan
         assert "train ranks[3] (1)\n*** no frame of train_step on the rank's stack\n" in nan
-        assert re.search(r"^numbers: count 3, min [\d.]+ \(rank [01]\), max [\d.]+ \(rank [01]\), mean [\d.]+, "
-                         r"NaN/Inf 1 ranks\[2\], beyond 3 sd 0, no number 1 ranks\[3\]$", nan, re.M), nan
+        assert re.search(
+            r"^numbers: count 3, min [\d.]+ \(rank [01]\), max [\d.]+ \(rank [01]\), mean [\d.]+, "
+            r"NaN/Inf 1 ranks\[2\], beyond 3 sd 0, no number 1 ranks\[3\]$",
+            nan,
+            re.M,
+        ), nan
 
         stuck = sh.command("interrupt train ranks(0:3) --timeout 2")
-        assert re.search(r"^train ranks\[0-2\] are in a C call \(torch/\S+\.py:\d+ \w+\); they stop when it returns; "
-                         r"`peek` reads them now$", stuck, re.M), stuck
+        assert re.search(
+            r"^train ranks\[0-2\] are in a C call \(torch/\S+\.py:\d+ \w+\); they stop when it returns; "
+            r"`peek` reads them now$",
+            stuck,
+            re.M,
+        ), stuck
         release.touch()
         wait_for_sessions(env, 3, timeout=60)  # the all-reduce returned: the interrupt takes them
         assert "Continued 3 ranks: train ranks[0-2]" in sh.command("continue")

@@ -7,12 +7,12 @@ import textwrap
 import threading
 
 import pytest
-from programs import EXAMPLES, Program, settings_for, wait_for_sessions
-
-from monarch_pdb import wire
 from monarch_pdb.broker.events import EventLog
 from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.client.events import describe_events
+from programs import EXAMPLES, Program, settings_for, wait_for_sessions
+
+from monarch_pdb import wire
 
 
 @pytest.mark.timeout(60)
@@ -48,7 +48,7 @@ def test_every_stop_is_delivered_once_in_order_and_can_be_asked_for_again(env):
             assert caught_up.wait(10), "the next tick reveals the gap and the shell catches up"
         finally:
             conn.close()
-        assert late[-len(got):] == got
+        assert late[-len(got) :] == got
         assert sorted(r for e in got if e.kind == "post-mortem" for r in e.rank_list()) == [2, 6, 10, 14]
         assert sorted(r for e in got if e.kind == "ended" for r in e.rank_list()) == list(range(16))
     finally:
@@ -56,8 +56,9 @@ def test_every_stop_is_delivered_once_in_order_and_can_be_asked_for_again(env):
 
 
 def event(kind: str, rank: int, where: str = "debugging.py:11", detail: str = "") -> wire.Event:
-    return wire.Event(seq=rank, kind=kind, job="j", actor="debugee", ranks=str(rank), count=1, where=where,
-                      detail=detail)
+    return wire.Event(
+        seq=rank, kind=kind, job="j", actor="debugee", ranks=str(rank), count=1, where=where, detail=detail
+    )
 
 
 @pytest.mark.timeout(60)
@@ -76,8 +77,13 @@ def test_events_fold_into_one_line_per_actor_and_kind():
     stops = [event("breakpoint", r, f"debugging.py:{11 + 4 * (r % 4)}") for r in range(16)]
     assert describe_events(stops) == ["debugee ranks[0-15] (16) stopped at debugging.py:11,15,19,23"]
     mortem = [event("post-mortem", r, "debugging.py:5", "ValueError: bad rank") for r in (2, 6)]
-    ended = [event("ended", 3, detail="returned"), event("ended", 4, detail="quit"), event("lost", 9),
-             event("ended", 7, detail="continued"), event("ended", 8, detail="continued")]
+    ended = [
+        event("ended", 3, detail="returned"),
+        event("ended", 4, detail="quit"),
+        event("lost", 9),
+        event("ended", 7, detail="continued"),
+        event("ended", 8, detail="continued"),
+    ]
     assert describe_events(mortem + ended) == [
         "debugee ranks[2,6] (2) entered post-mortem at debugging.py:5: ValueError: bad rank",
         "debugee 3 finished",
@@ -85,8 +91,12 @@ def test_events_fold_into_one_line_per_actor_and_kind():
         "debugee 9 was lost (its process or its connection is gone)",
         "debugee ranks[7,8] (2) are running again (continued)",
     ], "a rank continued out of the debugger runs on: it did not finish"
-    paused_and_running = [event("lost", r, detail="lost") for r in (0, 1)] + [event("lost", r, "", "lost") for r in (2, 3)]
-    assert describe_events(paused_and_running) == ["debugee ranks[0-3] (4) were lost (their processes or connections are gone)"]
+    paused_and_running = [event("lost", r, detail="lost") for r in (0, 1)] + [
+        event("lost", r, "", "lost") for r in (2, 3)
+    ]
+    assert describe_events(paused_and_running) == [
+        "debugee ranks[0-3] (4) were lost (their processes or connections are gone)"
+    ]
 
 
 @pytest.mark.timeout(10)
@@ -117,16 +127,19 @@ def test_a_pass_of_the_broker_folds_what_happened_to_many_ranks_into_one_event_e
 
 @pytest.mark.timeout(10)
 def test_the_attached_ranks_own_stops_are_left_to_its_prompt():
-    stops = [wire.Event(seq=1, kind="breakpoint", job="j", actor="debugee", ranks="0-3", count=4,
-                        where="debugging.py:11")]
+    stops = [
+        wire.Event(seq=1, kind="breakpoint", job="j", actor="debugee", ranks="0-3", count=4, where="debugging.py:11")
+    ]
     assert describe_events(stops, attached=("j", "debugee", 2)) == [
-        "debugee ranks[0,1,3] (3) stopped at debugging.py:11"]
-    alone = [wire.Event(seq=2, kind="breakpoint", job="j", actor="debugee", ranks="2", count=1,
-                        where="debugging.py:11")]
+        "debugee ranks[0,1,3] (3) stopped at debugging.py:11"
+    ]
+    alone = [
+        wire.Event(seq=2, kind="breakpoint", job="j", actor="debugee", ranks="2", count=1, where="debugging.py:11")
+    ]
     assert describe_events(alone, attached=("j", "debugee", 2)) == []
 
 
-TRICKLE = textwrap.dedent('''
+TRICKLE = textwrap.dedent("""
     import threading
     import time
 
@@ -145,7 +158,7 @@ TRICKLE = textwrap.dedent('''
     for rank in range(40):
         threading.Thread(target=rank_main, args=(rank,), daemon=True).start()
     threading.Event().wait()
-''')
+""")
 
 
 @pytest.mark.timeout(90)

@@ -8,9 +8,9 @@ same output reaching a shell.
 from __future__ import annotations
 
 import pytest
+from monarch_pdb.client.follow import Follower
 
 from monarch_pdb import wire
-from monarch_pdb.client.follow import Follower
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -104,8 +104,10 @@ def test_once_the_subscription_is_live_every_followed_session_is_fetched_once() 
     assert follower.requests() == []
     follower.live()
     asked = follower.requests()
-    assert sorted(asked, key=lambda m: m.session) == [wire.OutputSince(session=7, since=5),
-                                                      wire.OutputSince(session=8, since=0)]
+    assert sorted(asked, key=lambda m: m.session) == [
+        wire.OutputSince(session=7, since=5),
+        wire.OutputSince(session=8, since=0),
+    ]
     follower.caught_up(log(7, (6, "f")))
     follower.caught_up(log(8))
     assert shown.lines == [(ACTOR, 0, "f")]

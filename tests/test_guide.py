@@ -7,10 +7,19 @@ import signal
 
 import pexpect
 import pytest
-from monarch_pdb.ranks import parse_ranks
-from programs import (EXAMPLES, PDB_STOPS_ON_BREAKPOINT, Program, start_broker, stop_broker, stop_line, stop_text,
-                      wait_for_sessions)
+from programs import (
+    EXAMPLES,
+    PDB_STOPS_ON_BREAKPOINT,
+    Program,
+    start_broker,
+    stop_broker,
+    stop_line,
+    stop_text,
+    wait_for_sessions,
+)
 from shell_driver import ShellDriver
+
+from monarch_pdb.ranks import parse_ranks
 
 pytestmark = pytest.mark.each_python
 
@@ -27,8 +36,11 @@ def shell(env):
 
 
 def table_rows(text: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("|") and "Actor Name" not in line]
+    return [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("|") and "Actor Name" not in line
+    ]
 
 
 @pytest.mark.timeout(90)
@@ -59,7 +71,9 @@ def test_banner_list_attach_step_detach_replay(example, shell):
     assert "breakpoint()  # noqa" in listing and "->" in listing and "[EOF]" not in listing
 
     out = shell.command("detach")
-    assert re.search(r"Detaching from debug session for debugee 13 \(.+\)\nDetached from debug session for debugee 13", out)
+    assert re.search(
+        r"Detaching from debug session for debugee 13 \(.+\)\nDetached from debug session for debugee 13", out
+    )
     assert shell.prompt == "monarch_dbg>"
 
     out = shell.command("attach debugee 13")
@@ -93,8 +107,7 @@ def test_bad_input_gets_one_line_and_the_shell_goes_on(example, shell):
         "cast debugee ranks(1,,2) p 1": "Error processing command: ranks(1,,2): empty item at position 9",
         "cast debugee ranks(1)": "Error processing command: cast needs a pdb command after the selector",
         "cast debugee ranks(gpus=1:3) c": "Error processing command: no dimension 'gpus' in debugee (its dimensions: host, gpu)",
-        "cast debugee ranks(40:50) p 1":
-            "Error processing command: ranks(40:50) matches no rank of debugee with a session (those are ranks[0-15])",
+        "cast debugee ranks(40:50) p 1": "Error processing command: ranks(40:50) matches no rank of debugee with a session (those are ranks[0-15])",
         "cast debugee": "Error processing command: usage: cast <actor> ranks(<ranks>) <pdb command>",
     }
     for line, expected in cases.items():
@@ -111,9 +124,11 @@ def test_a_cast_sends_its_pdb_command_as_typed(example, shell):
     assert out == "debugee ranks[1,2] (2)\n'a  b  c'\n"
 
 
-WAITING = (r"Waiting for a debug broker at 127\.0\.0\.1:0 \(looked for .*broker-0\.json\)\. Start your program "
-           r"\(its first breakpoint starts a broker\) or run `monarch-pdb broker`\. Ctrl-C, Ctrl-D or quit leaves; "
-           r"other lines typed meanwhile run once it answers\.")
+WAITING = (
+    r"Waiting for a debug broker at 127\.0\.0\.1:0 \(looked for .*broker-0\.json\)\. Start your program "
+    r"\(its first breakpoint starts a broker\) or run `monarch-pdb broker`\. Ctrl-C, Ctrl-D or quit leaves; "
+    r"other lines typed meanwhile run once it answers\."
+)
 
 
 @pytest.mark.timeout(60)
@@ -130,8 +145,9 @@ def test_a_shell_started_before_any_broker_waits_for_one_and_opens_when_it_answe
         broker, _ = start_broker(early)
         assert driver.wait_prompt() == "monarch_dbg>"
         ran = driver.text.split("MONARCH DEBUGGER", 1)[1]
-        assert "monarch_dbg> list\nNo active breakpoints.\nmonarch_dbg> jobs\nNo job is connected.\n" in ran, \
+        assert "monarch_dbg> list\nNo active breakpoints.\nmonarch_dbg> jobs\nNo job is connected.\n" in ran, (
             "the lines typed meanwhile ran, in order, once the broker answered"
+        )
         assert driver.command("list") == "No active breakpoints.\n"
     finally:
         driver.kill()
@@ -155,7 +171,9 @@ def test_quit_typed_while_waiting_for_a_broker_leaves_at_once_and_is_recorded(en
     assert driver.child.exitstatus == 0
     assert "No active breakpoints" not in driver.text, "quit leaves at once, without the lines before it"
     text = record.read_text()
-    assert text.startswith("# monarch-pdb transcript, started ") and "\nquit\n# out: Quitting debug session...\n" in text
+    assert (
+        text.startswith("# monarch-pdb transcript, started ") and "\nquit\n# out: Quitting debug session...\n" in text
+    )
 
 
 def ignore_ctrl_c() -> None:
@@ -164,8 +182,11 @@ def ignore_ctrl_c() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("key, status, preexec_fn", [("d", 0, None), ("c", 130, None), ("c", 130, ignore_ctrl_c)],
-                         ids=["ctrl-d", "ctrl-c", "ctrl-c-started-ignoring-it"])
+@pytest.mark.parametrize(
+    "key, status, preexec_fn",
+    [("d", 0, None), ("c", 130, None), ("c", 130, ignore_ctrl_c)],
+    ids=["ctrl-d", "ctrl-c", "ctrl-c-started-ignoring-it"],
+)
 def test_a_shell_waiting_for_a_broker_quits_on_ctrl_d_and_ctrl_c(env, key, status, preexec_fn):
     driver = ShellDriver(dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.5"), preexec_fn=preexec_fn)
     driver.expect(WAITING)
@@ -226,8 +247,10 @@ def test_the_guides_walkthrough(env, broker, shell):
 @pytest.mark.timeout(90)
 def test_cast_grouped_raw_and_a_rank_that_does_not_answer(example, shell):
     out = shell.command("cast debugee ranks(:) p rank % 2")
-    assert out == ("debugee ranks[0,2,4,6,8,10,12,14] (8)\n0\ndebugee ranks[1,3,5,7,9,11,13,15] (8)\n1\n"
-                   "numbers: count 16, min 0 (rank 0), max 1 (rank 1), mean 0.5, NaN/Inf 0, beyond 3 sd 0\n")
+    assert out == (
+        "debugee ranks[0,2,4,6,8,10,12,14] (8)\n0\ndebugee ranks[1,3,5,7,9,11,13,15] (8)\n1\n"
+        "numbers: count 16, min 0 (rank 0), max 1 (rank 1), mean 0.5, NaN/Inf 0, beyond 3 sd 0\n"
+    )
     shell.command("set cast_output raw")
     assert shell.command("cast debugee ranks(host=1) p rank") == "[4] 4\n[5] 5\n[6] 6\n[7] 7\n"
     shell.command("set cast_output grouped")
@@ -241,8 +264,9 @@ def test_cast_grouped_raw_and_a_rank_that_does_not_answer(example, shell):
     start = len(shell.text)
     out = shell.command("cast debugee ranks(3,7) !import threading; threading.Event().wait(60)", timeout=15)
     assert "answered 0/2" in shell.text[start:], "progress shows while a cast waits"
-    assert out.endswith("no answer from debugee ranks[3] (1): running\n"
-                        "no answer from debugee ranks[7] (1): still running\n")
+    assert out.endswith(
+        "no answer from debugee ranks[3] (1): running\nno answer from debugee ranks[7] (1): still running\n"
+    )
 
 
 @pytest.mark.timeout(90)
@@ -262,8 +286,10 @@ def test_completion_and_history_at_both_prompts(example, shell):
 
 @pytest.mark.timeout(90)
 def test_follow_shows_what_another_shell_makes_ranks_print(env, example, shell):
-    assert shell.command("follow debugee ranks(host=0, gpu=(1,2))").strip() == \
-        "Following debugee ranks[1,2] (2); 'follow off' stops."
+    assert (
+        shell.command("follow debugee ranks(host=0, gpu=(1,2))").strip()
+        == "Following debugee ranks[1,2] (2); 'follow off' stops."
+    )
     other = ShellDriver(env)
     try:
         other.wait_prompt()

@@ -15,26 +15,55 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from monarch_pdb.client.connection import ShellConnection
 from programs import EXAMPLES, Program, settings_for, start_broker, stop_broker, wait_for_sessions
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.client.connection import ShellConnection
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 INTS = st.integers(min_value=-(2**63), max_value=2**64 - 1)
-FIELD_VALUES = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=False), st.text(max_size=20),
-                         st.binary(max_size=20), st.lists(INTS, max_size=3),
-                         st.dictionaries(st.text(max_size=5), INTS, max_size=3))
+FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    INTS,
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+    st.lists(INTS, max_size=3),
+    st.dictionaries(st.text(max_size=5), INTS, max_size=3),
+)
 BODIES = st.fixed_dictionaries(
-    {"v": st.sampled_from([1, 1, 2, "1"]), "t": st.sampled_from([*wire.REGISTRY, wire.BATCH, "nosuch", 7]),
-     "s": st.binary(min_size=8, max_size=8), "n": st.integers(min_value=1, max_value=2**40)},
-    optional={"ts": st.floats(allow_nan=False), "sid": FIELD_VALUES, "session": FIELD_VALUES, "line": FIELD_VALUES,
-              "actor": FIELD_VALUES, "rank": FIELD_VALUES, "selector": FIELD_VALUES, "role": FIELD_VALUES,
-              "rows": FIELD_VALUES, "cmd": FIELD_VALUES, "output": FIELD_VALUES,
-              "items": st.lists(st.one_of(st.binary(max_size=30), st.builds(
-                  lambda t, sid: msgpack.packb({"t": t, "sid": sid, "cmd": 1, "line": "p 1"}),
-                  st.sampled_from([*wire.REGISTRY, wire.BATCH]), FIELD_VALUES)), max_size=4)},
+    {
+        "v": st.sampled_from([1, 1, 2, "1"]),
+        "t": st.sampled_from([*wire.REGISTRY, wire.BATCH, "nosuch", 7]),
+        "s": st.binary(min_size=8, max_size=8),
+        "n": st.integers(min_value=1, max_value=2**40),
+    },
+    optional={
+        "ts": st.floats(allow_nan=False),
+        "sid": FIELD_VALUES,
+        "session": FIELD_VALUES,
+        "line": FIELD_VALUES,
+        "actor": FIELD_VALUES,
+        "rank": FIELD_VALUES,
+        "selector": FIELD_VALUES,
+        "role": FIELD_VALUES,
+        "rows": FIELD_VALUES,
+        "cmd": FIELD_VALUES,
+        "output": FIELD_VALUES,
+        "items": st.lists(
+            st.one_of(
+                st.binary(max_size=30),
+                st.builds(
+                    lambda t, sid: msgpack.packb({"t": t, "sid": sid, "cmd": 1, "line": "p 1"}),
+                    st.sampled_from([*wire.REGISTRY, wire.BATCH]),
+                    FIELD_VALUES,
+                ),
+            ),
+            max_size=4,
+        ),
+    },
 )
 
 
@@ -77,7 +106,9 @@ def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]], key: bytes 
 
 def still_answers(shell: ShellConnection) -> None:
     result = shell.cast("debugee", "ranks(::5)", "p rank", timeout=10)
-    assert [(g.output, list(g.ranks)) for g in result.groups] == [(f"{r}\n", [r]) for r in (0, 5, 10, 15)] and not result.missing
+    assert [(g.output, list(g.ranks)) for g in result.groups] == [
+        (f"{r}\n", [r]) for r in (0, 5, 10, 15)
+    ] and not result.missing
 
 
 @pytest.mark.timeout(240)
@@ -86,18 +117,25 @@ def test_fuzzed_messages_never_disturb_real_sessions(live):
     signer = wire.Codec(conn.key)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.lists(st.one_of(
-        st.lists(st.binary(max_size=300), min_size=1, max_size=4),
-        BODIES.map(lambda body: signed(conn.key, msgpack.packb(body, use_bin_type=True))),
-        st.binary(max_size=200).map(lambda raw: signed(conn.key, raw)),
-    ), min_size=1, max_size=20))
+    @given(
+        st.lists(
+            st.one_of(
+                st.lists(st.binary(max_size=300), min_size=1, max_size=4),
+                BODIES.map(lambda body: signed(conn.key, msgpack.packb(body, use_bin_type=True))),
+                st.binary(max_size=200).map(lambda raw: signed(conn.key, raw)),
+            ),
+            min_size=1,
+            max_size=20,
+        )
+    )
     def batch(frames_list):
         throw(ctx, conn.router, frames_list)
         still_answers(shell)
 
     batch()
-    replayed = signer.encode(wire.Cast(ref=1, actor="debugee", selector="ranks(0)", line="!import os; os._exit(3)",
-                                       timeout=1.0))
+    replayed = signer.encode(
+        wire.Cast(ref=1, actor="debugee", selector="ranks(0)", line="!import os; os._exit(3)", timeout=1.0)
+    )
     throw(ctx, conn.router, [replayed, replayed])
     still_answers(shell)
     assert len(shell.wait_for_rows(lambda rows: True, 1)) == 16, "no session made, none lost"
@@ -122,8 +160,9 @@ def test_large_frames_and_a_flood_leave_memory_bounded_and_one_summary(live):
     summaries = [line for line in log.splitlines() if "bad messages so far" in line]
     assert 1 <= len(summaries) <= 3, f"{len(summaries)} summary lines for 20,004 bad messages"
     # The frame over the size limit is cut off by the socket itself: the broker never reads it.
-    assert summaries[-1] == ("monarch-pdb broker: dropped 20004 bad messages so far (20004 bad signature); "
-                             "latest: bad signature"), "the last one counts them all"
+    assert summaries[-1] == (
+        "monarch-pdb broker: dropped 20004 bad messages so far (20004 bad signature); latest: bad signature"
+    ), "the last one counts them all"
     assert conn.secret not in log
 
 
@@ -142,8 +181,12 @@ def test_the_broker_survives_garbage_and_keeps_serving(env, broker):
     ctx = zmq.Context()
     dealer = ctx.socket(zmq.DEALER)
     dealer.connect(conn.router)
-    for frames in ([b"one"], [os.urandom(32), os.urandom(200)], signed(conn.key, msgpack.packb({"v": 1, "t": "list"})),
-                   wire.Codec(b"wrong key").encode(wire.ListSessions())):
+    for frames in (
+        [b"one"],
+        [os.urandom(32), os.urandom(200)],
+        signed(conn.key, msgpack.packb({"v": 1, "t": "list"})),
+        wire.Codec(b"wrong key").encode(wire.ListSessions()),
+    ):
         dealer.send_multipart(frames)
     dealer.close(linger=1000)
     ctx.term()
@@ -169,7 +212,9 @@ def test_thousands_of_connections_coming_and_going_leave_the_broker_serving(env,
         for _ in range(200):
             dealer = ctx.socket(zmq.DEALER)
             dealer.connect(conn.router)
-            dealer.send_multipart(wire.Codec(b"wrong").encode(wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=1)))
+            dealer.send_multipart(
+                wire.Codec(b"wrong").encode(wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=1))
+            )
             dealer.close(linger=0)
     finally:
         ctx.term()

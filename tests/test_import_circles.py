@@ -28,8 +28,9 @@ def imports(tree: ast.AST, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                      for a in node.names}
+            found |= {
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            }
         found |= imports(node, modules)
     return found & modules
 
@@ -68,8 +69,9 @@ def all_imports(tree: ast.AST, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                      for a in node.names}
+            found |= {
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names
+            }
     return found & modules
 
 
@@ -78,8 +80,10 @@ def test_no_module_of_the_broker_imports_one_that_imports_it_back_even_for_types
     import monarch_pdb.broker
 
     folder = Path(monarch_pdb.broker.__file__).parent
-    files = {"monarch_pdb.broker." + path.stem if path.stem != "__init__" else "monarch_pdb.broker": path
-             for path in folder.glob("*.py")}
+    files = {
+        "monarch_pdb.broker." + path.stem if path.stem != "__init__" else "monarch_pdb.broker": path
+        for path in folder.glob("*.py")
+    }
     modules = set(files)
     graph = {name: all_imports(ast.parse(path.read_text()), modules) - {name} for name, path in files.items()}
     assert circles(graph) == []

@@ -6,20 +6,33 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from monarch_pdb import wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
 from monarch_pdb.broker.records import Peer, Session
 from monarch_pdb.broker.registry import Registry
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import UPSTREAM
+
+from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
 
 pytestmark = pytest.mark.timeout(10)
 
-STOP = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={}, host="h", pid=100,
-                   function="m.step", filename="step.py", lineno=3, output="> step.py(3)step()\n", prompt="(Pdb) ")
+STOP = wire.Prompt(
+    sid=1,
+    cmd=0,
+    job="job",
+    actor="train",
+    rank=0,
+    coords={},
+    host="h",
+    pid=100,
+    function="m.step",
+    filename="step.py",
+    lineno=3,
+    output="> step.py(3)step()\n",
+    prompt="(Pdb) ",
+)
 MAIN = [wire.ThreadStack("MainThread", [wire.Frame("train.py", 9, "<module>"), wire.Frame("train.py", 3, "step")])]
 OTHER = [wire.ThreadStack("MainThread", [wire.Frame("train.py", 9, "<module>"), wire.Frame("train.py", 5, "save")])]
 M = wire.Missing
@@ -210,8 +223,7 @@ def test_identical_stacks_from_several_processes_share_one_entry():
     assert table.settle(request) == []
     request.report(b"b", [S(MAIN, [2])])
     [result] = table.settle(request)
-    assert result == wire.StacksResult(ref=3, actor="train", groups=[S(MAIN, [0, 2]),
-                                                                     S(OTHER, [1])], missing=[])
+    assert result == wire.StacksResult(ref=3, actor="train", groups=[S(MAIN, [0, 2]), S(OTHER, [1])], missing=[])
 
 
 def test_only_the_ranks_asked_of_a_process_count_and_those_it_sent_no_stack_for_are_named():

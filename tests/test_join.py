@@ -19,13 +19,14 @@ from programs import DEBUG_SHELL, Program, debug, wait_for_all_rows, wait_for_li
 
 JOIN = [DEBUG_SHELL[0], "join"]
 JOINS = sys.version_info >= (3, 14)
-needs_remote_exec = pytest.mark.skipif(not JOINS, reason="joining a running process needs sys.remote_exec "
-                                                         "(Python 3.14 or later) on both sides")
+needs_remote_exec = pytest.mark.skipif(
+    not JOINS, reason="joining a running process needs sys.remote_exec (Python 3.14 or later) on both sides"
+)
 pytestmark = pytest.mark.each_python
 PATIENCE = "60"
 """join's --timeout where a process must join: its import of monarch-pdb on a busy machine."""
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import os
     import socket
     import threading
@@ -64,11 +65,11 @@ WORKER = textwrap.dedent('''
     else:
         mine, theirs = socket.socketpair()
         read_reply(mine)
-''')
+""")
 """A rank of a job that hangs, as torchrun starts it: each waits in its own way, and comes back
 to Python between two waits (where a joining script runs)."""
 
-LAUNCHER = textwrap.dedent('''
+LAUNCHER = textwrap.dedent("""
     import os
     import subprocess
     import sys
@@ -78,15 +79,16 @@ LAUNCHER = textwrap.dedent('''
         TORCHELASTIC_RUN_ID="hang7")) for r in range(3)]
     for worker in workers:
         worker.wait()
-''')
+""")
 """Three workers with torchrun's variables, under a Python parent as torchrun is."""
 
 IDLE = 'import time\nprint("WAITING", flush=True)\nwhile True:\n    time.sleep(0.2)\n'
 
 
 def join(env, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*JOIN, *args], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [*JOIN, *args], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @needs_remote_exec
@@ -106,10 +108,17 @@ def test_joined_ranks_are_listed_stacked_interrupted_cast_to_and_continued(env, 
 
         rows = wait_for_all_rows(env, lambda rows: len(rows) == 3)
         assert sorted((r.actor, r.rank, r.coords, r.pid, r.state, r.job) for r in rows) == [
-            ("train", r, {"host": 0, "gpu": r}, pid, "running", "train-torchrun-hang7") for r, pid in enumerate(pids)]
+            ("train", r, {"host": 0, "gpu": r}, pid, "running", "train-torchrun-hang7") for r, pid in enumerate(pids)
+        ]
 
-        seen = debug(env, "stacks train", "interrupt train ranks(:)", "cast train ranks(1) up 2",
-                     "cast train ranks(:) p kind", "continue")
+        seen = debug(
+            env,
+            "stacks train",
+            "interrupt train ranks(:)",
+            "cast train ranks(1) up 2",
+            "cast train ranks(:) p kind",
+            "continue",
+        )
         assert seen.returncode == 0, seen.stdout + seen.stderr
         stacks, _, rest = seen.stdout.partition("Interrupted 3 ranks: train ranks[0-2] (3)\n")
         for function, rank in (("nap", 0), ("wait_for_peers", 1), ("read_reply", 2)):
@@ -119,13 +128,16 @@ def test_joined_ranks_are_listed_stacked_interrupted_cast_to_and_continued(env, 
 
         again = join(elsewhere, *chosen, "--timeout", PATIENCE)
         assert (again.returncode, again.stdout, again.stderr) == (
-            0, "joined 3 processes: train ranks[0-2] (3 had joined before)\n", "")
+            0,
+            "joined 3 processes: train ranks[0-2] (3 had joined before)\n",
+            "",
+        )
         assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 3)] == ["running"] * 3
     finally:
         program.stop()
 
 
-BLOCKED = textwrap.dedent('''
+BLOCKED = textwrap.dedent("""
     import socket
     import sys
     import time
@@ -135,7 +147,7 @@ BLOCKED = textwrap.dedent('''
     reply = sock.recv(1)
     while True:
         time.sleep(0.2)
-''')
+""")
 
 
 @needs_remote_exec
@@ -153,7 +165,8 @@ def test_a_process_blocked_in_a_c_call_is_named_and_joins_once_the_call_returns(
                 assert (done.returncode, done.stdout) == (1, "")
                 assert done.stderr == (
                     f"monarch-pdb: {pid} (python) has not joined within 3 s: its main thread is blocked in a C call "
-                    "under blocked.py:8 <module>; it joins when that call returns or a signal arrives\n")
+                    "under blocked.py:8 <module>; it joins when that call returns or a signal arrives\n"
+                )
                 peer.sendall(b"!")
                 rows = wait_for_all_rows(env, lambda rows: [r.pid for r in rows] == [pid], timeout=90)
                 assert (rows[0].actor, rows[0].rank, rows[0].state) == ("blocked", pid, "running")
@@ -167,15 +180,20 @@ def test_a_process_joined_whose_broker_never_answers_is_named_with_the_rank_it_j
     (tmp_path / "idle.py").write_text(IDLE)
     other = socket.create_server(("127.0.0.1", 0))  # another program holds the port, and speaks no ZeroMQ
     port = other.getsockname()[1]
-    remote = dict(env, MONARCH_PDB_SECRET="s" * 64, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1")
+    remote = dict(
+        env, MONARCH_PDB_SECRET="s" * 64, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1"
+    )
     program = Program(remote, tmp_path / "idle.py", cwd=tmp_path)
     try:
         wait_for_lines(program, "WAITING", 1)
         pid = program.proc.pid
         done = join(remote, str(pid), "--timeout", "30")
         assert (done.returncode, done.stdout) == (1, "")
-        assert re.fullmatch(rf"monarch-pdb: {pid} \(python\) joined as idle {pid}, but no debug broker answers at "
-                            rf"127\.0\.0\.1:{port} .*\n", done.stderr), done.stderr
+        assert re.fullmatch(
+            rf"monarch-pdb: {pid} \(python\) joined as idle {pid}, but no debug broker answers at "
+            rf"127\.0\.0\.1:{port} .*\n",
+            done.stderr,
+        ), done.stderr
         assert program.proc.poll() is None
     finally:
         program.stop()
@@ -192,21 +210,29 @@ def _other_python() -> str | None:
 
 REFUSALS = {
     "remote debugging disabled by the environment": (
-        {"PYTHON_DISABLE_REMOTE_DEBUG": "1"}, [sys.executable],
+        {"PYTHON_DISABLE_REMOTE_DEBUG": "1"},
+        [sys.executable],
         r"{pid} \(python\) does not allow remote debugging \(PYTHON_DISABLE_REMOTE_DEBUG, or -X "
-        r"disable-remote-debug\); start it with PYTHONBREAKPOINT=monarch_pdb.set_trace or monarch_pdb.install\(\)"),
+        r"disable-remote-debug\); start it with PYTHONBREAKPOINT=monarch_pdb.set_trace or monarch_pdb.install\(\)",
+    ),
     "remote debugging disabled by -X": (
-        {}, [sys.executable, "-X", "disable-remote-debug"],
-        r"{pid} \(python\) does not allow remote debugging .*"),
+        {},
+        [sys.executable, "-X", "disable-remote-debug"],
+        r"{pid} \(python\) does not allow remote debugging .*",
+    ),
     "monarch_pdb not importable there": (
-        {}, [sys.executable, "-S"],
+        {},
+        [sys.executable, "-S"],
         rf"monarch_pdb cannot be imported in {{pid}} \(python\), whose Python is {re.escape(sys.prefix)}: install it "
-        rf"there with `{re.escape(sys.executable)} -m pip install monarch-pdb`"),
+        rf"there with `{re.escape(sys.executable)} -m pip install monarch-pdb`",
+    ),
     "not a Python process": ({}, ["sleep"], r"{pid} \(sleep\) is not a Python process"),
     "another Python": (
-        {}, [_other_python() or "python3"],
+        {},
+        [_other_python() or "python3"],
         r"{pid} \(python3\.\d+\) runs Python 3\.\d+ and join runs on Python 3\.\d+: sys\.remote_exec needs the same "
-        r"Python on both sides; run join with Python 3\.\d+"),
+        r"Python on both sides; run join with Python 3\.\d+",
+    ),
 }
 
 
@@ -218,8 +244,12 @@ def test_a_process_that_cannot_be_joined_is_refused_in_one_line_and_left_as_it_w
     if case == "another Python" and _other_python() is None:
         pytest.skip("no other Python 3.14+ on PATH (python3.X)")
     (tmp_path / "idle.py").write_text(IDLE)
-    program = Program(dict(env, **variables), "3600" if launcher == ["sleep"] else tmp_path / "idle.py",
-                      launcher=launcher, cwd=tmp_path)
+    program = Program(
+        dict(env, **variables),
+        "3600" if launcher == ["sleep"] else tmp_path / "idle.py",
+        launcher=launcher,
+        cwd=tmp_path,
+    )
     try:
         if launcher != ["sleep"]:
             wait_for_lines(program, "WAITING", 1)
@@ -252,9 +282,11 @@ def test_a_python_older_than_3_14_is_refused_with_what_to_do_instead(env, tmp_pa
         wait_for_lines(program, "WAITING", 1)
         done = join(env, str(program.proc.pid))
         assert (done.returncode, done.stdout) == (1, "")
-        assert re.fullmatch(rf"monarch-pdb: {program.proc.pid} runs Python 3\.1[0-3]; joining needs 3\.14 or later "
-                            r"there; start it with PYTHONBREAKPOINT=monarch_pdb\.set_trace or monarch_pdb\.install\(\)\n",
-                            done.stderr), done.stderr
+        assert re.fullmatch(
+            rf"monarch-pdb: {program.proc.pid} runs Python 3\.1[0-3]; joining needs 3\.14 or later "
+            r"there; start it with PYTHONBREAKPOINT=monarch_pdb\.set_trace or monarch_pdb\.install\(\)\n",
+            done.stderr,
+        ), done.stderr
         assert program.proc.poll() is None
     finally:
         program.stop()
@@ -267,14 +299,17 @@ def _nobody() -> pwd.struct_passwd | None:
     except KeyError:
         return None
     try:
-        subprocess.run([sys.executable, "-c", ""], user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[],
-                       check=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-c", ""], user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], check=True, timeout=60
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
     return nobody
 
 
-UNDUMPABLE = 'import ctypes, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\nprint("WAITING", flush=True)\ntime.sleep(3600)\n'
+UNDUMPABLE = (
+    'import ctypes, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\nprint("WAITING", flush=True)\ntime.sleep(3600)\n'
+)
 """A process that forbids being read (PR_SET_DUMPABLE 0), as a setuid program or a hardened one does."""
 
 
@@ -285,17 +320,36 @@ def test_a_process_join_may_not_reach_is_refused_in_one_line(env, whose):
     if nobody is None:
         pytest.skip("needs root, and a Python the user nobody may run, to run processes as nobody")
     code = IDLE if whose == "another user's" else UNDUMPABLE
-    target = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True,
-                              user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], start_new_session=True)
+    target = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        user=nobody.pw_uid,
+        group=nobody.pw_gid,
+        extra_groups=[],
+        start_new_session=True,
+    )
     try:
         assert target.stdout.readline() == "WAITING\n"
-        as_user = {} if whose == "another user's" else {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
-        done = subprocess.run([*JOIN, str(target.pid)], env=dict(env, HOME="/"), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=90, **as_user)
+        as_user = (
+            {} if whose == "another user's" else {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+        )
+        done = subprocess.run(
+            [*JOIN, str(target.pid)],
+            env=dict(env, HOME="/"),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            **as_user,
+        )
         assert (done.returncode, done.stdout) == (1, "")
         if whose == "another user's":
-            expected = (rf"{target.pid} \(python\S*\) belongs to user nobody: join it as nobody, whose broker and "
-                        "secret it uses")
+            expected = (
+                rf"{target.pid} \(python\S*\) belongs to user nobody: join it as nobody, whose broker and "
+                "secret it uses"
+            )
         else:
             expected = rf"not permitted to reach {target.pid} \(.*\): join it as its user with CAP_SYS_PTRACE, .*"
         assert re.fullmatch(f"monarch-pdb: {expected}\n", done.stderr), done.stderr
@@ -314,6 +368,9 @@ def test_no_process_and_no_children_are_refused(env, tmp_path):
     lonely = Program(env, "3600", launcher=["sleep"])
     try:
         done = join(env, "--children-of", str(lonely.proc.pid))
-        assert (done.returncode, done.stderr) == (1, f"monarch-pdb: {lonely.proc.pid} runs no Python process below it\n")
+        assert (done.returncode, done.stderr) == (
+            1,
+            f"monarch-pdb: {lonely.proc.pid} runs no Python process below it\n",
+        )
     finally:
         lonely.stop()

@@ -76,8 +76,10 @@ def test_ctrl_c_stops_waiting_and_ctrl_d_leaves_each_prompt(example, shell):
     sh.child.send("cast debugee ranks(3) !import threading; threading.Event().wait(60)\r")
     sh.expect("answered 0/1")
     sh.child.sendintr()
-    sh.expect(r"Error processing command: stopped waiting \(Ctrl-C\); the ranks carry on with "
-                 r"'!import threading; threading.Event\(\).wait\(60\)'")
+    sh.expect(
+        r"Error processing command: stopped waiting \(Ctrl-C\); the ranks carry on with "
+        r"'!import threading; threading.Event\(\).wait\(60\)'"
+    )
     assert sh.wait_prompt() == "monarch_dbg>"
     assert "| debugee | 3 " not in sh.command("list"), "rank 3 still runs the cast's line"
 
@@ -144,8 +146,14 @@ def test_errors_are_red_on_a_terminal_and_plain_without_one(example, env, shell)
     sh = shell()
     sh.command("frobnicate")
     assert "\x1b[91mError processing command: unknown command 'frobnicate'" in sh.raw
-    piped = subprocess.run([MONARCH, "debug", "-c", "frobnicate"], env=dict(env, MONARCH_PDB_HISTORY=""),
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    piped = subprocess.run(
+        [MONARCH, "debug", "-c", "frobnicate"],
+        env=dict(env, MONARCH_PDB_HISTORY=""),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert piped.returncode == 1
     assert "\x1b" not in piped.stdout + piped.stderr
     assert piped.stderr == "monarch-pdb: -c:1: frobnicate: unknown command 'frobnicate'; enter 'help' for the list\n"
@@ -293,12 +301,15 @@ def test_ctrl_z_then_fg_draws_the_prompt_and_the_half_typed_line_again(example, 
 
 
 @pytest.mark.timeout(90)
-def test_lines_typed_while_the_rank_runs_wait_for_its_prompt_or_are_named_when_ctrl_c_leaves_it(example, shell, tmp_path):
+def test_lines_typed_while_the_rank_runs_wait_for_its_prompt_or_are_named_when_ctrl_c_leaves_it(
+    example, shell, tmp_path
+):
     sh = shell()
     sh.command("attach debugee 5")
     go = tmp_path / "go"
-    wait_for_go = (f"![__import__('time').sleep(0.02) for _ in iter(lambda: __import__('os').path.exists({str(go)!r}), "
-                   "True)]")
+    wait_for_go = (
+        f"![__import__('time').sleep(0.02) for _ in iter(lambda: __import__('os').path.exists({str(go)!r}), True)]"
+    )
     sh.child.send(wait_for_go + "\r")
     sh.expect(r"\(debugee 5 \(.+\) is running; type 'detach' to leave it running\)")
     sh.child.send("p 505\r")
@@ -315,7 +326,9 @@ def test_lines_typed_while_the_rank_runs_wait_for_its_prompt_or_are_named_when_c
     sh.child.send("p 707\r")
     sh.expect(r"1 line typed waits for its prompt")
     sh.child.sendintr()
-    sh.expect(r"Detached from debug session for debugee 5 .*\n\(Pdb\) p 707\nError processing command: not sent: "
-              r"'p 707' was typed for debugee 5 \(.+\), which you left running \(Ctrl-C\)\n")
+    sh.expect(
+        r"Detached from debug session for debugee 5 .*\n\(Pdb\) p 707\nError processing command: not sent: "
+        r"'p 707' was typed for debugee 5 \(.+\), which you left running \(Ctrl-C\)\n"
+    )
     assert sh.wait_prompt() == "monarch_dbg>"
     go.touch()

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from programs import Program, wait_for_all_rows, wait_for_sessions
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import os
 
     import monarch_pdb
@@ -17,17 +17,45 @@ PROBE = textwrap.dedent('''
     if os.environ.get("PROBE_NAMES"):
         monarch_pdb.set_identity(actor="learner", rank=9, coords={"node": 1})
     breakpoint()
-''')
+""")
 
 LAUNCHERS = {
-    "torchrun": ({"RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "2", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2",
-                  "TORCHELASTIC_RUN_ID": "run7"}, "probe-torchrun-run7", 5, {"host": 2, "gpu": 1}),
-    "slurm": ({"SLURM_PROCID": "6", "SLURM_NODEID": "3", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "77"},
-              "probe-slurm-77", 6, {"host": 3, "gpu": 0}),
-    "openmpi": ({"OMPI_COMM_WORLD_RANK": "7", "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
-                 "OMPI_MCA_ess_base_jobid": "123"}, "probe-mpi-123", 7, {"host": 1, "gpu": 3}),
-    "pmi": ({"PMI_RANK": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "PMI_KVSNAME": "kvs_9"},
-            "probe-mpi-kvs_9", 2, {"host": 1, "gpu": 0}),
+    "torchrun": (
+        {
+            "RANK": "5",
+            "LOCAL_RANK": "1",
+            "GROUP_RANK": "2",
+            "WORLD_SIZE": "8",
+            "LOCAL_WORLD_SIZE": "2",
+            "TORCHELASTIC_RUN_ID": "run7",
+        },
+        "probe-torchrun-run7",
+        5,
+        {"host": 2, "gpu": 1},
+    ),
+    "slurm": (
+        {"SLURM_PROCID": "6", "SLURM_NODEID": "3", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "77"},
+        "probe-slurm-77",
+        6,
+        {"host": 3, "gpu": 0},
+    ),
+    "openmpi": (
+        {
+            "OMPI_COMM_WORLD_RANK": "7",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+            "OMPI_MCA_ess_base_jobid": "123",
+        },
+        "probe-mpi-123",
+        7,
+        {"host": 1, "gpu": 3},
+    ),
+    "pmi": (
+        {"PMI_RANK": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "PMI_KVSNAME": "kvs_9"},
+        "probe-mpi-kvs_9",
+        2,
+        {"host": 1, "gpu": 0},
+    ),
 }
 
 
@@ -36,11 +64,13 @@ def test_each_launcher_names_rank_coordinates_and_job(env, tmp_path, shell):
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     hooked = dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace")
-    programs = {name: Program(dict(hooked, **variables), script, cwd=tmp_path)
-                for name, (variables, *_) in LAUNCHERS.items()}
+    programs = {
+        name: Program(dict(hooked, **variables), script, cwd=tmp_path) for name, (variables, *_) in LAUNCHERS.items()
+    }
     programs["bare"] = Program(dict(hooked, MONARCH_PDB_ACTOR="trainer"), script, cwd=tmp_path)
-    programs["named"] = Program(dict(hooked, PROBE_NAMES="1", MONARCH_PDB_JOB="named", **LAUNCHERS["torchrun"][0]),
-                                script, cwd=tmp_path)
+    programs["named"] = Program(
+        dict(hooked, PROBE_NAMES="1", MONARCH_PDB_JOB="named", **LAUNCHERS["torchrun"][0]), script, cwd=tmp_path
+    )
     try:
         rows = {row.job: row for row in wait_for_sessions(env, len(programs))}
         for name, (_, job, rank, coords) in LAUNCHERS.items():
@@ -57,7 +87,7 @@ def test_each_launcher_names_rank_coordinates_and_job(env, tmp_path, shell):
             program.stop()
 
 
-FAILING = textwrap.dedent('''
+FAILING = textwrap.dedent("""
     import os
 
     import monarch_pdb
@@ -72,7 +102,7 @@ FAILING = textwrap.dedent('''
     if os.environ.get("PROBE_BREAK"):
         breakpoint()
     lookup()
-''')
+""")
 
 
 @pytest.mark.timeout(90)
@@ -128,7 +158,7 @@ OTHER_RELEASES = {
     "monarch/_src/actor/host_mesh.py": '"""A Monarch release whose proc meshes are spawned by another class."""\n',
 }
 
-BESIDE_ENGINES = textwrap.dedent('''
+BESIDE_ENGINES = textwrap.dedent("""
     import monarch._src.actor.host_mesh
     import ray
 
@@ -138,7 +168,7 @@ BESIDE_ENGINES = textwrap.dedent('''
     value = 42
     breakpoint()
     print("FINISHED", flush=True)
-''')
+""")
 
 
 @pytest.mark.timeout(60)
@@ -169,7 +199,7 @@ def test_engine_releases_whose_insides_differ_are_named_and_the_program_still_ru
         program.stop()
 
 
-WAITING_RANK = textwrap.dedent('''
+WAITING_RANK = textwrap.dedent("""
     import os
     import sys
     import time
@@ -178,7 +208,7 @@ WAITING_RANK = textwrap.dedent('''
     breakpoint()
     while not os.path.exists(sys.argv[1]):  # the other ranks' all-reduce
         time.sleep(0.05)
-''')
+""")
 
 
 @pytest.mark.timeout(90)
@@ -186,10 +216,17 @@ def test_a_rank_continued_without_install_stays_known_as_an_installed_one(env, t
     script = tmp_path / "train.py"
     script.write_text(WAITING_RANK)
     released = tmp_path / "released"
-    hooked = dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", TORCHELASTIC_RUN_ID="run8", WORLD_SIZE="2",
-                  LOCAL_WORLD_SIZE="2", GROUP_RANK="0")
-    programs = [Program(dict(hooked, RANK=str(r), LOCAL_RANK=str(r)), script, str(released), cwd=tmp_path)
-                for r in range(2)]
+    hooked = dict(
+        env,
+        PYTHONBREAKPOINT="monarch_pdb.set_trace",
+        TORCHELASTIC_RUN_ID="run8",
+        WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="2",
+        GROUP_RANK="0",
+    )
+    programs = [
+        Program(dict(hooked, RANK=str(r), LOCAL_RANK=str(r)), script, str(released), cwd=tmp_path) for r in range(2)
+    ]
     try:
         wait_for_sessions(env, 2)
         sh = shell()

@@ -6,26 +6,39 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from monarch_pdb import wire
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.records import STOP_STATES, Peer
 from monarch_pdb.broker.registry import Registry
+
+from monarch_pdb import wire
 
 pytestmark = pytest.mark.timeout(10)
 
 PAUSED, RUNNING = wire.RankState.BREAKPOINT, wire.RankState.RUNNING
 
 
-def row(rank: int, coords: dict[str, int], host: str, lineno: int = 7, state: wire.RankState = PAUSED,
-        job: str = "job", actor: str = "train") -> wire.SessionRow:
+def row(
+    rank: int,
+    coords: dict[str, int],
+    host: str,
+    lineno: int = 7,
+    state: wire.RankState = PAUSED,
+    job: str = "job",
+    actor: str = "train",
+) -> wire.SessionRow:
     return wire.SessionRow(job, actor, rank, coords, host, 100, "m.step", "m.py", lineno, state, "")
 
 
 def test_rows_group_by_job_actor_function_line_and_state_in_the_order_each_group_first_comes():
-    rows = [row(4, {"gpu": 4}, "node2", lineno=9), row(0, {"gpu": 0}, "node1"), row(1, {"gpu": 1}, "node1"),
-            row(5, {"gpu": 5}, "node2", lineno=9), row(2, {"gpu": 2}, "node1", state=RUNNING),
-            row(3, {"gpu": 3}, "node1", job="other"), row(6, {"gpu": 6}, "node3", actor="eval")]
+    rows = [
+        row(4, {"gpu": 4}, "node2", lineno=9),
+        row(0, {"gpu": 0}, "node1"),
+        row(1, {"gpu": 1}, "node1"),
+        row(5, {"gpu": 5}, "node2", lineno=9),
+        row(2, {"gpu": 2}, "node1", state=RUNNING),
+        row(3, {"gpu": 3}, "node1", job="other"),
+        row(6, {"gpu": 6}, "node3", actor="eval"),
+    ]
     groups = group_rows(rows)
     assert [(g.job, g.actor, g.lineno, g.state, g.ranks, g.count) for g in groups] == [
         ("job", "train", 9, PAUSED, "4,5", 2),
@@ -64,17 +77,41 @@ def test_no_rows_are_no_groups_and_many_groups_come_in_parts_that_keep_their_ord
 
 def test_groups_made_straight_from_the_sessions_are_those_made_from_their_rows():
     registry = Registry()
-    stop = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={}, host="h", pid=100,
-                       function="m.step", filename="m.py", lineno=7, output="", prompt="(Pdb) ")
+    stop = wire.Prompt(
+        sid=1,
+        cmd=0,
+        job="job",
+        actor="train",
+        rank=0,
+        coords={},
+        host="h",
+        pid=100,
+        function="m.step",
+        filename="m.py",
+        lineno=7,
+        output="",
+        prompt="(Pdb) ",
+    )
     for n, (identity, host) in enumerate([(b"a", "node2"), (b"b", "node1"), (b"c", "node3")]):
-        registry.join(Peer(identity=identity, role="agent", name="job", host=host, pid=100 + n, user="u",
-                           last_seen=0.0))
+        registry.join(
+            Peer(identity=identity, role="agent", name="job", host=host, pid=100 + n, user="u", last_seen=0.0)
+        )
     for rank in (*range(40, 64), *range(0, 40), 99, 70):
         identity, host = (b"a", "node2") if rank < 32 else (b"b", "node1") if rank < 64 else (b"c", "node3")
         coords = {"host": rank // 8, "gpu": rank % 8} if rank != 99 else {"host": 12, "gpu": 3, "slot": 1}
-        registry.prompt(identity, dataclasses.replace(
-            stop, sid=rank + 1, rank=rank, coords=coords, host=host, lineno=9 if rank % 5 == 0 else 7,
-            actor="eval" if rank == 70 else "train", reason=wire.Stop.POST_MORTEM if rank == 3 else wire.Stop.BREAKPOINT))
+        registry.prompt(
+            identity,
+            dataclasses.replace(
+                stop,
+                sid=rank + 1,
+                rank=rank,
+                coords=coords,
+                host=host,
+                lineno=9 if rank % 5 == 0 else 7,
+                actor="eval" if rank == 70 else "train",
+                reason=wire.Stop.POST_MORTEM if rank == 3 else wire.Stop.BREAKPOINT,
+            ),
+        )
     registry.join(Peer(identity=b"e", role="shell", name=wire.Client.EDITOR, host="h", pid=1, user="u", last_seen=0.0))
     for sess in list(registry.sessions.values())[:3]:
         registry.hold(b"e", sess)

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from programs import Program, wait_for_all_rows, wait_for_lines
 
-HOLDS = textwrap.dedent('''
+HOLDS = textwrap.dedent("""
     import ctypes
     import os
     import sys
@@ -38,7 +38,7 @@ HOLDS = textwrap.dedent('''
     print("HOLDING", flush=True)
     ctypes.PyDLL(None).sleep(hold)  # a C call that keeps the GIL
     print("DONE", flush=True)
-''')
+""")
 BEAT = "0.2"
 """Heartbeats five times a second: the hold lasts dozens of them."""
 HOLD = "6"
@@ -53,10 +53,13 @@ def start(env, tmp_path) -> tuple[list[Program], object]:
     script = tmp_path / "holds.py"
     script.write_text(HOLDS)
     go = tmp_path / "go"
-    programs = [Program(env, script, str(go), HOLD, "busy", "run", cwd=tmp_path),
-                Program(env, script, str(go), HOLD, "paused", "pause", cwd=tmp_path)]
-    wait_for_all_rows(env, lambda rows: sorted((r.actor, r.state) for r in rows) == [("busy", "running"),
-                                                                                     ("paused", "breakpoint")])
+    programs = [
+        Program(env, script, str(go), HOLD, "busy", "run", cwd=tmp_path),
+        Program(env, script, str(go), HOLD, "paused", "pause", cwd=tmp_path),
+    ]
+    wait_for_all_rows(
+        env, lambda rows: sorted((r.actor, r.state) for r in rows) == [("busy", "running"), ("paused", "breakpoint")]
+    )
     return programs, go
 
 

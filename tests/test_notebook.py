@@ -32,15 +32,19 @@ class Kernel:
 
     def __init__(self, env: dict[str, str], cwd) -> None:
         self.sockets = tempfile.mkdtemp(prefix="kernel-")  # short: a Unix socket's path has ~100 bytes
-        self.manager = jupyter_client.KernelManager(kernel_name="python3", transport="ipc",
-                                                    ip=os.path.join(self.sockets, "channel"))
+        self.manager = jupyter_client.KernelManager(
+            kernel_name="python3", transport="ipc", ip=os.path.join(self.sockets, "channel")
+        )
         self.manager.start_kernel(env=env, cwd=str(cwd))
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
         self.threads = cwd / "kernel-threads.txt"
-        self.run(f"import faulthandler, signal; faulthandler.register(signal.SIGUSR1, open({str(self.threads)!r}, 'w'), "
-                 "all_threads=True)", silent=True)
+        self.run(
+            f"import faulthandler, signal; faulthandler.register(signal.SIGUSR1, open({str(self.threads)!r}, 'w'), "
+            "all_threads=True)",
+            silent=True,
+        )
 
     def run(self, code: str, timeout: float = 60.0, silent: bool = False) -> Cell:
         """Run a cell; what it showed, once the kernel is idle again and has replied.
@@ -74,8 +78,9 @@ class Kernel:
             try:
                 msg = channel(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"the kernel had not ended the cell {code!r} by its deadline; "
-                                     f"its threads:\n{self.stacks()}") from None
+                raise AssertionError(
+                    f"the kernel had not ended the cell {code!r} by its deadline; its threads:\n{self.stacks()}"
+                ) from None
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
 
@@ -123,26 +128,34 @@ def test_an_actor_defined_in_a_cell_is_debugged_from_the_notebook_and_from_a_ter
     assert not kernel.run("%load_ext monarch_pdb").error
     defined = kernel.run(ACTOR_CELL)
     assert not defined.error, defined.error
-    started = kernel.run(textwrap.dedent("""
+    started = kernel.run(
+        textwrap.dedent("""
         procs = this_host().spawn_procs(per_host={"gpu": 4})
         mesh = procs.spawn("debugee", DebugeeActor)
         fut = mesh.to_debug.call()
-    """))
+    """)
+    )
     assert not started.error, started.error + started.stderr
 
     assert kernel.run("%monarch_debug wait debugee 4").stdout == "4 ranks of debugee stopped\n"
     shown = kernel.run("%monarch_debug list")
-    assert listed(shown.plain) == [("debugee", str(rank), "debugging._debugee_actor_internal", str(stop_line(line)))
-                                   for rank, line in enumerate((11, 15, 19, 23))]
+    assert listed(shown.plain) == [
+        ("debugee", str(rank), "debugging._debugee_actor_internal", str(stop_line(line)))
+        for rank, line in enumerate((11, 15, 19, 23))
+    ]
     [html] = [data["text/html"] for data in shown.shown]
-    assert html.startswith("<table><tr><th>Actor Name</th><th>Rank</th>") and "<td>debugging._debugee_actor_internal</td>" in html
+    assert (
+        html.startswith("<table><tr><th>Actor Name</th><th>Rank</th>")
+        and "<td>debugging._debugee_actor_internal</td>" in html
+    )
     pictured = kernel.run("%monarch_debug mesh debugee")
     assert pictured.plain.startswith("debugee: gpu\n   0 1 2 3\n0  S S S S\n"), pictured.plain
     assert '<tr><th>0</th><td title="stopped">S</td><td title="stopped">S</td>' in pictured.shown[0]["text/html"]
 
     cast = kernel.run("%monarch_debug cast debugee ranks(:) p rank")
-    assert cast.stdout.startswith("debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n"
-                                  "debugee ranks[2] (1)\n2\ndebugee ranks[3] (1)\n3\n"), cast.stdout
+    assert cast.stdout.startswith(
+        "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\ndebugee ranks[2] (1)\n2\ndebugee ranks[3] (1)\n3\n"
+    ), cast.stdout
     refused = kernel.run("%monarch_debug attach debugee 1")
     assert refused.stdout == "" and refused.stderr.startswith("%monarch_debug: line 1: attach needs a terminal")
     assert "run `monarch debug` in one" in refused.stderr and len(refused.stderr.splitlines()) == 1
@@ -160,12 +173,14 @@ def test_an_actor_defined_in_a_cell_is_debugged_from_the_notebook_and_from_a_ter
 
     assert "Continued 4 ranks: debugee ranks[0-3]" in kernel.run("%monarch_debug continue").stdout
     kernel.run("%monarch_debug wait debugee 1")
-    post_mortem = kernel.run(textwrap.dedent("""\
+    post_mortem = kernel.run(
+        textwrap.dedent("""\
         %%monarch_debug
         list
         cast debugee ranks(2) where
         continue
-    """))
+    """)
+    )
     assert listed(post_mortem.plain) == [("debugee", "2", "debugging._bad_rank", "5")], post_mortem.plain
     assert f'<Cell In[{defined.number}]>(5)_bad_rank()\n-> raise ValueError("bad rank")' in post_mortem.stdout
     assert "Continued 1 rank: debugee ranks[2]" in post_mortem.stdout

@@ -17,7 +17,7 @@ from monarch_pdb.rank.debugger import PDB_TAKES_EXCEPTIONS
 
 pytestmark = pytest.mark.each_python
 
-PROGRAM = textwrap.dedent('''
+PROGRAM = textwrap.dedent("""
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
 
 
@@ -42,7 +42,7 @@ PROGRAM = textwrap.dedent('''
     if __name__ == "__main__":
         procs = this_host().spawn_procs(per_host={"gpu": 2})
         print("RESULT", procs.spawn("calc", Calc).compute.call().get().values())
-''')
+""")
 
 
 @pytest.fixture
@@ -51,7 +51,9 @@ def calc(env, tmp_path):
     is an error."""
     script = tmp_path / "calc.py"
     script.write_text(PROGRAM)
-    program = Program(dict(env, PYTHONWARNINGS="error::DeprecationWarning:monarch_pdb.rank.debugger"), script, cwd=tmp_path)
+    program = Program(
+        dict(env, PYTHONWARNINGS="error::DeprecationWarning:monarch_pdb.rank.debugger"), script, cwd=tmp_path
+    )
     try:
         wait_for_sessions(env, 2)
         yield program
@@ -152,7 +154,7 @@ def test_restart_run_and_interact_are_refused_at_every_depth(env, calc):
     assert code == 0 and "RESULT [100, 101]" in output
 
 
-CHAINED = textwrap.dedent('''
+CHAINED = textwrap.dedent("""
     from monarch_pdb.actor import Actor, endpoint, this_host
 
 
@@ -176,7 +178,7 @@ CHAINED = textwrap.dedent('''
             this_host().spawn_procs(per_host={"gpu": 1}).spawn("loader", Loader).step.call().get()
         except Exception as error:
             print("FAILED", error)
-''')
+""")
 
 
 @pytest.mark.timeout(120)
@@ -189,19 +191,21 @@ def test_post_mortem_is_handed_the_exception_with_its_chain(env, tmp_path):
         assert run_debug(env, "-c", "continue").returncode == 0
         wait_for_sessions(env, 1, state="post-mortem")
         lines = ["bt", "p $_exception", "exceptions", "exceptions 0", "bt"]
-        done = run_debug(env, *[arg for line in lines for arg in ("-c", f"cast loader ranks(0) {line}")], "-c", "continue")
+        done = run_debug(
+            env, *[arg for line in lines for arg in ("-c", f"cast loader ranks(0) {line}")], "-c", "continue"
+        )
         assert done.returncode == 0, done.stderr
         *answers, last = done.stdout.split("loader ranks[0] (1)\n")[1:]
         last, continued = last.split("Continued ")
         answers.append(last)
         assert continued == "1 rank: loader ranks[0]\n"
-        raised = f"> {script}(17)step()\n-> raise ValueError(\"step failed\") from error\n"
+        raised = f'> {script}(17)step()\n-> raise ValueError("step failed") from error\n'
         assert answers[0] == raised, "the stack starts at the program's frame"
         if sys.version_info >= (3, 12):
             assert answers[1] == "ValueError('step failed')\n"
         if PDB_TAKES_EXCEPTIONS:
             assert answers[2] == "    0 KeyError('missing')\n>   1 ValueError('step failed')\n"
-            assert answers[3] == f"> {script}(6)load()\n-> return table[\"missing\"]\n"
+            assert answers[3] == f'> {script}(6)load()\n-> return table["missing"]\n'
             assert answers[4] == f"  {script}(15)step()\n-> load(table)\n{answers[3]}"
         code, output = program.finish()
         assert code == 0 and "FAILED 1 of 1 rank" in output, output
@@ -209,7 +213,7 @@ def test_post_mortem_is_handed_the_exception_with_its_chain(env, tmp_path):
         program.stop()
 
 
-BROKEN_STR = textwrap.dedent('''
+BROKEN_STR = textwrap.dedent("""
     import monarch_pdb
 
 
@@ -221,7 +225,7 @@ BROKEN_STR = textwrap.dedent('''
     monarch_pdb.install()
     value = 3
     raise Broken()
-''')
+""")
 
 
 @pytest.mark.timeout(90)
@@ -244,14 +248,15 @@ def test_an_exception_whose_str_raises_still_opens_post_mortem(env, tmp_path, br
 @pytest.mark.timeout(60)
 def test_post_mortem_of_an_exception_without_a_traceback_is_pdbs_own_error(env, tmp_path):
     script = tmp_path / "unraised.py"
-    script.write_text("from monarch_pdb.rank import debugger\n\ntry:\n    debugger.post_mortem(ValueError('never raised'))\n"
-                      "except ValueError as error:\n    print('REFUSED', error)\n")
+    script.write_text(
+        "from monarch_pdb.rank import debugger\n\ntry:\n    debugger.post_mortem(ValueError('never raised'))\n"
+        "except ValueError as error:\n    print('REFUSED', error)\n"
+    )
     code, output = Program(env, script, cwd=tmp_path).finish()
     assert (code, output) == (0, "REFUSED A valid traceback must be passed if no exception is being handled\n")
 
 
-
-EXCEPT_STAR = textwrap.dedent('''
+EXCEPT_STAR = textwrap.dedent("""
     import sys
 
     import monarch_pdb
@@ -269,7 +274,7 @@ EXCEPT_STAR = textwrap.dedent('''
         monarch_pdb.install()
     work()
     print("DONE")
-''')
+""")
 """On 3.12 the breakpoint's frame goes on to its return with no line number (None)."""
 
 
@@ -278,14 +283,30 @@ EXCEPT_STAR = textwrap.dedent('''
 def test_a_breakpoint_in_an_except_star_block_stops_where_stock_pdb_does(env, tmp_path):
     script = tmp_path / "grouped.py"
     script.write_text(EXCEPT_STAR)
-    stock = subprocess.run([sys.executable, str(script), "stock"], input="c\n", capture_output=True, text=True,
-                           timeout=30, env=dict(env, PYTHONBREAKPOINT="pdb.set_trace"), cwd=tmp_path).stdout
+    stock = subprocess.run(
+        [sys.executable, str(script), "stock"],
+        input="c\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(env, PYTHONBREAKPOINT="pdb.set_trace"),
+        cwd=tmp_path,
+    ).stdout
     stop = re.search(r"^> .*\n-> .*\n", stock, re.M).group(0)
     program = Program(env, script, cwd=tmp_path)
     try:
         [row] = wait_for_sessions(env, 1)
-        done = run_debug(env, "-c", "stacks grouped", "-c", "cast grouped ranks(:) where", "-c", "cast grouped ranks(:) p value",
-                         "-c", "continue")
+        done = run_debug(
+            env,
+            "-c",
+            "stacks grouped",
+            "-c",
+            "cast grouped ranks(:) where",
+            "-c",
+            "cast grouped ranks(:) p value",
+            "-c",
+            "continue",
+        )
         assert done.returncode == 0, done.stderr
         stacks, where, value = done.stdout.split(f"grouped ranks[{row.rank}] (1)\n")
         assert where.endswith(stop) and value.startswith("7\n"), (stock, done.stdout)
@@ -305,7 +326,7 @@ def test_a_continue_that_finds_ranks_asked_whether_to_clear_lets_them_go_on(env,
     assert code == 0 and "RESULT [100, 101]" in output
 
 
-TWO_CALLS = textwrap.dedent('''
+TWO_CALLS = textwrap.dedent("""
     import pdb
 
     from monarch_pdb.actor import Actor, endpoint, this_host
@@ -328,7 +349,7 @@ TWO_CALLS = textwrap.dedent('''
     if __name__ == "__main__":
         stepper = this_host().spawn_procs(per_host={"gpu": 1}).spawn("stepper", Stepper)
         print("RESULT", stepper.first.call().get().values(), stepper.second.call().get().values())
-''')
+""")
 
 
 @pytest.mark.timeout(120)
@@ -338,17 +359,22 @@ def test_pdb_set_trace_in_an_installed_process_is_a_session_even_after_another_e
     program = Program(env, script, cwd=tmp_path)
     try:
         for function, value in (("first", "1"), ("second", "2")):
-            wait_for_all_rows(env, lambda rows: any(r.function == f"two_calls.{function}" and r.state == "breakpoint"
-                                                    for r in rows), timeout=60)
+            wait_for_all_rows(
+                env,
+                lambda rows: any(r.function == f"two_calls.{function}" and r.state == "breakpoint" for r in rows),
+                timeout=60,
+            )
             done = run_debug(env, "-c", "cast stepper ranks(0) p value", "-c", "continue")
-            assert done.returncode == 0 and done.stdout.startswith(f"stepper ranks[0] (1)\n{value}\n"), done.stdout + done.stderr
+            assert done.returncode == 0 and done.stdout.startswith(f"stepper ranks[0] (1)\n{value}\n"), (
+                done.stdout + done.stderr
+            )
         code, output = program.finish()
         assert code == 0 and "RESULT [1] [2]" in output, output
     finally:
         program.stop()
 
 
-AFTER_A_SESSION = textwrap.dedent('''
+AFTER_A_SESSION = textwrap.dedent("""
     import pdb
     import sys
     import time
@@ -363,7 +389,7 @@ AFTER_A_SESSION = textwrap.dedent('''
         while not done:  # until a debugger attached by `python -m pdb -p` ends it
             time.sleep(0.05)
     print("LEFT", value, flush=True)
-''')
+""")
 
 
 @contextmanager
@@ -397,16 +423,32 @@ def test_stock_pdb_set_trace_reads_the_terminal_once_a_session_ended(env, tmp_pa
 @pytest.mark.timeout(90)
 def test_python_m_pdb_attaches_to_a_process_whose_session_ended(env, tmp_path):
     with after_a_session(env, tmp_path, "attached") as (program, _):
-        attached = subprocess.run([sys.executable, "-m", "pdb", "-p", str(program.proc.pid), "-c", "p value * 6",
-                                   "-c", "!done = True", "-c", "c"], stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=60)
+        attached = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pdb",
+                "-p",
+                str(program.proc.pid),
+                "-c",
+                "p value * 6",
+                "-c",
+                "!done = True",
+                "-c",
+                "c",
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert attached.returncode == 0 and "42\n" in attached.stdout, attached.stdout + attached.stderr
         assert "Another PDB instance" not in attached.stdout
         code, output = program.finish()
         assert code == 0 and "LEFT 7" in output, output
 
 
-AWAITS = textwrap.dedent('''
+AWAITS = textwrap.dedent("""
     import asyncio
     import pdb
 
@@ -429,7 +471,7 @@ AWAITS = textwrap.dedent('''
     if __name__ == "__main__":
         fetcher = this_host().spawn_procs(per_host={"gpu": 1}).spawn("fetcher", Fetcher)
         print("RESULT", fetcher.fetch.call().get().values())
-''')
+""")
 
 
 @pytest.mark.skipif(sys.version_info < (3, 14), reason="pdb.set_trace_async is new in Python 3.14")

@@ -4,18 +4,18 @@ rank's own pdb completes there, and pdb's colours show at a colour terminal unle
 from __future__ import annotations
 
 import re
-import sys
 import textwrap
 
 import pytest
-from monarch_pdb.rank.debugger import PDB_COLOURS
 from programs import Program, wait_for_sessions
 from shell_driver import ShellDriver
 from test_tree import tree  # noqa: F401 (the fixture of a root and its host brokers)
 
+from monarch_pdb.rank.debugger import PDB_COLOURS
+
 pytestmark = pytest.mark.each_python
 
-PROGRAM = textwrap.dedent('''
+PROGRAM = textwrap.dedent("""
     from monarch_pdb.actor import Actor, endpoint, this_host
 
 
@@ -40,7 +40,7 @@ PROGRAM = textwrap.dedent('''
 
     if __name__ == "__main__":
         this_host().spawn_procs(per_host={"gpu": 1}).spawn("trainer", Trainer).train.call().get()
-''')
+""")
 SCRIPT = "launch_job.py"
 BREAK_LINE = next(n for n, line in enumerate(PROGRAM.splitlines(), 1) if line.strip() == "return training_step")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
@@ -153,8 +153,9 @@ def test_pdb_colours_its_source_at_a_colour_terminal(trainer, env, turned_off):
         listing = sh.command("ll")
         assert "training_step = 7" in listing and "^[" not in listing
         shown = sh.raw[start:]
-        assert not COLOUR.search(shown[shown.index("training_step"):shown.rindex("training_step")]), \
+        assert not COLOUR.search(shown[shown.index("training_step") : shown.rindex("training_step")]), (
             "the listing is plain"
+        )
     finally:
         sh.kill()
 

@@ -13,7 +13,7 @@ import pytest
 from programs import Program, debug, wait_for_all_rows, wait_for_lines
 from shell_driver import ShellDriver
 
-PEERS = textwrap.dedent('''
+PEERS = textwrap.dedent("""
     import select
     import socket
     import sys
@@ -48,11 +48,11 @@ PEERS = textwrap.dedent('''
 
 
     print("RANK", rank, "DONE", train_step(3), flush=True)
-''')
+""")
 """A rank of four that waits for its peer (the test) as ranks wait in a collective: rank 0 on
 an Event, rank 1 in a sleep, ranks 2 and 3 in a socket read; rank 2's loss is NaN."""
 
-GIL = textwrap.dedent('''
+GIL = textwrap.dedent("""
     import ctypes
     import os
     import sys
@@ -67,7 +67,7 @@ GIL = textwrap.dedent('''
     print("HOLDING", flush=True)
     ctypes.PyDLL(None).sleep(int(sys.argv[2]))  # a C call that keeps the GIL
     print("DONE", flush=True)
-''')
+""")
 
 
 class Job:
@@ -82,8 +82,12 @@ class Job:
         self.links = [self.listener.accept()[0] for _ in self.ranks]
         for rank, program in enumerate(self.ranks):
             wait_for_lines(program, "WAITING", 1)
-        wait_for_all_rows(env, lambda rows: sorted((r.actor, r.rank, r.state) for r in rows)
-                          == [("train", rank, "running") for rank in range(4)])
+        wait_for_all_rows(
+            env,
+            lambda rows: (
+                sorted((r.actor, r.rank, r.state) for r in rows) == [("train", rank, "running") for rank in range(4)]
+            ),
+        )
 
     def release(self) -> list[tuple[int, str]]:
         """Every rank let go; each one's exit status and what it printed."""
@@ -120,24 +124,35 @@ def test_peek_reads_ranks_waiting_in_c_calls_and_names_the_nan(env, job):
         sh.wait_prompt()
         assert sh.command("peek train ranks(:) loss") == (
             "train ranks[0] (1)\n1.0\ntrain ranks[1] (1)\n1.1\ntrain ranks[2] (1)\nnan\ntrain ranks[3] (1)\n1.3\n"
-            "numbers: count 4, min 1 (rank 0), max 1.3 (rank 3), mean 1.13333, NaN/Inf 1 ranks[2], beyond 3 sd 0\n")
+            "numbers: count 4, min 1 (rank 0), max 1.3 (rank 3), mean 1.13333, NaN/Inf 1 ranks[2], beyond 3 sd 0\n"
+        )
         assert sh.command("peek train ranks(:) loss if loss != 1.3 else nope").endswith(
             "train ranks[3] (1)\n*** NameError: name 'nope' is not defined\n"
             "numbers: count 3, min 1 (rank 0), max 1.1 (rank 1), mean 1.05, NaN/Inf 1 ranks[2], beyond 3 sd 0, "
-            "no number 1 ranks[3]\n")
+            "no number 1 ranks[3]\n"
+        )
         assert sh.command("peek --frame train_step train ranks(:) step * 2") == "train ranks[0-3] (4)\n6\n"
         assert sh.command("peek --up 1 train ranks(:) (step, rank)") == "".join(
-            f"train ranks[{rank}] (1)\n(3, {rank})\n" for rank in range(4)), "train_step, one frame out of all_reduce"
+            f"train ranks[{rank}] (1)\n(3, {rank})\n" for rank in range(4)
+        ), "train_step, one frame out of all_reduce"
         assert sh.command("peek --frame all_reduce --up 3 train ranks(1) step") == (
-            "train ranks[1] (1)\n*** --up 3: only 2 frames above all_reduce\n")
+            "train ranks[1] (1)\n*** --up 3: only 2 frames above all_reduce\n"
+        )
         doc = json.loads(sh.command("peek --json train ranks(:) loss"))
         assert [(g["ranks"], g["output"]) for g in doc["groups"]] == [
-            ([0], "1.0\n"), ([1], "1.1\n"), ([2], "nan\n"), ([3], "1.3\n")]
+            ([0], "1.0\n"),
+            ([1], "1.1\n"),
+            ([2], "nan\n"),
+            ([3], "1.3\n"),
+        ]
         assert doc["numbers"]["nonfinite"] == [2] and doc["missing"] == []
 
         local = sh.command("stacks train --locals")
-        assert "locals of peers.py:25 all_reduce  ranks[2,3] (2)\n  loss = nan  ranks[2] (1)\n  loss = 1.3  ranks[3] (1)\n" \
-               "  loss numbers: count 2, min 1.3 (rank 3), max 1.3 (rank 3), mean 1.3, NaN/Inf 1 ranks[2], beyond 3 sd 0\n" in local
+        assert (
+            "locals of peers.py:25 all_reduce  ranks[2,3] (2)\n  loss = nan  ranks[2] (1)\n  loss = 1.3  ranks[3] (1)\n"
+            "  loss numbers: count 2, min 1.3 (rank 3), max 1.3 (rank 3), mean 1.3, NaN/Inf 1 ranks[2], beyond 3 sd 0\n"
+            in local
+        )
         assert "locals of peers.py:23 all_reduce  ranks[1] (1)\n  loss = 1.1\n" in local
         assert "locals of peers.py:20 all_reduce  ranks[0] (1)\n  done = <threading.Event at 0x" in local
         listed = sh.command("list --all")
@@ -149,34 +164,54 @@ def test_peek_reads_ranks_waiting_in_c_calls_and_names_the_nan(env, job):
 
 @pytest.mark.timeout(120)
 def test_peek_answers_what_raises_cuts_what_runs_long_and_changes_nothing(env, job):
-    done = debug(env, "peek train ranks(:) 1 / (rank - 1)", "peek --timeout 1 train ranks(0,3) __import__('time').sleep(20)",
-                 "peek train ranks(0) [rank for _ in range(2)]", "peek train ranks(:) (rank := 99)",
-                 "peek train ranks(:) rank", "list --all")
+    done = debug(
+        env,
+        "peek train ranks(:) 1 / (rank - 1)",
+        "peek --timeout 1 train ranks(0,3) __import__('time').sleep(20)",
+        "peek train ranks(0) [rank for _ in range(2)]",
+        "peek train ranks(:) (rank := 99)",
+        "peek train ranks(:) rank",
+        "list --all",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     outputs = done.stdout
-    assert outputs.startswith("train ranks[0] (1)\n-1.0\ntrain ranks[1] (1)\n*** ZeroDivisionError: division by zero\n"), \
-        "an expression that raises answers with what it raised, as pdb's p does"
-    assert ("train ranks[0,3] (2)\n*** still evaluating after 1 s (the rank runs on; the answer is dropped when it comes)\n"
-            "train ranks[0] (1)\n[0, 0]\n") in outputs, "the next peek is answered while the slow one still runs"
-    assert "train ranks[0-3] (4)\n99\n" in outputs and "".join(f"train ranks[{r}] (1)\n{r}\n" for r in range(4)) in outputs, \
-        "an assignment expression binds nothing in the rank"
+    assert outputs.startswith(
+        "train ranks[0] (1)\n-1.0\ntrain ranks[1] (1)\n*** ZeroDivisionError: division by zero\n"
+    ), "an expression that raises answers with what it raised, as pdb's p does"
+    assert (
+        "train ranks[0,3] (2)\n*** still evaluating after 1 s (the rank runs on; the answer is dropped when it comes)\n"
+        "train ranks[0] (1)\n[0, 0]\n"
+    ) in outputs, "the next peek is answered while the slow one still runs"
+    assert (
+        "train ranks[0-3] (4)\n99\n" in outputs and "".join(f"train ranks[{r}] (1)\n{r}\n" for r in range(4)) in outputs
+    ), "an assignment expression binds nothing in the rank"
     assert outputs.count("| running |") == 4
 
-    for statement, why in (("rank = 5", "peek evaluates an expression, not a statement ('rank = 5'): it changes nothing"),
-                           ("import os", "peek evaluates an expression, not a statement ('import os')"),
-                           ("loss +", "peek needs a Python expression: invalid syntax in 'loss +'")):
+    for statement, why in (
+        ("rank = 5", "peek evaluates an expression, not a statement ('rank = 5'): it changes nothing"),
+        ("import os", "peek evaluates an expression, not a statement ('import os')"),
+        ("loss +", "peek needs a Python expression: invalid syntax in 'loss +'"),
+    ):
         refused = debug(env, f"peek train ranks(:) {statement}")
         assert refused.returncode == 1 and refused.stdout == "" and why in refused.stderr, refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1 and "-c:1:" in refused.stderr, "one line, naming the script's line"
-    for line, why in (("peek train", "usage: peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>)"),
-                      ("peek --up one train ranks(:) rank", "--up must be a non-negative whole number, not 'one'"),
-                      ("peek --timeout 0 train ranks(:) rank", "--timeout needs a positive number of seconds, not '0'"),
-                      ("peek --deep train ranks(:) rank", "peek has no option --deep"),
-                      ("peek nosuch ranks(:) rank", "No running rank of actor nosuch is known to the broker")):
+        assert len(refused.stderr.strip().splitlines()) == 1 and "-c:1:" in refused.stderr, (
+            "one line, naming the script's line"
+        )
+    for line, why in (
+        ("peek train", "usage: peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>)"),
+        ("peek --up one train ranks(:) rank", "--up must be a non-negative whole number, not 'one'"),
+        ("peek --timeout 0 train ranks(:) rank", "--timeout needs a positive number of seconds, not '0'"),
+        ("peek --deep train ranks(:) rank", "peek has no option --deep"),
+        ("peek nosuch ranks(:) rank", "No running rank of actor nosuch is known to the broker"),
+    ):
         refused = debug(env, line)
         assert refused.returncode == 1 and refused.stdout == "" and why in refused.stderr, refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1 and "-c:1:" in refused.stderr, "one line, naming the script's line"
-    assert debug(env, 'peek train ranks(2) "a  b" + str(rank)').stdout == "train ranks[2] (1)\n'a  b2'\n", "sent as typed"
+        assert len(refused.stderr.strip().splitlines()) == 1 and "-c:1:" in refused.stderr, (
+            "one line, naming the script's line"
+        )
+    assert debug(env, 'peek train ranks(2) "a  b" + str(rank)').stdout == "train ranks[2] (1)\n'a  b2'\n", (
+        "sent as typed"
+    )
     finished_as_if_unread(job)
 
 
@@ -193,7 +228,10 @@ def test_a_rank_holding_the_gil_is_named_and_nothing_waits_for_it(env, tmp_path)
         wait_for_lines(program, "HOLDING", 1)
         held = debug(env, "peek --timeout 1 train ranks(0) 1 + 1")
         assert held.returncode == 1, held.stdout + held.stderr
-        assert held.stdout == "no answer from train ranks[0] (1): holds the GIL in C code (its process sent nothing in time)\n"
+        assert (
+            held.stdout
+            == "no answer from train ranks[0] (1): holds the GIL in C code (its process sent nothing in time)\n"
+        )
         code, output = program.finish(timeout=30)
         assert code == 0 and "DONE" in output, output
     finally:
@@ -212,10 +250,19 @@ def test_the_frame_read_and_the_expression_run_in_it_change_nothing_in_process()
     frame, outer = inner(3)
     frames = [frame, *outer]
     assert choose_frame(frames) is frame and choose_frame(frames, up=1) is outer[0]
-    assert choose_frame(frames, "inner") is frame and choose_frame(frames, "nosuch") == "*** no frame of nosuch on the rank's stack"
-    assert choose_frame(frames, up=-1) == "*** --up -1: a number of frames, not below 0", "never a frame from the other end"
+    assert (
+        choose_frame(frames, "inner") is frame
+        and choose_frame(frames, "nosuch") == "*** no frame of nosuch on the rank's stack"
+    )
+    assert choose_frame(frames, up=-1) == "*** --up -1: a number of frames, not below 0", (
+        "never a frame from the other end"
+    )
     assert choose_frame(frames, up=2) == "*** --up 2: only 1 frame above inner"
-    assert evaluate("[loss * s for s in range(step)]", frame) == "[0.0, 0.5, 1.0]", "a comprehension sees the frame's locals"
+    assert evaluate("[loss * s for s in range(step)]", frame) == "[0.0, 0.5, 1.0]", (
+        "a comprehension sees the frame's locals"
+    )
     assert evaluate("(loss := 7)", frame) == "7" and frame.f_locals["loss"] == 0.5
     assert evaluate("undefined", frame) == "*** NameError: name 'undefined' is not defined"
-    assert evaluate("x = 1", frame).startswith("*** SyntaxError: invalid syntax"), "a statement sent anyway is refused there too"
+    assert evaluate("x = 1", frame).startswith("*** SyntaxError: invalid syntax"), (
+        "a statement sent anyway is refused there too"
+    )

@@ -214,5 +214,7 @@ def test_an_interrupted_rank_stops_as_the_rank_a_runtime_named_else_as_the_proce
     host(presence, 0)
     found = presence.identities("trainer", [0, 5])
     where = {"hostname": socket.gethostname(), "pid": os.getpid()}
-    assert found == {0: Identity(JOB, "trainer", 0, {"gpu": 0}, **where),
-                     5: Identity(JOB, "worker", 3, {"host": 0}, instance="task 9", **where)}
+    assert found == {
+        0: Identity(JOB, "trainer", 0, {"gpu": 0}, **where),
+        5: Identity(JOB, "worker", 3, {"host": 0}, instance="task 9", **where),
+    }

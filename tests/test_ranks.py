@@ -14,8 +14,8 @@ from monarch_pdb.ranks import (
     RankList,
     RankSet,
     RankSlice,
-    SelectorError,
     Selection,
+    SelectorError,
     dimensions,
     format_ranks,
     named,
@@ -125,20 +125,17 @@ MALFORMED = [
     ("ranks(1 2)", "ranks(1 2): expected ',' or ')' but found '2' at position 9"),
     ("ranks(1.5)", "ranks(1.5): expected ',' or ')' but found '.' at position 8"),
     ("ranks(host=1 gpu=2)", "ranks(host=1 gpu=2): expected ',' or ')' but found 'g' at position 14"),
-    ("ranks(host==1)",
-     "ranks(host==1): expected a rank, a slice or a parenthesised list but found '=' at position 12"),
+    ("ranks(host==1)", "ranks(host==1): expected a rank, a slice or a parenthesised list but found '=' at position 12"),
     ("ranks(host=(1))", "ranks(host=(1)): a parenthesised list needs two or more ranks at position 12"),
     ("ranks(host=())", "ranks(host=()): empty item at position 13"),
     ("ranks(host=(0,,2), gpu=1)", "ranks(host=(0,,2), gpu=1): empty item at position 15"),
     ("ranks(host=(1:2,3))", "ranks(host=(1:2,3)): a slice cannot be part of a list at position 14"),
     ("ranks(host=(0,gpu))", "ranks(host=(0,gpu)): expected a rank but found 'g' at position 15"),
     ("ranks(host=((0,1)))", "ranks(host=((0,1))): expected a rank but found '(' at position 13"),
-    ("ranks((1,2))",
-     "ranks((1,2)): expected a rank, a slice or a dimension name but found '(' at position 7"),
+    ("ranks((1,2))", "ranks((1,2)): expected a rank, a slice or a dimension name but found '(' at position 7"),
     ("ranks(gpü=1)", "ranks(gpü=1): expected '=' after dimension 'gp' but found 'ü' at position 9"),
     ("ranks(١)", "ranks(١): expected a rank, a slice or a dimension name but found '١' at position 7"),
-    ("ranks(1234567890123456789)",
-     "ranks(1234567890123456789): number has more than 18 digits at position 7"),
+    ("ranks(1234567890123456789)", "ranks(1234567890123456789): number has more than 18 digits at position 7"),
     ("rank(1)", "rank(1): expected 'ranks(' at position 1"),
     ("Ranks(1)", "Ranks(1): expected 'ranks(' at position 1"),
     ("ranks 1", "ranks 1: expected '(' after 'ranks' but found '1' at position 7"),
@@ -241,8 +238,7 @@ def test_select_sorts_and_skips_ranks_without_the_dimension() -> None:
 
 # How a selector resolves against the ranks that are there (the broker's sessions or live ranks):
 # `select` picks, `named` says which picked ranks had to be there, the rest are reported missing.
-THERE = [(0, {"host": 0, "gpu": 0}), (2, {"host": 0, "gpu": 2}), (5, {"host": 1, "gpu": 1}),
-         (6, {"host": 1, "gpu": 2})]
+THERE = [(0, {"host": 0, "gpu": 0}), (2, {"host": 0, "gpu": 2}), (5, {"host": 1, "gpu": 1}), (6, {"host": 1, "gpu": 2})]
 
 
 @pytest.mark.timeout(10)
@@ -265,8 +261,9 @@ def test_a_slice_picks_rank_numbers_not_positions_among_the_ranks_there() -> Non
         ("ranks(host=3)", [], []),
     ],
 )
-def test_only_ranks_listed_one_by_one_are_missing_when_not_there(text: str, picked: list[int],
-                                                                 missing: list[int]) -> None:
+def test_only_ranks_listed_one_by_one_are_missing_when_not_there(
+    text: str, picked: list[int], missing: list[int]
+) -> None:
     selection = parse_selector(text)
     chosen = select(selection, THERE)
     assert chosen == picked
@@ -366,8 +363,9 @@ def _slice_tokens(start: int | None, stop: int | None, step: int | None, three: 
 @pytest.mark.timeout(60)
 @settings(max_examples=300, deadline=None)
 @given(size=st.integers(0, 80), start=BOUND, stop=BOUND, step=STEP, three=st.booleans(), data=st.data())
-def test_slices_follow_python(size: int, start: int | None, stop: int | None, step: int | None,
-                              three: bool, data: st.DataObject) -> None:
+def test_slices_follow_python(
+    size: int, start: int | None, stop: int | None, step: int | None, three: bool, data: st.DataObject
+) -> None:
     present = data.draw(st.lists(st.booleans(), min_size=size, max_size=size))
     candidates = [(rank, {}) for rank in range(size) if present[rank]]
     text = _spaced(["ranks", "(", *_slice_tokens(start, stop, step, three), ")"], data)
@@ -380,8 +378,7 @@ VALUE = st.integers(0, 6)
 FILTER_TERM = st.one_of(
     st.tuples(st.just("one"), VALUE),
     st.tuples(st.just("list"), st.lists(VALUE, min_size=2, max_size=4)),
-    st.tuples(st.just("slice"),
-              st.tuples(st.none() | VALUE, st.none() | VALUE, st.none() | VALUE.filter(bool))),
+    st.tuples(st.just("slice"), st.tuples(st.none() | VALUE, st.none() | VALUE, st.none() | VALUE.filter(bool))),
 )
 
 
@@ -407,15 +404,17 @@ def _brute_match(kind: str, value: FilterValue, coordinate: int) -> bool:
 @pytest.mark.timeout(60)
 @settings(max_examples=300, deadline=None)
 @given(
-    mesh=st.lists(st.tuples(st.sampled_from(DIM_NAMES), st.integers(1, 5)), min_size=1, max_size=3,
-                  unique_by=lambda dim: dim[0]),
-    filters=st.lists(st.tuples(st.sampled_from([*DIM_NAMES, "gpus"]), FILTER_TERM), min_size=1,
-                     max_size=3, unique_by=lambda f: f[0]),
+    mesh=st.lists(
+        st.tuples(st.sampled_from(DIM_NAMES), st.integers(1, 5)), min_size=1, max_size=3, unique_by=lambda dim: dim[0]
+    ),
+    filters=st.lists(
+        st.tuples(st.sampled_from([*DIM_NAMES, "gpus"]), FILTER_TERM), min_size=1, max_size=3, unique_by=lambda f: f[0]
+    ),
     data=st.data(),
 )
-def test_dimension_filters_match_brute_force(mesh: list[tuple[str, int]],
-                                             filters: list[tuple[str, tuple[str, FilterValue]]],
-                                             data: st.DataObject) -> None:
+def test_dimension_filters_match_brute_force(
+    mesh: list[tuple[str, int]], filters: list[tuple[str, tuple[str, FilterValue]]], data: st.DataObject
+) -> None:
     everyone = []
     for rank in range(math.prod(size for _, size in mesh)):
         coords, rest = {}, rank
@@ -429,7 +428,8 @@ def test_dimension_filters_match_brute_force(mesh: list[tuple[str, int]],
         tokens += ([","] if index else []) + [name, "=", *_filter_tokens(kind, value)]
     text = _spaced(tokens + [")"], data)
     expected = [
-        rank for rank, coords in candidates
+        rank
+        for rank, coords in candidates
         if all(name in coords and _brute_match(kind, value, coords[name]) for name, (kind, value) in filters)
     ]
     selection = parse_selector(text)
@@ -445,9 +445,11 @@ TERMS = st.one_of(
 NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
 SELECTIONS = st.one_of(
     st.builds(Selection, ranks=TERMS, threads=st.booleans()),
-    st.builds(lambda filters, threads: Selection(dims=tuple(filters), threads=threads),
-              st.lists(st.builds(DimFilter, NAME, TERMS), min_size=1, max_size=4, unique_by=lambda f: f.dim),
-              st.booleans()),
+    st.builds(
+        lambda filters, threads: Selection(dims=tuple(filters), threads=threads),
+        st.lists(st.builds(DimFilter, NAME, TERMS), min_size=1, max_size=4, unique_by=lambda f: f.dim),
+        st.booleans(),
+    ),
 )
 
 
@@ -503,13 +505,18 @@ def test_fuzz_near_valid_selectors(selection: Selection, data: st.DataObject) ->
     char = data.draw(st.sampled_from(GRAMMAR))
     skip = 0 if edit == "insert" else 1
     inserted = "" if edit == "delete" else char
-    _never_raises_anything_else(text[:at] + inserted + text[at + skip:])
+    _never_raises_anything_else(text[:at] + inserted + text[at + skip :])
 
 
 @pytest.mark.timeout(30)
 def test_hostile_lengths_raise_selector_error() -> None:
-    for text in ["ranks(" + "0" * 10000 + ")", "ranks(" + "(" * 5000, "ranks(" + "a=1," * 3000 + ")",
-                 "ranks(" + "1," * 5000, "0-" + "9" * 5000]:
+    for text in [
+        "ranks(" + "0" * 10000 + ")",
+        "ranks(" + "(" * 5000,
+        "ranks(" + "a=1," * 3000 + ")",
+        "ranks(" + "1," * 5000,
+        "0-" + "9" * 5000,
+    ]:
         _never_raises_anything_else(text)
 
 
@@ -530,8 +537,13 @@ def test_compact_round_trip(ranks: set[int]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(0, 3000), st.integers(0, 3000), st.lists(st.integers(0, 6000), max_size=12),
-       st.sampled_from(["ascending", "shuffled", "with repeats", "iterator"]), st.randoms())
+@given(
+    st.integers(0, 3000),
+    st.integers(0, 3000),
+    st.lists(st.integers(0, 6000), max_size=12),
+    st.sampled_from(["ascending", "shuffled", "with repeats", "iterator"]),
+    st.randoms(),
+)
 def test_a_rank_set_holds_its_ranks_once_as_ascending_runs_however_they_come(start, length, holes, order, rng):
     wanted = sorted(set(range(start, start + length)) - set(holes))
     came = list(wanted)

@@ -10,22 +10,37 @@ import subprocess
 import sys
 
 import pytest
-
-from monarch_pdb import wire
 from monarch_pdb.broker.records import OutputLog, Peer, Refused, Session
 from monarch_pdb.broker.registry import Registry
+
+from monarch_pdb import wire
 
 pytestmark = pytest.mark.timeout(10)
 
 HERE = socket.gethostname()
-STOP = wire.Prompt(sid=1, cmd=0, job="job", actor="train", rank=0, coords={"gpu": 0}, host=HERE, pid=100,
-                   function="m.step", filename="step.py", lineno=3, output="> step.py(3)step()\n", prompt="(Pdb) ")
+STOP = wire.Prompt(
+    sid=1,
+    cmd=0,
+    job="job",
+    actor="train",
+    rank=0,
+    coords={"gpu": 0},
+    host=HERE,
+    pid=100,
+    function="m.step",
+    filename="step.py",
+    lineno=3,
+    output="> step.py(3)step()\n",
+    prompt="(Pdb) ",
+)
 
 
 def agent(registry: Registry, identity: bytes, link: bytes = b"", ranks: tuple[int, ...] = ()) -> Peer:
     peer = Peer(identity=identity, role="agent", name="job", host=HERE, pid=100, user="u", last_seen=0.0, link=link)
     registry.join(peer)
-    registry.set_present(identity, [wire.PresentRank("job", "train", rank, {"gpu": rank}) for rank in ranks], added=False)
+    registry.set_present(
+        identity, [wire.PresentRank("job", "train", rank, {"gpu": rank}) for rank in ranks], added=False
+    )
     return peer
 
 
@@ -89,8 +104,11 @@ def test_a_connection_past_its_session_limit_is_refused_and_keeps_what_it_has():
     agent(registry, b"agent")
     stop(registry, sid=1, rank=0)
     stop(registry, sid=2, rank=1)
-    with pytest.raises(Refused, match=r"^refused a session of train 2: this process already has 2 "
-                                      r"\(MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION\); it continues without stopping$"):
+    with pytest.raises(
+        Refused,
+        match=r"^refused a session of train 2: this process already has 2 "
+        r"\(MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION\); it continues without stopping$",
+    ):
         stop(registry, sid=3, rank=2)
     assert [row.rank for row in registry.rows()] == [0, 1]
 
@@ -120,9 +138,15 @@ def test_a_rank_whose_call_ended_is_finished_until_its_next_call_and_one_continu
 def test_a_rank_announced_as_finished_or_quit_is_listed_so_until_announced_running():
     registry = Registry()  # a broker that restarted: the process tells it how its ranks stand
     agent(registry, b"agent", ranks=())
-    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {}, state="finished"),
-                                    wire.PresentRank("job", "train", 1, {}, state="quit"),
-                                    wire.PresentRank("job", "train", 2, {}, state="breakpoint")], added=False)
+    registry.set_present(
+        b"agent",
+        [
+            wire.PresentRank("job", "train", 0, {}, state="finished"),
+            wire.PresentRank("job", "train", 1, {}, state="quit"),
+            wire.PresentRank("job", "train", 2, {}, state="breakpoint"),
+        ],
+        added=False,
+    )
     assert [row.state for row in registry.all_rows()] == ["finished", "quit", "running"]
     registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {})], added=True)
     assert [row.state for row in registry.all_rows()] == ["running", "quit", "running"]
@@ -207,8 +231,11 @@ def test_one_shell_holds_a_session_and_force_takes_it_naming_whom_from():
     sess = paused_session(registry)
     first, second = shell(registry, b"first"), shell(registry, b"second", pid=2)
     registry.hold(b"first", sess)
-    with pytest.raises(Refused, match=r"^train 0 is attached in another shell \(u@.+ pid 1\); "
-                                      r"use 'attach --force' to take it over$"):
+    with pytest.raises(
+        Refused,
+        match=r"^train 0 is attached in another shell \(u@.+ pid 1\); "
+        r"use 'attach --force' to take it over$",
+    ):
         registry.hold(b"second", sess)
     assert registry.hold(b"second", sess, force=True) is first
     assert registry.held(b"first", sess.id) is None and registry.held(b"second", sess.id) is sess
@@ -315,8 +342,9 @@ def test_departed_ranks_are_kept_within_bounds_the_latest_ones():
 def test_silence_counts_only_for_brokers_and_only_from_when_the_broker_listens_again():
     registry = Registry()
     agent(registry, b"quiet")
-    registry.join(Peer(identity=b"below", role=wire.Role.BROKER, name="broker@h", host="h", pid=1, user="",
-                       last_seen=0.0))
+    registry.join(
+        Peer(identity=b"below", role=wire.Role.BROKER, name="broker@h", host="h", pid=1, user="", last_seen=0.0)
+    )
     for identity in (b"quiet", b"below"):
         registry.heard(identity, now=10.0)
     assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"below"], "a rank may hold its GIL: no sign"
@@ -332,7 +360,10 @@ def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_no
     stop(registry, sid=1, rank=0)
     stop(registry, sid=2, rank=2, coords={"gpu": 2})
     chosen, absent = registry.select("", "train", "ranks(0,1,5)")
-    assert [s.rank for s in chosen] == [0] and absent == [wire.Missing(1, "running"), wire.Missing(5, "no such rank is known")]
+    assert [s.rank for s in chosen] == [0] and absent == [
+        wire.Missing(1, "running"),
+        wire.Missing(5, "no such rank is known"),
+    ]
     with pytest.raises(Refused, match=r"^no dimension 'host' in train \(its dimensions: gpu\)$"):
         registry.select("", "train", "ranks(host=0)")
     with pytest.raises(Refused, match=r"matches no rank of train with a session \(those are ranks\[0,2\]\)$"):
@@ -359,8 +390,11 @@ def test_a_slice_that_picks_none_of_an_actors_thread_sessions_names_the_selector
     agent(registry, b"agent")
     stop(registry, sid=1, rank=4001, instance="thread loader")
     stop(registry, sid=2, rank=4002, instance="thread saver")
-    with pytest.raises(Refused, match=r"^ranks\(:\) matches no rank of train with a session: those are other "
-                                      r"threads' \(ranks\[4001,4002\]\); ranks\(:, threads\) picks them$"):
+    with pytest.raises(
+        Refused,
+        match=r"^ranks\(:\) matches no rank of train with a session: those are other "
+        r"threads' \(ranks\[4001,4002\]\); ranks\(:, threads\) picks them$",
+    ):
         registry.select("", "train", "ranks(:)")
     assert [s.rank for s in registry.select("", "train", "ranks(:, threads)")[0]] == [4001, 4002]
 
@@ -369,20 +403,23 @@ def test_a_slice_that_picks_none_of_an_actors_thread_sessions_names_the_selector
 
 
 def branch(registry: Registry, identity: bytes = b"below", host: str = "host1") -> Peer:
-    peer = Peer(identity=identity, role=wire.Role.BROKER, name="broker@" + host, host=host, pid=7, user="u",
-                last_seen=0.0)
+    peer = Peer(
+        identity=identity, role=wire.Role.BROKER, name="broker@" + host, host=host, pid=7, user="u", last_seen=0.0
+    )
     registry.join(peer)
     return peer
 
 
 def row(rank: int, state: wire.RankState = wire.RankState.BREAKPOINT, lineno: int = 3, host: str = "host1"):
-    return wire.SessionRow("job", "train", rank, {"gpu": rank}, host, 200 + rank, "m.step", "step.py", lineno,
-                           state, "")
+    return wire.SessionRow(
+        "job", "train", rank, {"gpu": rank}, host, 200 + rank, "m.step", "step.py", lineno, state, ""
+    )
 
 
 def told(registry: Registry, rank: int, news: bool = False, **fields) -> Session:
-    return registry.mirror(b"below", wire.BranchSession(id=1000 + rank, row=row(rank, **fields), prompt="(Pdb) ",
-                                                       news=news))
+    return registry.mirror(
+        b"below", wire.BranchSession(id=1000 + rank, row=row(rank, **fields), prompt="(Pdb) ", news=news)
+    )
 
 
 def test_sessions_below_are_listed_where_they_stand_and_paused_only_while_stopped():
@@ -401,8 +438,12 @@ def test_ranks_below_without_a_session_are_live_listed_and_named_when_a_selector
     registry = Registry()
     branch(registry)
     told(registry, 0, news=True)
-    registry.set_below(b"below", [row(1, wire.RankState.RUNNING), row(2, wire.RankState.FINISHED)],
-                       [wire.JobRow("job", 3, 0, 0, ["host1"])], added=False)
+    registry.set_below(
+        b"below",
+        [row(1, wire.RankState.RUNNING), row(2, wire.RankState.FINISHED)],
+        [wire.JobRow("job", 3, 0, 0, ["host1"])],
+        added=False,
+    )
     assert [(r.rank, r.state) for r in registry.all_rows()] == [(0, "breakpoint"), (1, "running"), (2, "finished")]
     assert [(r.rank, r.peer) for r in registry.live_ranks("", "train")] == [(0, b"below"), (1, b"below")]
     chosen, absent = registry.pick("job", "train", [0, 1, 2, 3])

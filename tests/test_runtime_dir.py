@@ -56,8 +56,9 @@ def said(stderr: str, where, error: str) -> None:
 @pytest.mark.timeout(30)
 def test_the_broker_says_in_one_line_why_it_cannot_use_the_runtime_directory(broken_dir, env):
     where, error = broken_dir
-    done = subprocess.run([sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True, text=True,
-                          timeout=20)
+    done = subprocess.run(
+        [sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True, text=True, timeout=20
+    )
     assert done.returncode != 0
     said(done.stderr, where, error)
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -67,13 +68,20 @@ def test_the_broker_says_in_one_line_why_it_cannot_use_the_runtime_directory(bro
 def test_a_rank_says_why_no_broker_can_start_for_it(broken_dir, env, tmp_path):
     where, error = broken_dir
     script = tmp_path / "stops.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         x = 1
         breakpoint()
         print("went on")
-    """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=40,
-                          env=dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", MONARCH_PDB_GIVE_UP_AFTER="1"))
+    """)
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=40,
+        env=dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", MONARCH_PDB_GIVE_UP_AFTER="1"),
+    )
     said(done.stderr, where, error)
     assert "went on" in done.stdout, done.stdout + done.stderr
 

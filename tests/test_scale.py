@@ -6,12 +6,12 @@ import textwrap
 import threading
 
 import pytest
+from monarch_pdb.client.connection import ShellConnection
 from programs import Program, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
 
-EMULATED = textwrap.dedent('''
+EMULATED = textwrap.dedent("""
     import sys
     import threading
 
@@ -33,7 +33,7 @@ EMULATED = textwrap.dedent('''
     for t in threads:
         t.join()
     print("DONE", first)
-''')
+""")
 
 PROCESSES, PER_PROCESS = 4, 1024
 RANKS = PROCESSES * PER_PROCESS
@@ -91,7 +91,9 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
             assert len(result.groups) == RANKS and sorted(answers) == list(range(RANKS)), name
             wrong = [r for r, output in answers.items() if output != expected(r)]
             assert not wrong, f"{name} shell: rank {wrong[0]} answered {answers[wrong[0]][:80]!r}..."
-        assert all_followed.wait(60), f"the following shell heard both casts' answers of {len(both_heard)} of {RANKS} ranks"
+        assert all_followed.wait(60), (
+            f"the following shell heard both casts' answers of {len(both_heard)} of {RANKS} ranks"
+        )
         follower.close()
         wrong = [r for r, parts in followed.items() if "".join(parts) != 2 * expected(r)]
         assert not wrong, f"the following shell heard rank {wrong[0]} say {''.join(followed[wrong[0]])[:80]!r}..."

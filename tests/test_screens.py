@@ -9,13 +9,12 @@ import re
 import textwrap
 
 import pytest
+from monarch_pdb.client.hostlist import compress
 from programs import NAMED_RANKS, Program, run_debug, stop_line, wait_for_sessions
 from rich.cells import cell_len
 from shell_driver import ShellDriver
 
-from monarch_pdb.client.hostlist import compress
-
-MANY = textwrap.dedent('''
+MANY = textwrap.dedent("""
     import socket
     import threading
 
@@ -50,7 +49,7 @@ MANY = textwrap.dedent('''
     for t in threads:
         t.join()
     print("DONE")
-''')
+""")
 
 
 def line_of(text: str, code: str) -> int:
@@ -71,17 +70,20 @@ def fake_pager(tmp_path) -> tuple[str, object]:
     return str(script), record
 
 
-@pytest.mark.parametrize("names, text", [
-    ([f"node{n:03d}" for n in range(1, 129)], "node[001-128]"),
-    ([f"node{n}" for n in range(128, 0, -1)], "node[1-128]"),
-    ([f"node{n:03d}" for n in (1, 2, 3, 5, 10, 100)], "node[001-003,005,010,100]"),
-    (["login", "node2", "node1", "node3", "gpu01", "gpu02", "node2"], "gpu[01,02],login,node[1-3]"),
-    (["a1.cluster", "a2.cluster", "a3.cluster", "b7.cluster"], "a[1-3].cluster,b7.cluster"),
-    (["rack1-node3", "rack1-node4", "rack2-node3"], "rack1-node[3,4],rack2-node3"),
-    (["n01", "n2"], "n01,n2"),
-    (["vm"], "vm"),
-    ([], ""),
-])
+@pytest.mark.parametrize(
+    "names, text",
+    [
+        ([f"node{n:03d}" for n in range(1, 129)], "node[001-128]"),
+        ([f"node{n}" for n in range(128, 0, -1)], "node[1-128]"),
+        ([f"node{n:03d}" for n in (1, 2, 3, 5, 10, 100)], "node[001-003,005,010,100]"),
+        (["login", "node2", "node1", "node3", "gpu01", "gpu02", "node2"], "gpu[01,02],login,node[1-3]"),
+        (["a1.cluster", "a2.cluster", "a3.cluster", "b7.cluster"], "a[1-3].cluster,b7.cluster"),
+        (["rack1-node3", "rack1-node4", "rack2-node3"], "rack1-node[3,4],rack2-node3"),
+        (["n01", "n2"], "n01,n2"),
+        (["vm"], "vm"),
+        ([], ""),
+    ],
+)
 def test_host_names_compress_as_a_slurm_hostlist(names, text):
     assert compress(names) == text
 
@@ -97,8 +99,10 @@ def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, 
     try:
         wait_for_sessions(env, 1024, timeout=120)  # a thousand threads stop in turn: minutes on a busy machine
         sh.wait_prompt()
-        first, odd, second = (stop_line(line_of(MANY, f'where = "{w}"')) for w in ("first half", "the odd one", "second half"))
-        assert STORM.sub("", sh.command("list")) == textwrap.dedent(f'''\
+        first, odd, second = (
+            stop_line(line_of(MANY, f'where = "{w}"')) for w in ("first half", "the odd one", "second half")
+        )
+        assert STORM.sub("", sh.command("list")) == textwrap.dedent(f"""\
             +------------+------------------------+------------------------------+---------------+----------------+----------+
             | Actor Name | Ranks                  | Coords                       | Hosts         | Function       | Line No. |
             +============+========================+==============================+===============+================+==========+
@@ -109,15 +113,18 @@ def test_a_thousand_ranks_list_as_a_row_per_group_and_every_row_when_asked(env, 
             | trainer    | 700 (1)                | {{'host': 87, 'gpu': 4}}       | node088       | many.rank_main | {odd}       |
             +------------+------------------------+------------------------------+---------------+----------------+----------+
             1024 ranks in 3 groups; 'list --rows' shows each rank
-        ''')
+        """)
         assert not paged.exists(), "a table that fits on the screen is not paged"
 
         assert STORM.sub("", sh.command("list --rows")) == "", "a table taller than the terminal goes to the pager"
         every = run_debug(env, "-c", "list --rows")
         assert every.returncode == 0 and every.stdout.count("\n| trainer ") == 1024
         assert paged.read_text() == every.stdout, "the pager gets the table a script prints, whole"
-        assert re.search(rf"^\| trainer +\| 700 +\| {{'host': 87, 'gpu': 4}} +\| node088 +\| many.rank_main \| {odd} +\|$",
-                         every.stdout, re.M)
+        assert re.search(
+            rf"^\| trainer +\| 700 +\| {{'host': 87, 'gpu': 4}} +\| node088 +\| many.rank_main \| {odd} +\|$",
+            every.stdout,
+            re.M,
+        )
 
         sh.command("set list_rows 1024")
         assert STORM.sub("", sh.command("list")) == ""
@@ -148,7 +155,11 @@ def test_wide_names_keep_the_columns_of_a_table_in_line_on_the_terminal(env, tmp
         wait_for_sessions(env, 4)
         table = [line for line in shell().command("list").splitlines() if line[:1] in "+|"]
         assert {line.split("|")[1].strip() for line in table if line.startswith("| ") and "Name" not in line} == {
-            "训练", "train", "🔥火箭", "e\u0301"}
+            "训练",
+            "train",
+            "🔥火箭",
+            "e\u0301",
+        }
         assert len({tuple(columns_of(line, "+|")) for line in table}) == 1, "\n".join(table)
     finally:
         program.stop()
@@ -228,13 +239,19 @@ def test_a_pager_that_cannot_run_is_refused_and_one_that_reads_nothing_swallows_
     sh = ShellDriver(dict(env, PAGER=pager))
     try:
         sh.wait_prompt()
-        assert sh.command("set pager nosuchpager") == "Error setting pager: 'nosuchpager' is not a command here (cat: no pager)\n"
-        assert sh.command("set pager \"less '\"") == ("Error setting pager: cannot read \"less '\" as a command: "
-                                                   "No closing quotation\n")
+        assert (
+            sh.command("set pager nosuchpager")
+            == "Error setting pager: 'nosuchpager' is not a command here (cat: no pager)\n"
+        )
+        assert sh.command('set pager "less \'"') == (
+            'Error setting pager: cannot read "less \'" as a command: No closing quotation\n'
+        )
         assert sh.command(tall) == "" and paged.read_text() == answer, "the pager set before is kept"
         for reads_nothing in ("false", "true", "sleep 0"):
             assert "now: " in sh.command(f"set pager '{reads_nothing}'")
-            assert sh.command(tall) == (f"monarch-pdb: the pager '{reads_nothing}' ended without reading it "
-                                        f"(exit status {int(reads_nothing == 'false')}); here it is:\n" + answer)
+            assert sh.command(tall) == (
+                f"monarch-pdb: the pager '{reads_nothing}' ended without reading it "
+                f"(exit status {int(reads_nothing == 'false')}); here it is:\n" + answer
+            )
     finally:
         sh.kill()

@@ -11,12 +11,19 @@ import subprocess
 import textwrap
 
 import pytest
-from programs import (DEBUG_SHELL, EXAMPLES, Program, settings_for, start_broker, stop_broker, stop_text,
-                      wait_for_sessions, run_debug as shell)
-from shell_driver import ShellDriver
-
 from monarch_pdb.client.connection import ShellConnection
-
+from programs import (
+    DEBUG_SHELL,
+    EXAMPLES,
+    Program,
+    settings_for,
+    start_broker,
+    stop_broker,
+    stop_text,
+    wait_for_sessions,
+)
+from programs import run_debug as shell
+from shell_driver import ShellDriver
 
 pytestmark = pytest.mark.each_python
 
@@ -34,8 +41,14 @@ SCRIPT = textwrap.dedent("""\
 def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tmp_path):
     script = tmp_path / "state.monarch"
     script.write_text(SCRIPT)
-    run = subprocess.Popen([*DEBUG_SHELL, "--script", str(script)], env=dict(env, MONARCH_PDB_HISTORY=""),
-                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [*DEBUG_SHELL, "--script", str(script)],
+        env=dict(env, MONARCH_PDB_HISTORY=""),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     program = Program(env, EXAMPLES / "debugging.py")
     try:
         out, err = run.communicate(timeout=90)
@@ -46,11 +59,13 @@ def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tm
     lines = out.splitlines()
     assert lines[0] == "16 ranks of debugee stopped"
     assert sum(line.startswith("| debugee ") for line in lines) == 16
-    assert out.endswith("debugee ranks[0] (1)\n0\ndebugee ranks[5] (1)\n5\ndebugee ranks[10] (1)\n10\n"
-                        "debugee ranks[15] (1)\n15\n"
-                        "numbers: count 4, min 0 (rank 0), max 15 (rank 15), mean 7.5, NaN/Inf 0, beyond 3 sd 0\n"
-                        "debugee ranks[4] (1)\n40\ndebugee ranks[7] (1)\n70\n"
-                        "numbers: count 2, min 40 (rank 4), max 70 (rank 7), mean 55, NaN/Inf 0, beyond 3 sd 0\n")
+    assert out.endswith(
+        "debugee ranks[0] (1)\n0\ndebugee ranks[5] (1)\n5\ndebugee ranks[10] (1)\n10\n"
+        "debugee ranks[15] (1)\n15\n"
+        "numbers: count 4, min 0 (rank 0), max 15 (rank 15), mean 7.5, NaN/Inf 0, beyond 3 sd 0\n"
+        "debugee ranks[4] (1)\n40\ndebugee ranks[7] (1)\n70\n"
+        "numbers: count 2, min 40 (rank 4), max 70 (rank 7), mean 55, NaN/Inf 0, beyond 3 sd 0\n"
+    )
     assert "\x1b" not in out + err and "monarch_dbg>" not in out and "answered" not in out + err
 
 
@@ -62,11 +77,17 @@ def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tm
         (["cast nosuch ranks(0) p 1"], 1, "No debug sessions for actor nosuch"),
         (["list", "frobnicate"], 2, "unknown command 'frobnicate'; enter 'help' for the list"),
         (["wait debugee 17 --timeout 1"], 1, "waited 1 s: 16 of 17 ranks of debugee stopped"),
-        (["set cast_timeout 1", "cast debugee ranks(3) !import threading; threading.Event().wait(60)"], 2,
-         "1 of the selected ranks did not answer"),
-        (["set cast_timeout 1", "attach debugee 3", "!import threading; threading.Event().wait(60)"], 3,
-         f"debugee 3 ({socket.gethostname()}) did not come back to its prompt within 1 s (cast_timeout); "
-         "the script leaves it as it is"),
+        (
+            ["set cast_timeout 1", "cast debugee ranks(3) !import threading; threading.Event().wait(60)"],
+            2,
+            "1 of the selected ranks did not answer",
+        ),
+        (
+            ["set cast_timeout 1", "attach debugee 3", "!import threading; threading.Event().wait(60)"],
+            3,
+            f"debugee 3 ({socket.gethostname()}) did not come back to its prompt within 1 s (cast_timeout); "
+            "the script leaves it as it is",
+        ),
     ],
 )
 def test_the_first_failing_command_ends_the_run_and_is_named_once(env, example, commands, failing, why):
@@ -96,14 +117,22 @@ def test_no_broker_and_no_script_file_are_clear_failures(env, tmp_path):
     assert gave_up.startswith("monarch-pdb: no debug broker answers at 127.0.0.1:0 (looked for ")
     missing = shell(env, "--script", str(tmp_path / "nope.txt"))
     assert missing.returncode == 1
-    assert missing.stderr.strip() == f"monarch-pdb: cannot read script {tmp_path / 'nope.txt'}: No such file or directory"
+    assert (
+        missing.stderr.strip() == f"monarch-pdb: cannot read script {tmp_path / 'nope.txt'}: No such file or directory"
+    )
 
 
 @pytest.mark.timeout(60)
 def test_a_script_started_before_its_broker_waits_for_it(env):
     early = dict(env, MONARCH_PDB_CONNECT_TIMEOUT="0.2", MONARCH_PDB_HISTORY="")
-    script = subprocess.Popen([*DEBUG_SHELL, "-c", "list"], env=early, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script = subprocess.Popen(
+        [*DEBUG_SHELL, "-c", "list"],
+        env=early,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert script.stderr.readline().startswith("monarch-pdb: waiting for a debug broker at 127.0.0.1:0")
         broker, _ = start_broker(early)
@@ -153,18 +182,59 @@ def check(value, shape) -> None:
         assert isinstance(value, shape) and not (shape is int and isinstance(value, bool)), (value, shape)
 
 
-LIST_ROW = {"job": str, "actor": str, "rank": int, "coords": dict, "host": str, "pid": int, "function": str,
-            "file": str, "line": int, "state": str, "instance": str, "attached": str}
-CAST = {"actor": str, "groups": [{"ranks": [int], "output": str, "outcome": str}],
-        "missing": [{"rank": int, "reason": str}]}
-NUMERIC_CAST = dict(CAST, numbers={"count": int, "min": {"value": float, "rank": int}, "max": {"value": float, "rank": int},
-                                   "mean": float, "nonfinite": [int], "outliers": [int], "other": [int]})
+LIST_ROW = {
+    "job": str,
+    "actor": str,
+    "rank": int,
+    "coords": dict,
+    "host": str,
+    "pid": int,
+    "function": str,
+    "file": str,
+    "line": int,
+    "state": str,
+    "instance": str,
+    "attached": str,
+}
+CAST = {
+    "actor": str,
+    "groups": [{"ranks": [int], "output": str, "outcome": str}],
+    "missing": [{"rank": int, "reason": str}],
+}
+NUMERIC_CAST = dict(
+    CAST,
+    numbers={
+        "count": int,
+        "min": {"value": float, "rank": int},
+        "max": {"value": float, "rank": int},
+        "mean": float,
+        "nonfinite": [int],
+        "outliers": [int],
+        "other": [int],
+    },
+)
 
 
 @pytest.mark.timeout(120)
 def test_json_documents_follow_the_documented_schema(env, example):
-    done = shell(env, "--json", "-c", "list", "-c", "cast debugee ranks(0:4) p rank % 2", "-c", "jobs",
-                 "-c", "attach debugee 5", "-c", "p rank", "-c", "detach", "-c", "continue")
+    done = shell(
+        env,
+        "--json",
+        "-c",
+        "list",
+        "-c",
+        "cast debugee ranks(0:4) p rank % 2",
+        "-c",
+        "jobs",
+        "-c",
+        "attach debugee 5",
+        "-c",
+        "p rank",
+        "-c",
+        "detach",
+        "-c",
+        "continue",
+    )
     assert done.returncode == 0, done.stderr
     docs = [json.loads(line) for line in done.stdout.splitlines()]
     listing, cast, jobs, attached, answer, detached, continued = docs
@@ -172,8 +242,15 @@ def test_json_documents_follow_the_documented_schema(env, example):
     assert [r["rank"] for r in listing] == list(range(16)) and listing[13]["coords"] == {"host": 3, "gpu": 1}
     check(cast, NUMERIC_CAST)
     assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [([0, 2], "0\n"), ([1, 3], "1\n")]
-    assert cast["numbers"] == {"count": 4, "min": {"value": 0.0, "rank": 0}, "max": {"value": 1.0, "rank": 1},
-                               "mean": 0.5, "nonfinite": [], "outliers": [], "other": []}
+    assert cast["numbers"] == {
+        "count": 4,
+        "min": {"value": 0.0, "rank": 0},
+        "max": {"value": 1.0, "rank": 1},
+        "mean": 0.5,
+        "nonfinite": [],
+        "outliers": [],
+        "other": [],
+    }
     check(jobs, [{"job": str, "processes": int, "sessions": int, "paused": int, "hosts": [str]}])
     assert attached["attached"]["actor"] == "debugee" and stop_text("rank += 2") in attached["output"]
     assert answer == {"session": attached["attached"], "output": "5\n"}
@@ -184,8 +261,19 @@ def test_json_documents_follow_the_documented_schema(env, example):
 @pytest.mark.timeout(120)
 def test_a_recorded_transcript_replays(env, example, tmp_path):
     record = tmp_path / "session.transcript"
-    first = shell(env, "--record", str(record), "-c", "cast debugee ranks(2:7:2) p rank",
-                  "-c", "attach debugee 9", "-c", "p rank * 2", "-c", "detach")
+    first = shell(
+        env,
+        "--record",
+        str(record),
+        "-c",
+        "cast debugee ranks(2:7:2) p rank",
+        "-c",
+        "attach debugee 9",
+        "-c",
+        "p rank * 2",
+        "-c",
+        "detach",
+    )
     assert first.returncode == 0, first.stderr
     text = record.read_text()
     assert text.startswith("# monarch-pdb transcript, started ")
@@ -205,8 +293,10 @@ def test_a_recorded_transcript_replays(env, example, tmp_path):
 def test_wait_any_and_a_script_run_from_inside_the_shell(env, example, tmp_path):
     done = shell(env, "-c", "wait --any 16 --timeout 10", "--json", "-c", "wait --any 3")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ['{"stopped": 16, "wait": "--any", "wanted": 16}',
-                                        '{"stopped": 16, "wait": "--any", "wanted": 3}']
+    assert done.stdout.splitlines() == [
+        '{"stopped": 16, "wait": "--any", "wanted": 16}',
+        '{"stopped": 16, "wait": "--any", "wanted": 3}',
+    ]
     script = tmp_path / "inner.monarch"
     script.write_text("# from inside\ncast debugee ranks(7) p rank\n")
     driver = ShellDriver(env)
@@ -222,8 +312,13 @@ def test_a_shell_the_broker_refuses_says_so_in_json_too(env, tmp_path):
     broker, first = start_broker(dict(env, MONARCH_PDB_SECRET="the-right-one"))
     try:
         port = re.search(r"listening on tcp://127\.0\.0\.1:(\d+)", first).group(1)
-        wrong = dict(env, MONARCH_PDB_SECRET="a-wrong-one", MONARCH_DEBUG_SERVER_PORT=port,
-                     MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "elsewhere"), MONARCH_PDB_CONNECT_TIMEOUT="3")
+        wrong = dict(
+            env,
+            MONARCH_PDB_SECRET="a-wrong-one",
+            MONARCH_DEBUG_SERVER_PORT=port,
+            MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "elsewhere"),
+            MONARCH_PDB_CONNECT_TIMEOUT="3",
+        )
         done = shell(wrong, "--json", "-c", "list")
         assert done.returncode == 2
         (line,) = done.stdout.splitlines()
@@ -240,12 +335,16 @@ def test_time_limits_must_be_positive_finite_seconds(env, broker):
     for value in ("-5", "0", "nan", "inf", "soon"):
         done = shell(env, "-c", f"set cast_timeout {value}")
         assert done.returncode == 1, value
-        assert done.stderr == \
-            f"monarch-pdb: -c:1: set cast_timeout {value}: Error setting cast_timeout: needs a positive number of seconds, not '{value}'\n"
+        assert (
+            done.stderr
+            == f"monarch-pdb: -c:1: set cast_timeout {value}: Error setting cast_timeout: needs a positive number of seconds, not '{value}'\n"
+        )
         done = shell(env, "-c", f"wait --any 1 --timeout {value}")
         assert done.returncode == 1, value
-        assert done.stderr == \
-            f"monarch-pdb: -c:1: wait --any 1 --timeout {value}: --timeout needs a positive number of seconds, not '{value}'\n"
+        assert (
+            done.stderr
+            == f"monarch-pdb: -c:1: wait --any 1 --timeout {value}: --timeout needs a positive number of seconds, not '{value}'\n"
+        )
     assert shell(env, "-c", "set cast_timeout 2.5", "-c", "set cast_timeout").stdout.count("2.5") >= 1
 
 
@@ -255,8 +354,10 @@ def test_a_long_command_is_refused_at_once_and_one_under_the_limit_runs(env, exa
     script.write_text("list " + "x" * 9_000_000 + "\n")
     done = shell(env, "--script", str(script))
     assert done.returncode == 1
-    assert done.stderr == (f"monarch-pdb: {script}:1: list {'x' * 195}... (9,000,005 characters): a command of 9,000,005 "
-                           "characters is over the limit of 65,536; nothing was run (lines typed while attached have no such limit)\n")
+    assert done.stderr == (
+        f"monarch-pdb: {script}:1: list {'x' * 195}... (9,000,005 characters): a command of 9,000,005 "
+        "characters is over the limit of 65,536; nothing was run (lines typed while attached have no such limit)\n"
+    )
     script.write_text(f"cast debugee ranks(0) p len('{'x' * 60_000}')\n")
     done = shell(env, "--script", str(script))
     assert done.returncode == 0, done.stderr
@@ -268,9 +369,14 @@ def test_output_piped_into_a_reader_that_stops_early_ends_the_run_quietly(env, b
     """`monarch-pdb debug -c ... | head`: the shell stops at the first write nobody reads, as a
     program killed by SIGPIPE does, with no traceback."""
     commands = " ".join(["-c jobs"] * 2000)
-    piped = subprocess.run(["bash", "-c", f"{' '.join(DEBUG_SHELL)} {commands} | head -n 2; exit ${{PIPESTATUS[0]}}"],
-                           env=dict(env, MONARCH_PDB_HISTORY=""), stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=30)
+    piped = subprocess.run(
+        ["bash", "-c", f"{' '.join(DEBUG_SHELL)} {commands} | head -n 2; exit ${{PIPESTATUS[0]}}"],
+        env=dict(env, MONARCH_PDB_HISTORY=""),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert piped.stderr == ""
     assert len(piped.stdout.splitlines()) == 2
     assert piped.returncode == 128 + signal.SIGPIPE

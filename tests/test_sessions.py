@@ -13,14 +13,28 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from programs import (EXAMPLES, RUNS, Program, debug, free_port, run_debug, settings_for, start_broker, stop_broker,
-                      stop_line, stop_text, wait_for_all_rows, wait_for_lines, wait_for_sessions)
+from monarch_pdb.client.connection import ShellConnection
+from programs import (
+    EXAMPLES,
+    RUNS,
+    Program,
+    debug,
+    free_port,
+    run_debug,
+    settings_for,
+    start_broker,
+    stop_broker,
+    stop_line,
+    stop_text,
+    wait_for_all_rows,
+    wait_for_lines,
+    wait_for_sessions,
+)
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.client.connection import ShellConnection
 
-NESTED = textwrap.dedent('''
+NESTED = textwrap.dedent("""
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
 
 
@@ -42,9 +56,9 @@ NESTED = textwrap.dedent('''
     if __name__ == "__main__":
         outer = this_host().spawn_procs(per_host={"host": 1}).spawn("outer", Outer)
         print("RESULT", outer.run.call().get().values())
-''')
+""")
 
-RAISES = textwrap.dedent('''
+RAISES = textwrap.dedent("""
     from monarch_pdb.actor import Actor, endpoint, this_host
 
 
@@ -60,9 +74,9 @@ RAISES = textwrap.dedent('''
 
     if __name__ == "__main__":
         this_host().spawn_procs(per_host={"gpu": 2}).spawn("fragile", Fragile).go.call().get()
-''')
+""")
 
-THREADS = textwrap.dedent('''
+THREADS = textwrap.dedent("""
     import threading
 
     import monarch_pdb
@@ -82,9 +96,9 @@ THREADS = textwrap.dedent('''
     for t in threads:
         t.join()
     print("ALL DONE")
-''')
+""")
 
-INSTALLED_THREADS = textwrap.dedent('''
+INSTALLED_THREADS = textwrap.dedent("""
     import threading
 
     import monarch_pdb
@@ -105,9 +119,9 @@ INSTALLED_THREADS = textwrap.dedent('''
     for t in threads:
         t.join()
     print("ALL DONE")
-''')
+""")
 
-LOADER = textwrap.dedent('''
+LOADER = textwrap.dedent("""
     import sys
     import threading
 
@@ -125,10 +139,10 @@ LOADER = textwrap.dedent('''
     breakpoint()
     loader.join()
     print("ALL DONE")
-''')
+""")
 """A rank (RANK=5) whose loader thread stops at a breakpoint before its main thread does."""
 
-QUITS = textwrap.dedent('''
+QUITS = textwrap.dedent("""
     import sys
 
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
@@ -153,22 +167,24 @@ QUITS = textwrap.dedent('''
         except Exception as error:
             print("FIRST CALL FAILED", type(error).__name__, flush=True)
         print("SECOND CALL", workers.step.call(1).get().values(), flush=True)
-''')
+""")
 
-PLAIN = textwrap.dedent('''
+PLAIN = textwrap.dedent("""
     def train_step(step):
         loss = 1.0 / (step + 1)
         breakpoint()
         return loss
 
     print("LOSS", train_step(3))
-''')
+""")
 PLAIN_STOP_TEXT = stop_text("return loss", "breakpoint()")
 
 
 def run_train(env, tmp_path, rank: int, **extra):
     """PLAIN as any process outside a mesh runs: PYTHONBREAKPOINT, and a launcher's RANK."""
-    return run_script(env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK=str(rank), **extra)
+    return run_script(
+        env, tmp_path, "train.py", PLAIN, PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK=str(rank), **extra
+    )
 
 
 def run_script(env, tmp_path, name, text, *args, **extra):
@@ -182,8 +198,12 @@ def test_a_rank_given_the_secret_file_and_no_upstream_starts_its_hosts_broker_wi
     secret = tmp_path / "secret"
     secret.write_text("one-secret-for-every-host")
     secret.chmod(0o600)
-    given = dict(env, MONARCH_PDB_SECRET_FILE=str(secret), MONARCH_DEBUG_SERVER_PORT=str(free_port()),
-                 MONARCH_PDB_CONNECT_TIMEOUT="30")  # a slow start of its broker is no failure here
+    given = dict(
+        env,
+        MONARCH_PDB_SECRET_FILE=str(secret),
+        MONARCH_DEBUG_SERVER_PORT=str(free_port()),
+        MONARCH_PDB_CONNECT_TIMEOUT="30",
+    )  # a slow start of its broker is no failure here
     program = run_train(given, tmp_path, 0)
     try:
         assert [(r.actor, r.rank) for r in wait_for_sessions(given, 1, timeout=30)] == [("train", 0)]
@@ -205,7 +225,8 @@ def test_breakpoints_in_a_mesh_spawned_by_an_actor(env, tmp_path, shell):
         sh = shell()
         assert sh.command("cast inner ranks(:) p value") == (
             "inner ranks[0] (1)\n0\ninner ranks[1] (1)\n10\n"
-            "numbers: count 2, min 0 (rank 0), max 10 (rank 1), mean 5, NaN/Inf 0, beyond 3 sd 0\n")
+            "numbers: count 2, min 0 (rank 0), max 10 (rank 1), mean 5, NaN/Inf 0, beyond 3 sd 0\n"
+        )
         assert sh.command("continue").strip() == "Continued 2 ranks: inner ranks[0,1]"
         code, output = program.finish()
         assert code == 0 and "RESULT [[0, 10]]" in output
@@ -277,9 +298,21 @@ def test_a_list_past_the_rows_a_shell_shows_is_answered_as_groups_by_the_broker(
             assert isinstance(few, wire.SessionList) and [r.rank for r in few.rows] == list(range(64))
             for ask in (wire.ListSessions(groups_above=63), wire.ListAll(groups_above=0)):
                 many = conn.request(ask, wire.SessionList, wire.SessionGroups)
-                assert many == wire.SessionGroups(groups=[wire.SessionGroup(
-                    rows[0].job, "many", "threads.rank_main", rows[0].lineno, "breakpoint", ranks="0-63", count=64,
-                    coords={"host": "0-7", "gpu": "0-7"}, hosts=[socket.gethostname()])])
+                assert many == wire.SessionGroups(
+                    groups=[
+                        wire.SessionGroup(
+                            rows[0].job,
+                            "many",
+                            "threads.rank_main",
+                            rows[0].lineno,
+                            "breakpoint",
+                            ranks="0-63",
+                            count=64,
+                            coords={"host": "0-7", "gpu": "0-7"},
+                            hosts=[socket.gethostname()],
+                        )
+                    ]
+                )
             assert isinstance(conn.request(wire.ListAll(), wire.SessionList), wire.SessionList), "rows unless asked"
         finally:
             conn.close()
@@ -296,9 +329,7 @@ def test_64_sessions_in_one_process_group_into_two_blocks(env, tmp_path, shell):
         out = sh.command("cast many ranks(:) p value")
         evens = ",".join(str(r) for r in range(0, 64, 2))
         odds = ",".join(str(r) for r in range(1, 64, 2))
-        assert out in (
-            f"many ranks[{evens}] (32)\n'even'\nmany ranks[{odds}] (32)\n'odd'\n",
-        )
+        assert out in (f"many ranks[{evens}] (32)\n'even'\nmany ranks[{odds}] (32)\n'odd'\n",)
         sh.command("set cast_output raw")
         raw = sh.command("cast many ranks(host=7, gpu=::4) p value")
         assert raw == "[56] 'even'\n[60] 'even'\n"
@@ -322,14 +353,31 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
         ranks = [r.rank for r in (main, *workers)]
         listing = run_debug(env, "-c", "list")
         assert [line.split("|")[7].strip() for line in listing.stdout.splitlines() if "| threads " in line] == [
-            "", "thread worker-1", "thread worker-2"], listing.stdout
-        done = run_debug(env, "--json", "-c", "cast threads ranks(:, threads) p value",
-                         "-c", f"attach threads {ranks[2]}", "-c", "p value", "-c", "c",
-                         "-c", f"cast threads ranks({ranks[1]}) c", "-c", "continue")
+            "",
+            "thread worker-1",
+            "thread worker-2",
+        ], listing.stdout
+        done = run_debug(
+            env,
+            "--json",
+            "-c",
+            "cast threads ranks(:, threads) p value",
+            "-c",
+            f"attach threads {ranks[2]}",
+            "-c",
+            "p value",
+            "-c",
+            "c",
+            "-c",
+            f"cast threads ranks({ranks[1]}) c",
+            "-c",
+            "continue",
+        )
         assert done.returncode == 0, done.stderr
         cast, attached, answer, *_, released, continued = [json.loads(line) for line in done.stdout.splitlines()]
         assert [(g["ranks"], g["output"]) for g in cast["groups"]] == [
-            ([rank], f"{value!r}\n") for rank, value in zip(ranks, ["main", "worker 1", "worker 2"])]
+            ([rank], f"{value!r}\n") for rank, value in zip(ranks, ["main", "worker 1", "worker 2"])
+        ]
         assert attached["attached"]["rank"] == ranks[2] and answer["output"] == "'worker 2'\n"
         assert [(g["ranks"], g["outcome"]) for g in released["groups"]] == [([ranks[1]], "continued")]
         assert continued["continued"] == [{"actor": "threads", "ranks": [pid]}]
@@ -343,27 +391,40 @@ def test_each_paused_thread_of_a_process_is_listed_and_reached_on_its_own(env, t
 def test_the_rank_is_its_main_thread_whichever_thread_stops_first_and_a_slice_picks_ranks_only(env, tmp_path):
     fifo = tmp_path / "go"
     os.mkfifo(fifo)
-    program = run_script(env, tmp_path, "train.py", LOADER, str(fifo), PYTHONBREAKPOINT="monarch_pdb.set_trace",
-                         RANK="5")
+    program = run_script(
+        env, tmp_path, "train.py", LOADER, str(fifo), PYTHONBREAKPOINT="monarch_pdb.set_trace", RANK="5"
+    )
     try:
         [loader] = wait_for_sessions(env, 1)
         assert loader.instance == "thread loader" and loader.rank != 5
         refused = run_debug(env, "-c", "cast train ranks(:) p batch")
         assert refused.returncode != 0 and refused.stderr.strip().endswith(
             f"ranks(:) matches no rank of train with a session: those are other threads' (ranks[{loader.rank}]); "
-            "ranks(:, threads) picks them"), refused.stderr
+            "ranks(:, threads) picks them"
+        ), refused.stderr
         with open(fifo, "w") as go:
             go.write("go")
         rows = wait_for_sessions(env, 2)
         assert sorted((r.rank, r.instance) for r in rows) == [(5, ""), (loader.rank, "thread loader")]
-        done = run_debug(env, "-c", "cast train ranks(:) p loss", "-c", "cast train ranks(4:8) p loss",
-                         "-c", "cast train ranks(:, threads) p threading.current_thread().name",
-                         "-c", f"cast train ranks({loader.rank}) p batch", "-c", "continue")
+        done = run_debug(
+            env,
+            "-c",
+            "cast train ranks(:) p loss",
+            "-c",
+            "cast train ranks(4:8) p loss",
+            "-c",
+            "cast train ranks(:, threads) p threading.current_thread().name",
+            "-c",
+            f"cast train ranks({loader.rank}) p batch",
+            "-c",
+            "continue",
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.split("Continued")[0] == (
             "train ranks[5] (1)\n0.5\n" * 2
             + f"train ranks[5] (1)\n'MainThread'\ntrain ranks[{loader.rank}] (1)\n'loader'\n"
-            + f"train ranks[{loader.rank}] (1)\n\"the loader's\"\n")
+            + f'train ranks[{loader.rank}] (1)\n"the loader\'s"\n'
+        )
         code, output = program.finish()
         assert code == 0 and "ALL DONE" in output
     finally:
@@ -395,7 +456,7 @@ def test_a_rank_in_post_mortem_stays_in_post_mortem_after_lines_cast_or_typed(en
         program.stop()
 
 
-FINISHES = textwrap.dedent('''
+FINISHES = textwrap.dedent("""
     import sys
 
     from monarch_pdb.actor import Actor, endpoint, this_host
@@ -417,7 +478,7 @@ FINISHES = textwrap.dedent('''
         print("CALL DONE", flush=True)
         with open(sys.argv[1]) as fifo:  # until the test lets the program end
             fifo.read()
-''')
+""")
 
 
 @pytest.mark.timeout(90)
@@ -477,7 +538,12 @@ def test_any_process_with_pythonbreakpoint_and_launcher_identity(env, tmp_path, 
     program = run_train(env, tmp_path, 3, LOCAL_RANK="1", GROUP_RANK="0", WORLD_SIZE="4")
     try:
         [row] = wait_for_sessions(env, 1)
-        assert (row.actor, row.rank, row.coords, row.function) == ("train", 3, {"host": 0, "gpu": 1}, "train.train_step")
+        assert (row.actor, row.rank, row.coords, row.function) == (
+            "train",
+            3,
+            {"host": 0, "gpu": 1},
+            "train.train_step",
+        )
         sh = shell()
         assert PLAIN_STOP_TEXT in sh.command("attach train 3")
         assert sh.command("p loss").strip() == "0.25"
@@ -496,8 +562,11 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
         sh = shell()
         sh.command("attach train 5")
         os.kill(row.pid, signal.SIGKILL)
-        sh.expect(r"train 5 was lost: its process or its connection is gone\nDetaching from debug session for train 5 .*\n"
-                  r"Detached from debug session for train 5 .*\nmonarch_dbg> $", timeout=10)
+        sh.expect(
+            r"train 5 was lost: its process or its connection is gone\nDetaching from debug session for train 5 .*\n"
+            r"Detached from debug session for train 5 .*\nmonarch_dbg> $",
+            timeout=10,
+        )
         assert sh.command("list").strip() == "No active breakpoints."
     finally:
         program.stop()
@@ -505,8 +574,10 @@ def test_a_rank_killed_while_attached_is_reported_lost(env, tmp_path, shell):
 
 @pytest.mark.timeout(90)
 def test_running_ranks_whose_processes_die_are_announced_lost_in_one_line(env, tmp_path, shell):
-    programs = [run_script(env, tmp_path, "train.py", RUNS, RANK=str(rank), WORLD_SIZE="4", MONARCH_PDB_JOB="train")
-                for rank in range(4)]
+    programs = [
+        run_script(env, tmp_path, "train.py", RUNS, RANK=str(rank), WORLD_SIZE="4", MONARCH_PDB_JOB="train")
+        for rank in range(4)
+    ]
     try:
         for program in programs:
             wait_for_lines(program, "RUNNING", 1)
@@ -536,7 +607,8 @@ def test_attaching_again_replays_a_screenful_and_says_how_to_see_the_rest(env, t
         again = sh.command("attach train 0").splitlines()
         assert len(again) < 50, "the terminal is 50 lines high"
         assert again[2].startswith("(2,9") and again[2].endswith(
-            " characters, not shown; 'detach', then 'attach train 0 --full' shows them)")
+            " characters, not shown; 'detach', then 'attach train 0 --full' shows them)"
+        )
         assert "step 2999" in again and "step 0" not in again
         sh.command("detach")
         whole = sh.command("attach train 0 --full", timeout=60).splitlines()
@@ -554,8 +626,9 @@ def test_a_crashed_process_that_only_stopped_at_a_breakpoint_stays_listed_as_los
     try:
         rows = wait_for_sessions(env, 2)
         os.kill(next(r.pid for r in rows if r.rank == 0), signal.SIGKILL)
-        wait_for_all_rows(env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "lost"), (1, "breakpoint")],
-                          timeout=20)
+        wait_for_all_rows(
+            env, lambda rows: [(r.rank, r.state) for r in rows] == [(0, "lost"), (1, "breakpoint")], timeout=20
+        )
         done = debug(env, "mesh train")
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[2] == "0  L S"
@@ -667,22 +740,34 @@ def test_one_holder_per_session_force_takes_over_and_a_killed_shell_lets_go(env,
         first, second = shell(), shell()
         first.command("attach train 0")
         refused = second.command("attach train 0").strip()
-        assert re.fullmatch(r"Error processing command: train 0 is attached in another shell \(\w+@.+ pid \d+\); "
-                            r"use 'attach --force' to take it over", refused)
+        assert re.fullmatch(
+            r"Error processing command: train 0 is attached in another shell \(\w+@.+ pid \d+\); "
+            r"use 'attach --force' to take it over",
+            refused,
+        )
         taking = second.command("attach train 0 --force")
-        assert re.match(r"Attached to debug session for train 0 \(.+\), taken over from another shell "
-                        r"\(\w+@.+ pid \d+\)\n", taking), taking
-        first.expect(r"another shell \(\w+@.+ pid \d+\) took over train 0 \(attach --force\)\n"
-                     r"Detaching from debug session for train 0 .*\nDetached from debug session for train 0 .*\n"
-                     r"monarch_dbg> $", timeout=10)
+        assert re.match(
+            r"Attached to debug session for train 0 \(.+\), taken over from another shell "
+            r"\(\w+@.+ pid \d+\)\n",
+            taking,
+        ), taking
+        first.expect(
+            r"another shell \(\w+@.+ pid \d+\) took over train 0 \(attach --force\)\n"
+            r"Detaching from debug session for train 0 .*\nDetached from debug session for train 0 .*\n"
+            r"monarch_dbg> $",
+            timeout=10,
+        )
         assert first.command("jobs").startswith("+"), "the shell that lost the rank is back at its own prompt"
         second.child.send("c")
         second.expect("c")
         first.command("attach train 0 --force")
         second.expect(r"another shell \(.+\) took over train 0 \(attach --force\)\n(.*\n){2}monarch_dbg> c$")
         out = second.command("", shown="c")
-        assert re.fullmatch(r"Error processing command: not sent: 'c' was typed for train 0 \(.+\), which another "
-                            r"shell took over\n", out), "a line begun for the rank is never a top-level continue"
+        assert re.fullmatch(
+            r"Error processing command: not sent: 'c' was typed for train 0 \(.+\), which another "
+            r"shell took over\n",
+            out,
+        ), "a line begun for the rank is never a top-level continue"
         first.expect_absent("was taken over by", 1.5)
         second.expect_absent("was taken over by", 0)
         assert first.command("p loss").strip() == "0.25"
@@ -763,7 +848,7 @@ def test_a_request_sent_to_a_broker_that_just_died_is_answered_by_the_next(env, 
         program.stop()
 
 
-WAITS = textwrap.dedent('''
+WAITS = textwrap.dedent("""
     import sys
 
     import monarch_pdb
@@ -774,7 +859,7 @@ WAITS = textwrap.dedent('''
         go.read()
     loss = 0.5
     breakpoint()
-''')
+""")
 
 
 @pytest.mark.timeout(90)
@@ -785,8 +870,9 @@ def test_a_job_that_just_died_leaves_its_actor_name_to_the_job_that_runs(env, tm
     second = None
     try:
         wait_for_sessions(env, 1)
-        second = run_script(env, tmp_path, "waits.py", WAITS, str(fifo), MONARCH_PDB_JOB="second",
-                            MONARCH_PDB_ACTOR="train", RANK="0")
+        second = run_script(
+            env, tmp_path, "waits.py", WAITS, str(fifo), MONARCH_PDB_JOB="second", MONARCH_PDB_ACTOR="train", RANK="0"
+        )
         wait_for_lines(second, "RUNNING", 1)
         wait_for_all_rows(env, lambda rows: len(rows) == 2)
         sh = shell()
@@ -846,7 +932,9 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         out = sh.command("p rank")
         assert "(the broker restarted; attached again to debugee 13" in out and out.endswith("13\n")
         sh.command("detach")
-        assert sh.command("cast debugee ranks(0,1) p rank").startswith("debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n")
+        assert sh.command("cast debugee ranks(0,1) p rank").startswith(
+            "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n"
+        )
         sh.kill()
     finally:
         program.stop()
@@ -868,8 +956,10 @@ def test_a_cast_whose_broker_restarts_names_the_ranks_whose_answers_were_lost(en
             broker.kill()
             broker.wait()
             broker, _ = start_broker(env)
-            sh.expect(r"the broker restarted during the cast; the answers of debugee ranks\[0-2\] \(3\) were lost "
-                      r"\(the line may have run there\)")
+            sh.expect(
+                r"the broker restarted during the cast; the answers of debugee ranks\[0-2\] \(3\) were lost "
+                r"\(the line may have run there\)"
+            )
             sh.wait_prompt()
             wait_for_sessions(env, 16)
             after = sh.command("cast debugee ranks(0,1) p rank")
@@ -916,26 +1006,36 @@ def test_a_rank_told_of_a_broker_above_but_not_its_secret_says_so_instead_of_sta
     told = dict(env, MONARCH_PDB_UPSTREAM="127.0.0.1:9", MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1")
     program = run_train(told, tmp_path, 0)
     code, output = program.finish()
-    assert ("MONARCH_PDB_UPSTREAM names 127.0.0.1:9, but this host's broker needs that broker's secret to "
-            "register: set MONARCH_PDB_SECRET_FILE") in output
+    assert (
+        "MONARCH_PDB_UPSTREAM names 127.0.0.1:9, but this host's broker needs that broker's secret to "
+        "register: set MONARCH_PDB_SECRET_FILE"
+    ) in output
     assert code == 0 and "LOSS 0.25" in output
     assert not list((tmp_path / "run").glob("broker-*.json")), "no broker was started to fail in its log"
 
 
 @pytest.mark.timeout(60)
 def test_a_rank_with_no_broker_says_where_it_looked_and_can_give_up(env, tmp_path):
-    nowhere = dict(env, MONARCH_DEBUG_SERVER_HOST="127.0.0.2", MONARCH_DEBUG_SERVER_PORT=str(free_port()),
-                   MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1")
+    nowhere = dict(
+        env,
+        MONARCH_DEBUG_SERVER_HOST="127.0.0.2",
+        MONARCH_DEBUG_SERVER_PORT=str(free_port()),
+        MONARCH_PDB_CONNECT_TIMEOUT="1",
+        MONARCH_PDB_GIVE_UP_AFTER="1",
+    )
     program = run_train(nowhere, tmp_path, 0)
     code, output = program.finish()
     port = nowhere["MONARCH_DEBUG_SERVER_PORT"]
-    assert f"train rank 0 (pid {program.proc.pid}) is paused at a breakpoint, but no debug broker answers at 127.0.0.2:{port}" in output
+    assert (
+        f"train rank 0 (pid {program.proc.pid}) is paused at a breakpoint, but no debug broker answers at 127.0.0.2:{port}"
+        in output
+    )
     assert f"(nothing listens at 127.0.0.2:{port})" in output and "Start one with `monarch-pdb broker`" in output
     assert "no broker after 1 s; continuing without stopping." in output
     assert code == 0 and "LOSS 0.25" in output
 
 
-SQUATTER = textwrap.dedent('''
+SQUATTER = textwrap.dedent("""
     import socket
     import sys
 
@@ -947,14 +1047,15 @@ SQUATTER = textwrap.dedent('''
     held = []
     while True:
         held.append(server.accept()[0])  # says nothing, as an HTTP server waits for a request
-''')
+""")
 
 
 @pytest.mark.timeout(60)
 def test_another_program_on_a_stale_brokers_port_is_named_by_rank_and_shell(env, tmp_path):
     port = free_port()
-    fixed = dict(env, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1",
-                 MONARCH_PDB_GIVE_UP_AFTER="1")
+    fixed = dict(
+        env, MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1"
+    )
     broker, _ = start_broker(fixed)
     broker.kill()
     broker.wait()
@@ -968,8 +1069,10 @@ def test_another_program_on_a_stale_brokers_port_is_named_by_rank_and_shell(env,
         assert code == 0 and "LOSS 0.25" in output
         done = run_debug(fixed, "-c", "list")
         assert done.returncode == 2
-        assert done.stderr == (f"monarch-pdb: no debug broker answers at 127.0.0.1:{port} {note}. Stop that program, "
-                               "or give the broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).\n")
+        assert done.stderr == (
+            f"monarch-pdb: no debug broker answers at 127.0.0.1:{port} {note}. Stop that program, "
+            "or give the broker and the ranks another port (MONARCH_DEBUG_SERVER_PORT).\n"
+        )
     finally:
         squatter.stop()
 
@@ -978,8 +1081,11 @@ def test_another_program_on_a_stale_brokers_port_is_named_by_rank_and_shell(env,
 def test_a_runtime_directory_that_cannot_be_made_is_named_and_the_rank_runs_on(env, tmp_path):
     (tmp_path / "file").write_text("not a directory")
     runtime = tmp_path / "file" / "run"
-    program = run_train(dict(env, MONARCH_PDB_RUNTIME_DIR=str(runtime), MONARCH_PDB_CONNECT_TIMEOUT="1",
-                             MONARCH_PDB_GIVE_UP_AFTER="1"), tmp_path, 0)
+    program = run_train(
+        dict(env, MONARCH_PDB_RUNTIME_DIR=str(runtime), MONARCH_PDB_CONNECT_TIMEOUT="1", MONARCH_PDB_GIVE_UP_AFTER="1"),
+        tmp_path,
+        0,
+    )
     code, output = program.finish()
     assert f"(cannot use {runtime} as the runtime directory: Not a directory; set MONARCH_PDB_RUNTIME_DIR" in output
     assert "Traceback" not in output and "no broker after 1 s; continuing without stopping." in output

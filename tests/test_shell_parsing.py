@@ -6,12 +6,33 @@ from __future__ import annotations
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from monarch_pdb.client.arguments import CommandError, parse_target, whole_number
 from programs import NAMED_RANKS, Program, debug, wait_for_lines, wait_for_sessions
 
-from monarch_pdb.client.arguments import CommandError, whole_number, parse_target
-
-WORDS = st.sampled_from(["debugee", "job:debugee", ":", "ranks(", "ranks(1,,2)", "ranks(:)", "ranks(host=1)", "p x",
-                         "!", "?", ")", "(", " ", "\t", "0", "-1", "ranks(1)", "c", "\x00", "é"])
+WORDS = st.sampled_from(
+    [
+        "debugee",
+        "job:debugee",
+        ":",
+        "ranks(",
+        "ranks(1,,2)",
+        "ranks(:)",
+        "ranks(host=1)",
+        "p x",
+        "!",
+        "?",
+        ")",
+        "(",
+        " ",
+        "\t",
+        "0",
+        "-1",
+        "ranks(1)",
+        "c",
+        "\x00",
+        "é",
+    ]
+)
 
 
 @pytest.mark.timeout(60)
@@ -24,7 +45,7 @@ def test_parse_target_accepts_or_explains_in_one_line(text):
         assert "\n" not in str(error) and str(error)
         return
     name = text.strip()
-    name = name[1:name.find(name[0], 1)] if name[0] in "'\"" else name.partition(" ")[0]
+    name = name[1 : name.find(name[0], 1)] if name[0] in "'\"" else name.partition(" ")[0]
     assert actor == name.rpartition(":")[2]
     assert selection is not None or rest == ""
 
@@ -44,10 +65,21 @@ def test_an_actor_whose_name_has_a_space_is_reached_by_quoting_it(env, tmp_path,
         sh.expect(r"^0\s+1\s*$")
         assert sh.command("1", shown='attach "has space" 1').startswith("Attached to debug session for has space 1 ")
         sh.command("detach")
-        done = debug(env, 'wait "has space" 2', 'attach "has space" 1', "p value", "detach",
-                     "cast 'has space' ranks(:) p value", 'follow "has space" ranks(0)', "follow off",
-                     'stacks "has space"', 'peek "has space" ranks(2) rank', 'interrupt "has space" ranks(2)',
-                     'mesh "has space"', "continue")
+        done = debug(
+            env,
+            'wait "has space" 2',
+            'attach "has space" 1',
+            "p value",
+            "detach",
+            "cast 'has space' ranks(:) p value",
+            'follow "has space" ranks(0)',
+            "follow off",
+            'stacks "has space"',
+            'peek "has space" ranks(2) rank',
+            'interrupt "has space" ranks(2)',
+            'mesh "has space"',
+            "continue",
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         out = done.stdout
         assert out.startswith("2 ranks of has space stopped\nAttached to debug session for has space 1 ")

@@ -17,7 +17,7 @@ RUNPY = r"(?:<frozen runpy>|runpy\.py):\d+ _run_module_as_main"
 BREAKPOINT_STOP = stop_line(12)
 """Where SHIPPED's breakpoint() stops."""
 
-HANG = textwrap.dedent('''
+HANG = textwrap.dedent("""
     import signal
     import threading
     import time
@@ -49,9 +49,9 @@ HANG = textwrap.dedent('''
 
     if __name__ == "__main__":
         this_host().spawn_procs(per_host={"host": 4, "gpu": 4}).spawn("trainer", Trainer).step.call().get()
-''')
+""")
 
-STATES = textwrap.dedent('''
+STATES = textwrap.dedent("""
     import os
     import signal
     import sys
@@ -85,9 +85,9 @@ STATES = textwrap.dedent('''
         except Exception:
             pass
         threading.Event().wait()
-''')
+""")
 
-THREADS = textwrap.dedent('''
+THREADS = textwrap.dedent("""
     import threading
     import time
 
@@ -123,9 +123,9 @@ THREADS = textwrap.dedent('''
     started.wait()
     print("WAITING", flush=True)
     time.sleep(3600)
-''')
+""")
 
-ASYNC = textwrap.dedent('''
+ASYNC = textwrap.dedent("""
     import asyncio
 
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
@@ -151,9 +151,9 @@ ASYNC = textwrap.dedent('''
 
     if __name__ == "__main__":
         this_host().spawn_procs(per_host={"host": 2, "gpu": 2}).spawn("waiter", Waiter).step.call().get()
-''')
+""")
 
-POLLER = textwrap.dedent('''
+POLLER = textwrap.dedent("""
     import asyncio
 
     from monarch_pdb.actor import Actor, endpoint, this_host
@@ -175,9 +175,9 @@ POLLER = textwrap.dedent('''
 
     if __name__ == "__main__":
         this_host().spawn_procs(per_host={"gpu": 2}).spawn("poller", Poller).run.call().get()
-''')
+""")
 
-SHIPPED = textwrap.dedent('''
+SHIPPED = textwrap.dedent("""
     import ast
     import threading
     import time
@@ -204,9 +204,9 @@ SHIPPED = textwrap.dedent('''
         threading.Thread(target=shipped["load_checkpoint"], args=("ckpt",), daemon=True).start()
         while True:
             time.sleep(0.05)
-''')
+""")
 
-PLAIN = textwrap.dedent('''
+PLAIN = textwrap.dedent("""
     import time
 
     import monarch_pdb
@@ -222,10 +222,10 @@ PLAIN = textwrap.dedent('''
 
 
     total = read_socket(3600)
-''')
+""")
 
 
-NAP = textwrap.dedent('''
+NAP = textwrap.dedent("""
     import time
 
     import monarch_pdb
@@ -241,7 +241,7 @@ NAP = textwrap.dedent('''
 
 
     nap()
-''')
+""")
 
 
 def run_program(env, tmp_path, name: str, text: str, **extra: str) -> Program:
@@ -274,11 +274,13 @@ def test_a_hang_merged_stacks_interrupt_and_numbers(env, tmp_path):
             listing = shell.command("list")
             assert listing.count("hang.all_reduce") == 15 and "| trainer    | 3 " not in listing
             paused = shell.command("stacks trainer")
-            assert "│  hang.py:11 all_reduce  ranks[0-2,4-15] (15)\n└─ hang.py:26 step  ranks[3] (1)\n" in paused, \
+            assert "│  hang.py:11 all_reduce  ranks[0-2,4-15] (15)\n└─ hang.py:26 step  ranks[3] (1)\n" in paused, (
                 "a paused rank's stack ends where its program stopped, not inside the debugger"
+            )
             numbers = shell.command("cast trainer ranks(:) p loss")
-            assert numbers.splitlines()[-1] == ("numbers: count 15, min 1 (rank 0), max 1.15 (rank 15), mean 1.08, "
-                                                "NaN/Inf 1 ranks[5], beyond 3 sd 0")
+            assert numbers.splitlines()[-1] == (
+                "numbers: count 15, min 1 (rank 0), max 1.15 (rank 15), mean 1.08, NaN/Inf 1 ranks[5], beyond 3 sd 0"
+            )
             assert "trainer ranks[5] (1)\nnan\n" in numbers
             shell.command("attach trainer 9")
             backtrace = shell.command("bt")
@@ -289,11 +291,17 @@ def test_a_hang_merged_stacks_interrupt_and_numbers(env, tmp_path):
             stuck = shell.command("interrupt trainer ranks(3) --timeout 1")
             assert stuck.startswith("Interrupted 0 ranks\ntrainer ranks[3] (1) did not stop within 1 s")
             assert "\nhang.py:17 next_batch  ranks[3] (1)\n" in stuck
-            assert re.search(r"^trainer ranks\[3\] is in a C call \(threading\.py:\d+ wait\); it stops when it returns; "
-                             r"`peek` reads it now$", stuck, re.M), stuck
+            assert re.search(
+                r"^trainer ranks\[3\] is in a C call \(threading\.py:\d+ wait\); it stops when it returns; "
+                r"`peek` reads it now$",
+                stuck,
+                re.M,
+            ), stuck
             assert shell.command("continue").strip() == "Continued 15 ranks: trainer ranks[0-2,4-15]"
             after = shell.command("stacks trainer --thread main ranks(host=0)")
-            assert after.startswith("trainer ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: hang.py:17 next_batch\n")
+            assert after.startswith(
+                "trainer ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: hang.py:17 next_batch\n"
+            )
         finally:
             shell.kill()
     finally:
@@ -303,26 +311,39 @@ def test_a_hang_merged_stacks_interrupt_and_numbers(env, tmp_path):
 @pytest.mark.timeout(120)
 def test_mesh_picture_of_a_4x4_mesh_in_every_state(env, tmp_path):
     os.mkfifo(tmp_path / "go")
-    program = run_program(env, tmp_path, "states.py", STATES, MONARCH_PDB_POST_MORTEM="always",
-                          MONARCH_PDB_HEARTBEAT="0.3")
+    program = run_program(
+        env, tmp_path, "states.py", STATES, MONARCH_PDB_POST_MORTEM="always", MONARCH_PDB_HEARTBEAT="0.3"
+    )
     try:
         wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running"] * 16)
         os.close(os.open(tmp_path / "go", os.O_WRONLY | os.O_NONBLOCK))  # the program reads it: go
-        wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["breakpoint"] * 4 + ["running"] * 4
-                          + ["post-mortem"] * 4 + ["lost"] * 2 + ["finished"] * 2)
+        wait_for_all_rows(
+            env,
+            lambda rows: (
+                [r.state for r in rows]
+                == ["breakpoint"] * 4 + ["running"] * 4 + ["post-mortem"] * 4 + ["lost"] * 2 + ["finished"] * 2
+            ),
+        )
         done = debug(env, "mesh", "mesh mixed")
         assert done.returncode == 0, done.stderr
-        picture = ("mixed: host (rows) x gpu (columns)\n"
-                   "   0 1 2 3\n"
-                   "0  S S S S\n"
-                   "1  R R R R\n"
-                   "2  P P P P\n"
-                   "3  L L F F\n"
-                   "S stopped (4)  R running (4)  P post-mortem (4)  L lost (2)  F finished (2)  . no rank\n")
+        picture = (
+            "mixed: host (rows) x gpu (columns)\n"
+            "   0 1 2 3\n"
+            "0  S S S S\n"
+            "1  R R R R\n"
+            "2  P P P P\n"
+            "3  L L F F\n"
+            "S stopped (4)  R running (4)  P post-mortem (4)  L lost (2)  F finished (2)  . no rank\n"
+        )
         assert done.stdout == picture + picture
         doc = json.loads(debug(env, "mesh", flags=("--json",)).stdout)
         assert doc["dims"] == ["host", "gpu"] and doc["counts"] == {
-            "breakpoint": 4, "running": 4, "post-mortem": 4, "lost": 2, "finished": 2}
+            "breakpoint": 4,
+            "running": 4,
+            "post-mortem": 4,
+            "lost": 2,
+            "finished": 2,
+        }
         terminal = ShellDriver(env)
         try:
             terminal.wait_prompt()
@@ -359,8 +380,16 @@ def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(
     try:
         wait_for_lines(program, "WAITING", 1)
         wait_for_all_rows(env, lambda rows: len(rows) == 4)
-        done = debug(env, "list --all", "stacks", "stacks worker --thread all --json", "interrupt worker ranks(3)",
-                     "cast worker ranks(3) bt", "continue", "interrupt worker ranks(1) --timeout 1")
+        done = debug(
+            env,
+            "list --all",
+            "stacks",
+            "stacks worker --thread all --json",
+            "interrupt worker ranks(3)",
+            "cast worker ranks(3) bt",
+            "continue",
+            "interrupt worker ranks(1) --timeout 1",
+        )
         assert done.returncode == 1, "an interrupt that stops nothing fails the script"
         assert done.stdout.count("| running |") == 4 and "| threads" not in done.stdout
         text = done.stdout
@@ -373,7 +402,9 @@ def test_ranks_that_are_threads_stop_at_their_next_line_unless_blocked_for_good(
         assert doc["elsewhere"] == [{"ranks": [3], "where": "threads.py:18 load_shard"}]
         # A rank waiting on a lock in a loop stops in its own code once the wait returns, not in threading's.
         assert "Interrupted 1 rank: worker ranks[3] (1)\n" in text
-        assert f"\n> {tmp_path / 'threads.py'}(19)load_shard()\n-> polls += 1\nContinued 1 rank: worker ranks[3]" in text
+        assert (
+            f"\n> {tmp_path / 'threads.py'}(19)load_shard()\n-> polls += 1\nContinued 1 rank: worker ranks[3]" in text
+        )
         # One blocked for good is named with its stack.
         assert "Interrupted 0 ranks\nworker ranks[1] (1) did not stop within 1 s" in text
         assert "\nthreads.py:12 wait_for_peers  ranks[1] (1)\n" in text.rsplit("did not stop", 1)[1]
@@ -391,7 +422,10 @@ def test_a_rank_waiting_in_an_await_stops_in_its_coroutine(env, tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.startswith("Interrupted 1 rank: poller ranks[0] (1)\npoller ranks[0] (1)\n")
         assert f"\n> {tmp_path / 'poller.py'}(11)poll_queue()\n-> polls += 1\n" in done.stdout
-        assert "   poller.py:10 poll_queue  ranks[1] (1)\n" in done.stdout and "poller.py:11 poll_queue  ranks[0] (1)\n" in done.stdout
+        assert (
+            "   poller.py:10 poll_queue  ranks[1] (1)\n" in done.stdout
+            and "poller.py:11 poll_queue  ranks[0] (1)\n" in done.stdout
+        )
     finally:
         program.stop()
 
@@ -411,7 +445,10 @@ def test_a_thread_paused_in_shipped_code_is_the_ranks_and_named_by_its_script(en
         assert f"\ncheckpoint.py:{BREAKPOINT_STOP} load_checkpoint  ranks[0] (1)\n" in done.stdout, "the paused thread"
         doc = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
         assert doc["groups"][0]["threads"][0]["frames"][-1] == {
-            "file": script, "line": BREAKPOINT_STOP, "function": "load_checkpoint"}
+            "file": script,
+            "line": BREAKPOINT_STOP,
+            "function": "load_checkpoint",
+        }
         assert f"\n> {script}({BREAKPOINT_STOP})load_checkpoint()\n" in done.stdout
         [row] = wait_for_sessions(env, 1, state="post-mortem")
         assert (row.filename, row.lineno) == (script, 12)
@@ -463,7 +500,9 @@ def test_ranks_waiting_in_an_await_show_the_coroutines_they_await(env, tmp_path)
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert lines[:2] == ["waiter ranks[0-3] (4): 2 distinct stacks", "rank 3 is elsewhere: waiter.py:12 fetch"]
-        assert "├─ waiter.py:22 step  ranks[0-2] (3)" in lines and "│  waiter.py:8 gather_grads  ranks[0-2] (3)" in lines
+        assert (
+            "├─ waiter.py:22 step  ranks[0-2] (3)" in lines and "│  waiter.py:8 gather_grads  ranks[0-2] (3)" in lines
+        )
         assert "└─ waiter.py:20 step  ranks[3] (1)" in lines and "   waiter.py:12 fetch  ranks[3] (1)" in lines
         assert not any("base_events.py" in line or "selectors.py" in line for line in lines), "no event loop frames"
     finally:
@@ -478,9 +517,15 @@ def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(examp
     assert lines[0] == "debugee ranks[0-15] (16): 4 distinct stacks"
     trunk = re.fullmatch(rf"{RUNPY} … debugging\.py:31 to_debug \((\d+) frames\)  ranks\[0-15\] \(16\)", lines[1])
     assert trunk, "no stack holds most ranks: no line says who is elsewhere, the tree says it once"
-    branches = [f"{connector}debugging.py:{stop_line(line)} _debugee_actor_internal  ranks[{ranks}] (4)"
-                for connector, line, ranks in (("├─ ", 11, "0,4,8,12"), ("├─ ", 15, "1,5,9,13"),
-                                               ("├─ ", 19, "2,6,10,14"), ("└─ ", 23, "3,7,11,15"))]
+    branches = [
+        f"{connector}debugging.py:{stop_line(line)} _debugee_actor_internal  ranks[{ranks}] (4)"
+        for connector, line, ranks in (
+            ("├─ ", 11, "0,4,8,12"),
+            ("├─ ", 15, "1,5,9,13"),
+            ("├─ ", 19, "2,6,10,14"),
+            ("└─ ", 23, "3,7,11,15"),
+        )
+    ]
     assert lines[2:] == branches, "the frames every rank shares, down to where they differ, are one line"
 
     full = sh.command("stacks debugee --full").splitlines()
@@ -490,18 +535,22 @@ def test_the_trunk_every_rank_shares_is_one_line_and_full_shows_each_frame(examp
     assert any(line.startswith("worker.py:") for line in frames) and any("base_events.py" in line for line in frames)
 
     one = sh.command("stacks debugee ranks(5)").splitlines()
-    assert re.fullmatch(rf"{RUNPY} … worker\.py:\d+ \w+ \(\d+ frames\)  ranks\[5\] \(1\)", one[1]), \
+    assert re.fullmatch(rf"{RUNPY} … worker\.py:\d+ \w+ \(\d+ frames\)  ranks\[5\] \(1\)", one[1]), (
         "stacks that do not differ are folded down to the program's own code"
-    assert one[2:] == ["debugging.py:31 to_debug  ranks[5] (1)",
-                       f"debugging.py:{stop_line(15)} _debugee_actor_internal  ranks[5] (1)"]
+    )
+    assert one[2:] == [
+        "debugging.py:31 to_debug  ranks[5] (1)",
+        f"debugging.py:{stop_line(15)} _debugee_actor_internal  ranks[5] (1)",
+    ]
 
     doc = json.loads(sh.command("stacks debugee --json"))
     assert len(doc["common"]) == int(trunk.group(1)) and doc["elsewhere"] == []
     assert doc["common"][0]["function"] == "_run_module_as_main" and doc["common"][-1]["function"] == "to_debug"
     assert [[f["line"] for f in g["threads"][0]["frames"]] for g in doc["groups"]] == [
-        [stop_line(line)] for line in (11, 15, 19, 23)]
+        [stop_line(line)] for line in (11, 15, 19, 23)
+    ]
     whole = json.loads(sh.command("stacks debugee --json --full"))
-    assert whole["common"] == [] and whole["groups"][0]["threads"][0]["frames"][:len(doc["common"])] == doc["common"]
+    assert whole["common"] == [] and whole["groups"][0]["threads"][0]["frames"][: len(doc["common"])] == doc["common"]
 
 
 @pytest.mark.each_python
@@ -513,11 +562,13 @@ def test_a_post_mortem_ranks_stack_is_its_tracebacks_down_to_the_raise_with_its_
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0] == "debugee ranks[2,6,10,14] (4): 1 distinct stack"
-    assert re.fullmatch(rf"{RUNPY} … worker\.py:\d+ _awaited \(\d+ frames\)  ranks\[2,6,10,14\] \(4\)", lines[1]), \
+    assert re.fullmatch(rf"{RUNPY} … worker\.py:\d+ _awaited \(\d+ frames\)  ranks\[2,6,10,14\] \(4\)", lines[1]), (
         "the runtime's frames down to the one that awaited the endpoint, not those that caught its exception"
-    assert lines[2:] == [f"debugging.py:{line} {function}  ranks[2,6,10,14] (4)"
-                         for line, function in ((31, "to_debug"), (20, "_debugee_actor_internal"), (5, "_bad_rank"))] + [
-        "locals of debugging.py:5 _bad_rank  ranks[2,6,10,14] (4)", "  (locals) = none"]
+    )
+    assert lines[2:] == [
+        f"debugging.py:{line} {function}  ranks[2,6,10,14] (4)"
+        for line, function in ((31, "to_debug"), (20, "_debugee_actor_internal"), (5, "_bad_rank"))
+    ] + ["locals of debugging.py:5 _bad_rank  ranks[2,6,10,14] (4)", "  (locals) = none"]
 
 
 @pytest.mark.timeout(90)
@@ -537,7 +588,8 @@ def test_ranks_that_are_process_ids_draw_a_row_each_not_the_ranks_between(env, t
             row = str(pid - pid % 16)
             assert picture.splitlines()[1:3] == [
                 " " * (len(row) + 2) + " ".join(f"{c:2}" for c in range(16)),
-                f"{row}  " + " ".join(f" {'S' if c == pid % 16 else '.'}" for c in range(16))]
+                f"{row}  " + " ".join(f" {'S' if c == pid % 16 else '.'}" for c in range(16)),
+            ]
     finally:
         for program in programs:
             program.stop()

@@ -10,11 +10,10 @@ import textwrap
 
 import pytest
 from conftest import MARKER, processes_with_marker
+from monarch_pdb.client.connection import ANSWER_GRACE
 from programs import Program, wait_for_sessions
 
-from monarch_pdb.client.connection import ANSWER_GRACE
-
-FOUR = textwrap.dedent('''
+FOUR = textwrap.dedent("""
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
 
 
@@ -28,7 +27,7 @@ FOUR = textwrap.dedent('''
 
     if __name__ == "__main__":
         print("RESULT", this_host().spawn_procs(per_host={"gpu": 4}).spawn("debugee", Debugee).to_debug.call().get().values())
-''')
+""")
 
 FAST_LIVENESS = {"MONARCH_PDB_HEARTBEAT": "0.5", "MONARCH_PDB_CONNECT_TIMEOUT": "1.5"}
 """The broker declares a peer lost after 1.5 s of silence, and ranks and shells give up on a
@@ -66,7 +65,7 @@ def test_an_attached_shell_recovers_from_a_broker_that_stalls_past_every_livenes
         finally:
             os.kill(broker, signal.SIGCONT)
         assert sh.wait_prompt() == "(Pdb)", "the line typed during the stall is answered"
-        during = sh.text[sh.seen:]
+        during = sh.text[sh.seen :]
         assert re.search(r"^0$", during, re.M), during
         assert not re.search(r"w(?:as|ere) lost|finished|stopped at", during), "no rank left, so none came back"
         assert "Detached from debug session for debugee 0" in sh.command("detach")
@@ -77,7 +76,8 @@ def test_an_attached_shell_recovers_from_a_broker_that_stalls_past_every_livenes
         assert sh.command("p rank * 2").strip() == "6"
         sh.command("detach")
         assert sh.command("cast debugee ranks(:) p rank").startswith(
-            "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\ndebugee ranks[2] (1)\n2\ndebugee ranks[3] (1)\n3\n")
+            "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\ndebugee ranks[2] (1)\n2\ndebugee ranks[3] (1)\n3\n"
+        )
         assert not re.search(r"w(?:as|ere) lost|finished", sh.text), "nothing was announced gone that was not"
         assert "Continued 4 ranks: debugee ranks[0-3]" in sh.command("continue")
         code, output = program.finish()

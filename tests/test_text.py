@@ -9,12 +9,12 @@ import textwrap
 from fractions import Fraction
 
 import pytest
+from monarch_pdb.client.connection import ShellConnection
 from programs import Program, run_debug, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
 
-PROGRAM = textwrap.dedent('''
+PROGRAM = textwrap.dedent("""
     import os
     import sys
 
@@ -32,7 +32,7 @@ PROGRAM = textwrap.dedent('''
     if __name__ == "__main__":
         procs = this_host().spawn_procs(per_host={"gpu": 2})
         print("RESULT", procs.spawn("big", Big).run.call().get().values())
-''')
+""")
 
 UNDECODABLE = os.fsdecode(b"caf\xff")
 """A folder name whose last byte no UTF-8 decoder takes, as Python names it: `caf\\udcff`."""
@@ -62,9 +62,11 @@ def test_a_lone_surrogate_a_rank_prints_arrives_escaped_and_the_ranks_go_on(big,
     sh = shell()
     assert sh.command('cast big ranks(0:2) !print("\\udcff x")') == "big ranks[0,1] (2)\n\\udcff x\n"
     assert sh.command("cast big ranks(0:2) !raise ValueError(os.fsdecode(b'bad \\xff'))") == (
-        "big ranks[0,1] (2)\n*** ValueError: bad \\udcff\n")
+        "big ranks[0,1] (2)\n*** ValueError: bad \\udcff\n"
+    )
     assert sh.command("cast big ranks(0) !sys.stdout.write(b'x')") == (
-        "big ranks[0] (1)\n*** TypeError: write() argument must be str, not bytes\n")
+        "big ranks[0] (1)\n*** TypeError: write() argument must be str, not bytes\n"
+    )
     assert sh.command("cast big ranks(1) p rank") == "big ranks[1] (1)\n1\n"
     assert "Continued 2 ranks: big ranks[0,1]" in sh.command("continue")
     code, output = program.finish()
@@ -97,7 +99,8 @@ def test_a_message_that_cannot_be_encoded_is_one_line_on_stderr_and_the_link_goe
         conn.close()
     assert capfd.readouterr().err.splitlines() == [
         "monarch-pdb: a message (input) could not be sent to the debug broker and is left out: "
-        "TypeError: cannot send Fraction"]
+        "TypeError: cannot send Fraction"
+    ]
 
 
 @pytest.mark.timeout(60)
@@ -106,6 +109,7 @@ def test_a_script_line_with_an_undecodable_byte_runs_as_it_would_from_the_comman
     script.write_bytes(b"cast caf\xff ranks(0) p 1\n")
     done = run_debug(env, "--script", str(script), "--record", str(transcript))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.splitlines()[-1] == (f"monarch-pdb: {script}:1: cast caf\\udcff ranks(0) p 1: "
-                                            "No debug sessions for actor caf\\udcff")
+    assert done.stderr.splitlines()[-1] == (
+        f"monarch-pdb: {script}:1: cast caf\\udcff ranks(0) p 1: No debug sessions for actor caf\\udcff"
+    )
     assert b"\ncast caf\xff ranks(0) p 1\n" in transcript.read_bytes(), "the line as it was typed"

@@ -21,15 +21,28 @@ from pathlib import Path
 import pytest
 import zmq
 from conftest import wait_for_exit
+from monarch_pdb.client.connection import ShellConnection
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace, named
-from programs import (DEBUG_SHELL, PDB_STOPS_ON_BREAKPOINT, RUNS, BrokerLog, Program, free_port, settings_for,
-                      start_broker, stop_broker, stop_line, wait_for_all_rows, wait_for_lines, wait_for_sessions)
+from programs import (
+    DEBUG_SHELL,
+    PDB_STOPS_ON_BREAKPOINT,
+    RUNS,
+    BrokerLog,
+    Program,
+    free_port,
+    settings_for,
+    start_broker,
+    stop_broker,
+    stop_line,
+    wait_for_all_rows,
+    wait_for_lines,
+    wait_for_sessions,
+)
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.ranks import RankSet
 
-RANK = textwrap.dedent('''
+RANK = textwrap.dedent("""
     import os
     import time
 
@@ -50,7 +63,7 @@ RANK = textwrap.dedent('''
     if rank % 2:
         raise ValueError(f"rank {rank} fails")
     spin()
-''')
+""")
 """One rank of a torchrun-like job: it stops at a breakpoint; after `continue`, odd ranks stop
 again in post-mortem and even ranks run on in `spin` until interrupted."""
 
@@ -85,28 +98,50 @@ class Tree:
         """A host of its own: its runtime directory, its broker on its loopback at port 0, and
         no secret."""
         values = {k: v for k, v in self.env.items() if k not in ("MONARCH_PDB_SECRET", "MONARCH_PDB_SECRET_FILE")}
-        return dict(values, MONARCH_PDB_RUNTIME_DIR=str(self.tmp / host), MONARCH_DEBUG_SERVER_HOST="127.0.0.1",
-                    MONARCH_DEBUG_SERVER_PORT="0")
+        return dict(
+            values,
+            MONARCH_PDB_RUNTIME_DIR=str(self.tmp / host),
+            MONARCH_DEBUG_SERVER_HOST="127.0.0.1",
+            MONARCH_DEBUG_SERVER_PORT="0",
+        )
 
     def host_broker(self, host: str, launcher: list[str] | None = None, upstream: str = "") -> subprocess.Popen:
         """`monarch-pdb broker --upstream ROOT` (or another broker's HOST:PORT) for one host,
         with the secret; its port is `ports[proc]`."""
-        proc, first = start_broker(dict(self.host_env(host), MONARCH_PDB_SECRET=self.env["MONARCH_PDB_SECRET"]),
-                                   "--upstream", upstream or self.upstream, launcher=launcher)
+        proc, first = start_broker(
+            dict(self.host_env(host), MONARCH_PDB_SECRET=self.env["MONARCH_PDB_SECRET"]),
+            "--upstream",
+            upstream or self.upstream,
+            launcher=launcher,
+        )
         self.brokers.append(proc)
         self.ports[proc] = re.search(r"listening on tcp://[^ ]+:(\d+) ", first).group(1)
         return proc
 
-    def ranks(self, host: str, group: int, ranks: list[int], world: int, launcher: list[str] | None = None,
-              **extra: str) -> list[Program]:
+    def ranks(
+        self, host: str, group: int, ranks: list[int], world: int, launcher: list[str] | None = None, **extra: str
+    ) -> list[Program]:
         """One process per rank on `host`, as torchrun starts them (`group`: its node rank)."""
         script = self.tmp / "rank.py"
         if not script.exists():  # written again, it would be news to the pdb of ranks running it
             script.write_text(RANK)
-        started = [Program(dict(self.host_env(host), MONARCH_PDB_JOB=JOB, RANK=str(rank), LOCAL_RANK=str(local),
-                                GROUP_RANK=str(group), WORLD_SIZE=str(world), **extra), script, cwd=self.tmp,
-                           launcher=launcher)
-                   for local, rank in enumerate(ranks)]
+        started = [
+            Program(
+                dict(
+                    self.host_env(host),
+                    MONARCH_PDB_JOB=JOB,
+                    RANK=str(rank),
+                    LOCAL_RANK=str(local),
+                    GROUP_RANK=str(group),
+                    WORLD_SIZE=str(world),
+                    **extra,
+                ),
+                script,
+                cwd=self.tmp,
+                launcher=launcher,
+            )
+            for local, rank in enumerate(ranks)
+        ]
         self.programs += started
         return started
 
@@ -155,8 +190,10 @@ def tree(env, tmp_path):
 
 def listed(table: str) -> list[tuple[str, str, str]]:
     """(rank, coordinates, state or function) of each row of `list` or `list --all`."""
-    return [(rank, coords, last) for rank, coords, last in
-            re.findall(r"^\| rank +\| (\d+) +\| (\{.*?\}) +\|.*?\| ([^|]*?) +\|$", table, re.M)]
+    return [
+        (rank, coords, last)
+        for rank, coords, last in re.findall(r"^\| rank +\| (\d+) +\| (\{.*?\}) +\|.*?\| ([^|]*?) +\|$", table, re.M)
+    ]
 
 
 @pytest.mark.timeout(120)
@@ -168,22 +205,30 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", stop) for r in range(4)]
     sh.command("set list_rows 3")
     grouped = sh.command("list")  # grouped by the root, over the sessions of both brokers below
-    assert re.search(rf"^\| rank +\| 0-3 \(4\) +\| {{'host': 0,1, 'gpu': 0,1}} +\| {socket.gethostname()} +\| .* \| {stop} +\|$",
-                     grouped, re.M), grouped
+    assert re.search(
+        rf"^\| rank +\| 0-3 \(4\) +\| {{'host': 0,1, 'gpu': 0,1}} +\| {socket.gethostname()} +\| .* \| {stop} +\|$",
+        grouped,
+        re.M,
+    ), grouped
     assert grouped.endswith("\n4 ranks in 1 group; 'list --rows' shows each rank\n")
     sh.command("set list_rows 40")
     # A broker below tells its processes up at most every half heartbeat, after its sessions.
-    wait_for_all_rows(env, lambda rows: [(r.job, r.processes) for r in rows] == [(JOB, 4)], ask=wire.ListJobs(),
-                      answer=wire.JobList)
+    wait_for_all_rows(
+        env, lambda rows: [(r.job, r.processes) for r in rows] == [(JOB, 4)], ask=wire.ListJobs(), answer=wire.JobList
+    )
     jobs = sh.command("jobs")
     assert re.search(rf"^\| {JOB} +\| 4 +\| 4/4 +\| {socket.gethostname()} +\|$", jobs, re.M), jobs
 
     assert sh.command("cast rank ranks(:) p value") == (
         "rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\nrank ranks[2] (1)\n4\nrank ranks[3] (1)\n9\n"
-        "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n")
-    assert sh.command("cast rank ranks(:) p rank % 2").startswith(
-        "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), "identical answers from both hosts are one group"
-    assert sh.command("stacks rank") == f"rank ranks[0-3] (4): 1 distinct stack\nrank.py:{stop} <module>  ranks[0-3] (4)\n"
+        "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n"
+    )
+    assert sh.command("cast rank ranks(:) p rank % 2").startswith("rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), (
+        "identical answers from both hosts are one group"
+    )
+    assert (
+        sh.command("stacks rank") == f"rank ranks[0-3] (4): 1 distinct stack\nrank.py:{stop} <module>  ranks[0-3] (4)\n"
+    )
 
     assert sh.command("follow rank ranks(1,2)").strip() == "Following rank ranks[1,2] (2); 'follow off' stops."
     shell().command("cast rank ranks(:) p rank * 7")
@@ -200,7 +245,8 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert sh.prompt == "monarch_dbg>"
     assert sh.command("stacks rank") == (
         f"rank ranks[0-3] (4): 2 distinct stacks\nrank 3 is elsewhere: rank.py:{int(stop) + 1} <module>\n"
-        f"├─ rank.py:{stop} <module>  ranks[0-2] (3)\n└─ rank.py:{int(stop) + 1} <module>  ranks[3] (1)\n")
+        f"├─ rank.py:{stop} <module>  ranks[0-2] (3)\n└─ rank.py:{int(stop) + 1} <module>  ranks[3] (1)\n"
+    )
 
     assert "Continued 4 ranks: rank ranks[0-3]" in sh.command("continue").splitlines()
     post_mortem = r"\brank (\d) entered post-mortem at rank.py:20: ValueError: rank \1 fails$"
@@ -210,12 +256,14 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running", "post-mortem"] * 2)
     assert "Interrupted 2 ranks: rank ranks[0,2] (2)" in sh.command("interrupt rank ranks(:)").splitlines()
     sh.expect(r"\brank ranks\[0,2\] \(2\) stopped by interrupt at rank.py:14$")
-    assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", "20" if r % 2 else "14")
-                                          for r in range(4)]
+    assert listed(sh.command("list")) == [
+        (str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", "20" if r % 2 else "14") for r in range(4)
+    ]
     assert sh.command("stacks rank") == (  # as a broker with the ranks of both hosts says it
         "rank ranks[0-3] (4): 2 distinct stacks\n"
         "├─ rank.py:20 <module>  ranks[1,3] (2)\n"  # post-mortem: where they raised
-        "└─ rank.py:21 <module>  ranks[0,2] (2)\n   rank.py:14 spin  ranks[0,2] (2)\n")
+        "└─ rank.py:21 <module>  ranks[0,2] (2)\n   rank.py:14 spin  ranks[0,2] (2)\n"
+    )
 
 
 @pytest.mark.timeout(120)
@@ -226,8 +274,9 @@ def test_peek_and_stacks_locals_at_the_root_read_ranks_below_every_host_broker(t
     squares = "".join(f"rank ranks[{r}] (1)\n{r * r}\n" for r in range(4))
     numbers = "numbers: count 4, min 0 (rank 0), max 9 (rank 3), mean 3.5, NaN/Inf 0, beyond 3 sd 0\n"
     assert sh.command("peek rank ranks(:) value") == squares + numbers, "paused ranks answer where they stopped"
-    assert sh.command("peek rank ranks(:) rank % 2").startswith("rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), \
+    assert sh.command("peek rank ranks(:) rank % 2").startswith("rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n"), (
         "identical answers from both hosts are one group"
+    )
     local = sh.command("stacks rank --locals")
     assert f"locals of rank.py:{stop_line(18)} <module>  ranks[0-3] (4)\n" in local
     assert "  value " + numbers in local, "each host's locals folded at the root into one numbers line"
@@ -241,11 +290,13 @@ def test_peek_and_stacks_locals_at_the_root_read_ranks_below_every_host_broker(t
         wait_for_lines(program, "SPINNING", 1)
     wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running", "post-mortem"] * 2)
     assert sh.command("peek rank ranks(:) value") == "".join(
-        f"rank ranks[{r}] (1)\n{r * r + 1}\n" for r in range(4)) + (
-        "numbers: count 4, min 1 (rank 0), max 10 (rank 3), mean 4.5, NaN/Inf 0, beyond 3 sd 0\n"), \
+        f"rank ranks[{r}] (1)\n{r * r + 1}\n" for r in range(4)
+    ) + ("numbers: count 4, min 1 (rank 0), max 10 (rank 3), mean 4.5, NaN/Inf 0, beyond 3 sd 0\n"), (
         "running ranks answer from their program's frame, ranks in post-mortem from the frame that raised"
+    )
     assert sh.command("peek --frame spin --up 1 rank ranks(0,2) rank").startswith(
-        "rank ranks[0] (1)\n0\nrank ranks[2] (1)\n2\n")
+        "rank ranks[0] (1)\n0\nrank ranks[2] (1)\n2\n"
+    )
     assert [r.state for r in wait_for_all_rows(env, lambda rows: len(rows) == 4)] == ["running", "post-mortem"] * 2
 
 
@@ -269,7 +320,8 @@ def test_a_tree_three_deep_serves_the_root_as_two_deep_does(tree, env, shell):
     wait_for_lines(programs[0], "SPINNING", 1)
     wait_for_all_rows(env, lambda rows: [r.state for r in rows] == ["running", "post-mortem"])
     assert sh.command("stacks rank ranks(0)") == (
-        "rank ranks[0] (1): 1 distinct stack\nrank.py:21 <module>  ranks[0] (1)\nrank.py:14 spin  ranks[0] (1)\n")
+        "rank ranks[0] (1): 1 distinct stack\nrank.py:21 <module>  ranks[0] (1)\nrank.py:14 spin  ranks[0] (1)\n"
+    )
     assert "Interrupted 1 rank: rank ranks[0] (1)" in sh.command("interrupt rank ranks(0)").splitlines()
     sh.expect(r"\brank 0 stopped by interrupt at rank.py:14$")
 
@@ -331,19 +383,24 @@ def test_a_lost_host_broker_is_one_line_its_ranks_lost_and_they_return_with_a_ne
     wait_for_exit([broker], timeout=10)
     host = socket.gethostname()
     during = sh.expect(r"(?s)rank ranks\[0\] \(1\)\n0\nrank ranks\[1\] \(1\)\n1\n.*?\nno answer from .*\n")
-    assert during.group().endswith(f"\nno answer from rank ranks[2,3] (2): lost with the broker on {host}\n"), \
+    assert during.group().endswith(f"\nno answer from rank ranks[2,3] (2): lost with the broker on {host}\n"), (
         "the cast in flight is answered once the broker is lost, long before its 60 s, naming its ranks"
+    )
     sh.wait_prompt()
     lost = sh.expect(rf"the broker on {re.escape(host)} stopped answering: its 2 ranks are lost\n")
     after = sh.command("cast rank ranks(0,1,2,3) p rank", timeout=30)
     assert after.startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n") and after.endswith(
-        "no answer from rank ranks[2,3] (2): lost\n"), after
-    assert listed(sh.command("list --all")) == [("0", "{'host': 0, 'gpu': 0}", "breakpoint"),
-                                                ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
-                                                ("2", "{'host': 1, 'gpu': 0}", "lost"),
-                                                ("3", "{'host': 1, 'gpu': 1}", "lost")]
-    assert sh.text.count("ranks are lost") == 1 and not re.search("w(as|ere) lost", sh.text), \
-        f"one line for the broker, none per rank:\n{sh.text[lost.start():]}"
+        "no answer from rank ranks[2,3] (2): lost\n"
+    ), after
+    assert listed(sh.command("list --all")) == [
+        ("0", "{'host': 0, 'gpu': 0}", "breakpoint"),
+        ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
+        ("2", "{'host': 1, 'gpu': 0}", "lost"),
+        ("3", "{'host': 1, 'gpu': 1}", "lost"),
+    ]
+    assert sh.text.count("ranks are lost") == 1 and not re.search("w(as|ere) lost", sh.text), (
+        f"one line for the broker, none per rank:\n{sh.text[lost.start() :]}"
+    )
 
     for program in held:
         os.kill(program.proc.pid, signal.SIGCONT)
@@ -373,11 +430,13 @@ def test_a_host_broker_that_stalls_leaves_its_ranks_unreachable_then_as_they_wer
         other.expect(rf"the broker on {host} does not answer: its 2 ranks are unreachable until it does\n")
         cast = other.command("cast rank ranks(:) p rank")
         assert cast.startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n") and cast.endswith(
-            f"no answer from rank ranks[2,3] (2): {unreachable}\n"), cast
+            f"no answer from rank ranks[2,3] (2): {unreachable}\n"
+        ), cast
         assert other.command("attach rank 2").strip() == f"Error processing command: rank 2 is {unreachable}"
         assert other.command("stacks rank").endswith(f"\nno answer from rank ranks[2,3] (2): {unreachable}\n")
-        assert other.command("stacks rank ranks(2,3)") == f"no answer from rank ranks[2,3] (2): {unreachable}\n", \
+        assert other.command("stacks rank ranks(2,3)") == f"no answer from rank ranks[2,3] (2): {unreachable}\n", (
             "no header over no stacks"
+        )
         assert [state for _, _, state in listed(other.command("list --all"))] == ["breakpoint"] * 4
     finally:
         os.kill(stalled.pid, signal.SIGCONT)
@@ -396,8 +455,12 @@ def upstream_connection(pid: int, port: str, not_: str = "", timeout: float = 10
     ss shows it, once it is one other than `not_`."""
     deadline = time.monotonic() + timeout
     while True:
-        shown = subprocess.run(["ss", "-Htnp", "state", "established", "dport", "=", f":{port}"],
-                               capture_output=True, text=True, timeout=10).stdout
+        shown = subprocess.run(
+            ["ss", "-Htnp", "state", "established", "dport", "=", f":{port}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
         local = [line.split()[2] for line in shown.splitlines() if f"pid={pid}," in line]
         if len(local) == 1 and local[0] != not_:
             return local[0]
@@ -415,16 +478,22 @@ def test_a_host_broker_whose_connection_drops_reconnects_as_the_same_broker_with
     sh.command("set cast_timeout 60")
     before = upstream_connection(below.pid, tree.port)
     address, port = before.rsplit(":", 1)
-    killed = subprocess.run(["ss", "-HK", "src", address, "sport", "=", f":{port}", "dport", "=", f":{tree.port}"],
-                            capture_output=True, text=True, timeout=10)
+    killed = subprocess.run(
+        ["ss", "-HK", "src", address, "sport", "=", f":{port}", "dport", "=", f":{tree.port}"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     if killed.returncode != 0 or not killed.stdout.strip():
         pytest.skip(f"this kernel cannot close a TCP connection from outside (ss -K): {killed.stderr.strip()}")
     upstream_connection(below.pid, tree.port, not_=before)  # libzmq makes it again
-    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2"), \
+    assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2"), (
         "each rank below the broker whose connection dropped answers through its new one"
+    )
     assert [state for _, _, state in listed(sh.command("list --all"))] == ["breakpoint"] * 4
-    assert not re.search(r"lost|joined|does not answer|stopped answering", sh.text), \
+    assert not re.search(r"lost|joined|does not answer|stopped answering", sh.text), (
         f"the root took the new connection as the broker it knew:\n{sh.text}"
+    )
 
 
 @pytest.mark.timeout(120)
@@ -451,10 +520,12 @@ def test_ranks_that_move_to_a_new_host_broker_before_the_old_is_declared_lost_ar
     watcher.expect(rf"the broker on {re.escape(host)} stopped answering \(its ranks had moved to a new broker\)\n")
     answer = attached.command("p value")
     assert "(the broker restarted; attached again to rank 2" in answer and answer.endswith("\n4\n"), answer
-    assert listed(watcher.command("list --all")) == [("0", "{'host': 0, 'gpu': 0}", "breakpoint"),
-                                                     ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
-                                                     ("2", "{'host': 1, 'gpu': 0}", "breakpoint"),
-                                                     ("3", "{'host': 1, 'gpu': 1}", "breakpoint")]
+    assert listed(watcher.command("list --all")) == [
+        ("0", "{'host': 0, 'gpu': 0}", "breakpoint"),
+        ("1", "{'host': 0, 'gpu': 1}", "breakpoint"),
+        ("2", "{'host': 1, 'gpu': 0}", "breakpoint"),
+        ("3", "{'host': 1, 'gpu': 1}", "breakpoint"),
+    ]
     assert "ranks are lost" not in watcher.text and not re.search("w(as|ere) lost", watcher.text)
 
 
@@ -464,8 +535,10 @@ def test_running_ranks_below_a_host_broker_whose_processes_die_are_announced_at_
     tree.host_broker("host0")
     script = tree.tmp / "train.py"
     script.write_text(RUNS)
-    programs = [Program(dict(tree.host_env("host0"), MONARCH_PDB_JOB=JOB, RANK=str(rank)), script, cwd=tree.tmp)
-                for rank in range(2)]
+    programs = [
+        Program(dict(tree.host_env("host0"), MONARCH_PDB_JOB=JOB, RANK=str(rank)), script, cwd=tree.tmp)
+        for rank in range(2)
+    ]
     tree.programs += programs
     for program in programs:
         wait_for_lines(program, "RUNNING", 1)
@@ -487,13 +560,19 @@ def test_a_rank_started_again_under_another_host_broker_is_listed_twice_and_name
     wait_for_sessions(env, 1)
     sh = shell()
     [second] = tree.ranks("host1", 1, [5], 8)
-    twice = sh.expect(r"\brank 5 is run by two processes \(pid (\d+) on \S+ and pid (\d+) on \S+\); both are listed, "
-                      r"attach and cast reach the second\n")
+    twice = sh.expect(
+        r"\brank 5 is run by two processes \(pid (\d+) on \S+ and pid (\d+) on \S+\); both are listed, "
+        r"attach and cast reach the second\n"
+    )
     assert twice.groups() == (str(first.proc.pid), str(second.proc.pid))
     stop = str(stop_line(18))
     assert listed(sh.command("list")) == [("5", "{'host': 0, 'gpu': 0}", stop), ("5", "{'host': 1, 'gpu': 0}", stop)]
-    wait_for_all_rows(env, lambda rows: [(r.processes, r.sessions, r.paused) for r in rows] == [(2, 2, 2)],
-                      ask=wire.ListJobs(), answer=wire.JobList)
+    wait_for_all_rows(
+        env,
+        lambda rows: [(r.processes, r.sessions, r.paused) for r in rows] == [(2, 2, 2)],
+        ask=wire.ListJobs(),
+        answer=wire.JobList,
+    )
     assert "Continued 2 ranks: rank ranks[5]" in sh.command("continue").splitlines()
     sh.expect(r"\brank 5 entered post-mortem at rank.py:20: ValueError: rank 5 fails\n")
     wait_for_sessions(env, 2, state="post-mortem")
@@ -514,8 +593,9 @@ def test_a_restarted_root_is_rebuilt_from_the_brokers_below(tree, env, shell):
     stop_broker(tree.root)
     tree.start_root("--port", tree.port)
     assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 30", timeout=40).splitlines()
-    assert listed(sh.command("list")) == [(str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", str(stop_line(18)))
-                                          for r in range(4)]
+    assert listed(sh.command("list")) == [
+        (str(r), f"{{'host': {r // 2}, 'gpu': {r % 2}}}", str(stop_line(18))) for r in range(4)
+    ]
     assert "rank ranks[0,2] (2)\n0\nrank ranks[1,3] (2)\n1\n" in sh.command("cast rank ranks(:) p rank % 2")
 
 
@@ -539,10 +619,10 @@ def a_third_broker_below(env: dict[str, str], tree: Tree) -> Iterator[tuple[zmq.
         below = ctx.socket(zmq.DEALER)
         below.setsockopt(zmq.LINGER, 0)
         below.connect(f"tcp://{tree.upstream}")
-        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, host="host2", pid=1),
-                   wire.Welcome)
-        row = wire.SessionRow(JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18,
-                              wire.RankState.BREAKPOINT, "")
+        round_trip(below, codec, wire.Hello(role=wire.Role.BROKER, host="host2", pid=1), wire.Welcome)
+        row = wire.SessionRow(
+            JOB, "rank", 9, {"host": 2, "gpu": 1}, "host2", 1, "<module>", "rank.py", 18, wire.RankState.BREAKPOINT, ""
+        )
         below.send_multipart(codec.encode(wire.BranchSessions(sessions=[wire.BranchSession(1, row, "(Pdb) ", True)])))
         wait_for_sessions(env, 5)
         yield below, codec
@@ -567,15 +647,22 @@ def test_a_cast_goes_down_as_its_selector_and_each_broker_below_picks_its_own_ra
     assert sh.command("cast rank ranks(host=1, gpu=0) p rank").startswith("rank ranks[2] (1)\n2\n")
     assert sh.command("cast rank ranks(1:3) p rank").startswith("rank ranks[1] (1)\n1\nrank ranks[2] (1)\n2\n")
     assert sh.command("cast rank ranks(gpu=5) p rank").strip() == (
-        "Error processing command: ranks(gpu=5) matches no rank of rank with a session (those are ranks[0-3])")
+        "Error processing command: ranks(gpu=5) matches no rank of rank with a session (those are ranks[0-3])"
+    )
     assert sh.command("cast rank ranks(zone=1) p rank").strip() == (
-        "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
+        "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)"
+    )
     with a_third_broker_below(env, tree) as (below, codec):
         sh.child.sendline("cast rank ranks(gpu=1) p rank")
         down = first_sent(below, codec, wire.CastDown)
         assert (down.selector, down.ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
-        below.send_multipart(codec.encode(wire.CastResult(ref=down.ref, actor="rank", missing=[],
-                                                          groups=[wire.CastGroup("9\n", "", RankSet.of([9]))])))
+        below.send_multipart(
+            codec.encode(
+                wire.CastResult(
+                    ref=down.ref, actor="rank", missing=[], groups=[wire.CastGroup("9\n", "", RankSet.of([9]))]
+                )
+            )
+        )
         sh.expect(r"\nrank ranks\[1\] \(1\)\n1\nrank ranks\[3\] \(1\)\n3\nrank ranks\[9\] \(1\)\n9\n")
         sh.wait_prompt()
 
@@ -587,20 +674,29 @@ def test_stacks_go_down_as_their_selector_and_each_broker_below_picks_its_own_li
     sh = shell()
     stop = stop_line(18)
     assert sh.command("stacks rank ranks(host=1, gpu=0)") == (
-        f"rank ranks[2] (1): 1 distinct stack\nrank.py:{stop} <module>  ranks[2] (1)\n")
+        f"rank ranks[2] (1): 1 distinct stack\nrank.py:{stop} <module>  ranks[2] (1)\n"
+    )
     assert sh.command("stacks rank ranks(1:3)") == (
-        f"rank ranks[1,2] (2): 1 distinct stack\nrank.py:{stop} <module>  ranks[1,2] (2)\n")
+        f"rank ranks[1,2] (2): 1 distinct stack\nrank.py:{stop} <module>  ranks[1,2] (2)\n"
+    )
     assert sh.command("stacks rank ranks(gpu=5)").strip() == (
-        "Error processing command: ranks(gpu=5) matches no rank of rank that runs (those are ranks[0-3])")
+        "Error processing command: ranks(gpu=5) matches no rank of rank that runs (those are ranks[0-3])"
+    )
     assert sh.command("stacks rank ranks(zone=1)").strip() == (
-        "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)")
+        "Error processing command: no dimension 'zone' in rank (its dimensions: host, gpu)"
+    )
     with a_third_broker_below(env, tree) as (below, codec):
         sh.child.sendline("stacks rank ranks(gpu=1)")
         down = first_sent(below, codec, wire.TakeStacks)
         assert (down.selector, down.ranks) == ("ranks(gpu=1)", RankSet()), "the selector, not a list of ranks"
         elsewhere = [wire.ThreadStack("MainThread", [wire.Frame("rank.py", 30, "<module>")])]
-        below.send_multipart(codec.encode(wire.StacksResult(ref=down.ref, actor="rank", missing=[],
-                                                            groups=[wire.StackGroup(elsewhere, RankSet.of([9]))])))
+        below.send_multipart(
+            codec.encode(
+                wire.StacksResult(
+                    ref=down.ref, actor="rank", missing=[], groups=[wire.StackGroup(elsewhere, RankSet.of([9]))]
+                )
+            )
+        )
         sh.expect(r"\nrank 9 is elsewhere: rank.py:30 <module>\n")
         sh.wait_prompt()
 
@@ -619,8 +715,10 @@ def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tr
             raw.sendall(junk)
     key = env["MONARCH_PDB_SECRET"].encode()
     forged_row = dataclasses.replace(rows[0], function="forged", rank=7)
-    forged = [wire.BranchSessions(sessions=[wire.BranchSession(id=1, row=forged_row, prompt="(Pdb) ", news=True)]),
-              wire.BranchRanks(rows=[dataclasses.replace(forged_row, state=wire.RankState.RUNNING, rank=8)], jobs=[])]
+    forged = [
+        wire.BranchSessions(sessions=[wire.BranchSession(id=1, row=forged_row, prompt="(Pdb) ", news=True)]),
+        wire.BranchRanks(rows=[dataclasses.replace(forged_row, state=wire.RankState.RUNNING, rank=8)], jobs=[]),
+    ]
     ctx = zmq.Context()
     try:
         stranger = ctx.socket(zmq.DEALER)
@@ -643,23 +741,34 @@ def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tr
             sh.child.sendline("cast rank ranks(:) p rank")
             sh.expect("answered 0/2")
             for ref in range(1, 9):
-                posing.send_multipart(codec.encode(wire.CastResult(
-                    ref=ref, actor="rank", missing=[],
-                    groups=[wire.CastGroup(output="forged\n", outcome="", ranks=RankSet.of([0, 1]))])))
-            for msg in (*forged, wire.CastDown(ref=1, job=JOB, actor="rank", ranks=[0, 1], line="!import os; os._exit(3)",
-                                              timeout=5.0)):
+                posing.send_multipart(
+                    codec.encode(
+                        wire.CastResult(
+                            ref=ref,
+                            actor="rank",
+                            missing=[],
+                            groups=[wire.CastGroup(output="forged\n", outcome="", ranks=RankSet.of([0, 1]))],
+                        )
+                    )
+                )
+            for msg in (
+                *forged,
+                wire.CastDown(ref=1, job=JOB, actor="rank", ranks=[0, 1], line="!import os; os._exit(3)", timeout=5.0),
+            ):
                 posing.send_multipart(codec.encode(msg))
             round_trip(posing, codec, wire.Heartbeat(), wire.Heartbeat)
         finally:
             os.kill(below.pid, signal.SIGCONT)
         sh.expect("numbers: count 2")
         sh.wait_prompt()
-        answer = sh.text[sh.text.rindex("cast rank ranks(:) p rank"):]
+        answer = sh.text[sh.text.rindex("cast rank ranks(:) p rank") :]
         assert "rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n" in answer and "forged" not in answer, answer
     finally:
         ctx.destroy(linger=0)
-    assert listed(sh.command("list")) == [("0", "{'host': 0, 'gpu': 0}", str(stop_line(18))),
-                                          ("1", "{'host': 0, 'gpu': 1}", str(stop_line(18)))]
+    assert listed(sh.command("list")) == [
+        ("0", "{'host': 0, 'gpu': 0}", str(stop_line(18))),
+        ("1", "{'host': 0, 'gpu': 1}", str(stop_line(18))),
+    ]
     assert "forged" not in sh.command("list --all")
     assert sh.command("cast rank ranks(:) p rank % 2").startswith("rank ranks[0] (1)\n0\nrank ranks[1] (1)\n1\n")
     log = stop_broker(tree.root)
@@ -678,8 +787,10 @@ def test_a_broker_with_an_upstream_and_no_secret_says_so_in_one_line(tree, given
         args, env = [], dict(env, MONARCH_PDB_UPSTREAM=tree.upstream)
     done = subprocess.run([*MONARCH_PDB, "broker", *args], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
-    assert done.stderr == (f"monarch-pdb broker: cannot register with the broker above ({tree.upstream}) without the "
-                           "secret it was given: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE\n")
+    assert done.stderr == (
+        f"monarch-pdb broker: cannot register with the broker above ({tree.upstream}) without the "
+        "secret it was given: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE\n"
+    )
     assert not (tree.tmp / "host0" / "broker-0.json").exists()
 
 
@@ -692,22 +803,28 @@ def test_a_host_broker_the_root_refuses_says_why_at_a_slow_pace_and_the_root_nam
     tree.brokers.append(below)
     below_log = BrokerLog(below)
     said = below_log.wait_for("monarch-pdb broker: the broker above ", timeout=10)
-    assert said == (f"monarch-pdb broker: the broker above ({tree.upstream}) refused our signature: is the secret "
-                    "the same? (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)\n")
+    assert said == (
+        f"monarch-pdb broker: the broker above ({tree.upstream}) refused our signature: is the secret "
+        "the same? (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)\n"
+    )
     named = root_log.wait_for("monarch-pdb broker: refused a peer ")
-    assert named == ("monarch-pdb broker: refused a peer at 127.0.0.1: what it sends is not signed with our secret "
-                     "(is the secret the same?)\n")
+    assert named == (
+        "monarch-pdb broker: refused a peer at 127.0.0.1: what it sends is not signed with our secret "
+        "(is the secret the same?)\n"
+    )
     quiet = below_log.during(3.0)  # fifteen heartbeats, each a hello the root refuses
     assert "the broker above" not in quiet, quiet
     below_log.stop()
     root_log.stop()
-    assert "refused a peer" not in "".join(root_log.lines[root_log.seen:])
+    assert "refused a peer" not in "".join(root_log.lines[root_log.seen :])
 
 
 @pytest.mark.timeout(90)
 def test_a_host_broker_whose_upstream_does_not_answer_says_so_and_tries_on(tree):
     upstream = f"127.0.0.1:{free_port()}"
-    env = dict(tree.host_env("host0"), MONARCH_PDB_SECRET=tree.env["MONARCH_PDB_SECRET"], MONARCH_PDB_CONNECT_TIMEOUT="2")
+    env = dict(
+        tree.host_env("host0"), MONARCH_PDB_SECRET=tree.env["MONARCH_PDB_SECRET"], MONARCH_PDB_CONNECT_TIMEOUT="2"
+    )
     below, _ = start_broker(env, "--upstream", upstream)
     tree.brokers.append(below)
     below_log = BrokerLog(below)
@@ -715,16 +832,23 @@ def test_a_host_broker_whose_upstream_does_not_answer_says_so_and_tries_on(tree)
     assert said == f"monarch-pdb broker: the broker above ({upstream}) does not answer; trying again every 1 s\n"
     tree.env["MONARCH_DEBUG_SERVER_PORT"] = upstream.rpartition(":")[2]
     tree.root, _ = start_broker(tree.env)
-    assert below_log.wait_for("monarch-pdb broker: registered with the broker above at ") == \
-        f"monarch-pdb broker: registered with the broker above at {upstream}\n"
+    assert (
+        below_log.wait_for("monarch-pdb broker: registered with the broker above at ")
+        == f"monarch-pdb broker: registered with the broker above at {upstream}\n"
+    )
     below_log.stop()
 
 
 @pytest.mark.timeout(60)
 def test_an_upstream_that_is_not_host_and_port_says_so_in_one_line(tree):
     tree.start_root()
-    done = subprocess.run([*MONARCH_PDB, "broker", "--upstream", "root-broker"], env=tree.host_env("host0"),
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [*MONARCH_PDB, "broker", "--upstream", "root-broker"],
+        env=tree.host_env("host0"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode != 0
     assert done.stderr == "monarch-pdb: --upstream must be HOST:PORT (the broker above), not 'root-broker'\n"
 
@@ -737,8 +861,13 @@ def test_host_brokers_in_their_own_network_namespaces_register_with_a_root_on_a_
     brokers = []
     for host, namespace in enumerate(network.hosts):
         brokers.append(tree.host_broker(f"host{host}", launcher=in_namespace(namespace, hostnames[host])))
-        tree.ranks(f"host{host}", host, [2 * host, 2 * host + 1], 2 * HOSTS,
-                   launcher=[*in_namespace(namespace, hostnames[host]), sys.executable])
+        tree.ranks(
+            f"host{host}",
+            host,
+            [2 * host, 2 * host + 1],
+            2 * HOSTS,
+            launcher=[*in_namespace(namespace, hostnames[host]), sys.executable],
+        )
     sh = shell(command=[*in_namespace(network.broker), *DEBUG_SHELL])
     assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 60", timeout=70).splitlines()
     table = sh.command("list")
@@ -753,14 +882,20 @@ def test_host_brokers_in_their_own_network_namespaces_register_with_a_root_on_a_
 
 @pytest.mark.timeout(120)
 def test_a_host_broker_whose_host_vanishes_without_closing_its_connection_is_lost_after_libzmqs_heartbeats(
-        tree, env, network, shell):
+    tree, env, network, shell
+):
     env["MONARCH_DEBUG_SERVER_HOST"] = BROKER_ADDRESS
     env["MONARCH_PDB_HEARTBEAT"] = "0.5"  # unreachable after 3 beats (1.5 s); dropped after 30 (15 s)
     tree.start_root(launcher=in_namespace(network.broker))
     for host, namespace in enumerate(network.hosts):
         tree.host_broker(f"host{host}", launcher=in_namespace(namespace, f"sim-host-{host}"))
-        tree.ranks(f"host{host}", host, [2 * host, 2 * host + 1], 2 * HOSTS,
-                   launcher=[*in_namespace(namespace, f"sim-host-{host}"), sys.executable])
+        tree.ranks(
+            f"host{host}",
+            host,
+            [2 * host, 2 * host + 1],
+            2 * HOSTS,
+            launcher=[*in_namespace(namespace, f"sim-host-{host}"), sys.executable],
+        )
     sh = shell(command=[*in_namespace(network.broker), *DEBUG_SHELL])
     assert "4 ranks of rank stopped" in sh.command("wait rank 4 --timeout 60", timeout=70).splitlines()
     network.cut(1)

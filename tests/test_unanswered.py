@@ -31,25 +31,35 @@ def impatient(env):
 def rank_output(env: dict[str, str], tmp_path) -> str:
     script = tmp_path / "stops.py"
     script.write_text(STOPS)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                          env=dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace"))
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace"),
+    )
     assert "went on" in done.stdout, done.stdout + done.stderr
     return done.stderr
 
 
 @pytest.mark.timeout(60)
 def test_a_host_name_that_does_not_resolve_is_named_by_broker_rank_and_shell(impatient, tmp_path):
-    env = dict(impatient, MONARCH_DEBUG_SERVER_HOST=NOWHERE, MONARCH_DEBUG_SERVER_PORT="27123",
-               MONARCH_PDB_SECRET="s" * 64)
-    broker = subprocess.run([sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True, text=True,
-                            timeout=30)
+    env = dict(
+        impatient, MONARCH_DEBUG_SERVER_HOST=NOWHERE, MONARCH_DEBUG_SERVER_PORT="27123", MONARCH_PDB_SECRET="s" * 64
+    )
+    broker = subprocess.run(
+        [sys.executable, "-m", "monarch_pdb.broker"], env=env, capture_output=True, text=True, timeout=30
+    )
     assert broker.returncode != 0
     assert broker.stderr.strip().splitlines() == [
-        f"monarch-pdb broker: cannot listen on {NOWHERE}:27123: {UNRESOLVED}: Name or service not known"], broker.stderr
+        f"monarch-pdb broker: cannot listen on {NOWHERE}:27123: {UNRESOLVED}: Name or service not known"
+    ], broker.stderr
     assert f"no debug broker answers at {NOWHERE}:27123 ({UNRESOLVED}" in rank_output(env, tmp_path)
     shell = run_debug(env, "-c", "list")
     assert shell.returncode == 2
-    assert shell.stderr.startswith(f"monarch-pdb: no debug broker answers at {NOWHERE}:27123 ({UNRESOLVED}"), shell.stderr
+    assert shell.stderr.startswith(f"monarch-pdb: no debug broker answers at {NOWHERE}:27123 ({UNRESOLVED}"), (
+        shell.stderr
+    )
 
 
 @pytest.mark.timeout(60)
@@ -57,8 +67,9 @@ def test_a_shell_says_nothing_listens_at_the_brokers_address(impatient):
     port = free_port()
     shell = run_debug(dict(impatient, MONARCH_DEBUG_SERVER_PORT=str(port)), "--wait-broker", "1", "-c", "list")
     assert shell.returncode == 2
-    assert f"no debug broker answers at 127.0.0.1:{port} (nothing listens at 127.0.0.1:{port}; looked for " \
-        in shell.stderr, shell.stderr
+    assert (
+        f"no debug broker answers at 127.0.0.1:{port} (nothing listens at 127.0.0.1:{port}; looked for " in shell.stderr
+    ), shell.stderr
 
 
 @pytest.mark.timeout(60)
@@ -71,8 +82,10 @@ def test_a_shell_without_the_brokers_secret_says_so_and_one_with_another_names_w
         del elsewhere["MONARCH_PDB_SECRET"]
         shell = run_debug(elsewhere, "-c", "list")
         assert shell.returncode == 2
-        assert shell.stderr.startswith(f"monarch-pdb: no debug broker answers at 127.0.0.1:{port} (a ZeroMQ program "
-                                       f"listens at 127.0.0.1:{port}, but there is no secret to sign with"), shell.stderr
+        assert shell.stderr.startswith(
+            f"monarch-pdb: no debug broker answers at 127.0.0.1:{port} (a ZeroMQ program "
+            f"listens at 127.0.0.1:{port}, but there is no secret to sign with"
+        ), shell.stderr
         assert "MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE" in shell.stderr
         wrong = run_debug(dict(elsewhere, MONARCH_PDB_SECRET="b" * 64), "-c", "list")
         assert wrong.returncode == 2

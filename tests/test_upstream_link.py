@@ -19,13 +19,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from programs import (BrokerLog, Program, free_port, settings_for, start_broker, stop_broker, wait_for_all_rows,
-                      wait_for_sessions)
+from monarch_pdb.client.connection import ShellConnection
+from programs import (
+    BrokerLog,
+    Program,
+    free_port,
+    settings_for,
+    start_broker,
+    stop_broker,
+    wait_for_all_rows,
+    wait_for_sessions,
+)
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
 
-RANKS = textwrap.dedent('''
+RANKS = textwrap.dedent("""
     import sys
     import threading
     import time
@@ -46,7 +54,7 @@ RANKS = textwrap.dedent('''
         t.start()
     for t in threads:
         t.join()
-''')
+""")
 SILENCE = "0.5"
 """Seconds the host broker waits to hear from its parent before it says hello again."""
 STALL = 2.0
@@ -64,8 +72,9 @@ class Tree:
         self.tmp_path = tmp_path
         self.root, first = start_broker(self.root_env)
         port = self.root_port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
-        self.host, _ = start_broker(dict(self.host_env, MONARCH_PDB_CONNECT_TIMEOUT=SILENCE),
-                                    "--upstream", f"127.0.0.1:{port}")
+        self.host, _ = start_broker(
+            dict(self.host_env, MONARCH_PDB_CONNECT_TIMEOUT=SILENCE), "--upstream", f"127.0.0.1:{port}"
+        )
         self.host_log = BrokerLog(self.host)
         self.events: list[wire.Event] = []
         self.programs: list[Program] = []
@@ -169,8 +178,12 @@ def test_ranks_still_running_a_roots_cast_when_its_time_is_up_are_listed_as_runn
         result = t.conn.cast("storm", "ranks(:)", "p __import__('time').sleep(4)", timeout=2)
         assert [(m.rank, m.reason) for m in result.missing] == [(0, "still running"), (1, "still running")]
         assert t.conn.request(wire.ListSessions(), wire.SessionList).rows == []
-        wait_for_all_rows(t.root_env, lambda rows: [(r.rank, r.state) for r in rows] == [
-            (0, wire.RankState.BREAKPOINT), (1, wire.RankState.BREAKPOINT)])  # stopped again, where they were
+        wait_for_all_rows(
+            t.root_env,
+            lambda rows: (
+                [(r.rank, r.state) for r in rows] == [(0, wire.RankState.BREAKPOINT), (1, wire.RankState.BREAKPOINT)]
+            ),
+        )  # stopped again, where they were
 
 
 @pytest.mark.timeout(60)
@@ -181,11 +194,18 @@ def test_a_rank_with_an_upstream_starts_its_hosts_broker_which_registers_with_th
     root_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "root"), MONARCH_PDB_SECRET_FILE=str(secret))
     root, first = start_broker(root_env)
     port = re.search(r"tcp://127\.0\.0\.1:(\d+)", first).group(1)
-    rank_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "host"), MONARCH_PDB_SECRET_FILE=str(secret),
-                    MONARCH_PDB_UPSTREAM=f"127.0.0.1:{port}", MONARCH_DEBUG_SERVER_PORT=str(free_port()))
+    rank_env = dict(
+        env,
+        MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "host"),
+        MONARCH_PDB_SECRET_FILE=str(secret),
+        MONARCH_PDB_UPSTREAM=f"127.0.0.1:{port}",
+        MONARCH_DEBUG_SERVER_PORT=str(free_port()),
+    )
     script = tmp_path / "rank.py"
-    script.write_text("import monarch_pdb\n\nmonarch_pdb.install()\nwith monarch_pdb.endpoint_call('solo', 7, {}):\n    breakpoint()\n"
-                      "print('solo done')\n")
+    script.write_text(
+        "import monarch_pdb\n\nmonarch_pdb.install()\nwith monarch_pdb.endpoint_call('solo', 7, {}):\n    breakpoint()\n"
+        "print('solo done')\n"
+    )
     program = Program(rank_env, script, cwd=tmp_path)
     try:
         assert [r.rank for r in wait_for_sessions(root_env, 1)] == [7]
@@ -206,8 +226,12 @@ def test_a_port_named_for_a_broker_stays_its_own_while_it_restarts(env):
     port = free_port()
     named = dict(env, MONARCH_DEBUG_SERVER_PORT=str(port))
     for _ in range(2):
-        claim = subprocess.run([sys.executable, "-c", f"import socket; socket.socket().bind(('127.0.0.1', {port}))"],
-                               capture_output=True, text=True, timeout=30)
+        claim = subprocess.run(
+            [sys.executable, "-c", f"import socket; socket.socket().bind(('127.0.0.1', {port}))"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert "Address already in use" in claim.stderr, "no other program may take it meanwhile"
         broker, first = start_broker(named)
         assert f"listening on tcp://127.0.0.1:{port} " in first, first
@@ -217,8 +241,13 @@ def test_a_port_named_for_a_broker_stays_its_own_while_it_restarts(env):
 @pytest.mark.timeout(60)
 def test_a_broker_whose_upstream_is_itself_serves_as_the_root(env, tmp_path):
     port = free_port()  # the job's environment names the root, and the root runs in it too
-    root_env = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "root"), MONARCH_PDB_SECRET=secrets.token_hex(32),
-                    MONARCH_DEBUG_SERVER_PORT=str(port), MONARCH_PDB_UPSTREAM=f"127.0.0.1:{port}")
+    root_env = dict(
+        env,
+        MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "root"),
+        MONARCH_PDB_SECRET=secrets.token_hex(32),
+        MONARCH_DEBUG_SERVER_PORT=str(port),
+        MONARCH_PDB_UPSTREAM=f"127.0.0.1:{port}",
+    )
     root, _ = start_broker(root_env)
     script = tmp_path / "ranks.py"
     script.write_text(RANKS)

@@ -46,9 +46,12 @@ def roundtrip(msg: wire.Message, sender: wire.Codec | None = None) -> wire.Messa
 
 @pytest.mark.timeout(10)
 def test_every_message_type_round_trips_signed():
-    samples = [wire.Hello(role="agent", job="job", host="h", pid=1), wire.Heartbeat(),
-               wire.Input(sid=1, cmd=2, line="p x", release=True),
-               wire.Cast(ref=1, actor="a", selector="ranks(:)", line="p 1", timeout=1.5)]
+    samples = [
+        wire.Hello(role="agent", job="job", host="h", pid=1),
+        wire.Heartbeat(),
+        wire.Input(sid=1, cmd=2, line="p x", release=True),
+        wire.Cast(ref=1, actor="a", selector="ranks(:)", line="p 1", timeout=1.5),
+    ]
     for msg in samples:
         assert roundtrip(msg) == msg
     assert set(wire.REGISTRY) >= {"hello", "prompt", "input", "cast", "cast_result", "event"}
@@ -93,12 +96,17 @@ HEARTBEAT_ITEM = msgpack.packb({"t": "heartbeat"})
 @pytest.mark.parametrize(
     ("frames", "reason"),
     [
-        (batch_of(HEARTBEAT_ITEM, msgpack.packb({"t": "input", "sid": "1", "cmd": 1, "line": "x"})), "wrong field type"),
+        (
+            batch_of(HEARTBEAT_ITEM, msgpack.packb({"t": "input", "sid": "1", "cmd": 1, "line": "x"})),
+            "wrong field type",
+        ),
         (batch_of(HEARTBEAT_ITEM, msgpack.packb({"t": "batch", "items": [HEARTBEAT_ITEM]})), "unknown type"),
         (batch_of(HEARTBEAT_ITEM, b"\xc1"), "undecodable"),
         (batch_of(HEARTBEAT_ITEM, msgpack.packb([1])), "wrong protocol"),
-        (frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": [{"t": "heartbeat"}]}),
-         "wrong field type"),
+        (
+            frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": [{"t": "heartbeat"}]}),
+            "wrong field type",
+        ),
         (frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW}), "wrong field type"),
     ],
 )
@@ -124,8 +132,14 @@ def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
         (frames_with({"v": 1, "t": "heartbeat"}), "no sender"),
         (frames_with({"v": 1, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW - 3600}), "too old"),
         (frames_with({"v": 1, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW + 3600}), "too old"),
-        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": "1", "cmd": 1, "line": "x"}), "wrong field type"),
-        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": True, "cmd": 1, "line": "x"}), "wrong field type"),
+        (
+            frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": "1", "cmd": 1, "line": "x"}),
+            "wrong field type",
+        ),
+        (
+            frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": True, "cmd": 1, "line": "x"}),
+            "wrong field type",
+        ),
         (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "cmd": 1, "line": "x"}), "missing field"),
     ],
 )
@@ -147,25 +161,34 @@ def typed(t: str, **fields) -> Frames:
 @pytest.mark.timeout(10)
 def test_nested_records_round_trip_as_arrays_checked_all_the_way_down():
     frame = wire.Frame(__file__, 9, "step")
-    report = wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])],
-                                                             RankSet.of([0, 2]))])
+    report = wire.StackReport(
+        ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], RankSet.of([0, 2]))]
+    )
     assert roundtrip(report) == report
-    result = wire.CastResult(ref=1, actor="a", groups=[wire.CastGroup("1\n", "", RankSet.of([0]))],
-                             missing=[wire.Missing(3, "lost")])
+    result = wire.CastResult(
+        ref=1, actor="a", groups=[wire.CastGroup("1\n", "", RankSet.of([0]))], missing=[wire.Missing(3, "lost")]
+    )
     assert roundtrip(result) == result
     present = wire.Present(ranks=[wire.PresentRank("job", "a", 0, {"gpu": 0})])
     assert roundtrip(present) == present
     [decoded] = wire.Codec(KEY).decode(typed("stack_report", ref=1, groups=[[[THREAD], [0, 0]]])())
-    assert decoded == wire.StackReport(ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])],
-                                                                      RankSet.of([0]))])
+    assert decoded == wire.StackReport(
+        ref=1, groups=[wire.StackGroup([wire.ThreadStack("MainThread", [frame])], RankSet.of([0]))]
+    )
 
 
 @pytest.mark.timeout(60)  # a million ranks made into a set in Python, on a busy machine
 def test_rank_sets_travel_as_their_runs_so_a_million_ranks_in_a_row_are_two_numbers():
     everyone = RankSet.of(range(1 << 20))
-    result = wire.CastResult(ref=1, actor="a", groups=[wire.CastGroup("'__main__'\n", "", everyone),
-                                                       wire.CastGroup("1\n", "", RankSet.of([1, 2, 3, 7, 9, 10]))],
-                             missing=[])
+    result = wire.CastResult(
+        ref=1,
+        actor="a",
+        groups=[
+            wire.CastGroup("'__main__'\n", "", everyone),
+            wire.CastGroup("1\n", "", RankSet.of([1, 2, 3, 7, 9, 10])),
+        ],
+        missing=[],
+    )
     frames = wire.Codec(KEY).encode(result)
     assert len(frames[1]) < 200, "two numbers for 1,048,576 ranks, not a list of them"
     [decoded] = wire.Codec(KEY).decode(frames)
@@ -213,7 +236,9 @@ def test_a_wrong_type_nested_inside_a_payload_is_refused_and_counted(frames):
 
 @pytest.mark.timeout(10)
 def test_the_words_that_travel_arrive_as_their_enums_and_print_as_their_text():
-    [event] = wire.Codec(KEY).decode(typed("event", seq=1, kind="post-mortem", job="j", actor="a", ranks="0", count=1)())
+    [event] = wire.Codec(KEY).decode(
+        typed("event", seq=1, kind="post-mortem", job="j", actor="a", ranks="0", count=1)()
+    )
     assert event.kind is wire.EventKind.POST_MORTEM and f"{event.kind}" == str(event.kind) == "post-mortem"
     row = wire.SessionRow("j", "a", 0, {}, "h", 1, "f", "f.py", 1, wire.RankState.QUIT, "")
     [listed] = wire.Codec(KEY).decode(wire.Codec(KEY).encode(wire.SessionList(rows=[row])))
@@ -235,7 +260,6 @@ def test_long_output_is_clipped_with_a_note():
     assert text.startswith("x" * wire.MAX_OUTPUT) and "10 more characters not shown" in text
 
 
-
 LATER = f"""
 import time
 
@@ -250,7 +274,23 @@ def pytest_collection_finish(session):
 def test_these_tests_pass_when_they_run_long_after_they_were_collected(tmp_path):
     (tmp_path / "later.py").write_text(LATER)
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "later", "-p", "no:cacheprovider", __file__,
-                           "-k", "not long_after"], env=dict(os.environ, PYTHONPATH=path), capture_output=True,
-                          text=True, timeout=50)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "later",
+            "-p",
+            "no:cacheprovider",
+            __file__,
+            "-k",
+            "not long_after",
+        ],
+        env=dict(os.environ, PYTHONPATH=path),
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert done.returncode == 0, done.stdout[-3000:]

@@ -88,8 +88,9 @@ class MeshEndpoint:
         future = self._send(self.mesh.ranks, lambda pairs: None, args, kwargs)
         future.when_done(lambda: _report_failure(future))
 
-    def _send(self, ranks: tuple[int, ...], combine: Callable[[list[tuple[Point, Any]]], T],
-              args: tuple, kwargs: dict) -> Future[T]:
+    def _send(
+        self, ranks: tuple[int, ...], combine: Callable[[list[tuple[Point, Any]]], T], args: tuple, kwargs: dict
+    ) -> Future[T]:
         call = f"{self.mesh.name}.{self.name}"
         payload = transport.dumps((args, kwargs), f"the arguments of {call}")
         message = Call(next_call_id(), self.mesh._actor_id, self.name, payload)

@@ -8,9 +8,7 @@ from contextlib import contextmanager
 
 from monarch_pdb.actor.point import Point
 
-_running: contextvars.ContextVar[Point | None] = contextvars.ContextVar(
-    "monarch_pdb_actor_point", default=None
-)
+_running: contextvars.ContextVar[Point | None] = contextvars.ContextVar("monarch_pdb_actor_point", default=None)
 
 
 def current_rank() -> Point:
@@ -18,8 +16,7 @@ def current_rank() -> Point:
     point = _running.get()
     if point is None:
         raise RuntimeError(
-            "current_rank() only works inside an actor's endpoint or constructor, "
-            "running in a worker of a proc mesh"
+            "current_rank() only works inside an actor's endpoint or constructor, running in a worker of a proc mesh"
         )
     return point
 

@@ -18,8 +18,7 @@ class Future(Generic[T]):
     """`get()` blocks until every rank answered; `await future` does the same without blocking
     the event loop."""
 
-    def __init__(self, call: str, points: Sequence[Point],
-                 combine: Callable[[list[tuple[Point, Any]]], T]) -> None:
+    def __init__(self, call: str, points: Sequence[Point], combine: Callable[[list[tuple[Point, Any]]], T]) -> None:
         self._call = call
         self._points = {point.rank: point for point in points}
         self._combine = combine

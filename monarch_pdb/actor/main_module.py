@@ -34,7 +34,7 @@ def share() -> MainSource:
     if _loading:
         raise RuntimeError(
             "a worker tried to start workers while rerunning the main script: put the "
-            "program's top-level code under `if __name__ == \"__main__\":`"
+            'program\'s top-level code under `if __name__ == "__main__":`'
         )
     sys.modules.setdefault("__mp_main__", sys.modules["__main__"])
     return _inherited if _inherited is not None else _described()
@@ -73,4 +73,3 @@ def load(source: MainSource) -> None:
     main = types.ModuleType("__mp_main__")
     main.__dict__.update(namespace)
     sys.modules["__main__"] = sys.modules["__mp_main__"] = main
-

@@ -51,8 +51,7 @@ class Extent:
         """The ranks among `ranks` whose coordinates match every selector (an index or a slice)."""
         allowed = {label: self._allowed(label, selector) for label, selector in selectors.items()}
         chosen = tuple(
-            rank for rank in ranks
-            if all(self.point(rank)[label] in values for label, values in allowed.items())
+            rank for rank in ranks if all(self.point(rank)[label] in values for label, values in allowed.items())
         )
         if not chosen:
             wanted = ", ".join(f"{label}={selector!r}" for label, selector in selectors.items())

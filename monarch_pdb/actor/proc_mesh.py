@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from monarch_pdb.rank import identity
 from monarch_pdb.actor import main_module, transport
 from monarch_pdb.actor.actor_mesh import ActorMesh
 from monarch_pdb.actor.endpoint import Actor
@@ -16,6 +15,7 @@ from monarch_pdb.actor.future import Future
 from monarch_pdb.actor.messages import Boot, Call, Spawn, next_call_id
 from monarch_pdb.actor.point import Extent, Point
 from monarch_pdb.actor.process import WorkerProcess, stop_workers
+from monarch_pdb.rank import identity
 
 T = TypeVar("T")
 
@@ -59,8 +59,9 @@ class ProcMesh:
         self.request(f"{name}.__init__", Spawn(next_call_id(), actor_id, name, payload), ranks, _nothing).get()
         return ActorMesh(self, name, cls, actor_id, ranks)
 
-    def request(self, call: str, message: Spawn | Call, ranks: Iterable[int],
-                combine: Callable[[list[tuple[Point, Any]]], T]) -> Future[T]:
+    def request(
+        self, call: str, message: Spawn | Call, ranks: Iterable[int], combine: Callable[[list[tuple[Point, Any]]], T]
+    ) -> Future[T]:
         """Send one message to these ranks; `combine` turns their answers into the result."""
         if self._stopped:
             raise RuntimeError(f"{call}: this proc mesh was stopped")

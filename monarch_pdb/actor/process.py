@@ -156,8 +156,9 @@ def _launch(fd: int) -> subprocess.Popen:
     with _launches_lock:
         if _launches is None:
             _launches = queue.SimpleQueue()
-            threading.Thread(target=_serve_launches, args=(_launches,),
-                             name="monarch_pdb.actor launcher", daemon=True).start()
+            threading.Thread(
+                target=_serve_launches, args=(_launches,), name="monarch_pdb.actor launcher", daemon=True
+            ).start()
             atexit.register(_stop_all)
     started: concurrent.futures.Future[subprocess.Popen] = concurrent.futures.Future()
     _launches.put((fd, started))
@@ -168,9 +169,13 @@ def _serve_launches(launches: queue.SimpleQueue) -> None:
     while True:
         fd, started = launches.get()
         try:
-            started.set_result(subprocess.Popen(
-                [sys.executable, "-m", "monarch_pdb.actor.worker", str(fd), str(os.getpid())],
-                pass_fds=(fd,), stdin=subprocess.DEVNULL, start_new_session=True,
-            ))
+            started.set_result(
+                subprocess.Popen(
+                    [sys.executable, "-m", "monarch_pdb.actor.worker", str(fd), str(os.getpid())],
+                    pass_fds=(fd,),
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         except Exception as exc:
             started.set_exception(exc)

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 import zmq
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.link import Link
 from monarch_pdb.rank import interrupt, peek, thread_stacks
 from monarch_pdb.rank.identity import Identity, current, job_name, rank_is_set
 from monarch_pdb.rank.interrupt import Interrupts
-from monarch_pdb.link import Link
 from monarch_pdb.rank.peek import Evaluations
 from monarch_pdb.rank.presence import Presence
 from monarch_pdb.rank.rank_threads import RankThreads
@@ -86,8 +86,13 @@ class Agent:
         agent = cls._instance
         return agent if agent is not None and agent.pid == os.getpid() else None
 
-    def __init__(self, settings: Settings, stop: interrupt.Stop, context: zmq.Context | None = None,
-                 break_at: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        stop: interrupt.Stop,
+        context: zmq.Context | None = None,
+        break_at: Callable[[Any], None] | None = None,
+    ) -> None:
         """A process has one agent (`get`); a load generator that stands in for many rank
         processes makes one per emulated rank, sharing one ZeroMQ context, and none of them
         stops at an editor's breakpoints (no `break_at`)."""
@@ -126,8 +131,10 @@ class Agent:
         here = discovery.is_local(self.settings.host)
         conn = discovery.locate(self.settings, here)
         if conn is None and self.settings.upstream and discovery.secret_of(self.settings) is None:
-            raise discovery.NotFound(f"MONARCH_PDB_UPSTREAM names {self.settings.upstream}, but this host's broker "
-                                     "needs that broker's secret to register: set MONARCH_PDB_SECRET_FILE")
+            raise discovery.NotFound(
+                f"MONARCH_PDB_UPSTREAM names {self.settings.upstream}, but this host's broker "
+                "needs that broker's secret to register: set MONARCH_PDB_SECRET_FILE"
+            )
         if conn is None and discovery.is_local(self.settings.host):
             conn = discovery.start_embedded_broker(self.settings)
         if conn is None:
@@ -141,8 +148,9 @@ class Agent:
 
     # --- called from paused threads ----------------------------------------------------
 
-    def open_session(self, output: OutputSource, identity: Identity,
-                     own_name: bool) -> tuple[int, queue.SimpleQueue[Inbound], Identity]:
+    def open_session(
+        self, output: OutputSource, identity: Identity, own_name: bool
+    ) -> tuple[int, queue.SimpleQueue[Inbound], Identity]:
         """A new session id, the queue its input lines arrive on, and the name it is listed under.
 
         A session named for sure (`own_name`: by an endpoint call, or as the rank an interrupt
@@ -158,8 +166,11 @@ class Agent:
             sid = next(self._sids)
             name = (identity.job, identity.actor, identity.rank)
             if not own_name and (name in self._holders or not runs_rank):
-                identity = replace(identity, rank=threading.get_native_id(),
-                                   instance=wire.thread_instance(identity.instance, threading.current_thread().name))
+                identity = replace(
+                    identity,
+                    rank=threading.get_native_id(),
+                    instance=wire.thread_instance(identity.instance, threading.current_thread().name),
+                )
                 name = (identity.job, identity.actor, identity.rank)
                 self._by_thread.add(sid)
             self._names[sid] = name
@@ -179,8 +190,9 @@ class Agent:
             if self._holders.get(name) == sid:
                 del self._holders[name]
             if ended.reason != wire.Ending.CONTINUED and name is not None:
-                self.presence.call_ended(name, wire.RankState.QUIT if ended.reason == wire.Ending.QUIT
-                                         else wire.RankState.FINISHED)
+                self.presence.call_ended(
+                    name, wire.RankState.QUIT if ended.reason == wire.Ending.QUIT else wire.RankState.FINISHED
+                )
             self._by_thread.discard(sid)
             self.threads.closed(sid)
             if not self._inboxes:
@@ -201,7 +213,9 @@ class Agent:
             self.threads.paused(prompt.sid, prompt.actor, prompt.rank, frame, raised)
             self._unsent.append(prompt.sid)
             if prompt.sid not in self._by_thread:
-                self.presence.paused_as(wire.PresentRank(prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance))
+                self.presence.paused_as(
+                    wire.PresentRank(prompt.job, prompt.actor, prompt.rank, prompt.coords, prompt.instance)
+                )
             self._printing.discard(prompt.sid)  # its output went with the prompt
         self.link.post()
 
@@ -213,14 +227,24 @@ class Agent:
         where = f"{self.settings.host}:{self.settings.port}"
         found = discovery.unanswered(self.settings)
         why = f" ({found.why})" if found is not None else self.link.problem
-        fix = (found.fix if found is not None and found.fix else
-               "Start one with `monarch-pdb broker` (set MONARCH_DEBUG_SERVER_HOST/PORT to match).")
-        print(f"monarch-pdb: {who} (pid {os.getpid()}) is paused at a breakpoint, but no debug broker answers at "
-              f"{where}{why}. {fix[:-1]}; waiting.", file=sys.stderr, flush=True)
+        fix = (
+            found.fix
+            if found is not None and found.fix
+            else "Start one with `monarch-pdb broker` (set MONARCH_DEBUG_SERVER_HOST/PORT to match)."
+        )
+        print(
+            f"monarch-pdb: {who} (pid {os.getpid()}) is paused at a breakpoint, but no debug broker answers at "
+            f"{where}{why}. {fix[:-1]}; waiting.",
+            file=sys.stderr,
+            flush=True,
+        )
         limit = self.settings.give_up_after
         if not ready.wait(limit if limit > 0 else None):
-            print(f"monarch-pdb: {who}: no broker after {limit:g} s; continuing without stopping.",
-                  file=sys.stderr, flush=True)
+            print(
+                f"monarch-pdb: {who}: no broker after {limit:g} s; continuing without stopping.",
+                file=sys.stderr,
+                flush=True,
+            )
             return False
         print(f"monarch-pdb: {who}: connected to the debug broker at {where}.", file=sys.stderr, flush=True)
         return True
@@ -273,8 +297,9 @@ class Agent:
 
     def log(self, owner: bytes, ident: Identity, text: str) -> None:
         """A log point's message, for the editor that set it."""
-        self.link.post(wire.Logged(owner=owner, job=ident.job, actor=ident.actor, rank=ident.rank,
-                                   text=self.clip(text)))
+        self.link.post(
+            wire.Logged(owner=owner, job=ident.job, actor=ident.actor, rank=ident.rank, text=self.clip(text))
+        )
 
     def published(self, msg: wire.Event | wire.Printed | wire.OutputLive) -> None:
         pass
@@ -322,12 +347,16 @@ class Agent:
             self.link.post(wire.StackReport(ref=msg.ref, groups=groups))
             return
         limit = min(peek.LOCALS_LIMIT, msg.timeout / 2) if msg.timeout > 0 else peek.LOCALS_LIMIT
-        frames = {rank: peek.choose_frame(peek.rank_frames(running[rank]), paused=running[rank].frame is not None)
-                  for rank in msg.ranks}
+        frames = {
+            rank: peek.choose_frame(peek.rank_frames(running[rank]), paused=running[rank].frame is not None)
+            for rank in msg.ranks
+        }
         self.evaluations.start(
-            [(rank, lambda frame=frame: peek.shown_locals(frame)) for rank, frame in frames.items()], limit,
+            [(rank, lambda frame=frame: peek.shown_locals(frame)) for rank, frame in frames.items()],
+            limit,
             lambda answers, late: wire.StackReport(ref=msg.ref, groups=peek.with_locals(groups, answers, late, limit)),
-            time.monotonic())
+            time.monotonic(),
+        )
 
     def peek(self, msg: wire.PeekRanks) -> None:
         """Evaluate the expression for each rank on a thread of ours; the link answers."""
@@ -338,8 +367,14 @@ class Agent:
             return wire.PeekReport(ref=msg.ref, groups=peek.grouped(clipped, late, msg.limit))
 
         self.evaluations.start(
-            [(rank, lambda how=running[rank]: peek.peek(how, msg.expression, msg.function, msg.up)) for rank in msg.ranks],
-            msg.limit, report, time.monotonic())
+            [
+                (rank, lambda how=running[rank]: peek.peek(how, msg.expression, msg.function, msg.up))
+                for rank in msg.ranks
+            ],
+            msg.limit,
+            report,
+            time.monotonic(),
+        )
 
     def interrupt(self, actor: str, ranks: list[int]) -> None:
         """Ask the thread that runs each rank's code to stop in a session (see
@@ -362,6 +397,9 @@ class Agent:
                 return [f"{type(error).__name__}: {error}"] * len(msg.spots)
 
         late = [f"still looking for the code of {msg.path} after {BREAKPOINTS_LIMIT:g} s"] * len(msg.spots)
-        self.evaluations.start([(0, change)], BREAKPOINTS_LIMIT,
-                               lambda answers, _: wire.BreakReport(ref=msg.ref, reasons=answers.get(0, late)),
-                               time.monotonic())
+        self.evaluations.start(
+            [(0, change)],
+            BREAKPOINTS_LIMIT,
+            lambda answers, _: wire.BreakReport(ref=msg.ref, reasons=answers.get(0, late)),
+            time.monotonic(),
+        )

@@ -197,7 +197,7 @@ class ConfinedPdb(pdb.Pdb):
         frame = frame_lineno[0]
         shipped = self.canonic(frame.f_code.co_filename)
         path = source_file(frame)
-        return path + entry[len(shipped):] if path != frame.f_code.co_filename and entry.startswith(shipped) else entry
+        return path + entry[len(shipped) :] if path != frame.f_code.co_filename and entry.startswith(shipped) else entry
 
     def completions(self, line: str, begidx: int, endidx: int) -> list[str]:
         """What Tab at pdb's prompt offers for `line[begidx:endidx]`: the completer that
@@ -239,6 +239,7 @@ class ConfinedPdb(pdb.Pdb):
         return nested
 
     if sys.version_info < (3, 14):
+
         def do_debug(self, arg: str) -> None:
             # pdb's debug before 3.14, which has no hook for the recursive debugger it makes.
             sys.settrace(None)
@@ -372,8 +373,9 @@ class ThreadSession:
 
     def __post_init__(self) -> None:
         self.io = SessionIO(self.ask)
-        self.sid, self.inbox, self.identity = self.agent.open_session(self.io, self.identity,
-                                                                      self.named or self.call is not None)
+        self.sid, self.inbox, self.identity = self.agent.open_session(
+            self.io, self.identity, self.named or self.call is not None
+        )
         self.io.on_output = functools.partial(self.agent.printing, self.sid)
         self.debugger = RemotePdb(self)
         self.breakpoints = EditorBreakpoints(lambda owner, text: self.agent.log(owner, self.identity, text))
@@ -388,13 +390,28 @@ class ThreadSession:
             self.inspector = Inspector(self)
         frame = self.debugger.curframe
         ident = self.identity
-        self.agent.wait_for_input(wire.Prompt(
-            sid=self.sid, cmd=self.cmd, job=ident.job, actor=ident.actor, rank=ident.rank,
-            coords=ident.coords, host=ident.hostname, pid=ident.pid,
-            function=describe_function(frame) if frame else "", filename=source_file(frame) if frame else "",
-            lineno=(frame.f_lineno or 0) if frame else 0, output=self.agent.clip(output), prompt=prompt,
-            reason=self.reason, exc=self.exc, instance=ident.instance,
-        ), frame, self.debugger.raised())
+        self.agent.wait_for_input(
+            wire.Prompt(
+                sid=self.sid,
+                cmd=self.cmd,
+                job=ident.job,
+                actor=ident.actor,
+                rank=ident.rank,
+                coords=ident.coords,
+                host=ident.hostname,
+                pid=ident.pid,
+                function=describe_function(frame) if frame else "",
+                filename=source_file(frame) if frame else "",
+                lineno=(frame.f_lineno or 0) if frame else 0,
+                output=self.agent.clip(output),
+                prompt=prompt,
+                reason=self.reason,
+                exc=self.exc,
+                instance=ident.instance,
+            ),
+            frame,
+            self.debugger.raised(),
+        )
         line = self.inbox.get()
         while not isinstance(line, Line):
             self.agent.link.post(self.answer(line))
@@ -429,7 +446,9 @@ class ThreadSession:
         self.debugger.clear_all_breaks()
         self.debugger.leave_pdb()
         output = self.io.take_all()
-        self.agent.close_session(self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason))
+        self.agent.close_session(
+            self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason)
+        )
         if getattr(_loose, "session", None) is self:
             del _loose.session
 

@@ -15,6 +15,7 @@ from monarch_pdb import settings, wire
 from monarch_pdb.rank.agent import Agent
 from monarch_pdb.rank.identity import CallContext, current, current_call
 
+
 def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     """MONARCH_PDB_POST_MORTEM's answer for `exc`, given whether a breakpoint stopped its scope
     (the endpoint call, or the process when there is no call) before it was raised; always yes

@@ -92,14 +92,20 @@ def install(*, announce: bool = True) -> None:
         threading.excepthook = _post_mortem_first(threading.excepthook, lambda args: args[0].exc_value)
     if "ray" in sys.modules:
         _reach_into("ray", "post-mortem of Ray tasks stops in Ray's own debugger", _take_ray_post_mortem)
-        _reach_into("ray", "stacks and interrupt of an async actor reach its event loop, not its methods",
-                    _take_ray_calls)
+        _reach_into(
+            "ray", "stacks and interrupt of an async actor reach its event loop, not its methods", _take_ray_calls
+        )
     if "monarch._src.actor.host_mesh" in sys.modules:
-        _reach_into("torchmonarch", "breakpoints of Monarch's procs stay with Monarch's debugger",
-                    _bootstrap_monarch_procs)
+        _reach_into(
+            "torchmonarch", "breakpoints of Monarch's procs stay with Monarch's debugger", _bootstrap_monarch_procs
+        )
     if identity.in_monarch_proc():
-        _reach_into("torchmonarch", "a breakpoint here opens no session per message, and stacks and interrupt "
-                    "reach Monarch's main thread, not its actors'", _take_monarch_calls)
+        _reach_into(
+            "torchmonarch",
+            "a breakpoint here opens no session per message, and stacks and interrupt "
+            "reach Monarch's main thread, not its actors'",
+            _take_monarch_calls,
+        )
 
 
 def _stop_signalled(frame) -> None:
@@ -145,6 +151,7 @@ def post_mortem_if_wanted(exc: BaseException | None) -> None:
 
 def _post_mortem_first(previous: Callable[..., Any], exception_of: Callable[[tuple], BaseException | None]):
     """An exception hook that stops in post-mortem when wanted, then reports as `previous` did."""
+
     def hook(*args: Any) -> None:
         post_mortem_if_wanted(exception_of(args))
         previous(*args)

@@ -62,8 +62,9 @@ current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVa
 _explicit: dict[str, object] = {}
 
 
-def set_identity(*, actor: str | None = None, rank: int | None = None,
-                 coords: dict[str, int] | None = None, job: str | None = None) -> None:
+def set_identity(
+    *, actor: str | None = None, rank: int | None = None, coords: dict[str, int] | None = None, job: str | None = None
+) -> None:
     """Name this process's sessions explicitly; overrides every detected value given."""
     for key, value in (("actor", actor), ("rank", rank), ("coords", coords), ("job", job)):
         if value is not None:
@@ -202,8 +203,11 @@ def _ray_actor_class(runtime: Any) -> str:
     return getattr(descriptor, "class_name", "") or "actor"
 
 
-_SOURCES: tuple[Callable[[], Detected | None], ...] = (from_monarch, from_ray,
-                                                      lambda: from_launcher(settings.naming().launcher))
+_SOURCES: tuple[Callable[[], Detected | None], ...] = (
+    from_monarch,
+    from_ray,
+    lambda: from_launcher(settings.naming().launcher),
+)
 
 
 def detect() -> Detected:

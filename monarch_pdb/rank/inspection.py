@@ -115,8 +115,9 @@ class EditorBreakpoints:
             debugger.clear_break(path, spot.line)
         self.files[path] = spots
         self.owner = owner
-        return [wire.Item(name=str(spot.line), value=self.set(debugger, path, spot) or "", line=spot.line)
-                for spot in spots]
+        return [
+            wire.Item(name=str(spot.line), value=self.set(debugger, path, spot) or "", line=spot.line) for spot in spots
+        ]
 
     def drop_gone(self, debugger, gone: set[bytes]) -> None:
         """Forget them once the editor that set them is `gone` (disconnected, or lost)."""
@@ -182,15 +183,19 @@ class Inspector:
 
     def _answer(self, ask: wire.Inspect) -> tuple[list[wire.Item], int]:
         if ask.query == wire.Query.STACK:
-            frames = [wire.Item(name=frame.f_code.co_name, file=source_file(frame), line=lineno, handle=index)
-                      for index, (frame, lineno) in enumerate(self.frames())]
+            frames = [
+                wire.Item(name=frame.f_code.co_name, file=source_file(frame), line=lineno, handle=index)
+                for index, (frame, lineno) in enumerate(self.frames())
+            ]
             if ask.mine:
                 frames = [item for item in frames if program_code(item.file)] or frames[:1]
             return frames, len(frames)
         if ask.query == wire.Query.SCOPES:
             frame = self.frame(ask.frame)
-            return [wire.Item(name="Locals", handle=self.keep(Scope(self.locals_of(frame), frame))),
-                    wire.Item(name="Globals", handle=self.keep(Scope(frame.f_globals, frame)))], 2
+            return [
+                wire.Item(name="Locals", handle=self.keep(Scope(self.locals_of(frame), frame))),
+                wire.Item(name="Globals", handle=self.keep(Scope(frame.f_globals, frame))),
+            ], 2
         if ask.query == wire.Query.VARIABLES:
             if ask.handle not in self.handles:
                 raise LookupError("that value is gone: the rank ran since it was shown")
@@ -203,8 +208,13 @@ class Inspector:
             caught = self.session.exception
             if caught is None:
                 raise LookupError("this rank did not stop for an exception")
-            return [wire.Item(name=type(caught).__name__, value=str(caught),
-                              type="".join(traceback.format_exception(type(caught), caught, caught.__traceback__)))], 1
+            return [
+                wire.Item(
+                    name=type(caught).__name__,
+                    value=str(caught),
+                    type="".join(traceback.format_exception(type(caught), caught, caught.__traceback__)),
+                )
+            ], 1
         if ask.query == wire.Query.SET:
             return [self.set(ask.handle, ask.name, ask.expression)], 1
         if ask.query == wire.Query.SOURCE:
@@ -266,5 +276,9 @@ class Inspector:
         return handle
 
     def item(self, name: str, value: Any) -> wire.Item:
-        return wire.Item(name=name, value=describe(value), type=type(value).__name__,
-                         handle=self.keep(value) if has_children(value) else 0)
+        return wire.Item(
+            name=name,
+            value=describe(value),
+            type=type(value).__name__,
+            handle=self.keep(value) if has_children(value) else 0,
+        )

@@ -73,8 +73,11 @@ def signal_reaches(running: Running) -> bool:
     """Whether the signal stops the rank in its code: it runs on the main thread, our handler
     is installed (the default action of the signal would end the process), and it is not a
     task waiting in an `await`, which the signal would find in its event loop."""
-    return (running.thread == threading.main_thread().ident and isinstance(signal.getsignal(SIGNAL), _Handler)
-            and not waits_in_await(running.coroutine))
+    return (
+        running.thread == threading.main_thread().ident
+        and isinstance(signal.getsignal(SIGNAL), _Handler)
+        and not waits_in_await(running.coroutine)
+    )
 
 
 def signal_main_thread() -> None:
@@ -286,8 +289,12 @@ class _ThreadTrace:
         self._set_trace = api._PyEval_SetTrace
         self._set_trace.argtypes = [ctypes.c_void_p, _TRACE_FUNCTION, ctypes.c_void_p]
         self._set_trace.restype = ctypes.c_int
-        for name, argtypes in (("PyInterpreterState_Get", []), ("PyInterpreterState_ThreadHead", [ctypes.c_void_p]),
-                               ("PyThreadState_Next", [ctypes.c_void_p]), ("PyThreadState_GetFrame", [ctypes.c_void_p])):
+        for name, argtypes in (
+            ("PyInterpreterState_Get", []),
+            ("PyInterpreterState_ThreadHead", [ctypes.c_void_p]),
+            ("PyThreadState_Next", [ctypes.c_void_p]),
+            ("PyThreadState_GetFrame", [ctypes.c_void_p]),
+        ):
             getattr(api, name).argtypes = argtypes
             getattr(api, name).restype = ctypes.c_void_p
         api.Py_DecRef.argtypes = [ctypes.c_void_p]

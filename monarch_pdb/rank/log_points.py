@@ -40,7 +40,7 @@ def parts(template: str) -> list[str]:
     found, text, index = [], [], 0
     while index < len(template):
         char = template[index]
-        if char in "{}" and template[index + 1:index + 2] == char:
+        if char in "{}" and template[index + 1 : index + 2] == char:
             text.append(char)
             index += 2
         elif char == "{":
@@ -50,7 +50,7 @@ def parts(template: str) -> list[str]:
                 end += 1
             if depth:
                 raise ValueError(f"has a {{ at {index + 1} that no }} closes")
-            found += ["".join(text), template[index + 1:end - 1]]
+            found += ["".join(text), template[index + 1 : end - 1]]
             text, index = [], end
         else:
             text.append(char)

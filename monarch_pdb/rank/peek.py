@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.ranks import RankSet
 from monarch_pdb.rank.rank_threads import Running
 from monarch_pdb.rank.sources import program_code, source_file
 from monarch_pdb.rank.thread_stacks import awaited_frames, program_frames, waits_in_await
+from monarch_pdb.ranks import RankSet
 
 STILL_EVALUATING = "*** still evaluating after {limit:g} s (the rank runs on; the answer is dropped when it comes)"
 LOCAL_WIDTH = 80
@@ -102,7 +102,7 @@ def short(value: Any) -> str:
     except BaseException as exc:  # noqa: B902 - a repr that fails says so, and the others are shown
         text = f"<repr failed: {type(exc).__name__}>"
     text = " ".join(text.split())
-    return text if len(text) <= LOCAL_WIDTH else text[:LOCAL_WIDTH - 3] + "..."
+    return text if len(text) <= LOCAL_WIDTH else text[: LOCAL_WIDTH - 3] + "..."
 
 
 def shown_locals(frame) -> dict[str, str]:
@@ -110,13 +110,17 @@ def shown_locals(frame) -> dict[str, str]:
     a module's frame holds by the hundred and which say nothing of where the rank is."""
     if isinstance(frame, str):
         return {}
-    named = sorted((name, value) for name, value in frame.f_locals.items()
-                   if not name.startswith("__") and not isinstance(value, (types.ModuleType, types.FunctionType, type)))
+    named = sorted(
+        (name, value)
+        for name, value in frame.f_locals.items()
+        if not name.startswith("__") and not isinstance(value, (types.ModuleType, types.FunctionType, type))
+    )
     return {name: short(value) for name, value in named[:LOCALS_SHOWN]}
 
 
-def with_locals(groups: list[wire.StackGroup], answers: dict[int, dict[str, str]], late: list[int],
-                limit: float) -> list[wire.StackGroup]:
+def with_locals(
+    groups: list[wire.StackGroup], answers: dict[int, dict[str, str]], late: list[int], limit: float
+) -> list[wire.StackGroup]:
     """Each group with its ranks' locals, identical values folded; a frame without any says so."""
     for group in groups:
         values: dict[tuple[str, str], list[int]] = {}

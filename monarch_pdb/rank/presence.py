@@ -160,8 +160,13 @@ class Presence:
                 self._own_as = own_as
             return wire.Present(ranks=[own_as])
         fresh = hosted if since is None else hosted[since:] + again
-        return wire.Present(ranks=[wire.PresentRank(job, actor, rank, coords, state=ended.get((job, actor, rank), ""))
-                                   for (job, actor, rank), coords in fresh], added=since is not None)
+        return wire.Present(
+            ranks=[
+                wire.PresentRank(job, actor, rank, coords, state=ended.get((job, actor, rank), ""))
+                for (job, actor, rank), coords in fresh
+            ],
+            added=since is not None,
+        )
 
     # --- whom a running rank is ------------------------------------------------------
 
@@ -183,8 +188,15 @@ class Presence:
                 name = wire.PresentRank(job, actor, rank, coords)
             else:
                 name = self._own_identity(stopped_as)
-            found[rank] = Identity(job=name.job, actor=name.actor, rank=name.rank, coords=dict(name.coords),
-                                   hostname=socket.gethostname(), pid=os.getpid(), instance=name.instance)
+            found[rank] = Identity(
+                job=name.job,
+                actor=name.actor,
+                rank=name.rank,
+                coords=dict(name.coords),
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                instance=name.instance,
+            )
         return found
 
     def _own_identity(self, stopped_as: wire.PresentRank | None) -> wire.PresentRank:

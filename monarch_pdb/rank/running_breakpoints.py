@@ -25,8 +25,10 @@ from monarch_pdb.rank import code_lines, log_points
 from monarch_pdb.rank.line_events import LineEvents
 
 MONITORING = sys.version_info >= (3, 12)
-NEXT_STOP = (f"set when the rank next stops: Python {sys.version_info[0]}.{sys.version_info[1]} cannot stop a "
-             "running rank at a line (sys.monitoring comes with 3.12)")
+NEXT_STOP = (
+    f"set when the rank next stops: Python {sys.version_info[0]}.{sys.version_info[1]} cannot stop a "
+    "running rank at a line (sys.monitoring comes with 3.12)"
+)
 
 
 @dataclass(eq=False)
@@ -98,7 +100,8 @@ class RunningBreakpoints:
         for spot in spots:
             holders = code_lines.holding(codes, spot.line)
             reason = log_points.problem(spot) or (
-                f"line {spot.line} of {path} holds no code to stop at" if codes and not holders else "")
+                f"line {spot.line} of {path} holds no code to stop at" if codes and not holders else ""
+            )
             if holders and not reason:
                 kept.append((Armed(spot, owner), holders))
             reasons.append(reason)

@@ -47,5 +47,9 @@ def debugger_code(filename: str) -> bool:
 def program_code(filename: str) -> bool:
     """Code its author wrote: not Python's library, an installed package, frozen code, nor
     this package (its mesh runtime included)."""
-    return not (filename.startswith(PACKAGE_DIR) or filename.startswith(LIBRARY_DIRS)
-                or filename.startswith("<frozen") or any(part in filename for part in INSTALLED))
+    return not (
+        filename.startswith(PACKAGE_DIR)
+        or filename.startswith(LIBRARY_DIRS)
+        or filename.startswith("<frozen")
+        or any(part in filename for part in INSTALLED)
+    )

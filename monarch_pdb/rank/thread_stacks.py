@@ -18,8 +18,8 @@ from typing import Any
 
 from monarch_pdb import wire
 from monarch_pdb.rank.rank_threads import Running
-from monarch_pdb.ranks import RankSet
 from monarch_pdb.rank.sources import debugger_code, own_code, source_file
+from monarch_pdb.ranks import RankSet
 
 ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
 
@@ -63,9 +63,10 @@ def post_mortem_frames(frame, raised) -> list[wire.Frame]:
     running = list(reversed(program_frames(frame)))
     depth = {id(f): n for n, (f, _) in enumerate(passed)}
     joint = next((n for n, f in enumerate(running) if id(f) in depth), len(running))
-    below = passed[depth[id(running[joint])]:] if joint < len(running) else passed
+    below = passed[depth[id(running[joint])] :] if joint < len(running) else passed
     return [record(f) for f in running[:joint]] + [
-        wire.Frame(source_file(f), line or 0, f.f_code.co_name) for f, line in below]
+        wire.Frame(source_file(f), line or 0, f.f_code.co_name) for f, line in below
+    ]
 
 
 def waits_in_await(coro: Any) -> bool:

@@ -307,7 +307,7 @@ class Event(Message):
         return EventRow(**self.__dict__)
 
     @classmethod
-    def from_row(cls, row: EventRow) -> "Event":
+    def from_row(cls, row: EventRow) -> Event:
         return cls(**{f.name: getattr(row, f.name) for f in dataclasses.fields(EventRow)})
 
     def rank_list(self) -> list[int]:

@@ -12,18 +12,21 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
 else:
+
     def dataclass_transform(**kwargs: Any) -> Callable[[Any], Any]:
         """Tells type checkers that `message` and `record` make dataclasses; nothing at run time
         (typing has it from 3.11 only)."""
         return lambda decorator: decorator
+
 
 from monarch_pdb import ranks
 
@@ -81,19 +84,24 @@ def _checker(annotation: Any) -> Check:
         if exact := _exact_types(item_type):
             # The ranks of a cast's answers or of a broker below: 131,072 of them are checked
             # in one pass, not a call each.
-            return lambda value: (value if isinstance(value, list) and all(type(item) in exact for item in value)
-                                  else _wrong(value))
+            return lambda value: (
+                value if isinstance(value, list) and all(type(item) in exact for item in value) else _wrong(value)
+            )
         check_item = _checker(item_type)
         return lambda value: list(map(check_item, value)) if isinstance(value, list) else _wrong(value)
     if origin is dict:
         key_type, value_type = typing.get_args(annotation)
         if (keys := _exact_types(key_type)) and (values := _exact_types(value_type)):
             # A rank's coordinates, in each of 131,072 rows of a list.
-            return lambda value: (value if isinstance(value, dict) and all(
-                type(k) in keys and type(v) in values for k, v in value.items()) else _wrong(value))
+            return lambda value: (
+                value
+                if isinstance(value, dict) and all(type(k) in keys and type(v) in values for k, v in value.items())
+                else _wrong(value)
+            )
         check_key, check_value = _checker(key_type), _checker(value_type)
-        return lambda value: ({check_key(k): check_value(v) for k, v in value.items()} if isinstance(value, dict)
-                              else _wrong(value))
+        return lambda value: (
+            {check_key(k): check_value(v) for k, v in value.items()} if isinstance(value, dict) else _wrong(value)
+        )
     if annotation is Any:
         return lambda value: value
     if isinstance(annotation, type) and issubclass(annotation, Enum):
@@ -132,8 +140,7 @@ def _exact_types(annotation: Any) -> tuple[type, ...] | None:
 def _schema(cls: type) -> tuple[tuple[str, Check, bool], ...]:
     hints = typing.get_type_hints(cls)
     return tuple(
-        (f.name, _checker(hints[f.name]),
-         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        (f.name, _checker(hints[f.name]), f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
         for f in dataclasses.fields(cls)
     )
 
