@@ -29,7 +29,7 @@ TEST_WORKERS ?= 4
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines test-pythons test-dap docs bench bench-tree-large bench-monarch clean
+.PHONY: demo test test-engines test-pythons test-dap docs lint bench bench-tree-large bench-monarch clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,24 @@ $(DOCS_INSTALLED): $(INSTALLED)
 
 docs: $(DOCS_INSTALLED)
 	$(BIN)/mkdocs build --strict --quiet
+
+# `make lint`: ruff's lint and format check on the whole tree, and mypy on the package as it
+# installs (broker/ and client/ are monarch_pdb.broker and monarch_pdb.client, which mypy finds
+# only in a tree laid out that way: a folder of links, rebuilt each run).
+LINT_INSTALLED := $(VENV)/.installed-lint
+TYPECHECK := .typecheck
+
+$(LINT_INSTALLED): $(INSTALLED)
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	touch $@
+
+lint: $(LINT_INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/monarch_pdb
+	for f in monarch_pdb/*; do ln -s $(CURDIR)/$$f $(TYPECHECK)/monarch_pdb/; done
+	ln -s $(CURDIR)/broker $(CURDIR)/client $(TYPECHECK)/monarch_pdb/
+	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.mypy_cache -p monarch_pdb
 
 DAP_TESTS := tests/dap
 
