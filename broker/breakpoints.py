@@ -107,7 +107,7 @@ class Breakpoints:
         self.send = requests.send
         self.audit = audit
         self.table: InFlight[BreakpointsInFlight] = requests.add(InFlight(part_size=part_size))
-        self.standing: dict[str, Standing] = {}
+        self.standing: dict[str | None, Standing] = {}
         """By file; "" for the `uncaught` filter. As in a process, the latest editor to set a
         file's breakpoints sets them for all."""
         self.setters: set[bytes] = set()

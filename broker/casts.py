@@ -52,7 +52,7 @@ def question(prompt: str) -> str:
 
 
 @dataclass(kw_only=True)
-class CastInFlight(Request):
+class CastInFlight(Request[wire.CastGroup]):
     total: int = 0
     """The ranks picked here, and those named below (see `expected` for those picked there)."""
     pending: dict[int, int] = field(default_factory=dict)
@@ -403,6 +403,7 @@ class CastRequests:
             self.forward(sess, line)
         for branch, asked in picked.below.items():
             peer = self.registry.peer(branch)
+            assert peer is not None
             cast.owe(branch, peer.host, asked)
             if peer.silent:
                 cast.lost(branch, unreachable_because(peer.host))

@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
@@ -27,12 +27,15 @@ def below_timeout(timeout: float) -> float:
     return timeout - min(0.5, timeout * BELOW_MARGIN)
 
 
+G = TypeVar("G")
+"""The kind of group a request's answers are folded into: wire.CastGroup, StackGroup."""
+
 PICKED_THERE = None
 """What a broker below owes when a request's selector is evaluated there: the ranks it picks."""
 
 
 @dataclass(kw_only=True)
-class Request:
+class Request(Generic[G]):
     """What every request in flight has; a kind says when it is done and what it found."""
 
     shell: bytes
@@ -58,11 +61,11 @@ class Request:
         """Nothing answered and nothing is missing: the selector picked no rank anywhere."""
         return False
 
-    def groups(self) -> list[wire.CastGroup | wire.StackGroup]:
+    def groups(self) -> list[G]:
         """A group for each distinct answer."""
         raise NotImplementedError
 
-    def weight(self, group: wire.CastGroup | wire.StackGroup) -> int:
+    def weight(self, group: G) -> int:
         """About the bytes a group takes in a message."""
         raise NotImplementedError
 
@@ -90,7 +93,7 @@ class Request:
 
 
 @dataclass(kw_only=True)
-class AskedOfEach(Request):
+class AskedOfEach(Request[G]):
     """A request asked of each process (or broker below) that runs some of its ranks, each
     answering for its own, perhaps in parts: stacks and peeks alike."""
 
@@ -103,7 +106,7 @@ class AskedOfEach(Request):
     def done(self) -> bool:
         return not self.waiting
 
-    def report(self, peer: bytes, groups: list, missing: list[wire.Missing] = (), more: bool = False) -> None:
+    def report(self, peer: bytes, groups: list, missing: Iterable[wire.Missing] = (), more: bool = False) -> None:
         """A peer's groups (a broker below's already merged, with the ranks it has none for,
         perhaps in parts: `more`); only the ranks asked of it count."""
         asked = set(self.waiting.pop(peer, ()))
@@ -162,7 +165,7 @@ def row_weight(row: wire.SessionRow) -> int:
     return sum(map(len, ROW_TEXTS(row))) + ROW_FIXED + 16 * len(row.coords)
 
 
-R = TypeVar("R", bound=Request)
+R = TypeVar("R", bound=Request[Any])
 
 
 class InFlight(Generic[R]):

@@ -15,7 +15,7 @@ from monarch_pdb import wire
 KEPT = 4096
 """The most questions waiting for an answer; past it the oldest is forgotten (its asker has a
 time-out of its own)."""
-Answer = TypeVar("Answer", wire.Inspection, wire.Completions)
+Answer = TypeVar("Answer", bound="wire.Inspection | wire.Completions")
 
 
 class Inspections:

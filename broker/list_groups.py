@@ -79,7 +79,7 @@ def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.Ran
     by_host: defaultdict[tuple, list] = defaultdict(list)
     for place, run in groupby(zip(map(PLACE, sessions), sessions), key=itemgetter(0)):
         by_host[place].extend(map(itemgetter(1), run))
-    places: defaultdict[tuple, list[tuple[int, str, list]]] = defaultdict(list)
+    places: defaultdict[tuple, list[tuple[int, str, list[Session], list[int]]]] = defaultdict(list)
     for (*place, host), members in by_host.items():
         ranks = list(map(RANK, members))
         places[tuple(place)].append((min(ranks), host, members, ranks))
@@ -98,7 +98,7 @@ def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.Ran
             for names, values in by_dims.items():
                 for i, dim in enumerate(names):  # column by column: zip(*values) costs more than the rest together
                     coords.setdefault(dim, set()).update(map(itemgetter(i), values))
-        ranks = RankSet.of(list(chain.from_iterable(item[3] for item in on_hosts)))
+        rank_set = RankSet.of(list(chain.from_iterable(item[3] for item in on_hosts)))
         made.append(
             (
                 on_hosts[0][0],
@@ -108,8 +108,8 @@ def group_sessions(sessions: Iterable[Session], states: dict[wire.Stop, wire.Ran
                     function,
                     lineno,
                     states[reason],
-                    ranks=ranks.text(),
-                    count=len(ranks),
+                    ranks=rank_set.text(),
+                    count=len(rank_set),
                     coords={dim: format_ranks(values) for dim, values in coords.items()},
                     hosts=[host for _, host, _, _ in on_hosts],
                     attached=attached,

@@ -30,7 +30,7 @@ stopped."""
 
 
 @dataclass(kw_only=True)
-class PeekInFlight(AskedOfEach):
+class PeekInFlight(AskedOfEach[wire.CastGroup]):
     answers: dict[str, list[int]] = field(default_factory=dict)
     """Each distinct answer and the ranks that gave it."""
     RESULT = wire.PeekResult

@@ -209,7 +209,7 @@ def rank_row(
     coords: dict,
     host: str,
     pid: int,
-    state: str,
+    state: wire.RankState,
     instance: str,
     function: str = "",
     filename: str = "",

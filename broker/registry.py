@@ -5,6 +5,7 @@ the brokers below. Refusals here are the line the user reads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
@@ -98,7 +99,8 @@ class Registry(Table):
         of_actor = self.by_rank[(job, actor)]
         names = ranks.named(selection)
         if names:
-            here, below = [], {}
+            here: list[Session] = []
+            below: dict[bytes, list[int]] = {}
             for rank in names:
                 sess = of_actor.get(rank)
                 if sess is None:
@@ -181,7 +183,7 @@ class Registry(Table):
             if a == actor and (not job or j == job)
         }
 
-    def _rows_live(self, branch: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
+    def _rows_live(self, branch: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank | Session]:
         """The ranks of one actor a broker below runs without a session."""
         return {
             (row.job, row.rank): LiveRank(
@@ -274,7 +276,7 @@ class Registry(Table):
         return chosen, self.without_session(job, actor, absent) if absent else []
 
 
-def no_match(actor: str, selection: ranks.Selection, found: list[Session] | list[LiveRank], having: str) -> str:
+def no_match(actor: str, selection: ranks.Selection, found: Sequence[Session | LiveRank], having: str) -> str:
     """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
     dims = list(dict.fromkeys(d for s in found for d in s.coords))
     unknown = [d for d in ranks.dimensions(selection) if d not in dims]

@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TextIO, cast
 
 import zmq
 from monarch_pdb.broker.agents import Agents
@@ -428,14 +428,14 @@ class Broker:
         """What the broker above sent, handled as from the peer UPSTREAM; after each welcome
         as a stranger it learns everything below us anew. One that only stalled welcomes us as
         known: it is our parent still, with all we told it and the sessions it holds here."""
-        msgs = []
+        msgs: list[wire.Message] = []
         for item in self.upstream.take():
             if item is JOINED:
                 self.dispatch(UPSTREAM, msgs)
                 msgs = []
                 self.parent_joined()
             else:
-                msgs.append(item)
+                msgs.append(cast(wire.Message, item))
         self.dispatch(UPSTREAM, msgs)
         if self.upstream.ready:
             self.heard(UPSTREAM, time.monotonic())
@@ -543,6 +543,7 @@ class Broker:
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
         for identity in self.registry.silent(now, limit, self.listening_since):
             peer = self.registry.peer(identity)
+            assert peer is not None
             if identity == UPSTREAM:
                 peer.silent = True
                 log(f"the broker above at {self.upstream.address} does not answer; what it asked waits for it")

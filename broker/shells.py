@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from monarch_pdb.broker.inspections import Inspections
 from monarch_pdb.broker.records import Refused, State
 from monarch_pdb.broker.requests import unreachable_because
-from monarch_pdb.broker.routes import Routes
+from monarch_pdb.broker.routes import Routes, Table
 
 from monarch_pdb import ranks, wire
 
@@ -33,14 +33,14 @@ class Shells:
         self.breakpoint_setters = breakpoint_setters
 
     def routes(self) -> Routes:
-        holding = {
+        holding: Table = {
             wire.Attach: self.on_attach,
             wire.Detach: self.on_detach,
             wire.Send: self.on_send,
             wire.Complete: self.on_complete,
             wire.Continue: self.on_continue,
         }
-        answers = {wire.Inspection: self.on_inspection, wire.Completions: self.on_inspection}
+        answers: Table = {wire.Inspection: self.on_inspection, wire.Completions: self.on_inspection}
         return Routes(
             shell={
                 **holding,
@@ -56,7 +56,9 @@ class Shells:
 
     def reachable(self, sess: Session) -> Session:
         """`sess`, unless the broker below that has it does not answer."""
-        if (below := self.registry.peer(sess.peer)).silent:
+        below = self.registry.peer(sess.peer)
+        assert below is not None
+        if below.silent:
             raise Refused(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
         return sess
 
@@ -69,6 +71,7 @@ class Shells:
             return
         if taken_from is not None:
             taker = self.registry.peer(shell)
+            assert taker is not None
             self.send(
                 taken_from.identity,
                 wire.SessionEnded(session=sess.id, text="", reason=wire.Ending.TAKEN, by=taker.attached_in()),

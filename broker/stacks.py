@@ -10,7 +10,7 @@ that answer for theirs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(kw_only=True)
-class StacksInFlight(AskedOfEach):
+class StacksInFlight(AskedOfEach[wire.StackGroup]):
     merged: dict[tuple, tuple[list[wire.ThreadStack], list[RankSet]]] = field(default_factory=dict)
     """For each distinct stack, its threads as they first came, and the rank sets that have it."""
     locals: dict[tuple, dict[tuple[str, str], list[int]]] = field(default_factory=dict)
@@ -51,7 +51,7 @@ class StacksInFlight(AskedOfEach):
         self.waiting[branch] = []
         self.picking[branch] = []
 
-    def report(self, peer: bytes, groups: list, missing: list[wire.Missing] = (), more: bool = False) -> None:
+    def report(self, peer: bytes, groups: list, missing: Iterable[wire.Missing] = (), more: bool = False) -> None:
         if peer not in self.picking:
             super().report(peer, groups, missing, more)
             return

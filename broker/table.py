@@ -32,6 +32,10 @@ from monarch_pdb.broker.records import (
 
 from monarch_pdb import wire
 
+Found = Session | wire.SessionRow | tuple[Peer, tuple] | None
+"""What stands for a rank in `list --all`: its session, its row from below, the process that
+runs it with what it said of it, or nothing (its process is gone)."""
+
 
 @dataclass
 class Table:
@@ -137,6 +141,7 @@ class Table:
         """A process that reconnected on a new socket before its old one was declared lost:
         its sessions move to the new connection instead of being listed twice."""
         previous = self._forget_peer(old)
+        assert previous is not None
         for sess in previous.owned.values():
             sess.peer = new
         self.peers[new].owned.update(previous.owned)
@@ -523,7 +528,7 @@ class Table:
         while len(self.departed) > self.departed_kept:
             self.departed.popitem(last=False)
 
-    def running_state(self, key: tuple[str, str, int]) -> str:
+    def running_state(self, key: tuple[str, str, int]) -> wire.RankState:
         """The state of a rank its process runs, without a session."""
         return self.ended.get(key, wire.RankState.RUNNING)
 
@@ -536,7 +541,7 @@ class Table:
         process is gone, in order; each row made as it is wanted, from what stands for its
         rank: a session, a process and what it said it runs, a row from below, or the
         departed."""
-        found: dict[tuple[str, str, int], object] = {(s.job, s.actor, s.rank): s for s in self.sessions.values()}
+        found: dict[tuple[str, str, int], Found] = {(s.job, s.actor, s.rank): s for s in self.sessions.values()}
         for peer in self.peers.values():
             for entry in peer.present:
                 found.setdefault(entry[:3], (peer, entry))
@@ -548,7 +553,7 @@ class Table:
         for key in sorted(found):
             yield self._row(key, found[key])
 
-    def _row(self, key: tuple[str, str, int], what: object) -> wire.SessionRow:
+    def _row(self, key: tuple[str, str, int], what: Found) -> wire.SessionRow:
         """The row of a rank, from what `all_rows` found for it."""
         if isinstance(what, Session):
             return what.row()

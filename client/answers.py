@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.numbers import Summary, summarize
 
@@ -11,7 +14,7 @@ from monarch_pdb.ranks import format_ranks
 NUMBER_LINES = 16
 """Numeric answers take one line per distinct value; past this many, only the most common
 values and the notable ones (extremes, NaN/Inf, outliers) are shown, and the rest counted."""
-OUTCOMES = {
+OUTCOMES: dict[str, str] = {
     wire.Ending.FINISHED: "(its endpoint returned)",
     wire.Ending.QUIT: "(quit: its endpoint call ends with BdbQuit)",
     wire.Ending.CONTINUED: "(continued; no longer traced)",
@@ -23,7 +26,7 @@ def shortened(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width].rsplit(",", 1)[0] + ",..."
 
 
-def rank_set(actor: str, ranks: list[int]) -> str:
+def rank_set(actor: str, ranks: Collection[int]) -> str:
     return f"{actor} ranks[{format_ranks(ranks)}] ({len(ranks)})"
 
 
@@ -71,7 +74,7 @@ def missing_lines(result: wire.CastResult | wire.StacksResult | wire.PeekResult)
 def document(result: wire.CastResult | wire.PeekResult) -> dict:
     """The JSON form of a cast in docs/scripts.md (or a peek): groups most common first, then who did
     not answer."""
-    doc = {
+    doc: dict[str, Any] = {
         "actor": result.actor,
         "groups": [
             {"ranks": list(g.ranks), "output": g.output, "outcome": g.outcome or "paused"} for g in result.groups

@@ -157,7 +157,7 @@ class Parser(cmd2.Cmd2ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise CommandError(self.refusal or f"usage: {self.usage}")
 
-    def parse_args(
+    def parse_args(  # type: ignore[override]  # one form: words in, a Namespace out
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
         """Options may come anywhere among the words (`stacks trainer --json ranks(0)`); a
@@ -167,7 +167,7 @@ class Parser(cmd2.Cmd2ArgumentParser):
         else:
             parsed, extra = self.parse_known_intermixed_args(args, namespace)
         if extra and self.names_options and extra[0].startswith("-"):
-            raise CommandError(f"{self.usage.split()[0]} has no option {extra[0]}; usage: {self.usage}")
+            raise CommandError(f"{(self.usage or '').split()[0]} has no option {extra[0]}; usage: {self.usage}")
         if extra:
             self.error(f"unrecognized arguments: {' '.join(extra)}")
         return parsed

@@ -67,7 +67,9 @@ def add_part(whole: wire.Message, part: wire.Message) -> None:
     whole.more = part.more  # type: ignore[attr-defined]
 
 
-def lost_answers(started: wire.CastStarted, result: wire.CastResult | None, actor: str) -> str:
+def lost_answers(
+    started: wire.CastStarted, result: wire.CastResult | wire.StacksResult | wire.PeekResult | None, actor: str
+) -> str:
     """What a shell says of a cast whose broker restarted: where the line went and no answer
     came, so the user knows where it may have run."""
     came = (
@@ -170,6 +172,7 @@ class ShellConnection:
                     )
                 look = min(now + settings.connect_timeout, give_up)
                 if not told:
+                    assert waiting is not None
                     waiting(note)
                     told = True
             if keyboard is None or typed is None:
@@ -231,6 +234,7 @@ class ShellConnection:
             part = self.collect(lambda m: type(m) is type(reply), timeout)
             if part is None:
                 break
+            assert reply is not None
             add_part(reply, part)
         if reply is None or getattr(reply, "more", False):
             raise Timeout(f"the broker did not answer within {timeout:g} s")
@@ -243,10 +247,10 @@ class ShellConnection:
                 return self.aside.pop(index)
         deadline = time.monotonic() + timeout
         while True:
-            msg = self._wait(deadline - time.monotonic())
-            if msg is None or wanted(msg):
-                return msg
-            self.aside.append(msg)
+            got = self._wait(deadline - time.monotonic())
+            if got is None or wanted(got):
+                return got
+            self.aside.append(got)
 
     def complete(self, session: int, line: str, begidx: int, endidx: int, timeout: float) -> wire.Completions | None:
         """The held session's words for `line[begidx:endidx]` (Tab at its prompt), or None when
@@ -379,7 +383,9 @@ class ShellConnection:
                     told = True
             last = now
             if msg is None and ref in self._cut_short:
-                raise RequestFailed(lost_answers(self._started[ref], result, actor))
+                started = self._started[ref]
+                assert started is not None
+                raise RequestFailed(lost_answers(started, result, actor))
             if msg is None:
                 if left <= 0:
                     raise RequestFailed(f"the broker did not {doing} in time")

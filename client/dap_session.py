@@ -346,6 +346,7 @@ class DebugSession:
         if isinstance(args.get("frameId"), int) and args["frameId"] in self.frames.table:
             thread = self.frame(args)[0]
             here = editor_commands.Here(thread.job, thread.actor)
+        assert self.runtime.conn is not None
         return editor_commands.run(self.runtime.conn, *command, here).rstrip("\n")
 
     def on_setBreakpoints(self, args: dict) -> dict:
@@ -378,7 +379,7 @@ class DebugSession:
                 shown.append({"verified": False, "line": spec.get("line"), "message": refused[index]})
                 continue
             reason = reasons.get(spot_number)
-            entry = {
+            entry: dict[str, Any] = {
                 "id": next(self.breakpoint_ids),
                 "verified": reason is None and taken,
                 "line": spots[spot_number].line,
@@ -473,7 +474,7 @@ class DebugSession:
         action, job, actor, rank_text = (args.get(name) for name in ("action", "job", "actor", "ranks"))
         if action not in GROUP_ACTIONS:
             raise Refused(f"monarchRanksAct: action is one of {', '.join(GROUP_ACTIONS)}, not {action!r}")
-        if not all(isinstance(value, str) for value in (job, actor, rank_text)):
+        if not (isinstance(job, str) and isinstance(actor, str) and isinstance(rank_text, str)):
             raise Refused("monarchRanksAct: job, actor and ranks are strings")
         try:
             numbers = ranks.parse_ranks(rank_text)

@@ -66,7 +66,11 @@ class Command:
                 f"launch: program {program} is not a file"
                 + (f" in {cwd}" if cwd and not os.path.isabs(program) else "")
             )
-        argv = [sys.executable, program] if program is not None else list(command)
+        if program is not None:
+            argv = [sys.executable, program]
+        else:
+            assert command is not None
+            argv = list(command)
         return cls(argv + extra, cwd, env)
 
 

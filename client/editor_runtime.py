@@ -380,6 +380,7 @@ class Runtime:
             )
             if answer is None:
                 return
+            assert isinstance(answer, (wire.Attached, wire.Error))
             self.attach_answer(answer)
 
     def attach_answer(self, answer: wire.Attached | wire.Error) -> None:
@@ -536,6 +537,7 @@ class Runtime:
             )
             if answer is None:
                 break
+            assert isinstance(answer, wire.Inspection)
             asked[answer.ref] = answer
             waiting.discard(answer.ref)
         return [

@@ -97,14 +97,14 @@ def describe_events(
                     told = [rank for rank in told if rank != own[2]]
             if not told:
                 continue
-            ranks, wheres = groups[(e.job, e.actor, *phrase(e))]
+            ranks, wheres = groups[(e.job, e.actor) + phrase(e)]
             ranks.extend(told)
             wheres[e.where] = None
     several_jobs = len({key[0] for key in groups}) > 1
     lines = brokers
-    for (job, actor, said, detail), (ranks, wheres) in groups.items():
+    for (job, actor, text, detail), (ranks, wheres) in groups.items():
         name = f"{job}:{actor}" if several_jobs else actor
         told = sorted(set(ranks))
-        said = SEVERAL.get(said, said) if len(told) > 1 else said
-        lines.append(f"{who(name, told)} {said.format(where=places(list(wheres)), detail=detail)}")
+        text = SEVERAL.get(text, text) if len(told) > 1 else text
+        lines.append(f"{who(name, told)} {text.format(where=places(list(wheres)), detail=detail)}")
     return lines

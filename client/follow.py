@@ -91,4 +91,5 @@ class Follower:
                     self.gaps.add(session)
                 break
             last = self.seen[session] = seq
+            assert self.deliver is not None
             self.deliver(self.actor, self.rank_of[session], text)

@@ -221,6 +221,7 @@ class HangCommands(cmd2.CommandSet):
         job, actor, selection, extra = words_target(args.actor, args.selector, usage_line)
         if extra:
             raise CommandError(usage_line)
+        assert selection is not None
         reply = ask(
             shell.conn, wire.Interrupt(actor=actor, selector=render_selector(selection), job=job), wire.Interrupting
         )

@@ -35,7 +35,11 @@ def compress(hosts: Iterable[str]) -> str:
         )
         for width, digits in by_width.items():
             values = sorted({int(d) for d in digits})
-            text = re.sub(r"\d+", lambda m, width=width: m.group().zfill(width), format_ranks(values))
+
+            def pad(m: re.Match[str], width: int = width) -> str:
+                return m.group().zfill(width)
+
+            text = re.sub(r"\d+", pad, format_ranks(values))
             shown = f"{prefix}{text}{suffix}" if len(values) == 1 else f"{prefix}[{text}]{suffix}"
             entries.append((prefix, suffix, values[0], shown))
     return ",".join(shown for *_, shown in sorted(entries))

@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, fields
+from typing import cast
 
 from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
 
@@ -127,7 +128,9 @@ def _version(version: tuple[int, int]) -> str:
 def python_of(pid: int) -> tuple[int, int] | None:
     """The Python a process runs, from its executable's name or the libpython it maps; None
     when neither names one (not a Python process, as far as /proc tells)."""
-    found = re.search(r"python(\d+)\.(\d+)", os.path.basename(os.readlink(f"/proc/{pid}/exe")))
+    found: re.Match[str] | re.Match[bytes] | None = re.search(
+        r"python(\d+)\.(\d+)", os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    )
     if found is None:
         found = re.search(rb"libpython(\d+)\.(\d+)", _read(pid, "maps"))
     return (int(found[1]), int(found[2])) if found is not None else None
@@ -153,7 +156,9 @@ def target(pid: int) -> JoinTarget:
         name = _read(pid, "comm").decode(errors="replace").strip()
     except FileNotFoundError:
         raise CannotJoin(f"{pid}: no such process") from None
-    owner = int(re.search(r"^Uid:\s*(\d+)", status, re.M)[1])
+    uid = re.search(r"^Uid:\s*(\d+)", status, re.M)
+    assert uid is not None
+    owner = int(uid[1])
     if owner != os.getuid():
         try:
             user = pwd.getpwuid(owner).pw_name
@@ -218,7 +223,7 @@ def children_of(pid: int) -> list[int]:
     return sorted(found)
 
 
-def _causes(error: BaseException):
+def _causes(error: BaseException | None):
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
@@ -261,7 +266,7 @@ def ask(target: JoinTarget) -> None:
     except (discovery.Insecure, OSError) as error:
         raise CannotJoin(f"{target.who}: {error}") from None
     try:
-        sys.remote_exec(target.pid, target.script)
+        sys.remote_exec(target.pid, target.script)  # type: ignore[attr-defined]
     except (OSError, RuntimeError) as error:
         os.unlink(target.script)
         raise CannotJoin(_refusal(target, error)) from None
@@ -291,7 +296,8 @@ def listed(settings: settings_module.Settings, pids: set[int], deadline: float) 
         conn.wait_for_broker(max(0.0, deadline - time.monotonic()))
         while True:
             conn.changed.clear()
-            rows = conn.request(wire.ListAll(), wire.SessionList, timeout=max(1.0, deadline - time.monotonic())).rows
+            reply = conn.request(wire.ListAll(), wire.SessionList, timeout=max(1.0, deadline - time.monotonic()))
+            rows = cast(wire.SessionList, reply).rows
             found: dict[int, list[wire.SessionRow]] = {}
             for row in rows:
                 if row.pid in pids and row.host == host:
@@ -324,7 +330,7 @@ def _main_frame(pid: int) -> str:
     """` under FILE:LINE FUNCTION`, the main thread's innermost Python frame, where Python can
     read it (its private `_remote_debugging`, whose answers' shape changes between releases)."""
     try:
-        import _remote_debugging
+        import _remote_debugging  # type: ignore[import-not-found]
 
         trace = _remote_debugging.RemoteUnwinder(pid).get_stack_trace()
         threads = [t for item in trace for t in getattr(item, "threads", [item])]

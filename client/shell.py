@@ -195,13 +195,14 @@ class DebugShell(cmd2.Cmd):
         )
         self.add_settable(cmd2.Settable("cast_timeout", seconds, "seconds a cast waits for every rank to answer", self))
         self.list_rows = conn.settings.list_rows
-        self.pager = Pager(conn.settings.pager, self.stdout)
+        self.results_pager = Pager(conn.settings.pager, self.stdout)
+        """Ours, beside cmd2's own `pager` (a command line it runs for `ppaged`)."""
         self.add_settable(
             cmd2.Settable(
                 "pager",
                 checked,
                 "command that shows results taller than the terminal ('' or cat: none)",
-                self.pager,
+                self.results_pager,
                 settable_attrib_name="command",
             )
         )
@@ -229,7 +230,7 @@ class DebugShell(cmd2.Cmd):
     def preloop(self) -> None:
         """Learn the actor names for completion before the first prompt."""
         if self.terminal.keyboard and self.stdout.isatty() and not self.report.as_json:
-            self.report.page = self.pager.page
+            self.report.page = self.results_pager.page
         self.terminal.start()
         try:
             reply = self.conn.request(wire.ListSessions(), wire.SessionList)
@@ -587,8 +588,10 @@ class DebugShell(cmd2.Cmd):
             # No JSON for groups: --json asks for every row.
             self.report.result(functools.partial(groups_table, reply.groups, with_state=args.all), None)
             return
+        assert isinstance(reply, wire.SessionList)
         rows = reply.rows
         self.actors.update(r.actor for r in rows)
+        text: str | functools.partial[str]
         if not rows:
             text = "No rank is known to the broker." if args.all else "No active breakpoints."
         else:
@@ -815,6 +818,6 @@ class DebugShell(cmd2.Cmd):
         self.report.result("Quitting debug session...", {"quit": True})
         return True
 
-    def do_eof(self, statement: cmd2.Statement) -> bool:
+    def do_eof(self, statement: cmd2.Statement | str) -> bool | None:
         self.write_out("\n")
         return self.do_quit(statement)

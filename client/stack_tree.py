@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from monarch_pdb.client.answers import missing_lines, shortened
@@ -61,7 +62,7 @@ def merge(groups: list[wire.StackGroup], every_thread: bool, below: int = 0) -> 
     return root
 
 
-def rank_text(ranks: list[int]) -> str:
+def rank_text(ranks: Iterable[int]) -> str:
     unique = sorted(set(ranks))
     return f"ranks[{shortened(format_ranks(unique), RANKS_SHOWN)}] ({len(unique)})"
 

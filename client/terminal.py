@@ -221,7 +221,9 @@ class Terminal:
             self.alerts += lines
         if self.alerts_above_prompt and self.lock.acquire(blocking=False):
             self.lock.release()
-            signal.pthread_kill(threading.main_thread().ident, ALERT_SIGNAL)
+            ident = threading.main_thread().ident
+            assert ident is not None
+            signal.pthread_kill(ident, ALERT_SIGNAL)
             with self.alerts_lock:
                 if self.alerts_retry is None:
                     self.alerts_retry = threading.Timer(RETRY_ALERT_AFTER, self.retry_alerts)

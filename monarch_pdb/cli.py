@@ -11,10 +11,19 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import metadata
+from typing import Protocol
 
 COMMANDS = ("debug", "broker", "join", "dap")
 MONARCH_MAIN = "monarch_pdb.cli:monarch_main"
 """Our `monarch` console script's entry point; any other is Monarch's own."""
+
+
+class _Command(Protocol):
+    """A subcommand's module."""
+
+    def build_parser(self, parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -39,6 +48,7 @@ def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
     if not argv or argv[0] not in COMMANDS:
         _parser(prog).parse_args(argv)
         return 2
+    chosen: _Command
     if argv[0] == "debug":
         from monarch_pdb.client import cli as chosen
     elif argv[0] == "join":

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import zmq
 
@@ -129,7 +130,7 @@ def reaches_itself(address: str, router: str) -> bool:
         return False
     if bound.strip("[]") not in ("0.0.0.0", "::", "*"):
         return bound.strip("[]") in addresses
-    return any(_bindable(ip) for ip in addresses)
+    return any(_bindable(cast(str, ip)) for ip in addresses)
 
 
 def _bindable(ip: str) -> bool:

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import zmq
@@ -104,7 +104,7 @@ def _encoded(codec: wire.Codec, msgs: list[wire.Message]) -> tuple[list[wire.Mes
 
 def pub_address(router: str, pub: str) -> str:
     """The broker's PUB endpoint as reachable from here: its port at the router's host."""
-    return discovery.endpoint(urlsplit(router).hostname or "127.0.0.1", urlsplit(pub).port)
+    return discovery.endpoint(urlsplit(router).hostname or "127.0.0.1", cast(int, urlsplit(pub).port))
 
 
 PINGS_EVERY = 10
@@ -266,7 +266,7 @@ class Link:
         self.rejected.set()
 
     def _idle(self, seconds: float) -> None:
-        if self._wake_rx.poll(seconds * 1000):
+        if self._wake_rx.poll(int(seconds * 1000)):
             self._drain_wake()
 
     def _drain_wake(self) -> None:
@@ -350,7 +350,7 @@ class Link:
                 else:  # while no broker welcomes us, look every beat whether another took its place
                     due = math.inf if self.ready.is_set() else looked + beat
                 wait = min(max(0.0, due - time.monotonic()), math.inf if delay is None else delay)
-                events = dict(poller.poll(None if wait == math.inf else wait * 1000))
+                events = dict(poller.poll(None if wait == math.inf else int(wait * 1000)))
                 if monitor in events and not self._connection_changed(monitor, send) and not self.beats:
                     # A broker restarted on its port takes us back under our routing id: look for
                     # another (and start one) only once it has had the time a silent one had.
@@ -359,6 +359,7 @@ class Link:
                     self._drain_wake()
                 if self.events and self.follow_output != following:
                     following = self.follow_output
+                    assert sub is not None
                     sub.setsockopt(zmq.SUBSCRIBE if following else zmq.UNSUBSCRIBE, wire.OUTPUT_TOPIC)
                 if self._stopping:
                     if self.ready.is_set():
@@ -368,7 +369,7 @@ class Link:
                 if dealer in events:
                     heard = time.monotonic()
                     send(*self._receive_all(dealer, codec, sub, conn))
-                if sub in events:
+                if sub is not None and sub in events:
                     send(*self._receive_events(sub, sub_codec))
                 if self.ready.is_set():
                     outgoing = self._take_outgoing() + self.peer.tick(time.monotonic())
@@ -451,6 +452,7 @@ class Link:
             if isinstance(msg, wire.Welcome):
                 address = pub_address(conn.router, msg.pub)
                 if self.events and address != self._subscribed:
+                    assert sub is not None
                     sub.connect(address)
                     self._subscribed = address
                 if msg.broker_pid != self._broker_pid:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import count, groupby, islice
 from operator import lt, sub
-from typing import NoReturn
+from typing import NoReturn, cast
 
 __all__ = [
     "DimFilter",
@@ -228,7 +228,7 @@ class RankSet:
             yield from range(first, last + 1)
 
     def __contains__(self, rank: object) -> bool:
-        at = bisect_right(self.spans, rank)
+        at = bisect_right(self.spans, cast(int, rank))
         return at % 2 == 1 or (at > 0 and self.spans[at - 1] == rank)
 
     def __str__(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 27000
@@ -80,7 +81,7 @@ class Settings:
     """Whether the shell shows pdb's colours at a terminal until `set color` says otherwise: not
     where NO_COLOR is set, PYTHON_COLORS is 0 (Python's own switch) or TERM is dumb."""
 
-    def with_overrides(self, **changes: object) -> Settings:
+    def with_overrides(self, **changes: Any) -> Settings:
         """Apply command-line flags; a flag left at None keeps the environment's value."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 

@@ -170,8 +170,8 @@ def test_a_message_from_a_role_that_may_not_send_it_does_nothing_and_is_named_on
         prompt="(Pdb) ",
     )
     try:
-        rank = RawPeer(ctx, conn, wire.Hello(role="agent", name="job", host="h", pid=4242, link=b"rank"))
-        shell = RawPeer(ctx, conn, wire.Hello(role="shell", name=wire.Client.SHELL, host="h", pid=4243))
+        rank = RawPeer(ctx, conn, wire.Hello(role="agent", job="job", host="h", pid=4242, link=b"rank"))
+        shell = RawPeer(ctx, conn, wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=4243))
         shell.say(stop)
         shell.say(wire.ListSessions())
         assert shell.until(wire.SessionList)[-1].rows == [], "a shell's prompt opened a session"

@@ -67,6 +67,7 @@ def load(source: MainSource) -> None:
         if source.module is not None:
             namespace = runpy.run_module(source.module, run_name="__mp_main__", alter_sys=True)
         else:
+            assert source.path is not None
             namespace = runpy.run_path(source.path, run_name="__mp_main__")
     finally:
         _loading = False

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 import zmq
@@ -187,7 +188,7 @@ class Agent:
             self._waiting.pop(sid, None)
             self._printing.discard(sid)
             name = self._names.pop(sid, None)
-            if self._holders.get(name) == sid:
+            if name is not None and self._holders.get(name) == sid:
                 del self._holders[name]
             if ended.reason != wire.Ending.CONTINUED and name is not None:
                 self.presence.call_ended(
@@ -352,7 +353,7 @@ class Agent:
             for rank in msg.ranks
         }
         self.evaluations.start(
-            [(rank, lambda frame=frame: peek.shown_locals(frame)) for rank, frame in frames.items()],
+            [(rank, partial(peek.shown_locals, frame)) for rank, frame in frames.items()],
             limit,
             lambda answers, late: wire.StackReport(ref=msg.ref, groups=peek.with_locals(groups, answers, late, limit)),
             time.monotonic(),
@@ -367,10 +368,7 @@ class Agent:
             return wire.PeekReport(ref=msg.ref, groups=peek.grouped(clipped, late, msg.limit))
 
         self.evaluations.start(
-            [
-                (rank, lambda how=running[rank]: peek.peek(how, msg.expression, msg.function, msg.up))
-                for rank in msg.ranks
-            ],
+            [(rank, partial(peek.peek, running[rank], msg.expression, msg.function, msg.up)) for rank in msg.ranks],
             msg.limit,
             report,
             time.monotonic(),

@@ -33,6 +33,7 @@ def _running() -> Iterator[tuple[types.CodeType, str]]:
             code = obj.__code__
             named = obj.__globals__.get("__file__") if code.co_filename == SHIPPED_CODE else None
             yield code, named if isinstance(named, str) else code.co_filename
+    frame: types.FrameType | None
     for frame in sys._current_frames().values():
         while frame is not None:
             yield frame.f_code, source_file(frame)

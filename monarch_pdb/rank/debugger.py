@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import IO, cast
 
 from monarch_pdb import wire
 from monarch_pdb.rank import collectives
@@ -157,7 +158,7 @@ class ConfinedPdb(pdb.Pdb):
     """Stock pdb, minus the commands that would leave the session: a console on the rank's own
     terminal, and restarting a program the debugger did not start (pdb.Restart)."""
 
-    def __init__(self, stdin: SessionIO, stdout: SessionIO) -> None:
+    def __init__(self, stdin: IO[str], stdout: IO[str]) -> None:
         super().__init__(stdin=stdin, stdout=stdout, nosigint=True)
         self._post_mortem_of: BaseException | None = None
 
@@ -166,7 +167,7 @@ class ConfinedPdb(pdb.Pdb):
         `exceptions` walks its chain; `$_exception` is it from 3.12 on."""
         self._post_mortem_of = exc
         try:
-            self.interaction(None, exc if PDB_TAKES_EXCEPTIONS else exc.__traceback__)
+            self.interaction(None, exc if PDB_TAKES_EXCEPTIONS else exc.__traceback__)  # type: ignore[arg-type]
         finally:
             self._post_mortem_of = None
 
@@ -235,7 +236,7 @@ class ConfinedPdb(pdb.Pdb):
         one's colours, `ThreadSession.ask`)."""
         nested = ConfinedPdb(self.stdin, self.stdout)
         if PDB_COLOURS:
-            nested.colorize = self.colorize
+            nested.colorize = self.colorize  # type: ignore[attr-defined]
         return nested
 
     if sys.version_info < (3, 14):
@@ -246,10 +247,11 @@ class ConfinedPdb(pdb.Pdb):
             nested = self._create_recursive_debugger()
             nested.prompt = f"({self.prompt.strip()}) "
             self.message("ENTERING RECURSIVE DEBUGGER")
+            assert self.curframe is not None
             try:
                 sys.call_tracing(nested.run, (arg, self.curframe.f_globals, self.curframe_locals))
             except Exception:
-                self._error_exc()
+                self._error_exc()  # type: ignore[attr-defined]
             self.message("LEAVING RECURSIVE DEBUGGER")
             sys.settrace(self.trace_dispatch)
             self.lastcmd = nested.lastcmd
@@ -284,7 +286,8 @@ class RemotePdb(ConfinedPdb):
     session."""
 
     def __init__(self, session: ThreadSession) -> None:
-        super().__init__(session.io, session.io)
+        io = cast(IO[str], session.io)
+        super().__init__(io, io)
         self.session = session
         self._displaced: pdb.Pdb | None = None
 
@@ -303,7 +306,7 @@ class RemotePdb(ConfinedPdb):
         if getattr(pdb.Pdb, "_last_pdb_instance", None) is self:
             displaced = self._displaced
             ended = isinstance(displaced, RemotePdb) and displaced.session.ended
-            pdb.Pdb._last_pdb_instance = None if ended else displaced
+            pdb.Pdb._last_pdb_instance = None if ended else displaced  # type: ignore[attr-defined]
         self._displaced = None
 
     def _prompt_for_confirmation(self, prompt: str, default: str) -> str:
@@ -419,7 +422,7 @@ class ThreadSession:
         self.cmd, self.released = line.cmd, line.release
         self.breakpoints.drop_gone(self.debugger, self.agent.gone_editors)
         if PDB_COLOURS:
-            self.debugger.colorize = line.colour
+            self.debugger.colorize = line.colour  # type: ignore[attr-defined]
         if line.release:
             self.debugger.clear_all_breaks()
             self.breakpoints.restore(self.debugger)
@@ -463,7 +466,9 @@ def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> T
         return existing
     collectives.raise_timeouts()
     named = identity is not None and call is None
-    session = ThreadSession(agent=agent, identity=identity if named else current(), call=call, named=named)
+    session = ThreadSession(
+        agent=agent, identity=identity if named and identity is not None else current(), call=call, named=named
+    )
     if call is not None:
         call.session = session
     else:
@@ -508,7 +513,7 @@ async def set_trace_async(frame, header: str | None = None, commands: list[str] 
     statements in it, as Python 3.14's `await pdb.set_trace_async()` does."""
     session = _stopping(None, header, commands)
     if session is not None:
-        await session.debugger.set_trace_async(frame)
+        await session.debugger.set_trace_async(frame)  # type: ignore[attr-defined]
 
 
 def post_mortem(exc: BaseException) -> None:

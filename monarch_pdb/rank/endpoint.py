@@ -69,6 +69,7 @@ def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[Cal
         raise
     finally:
         if running is not None:
+            assert agent is not None
             agent.threads.ended(running)
         end_call(call, outcome)
         current_call.reset(token)

@@ -316,6 +316,7 @@ def _monarch_call() -> CallContext:
     call = current_call.get()
     if call is None:
         found = identity.from_monarch()
+        assert found is not None
         call = CallContext(actor=found.actor, rank=found.rank, coords=found.coords)
         current_call.set(call)
     return call

@@ -59,7 +59,7 @@ current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVa
     "monarch_pdb_current_call", default=None
 )
 
-_explicit: dict[str, object] = {}
+_explicit: dict[str, Any] = {}
 
 
 def set_identity(
@@ -228,8 +228,8 @@ def current() -> Identity:
     return Identity(
         job=str(_explicit["job"] if "job" in _explicit else job_name(found)),
         actor=str(_explicit.get("actor", found.actor)),
-        rank=int(_explicit.get("rank", found.rank)),  # type: ignore[arg-type]
-        coords=dict(_explicit.get("coords", found.coords)),  # type: ignore[arg-type]
+        rank=int(_explicit.get("rank", found.rank)),
+        coords=dict(_explicit.get("coords", found.coords)),
         hostname=socket.gethostname(),
         pid=os.getpid(),
         instance=found.instance,

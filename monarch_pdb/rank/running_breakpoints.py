@@ -116,7 +116,8 @@ class RunningBreakpoints:
         if not self._events.watch(frozenset(at)):
             return ["every sys.monitoring tool id of this process is taken"] * len(spots)
         self._files, self._at = files, at
-        sys.monitoring.restart_events()  # lines disabled before may hold a breakpoint now
+        # Lines disabled before may hold a breakpoint now.
+        sys.monitoring.restart_events()  # type: ignore[attr-defined]
         return reasons
 
     def _loading(self, event: str, args: tuple) -> None:
@@ -143,7 +144,7 @@ class RunningBreakpoints:
             # Only while the table we read is still the one in force: a change made since
             # (this thread may have been switched out after reading it) restarted the events
             # already, and a line disabled after that restart would never be seen again.
-            return sys.monitoring.DISABLE if self._at is at else None
+            return sys.monitoring.DISABLE if self._at is at else None  # type: ignore[attr-defined]
         if isinstance(getattr(sys.gettrace(), "__self__", None), bdb.Bdb):
             return None
         frame = sys._getframe(1)
@@ -159,5 +160,6 @@ class RunningBreakpoints:
             else:
                 stop = True
         if stop:
+            assert self.stop is not None
             self.stop(frame)
         return None

@@ -81,11 +81,11 @@ def _checker(annotation: Any) -> Check:
         return lambda value: value if value is None else _wrong(value)
     if origin is list:
         (item_type,) = typing.get_args(annotation) or (Any,)
-        if exact := _exact_types(item_type):
+        if exact_items := _exact_types(item_type):
             # The ranks of a cast's answers or of a broker below: 131,072 of them are checked
             # in one pass, not a call each.
             return lambda value: (
-                value if isinstance(value, list) and all(type(item) in exact for item in value) else _wrong(value)
+                value if isinstance(value, list) and all(type(item) in exact_items for item in value) else _wrong(value)
             )
         check_item = _checker(item_type)
         return lambda value: list(map(check_item, value)) if isinstance(value, list) else _wrong(value)
