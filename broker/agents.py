@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.routes import Routes
 
 from monarch_pdb import wire
@@ -45,7 +45,7 @@ class Agents:
     def on_prompt(self, agent: bytes, msg: wire.Prompt) -> None:
         try:
             sess, news = self.registry.prompt(agent, msg)
-        except Refused as refusal:
+        except CannotServe as refusal:
             self.send(agent, wire.Dismiss(sid=msg.sid, text=str(refusal)))
             self.refused(TOO_MANY)
             return

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
-from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
 
@@ -97,7 +97,7 @@ class Standing:
     asked: set[bytes]
 
 
-class Breakpoints:
+class BreakpointRequests:
     """The editors' breakpoint requests in flight through one broker, the latest of each file
     for processes that start later, and the handlers of their messages."""
 
@@ -132,7 +132,7 @@ class Breakpoints:
         if msg.actor:
             try:
                 return registry.select(msg.job, msg.actor, selector, live=True)[0]
-            except Refused:
+            except CannotServe:
                 if registry.live_ranks(msg.job, msg.actor):
                     raise
                 return []
@@ -143,7 +143,7 @@ class Breakpoints:
         for actor in sorted(actors):
             try:
                 found += registry.select(msg.job, actor, selector, live=True)[0]
-            except Refused:
+            except CannotServe:
                 continue
         return found
 
@@ -163,7 +163,7 @@ class Breakpoints:
         self.setters.add(owner)
         try:
             chosen = self.chosen(msg)
-        except (Refused, ranks.SelectorError) as refusal:
+        except (CannotServe, ranks.SelectorError) as refusal:
             self.send(shell, refused(str(refusal)))
             return
         request = self.table.open(
@@ -218,7 +218,7 @@ class Breakpoints:
                     if live.peer == identity
                     and not (wish.ask.path and registry.is_paused(live.job, live.actor, live.rank))
                 ]
-            except (Refused, ranks.SelectorError):
+            except (CannotServe, ranks.SelectorError):
                 continue
             if chosen:
                 self.send(identity, self.ask_of(identity, 0, wish.ask, wish.owner))

@@ -17,7 +17,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request, below_timeout
-from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
@@ -333,7 +333,7 @@ class CastRequests:
     def on_cast(self, shell: bytes, msg: wire.Cast) -> None:
         try:
             picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
-        except Refused as refusal:
+        except CannotServe as refusal:
             self.send(shell, wire.Error(text=str(refusal)))
             return
         self.start(
@@ -349,7 +349,7 @@ class CastRequests:
         else:
             try:
                 picked = self.registry.pick_for_cast(msg.job, msg.actor, msg.selector)
-            except Refused:
+            except CannotServe:
                 picked = Picked(msg.job, [], [], {}, ranks.Selection())
         self.start(parent, msg.ref, msg.actor, picked, msg.line, msg.timeout, msg.selector, msg.progress_every)
 

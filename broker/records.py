@@ -77,7 +77,7 @@ class State(enum.Enum):
 
 
 @dataclass(slots=True)
-class OutputLog:
+class KeptOutput:
     """What a session printed, chunk by chunk, numbered, and at most `limit` characters in
     all: the oldest goes first, and a replay says how much of what was printed since the last
     input was not kept."""
@@ -123,7 +123,7 @@ class OutputLog:
         self.dropped = 0
 
 
-NO_OUTPUT = OutputLog(limit=0)
+NO_OUTPUT = KeptOutput(limit=0)
 """The log of every session below that has printed nothing up here: most never do (output goes
 up only while a shell up here follows ranks), and a log each would cost the root a tenth of its
 memory. Never added to (`Registry.output_log`)."""
@@ -145,7 +145,7 @@ class Session:
     """Its coordinates, in the order of `dims`: no dict per session (a big job has many)."""
     host: str
     pid: int
-    log: OutputLog
+    log: KeptOutput
     instance: str = ""
     function: str = ""
     filename: str = ""
@@ -251,7 +251,7 @@ class Departure:
     """It was its job's last process."""
 
 
-class Refused(Exception):
+class CannotServe(Exception):
     """A request the rules turn down: nothing by that name, a session another shell holds, a
     connection with too many sessions. The text is the line the user reads."""
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
-from monarch_pdb.broker.records import LIVE, LiveRank, Peer, Refused, Session
+from monarch_pdb.broker.records import LIVE, CannotServe, LiveRank, Peer, Session
 from monarch_pdb.broker.table import Table
 
 from monarch_pdb import ranks, wire
@@ -38,7 +38,7 @@ class Registry(Table):
         """Every session of one actor in one job, with Monarch's wording when there is none."""
         found = [s for s in self.sessions.values() if s.actor == actor and (not job or s.job == job)]
         if not found:
-            raise Refused(f"No debug sessions for actor {actor}")
+            raise CannotServe(f"No debug sessions for actor {actor}")
         named = {s.job for s in found}
         jobs = self.in_one_job(actor, named)
         return found if jobs == named else [s for s in found if s.job in jobs]
@@ -50,7 +50,7 @@ class Registry(Table):
         if len(jobs) > 1:
             jobs = jobs - self.dead_jobs(jobs)
         if len(jobs) > 1:
-            raise Refused(
+            raise CannotServe(
                 f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
             )
         return jobs
@@ -60,7 +60,7 @@ class Registry(Table):
         job = self.actor_sessions(job, actor)[0].job
         sess = self.session_for(job, actor, rank)
         if sess is None:
-            raise Refused(f"No debug session for rank {rank} for actor {actor}")
+            raise CannotServe(f"No debug session for rank {rank} for actor {actor}")
         return sess
 
     def select(self, job: str, actor: str, selector: str, live: bool = False) -> tuple[list, list]:
@@ -71,18 +71,18 @@ class Registry(Table):
         try:
             selection = ranks.parse_selector(selector)
         except ranks.SelectorError as error:
-            raise Refused(str(error)) from None
+            raise CannotServe(str(error)) from None
         found = self.live_ranks(job, actor) if live else self.actor_sessions(job, actor)
         chosen = self.picked(selection, found)
         if not chosen:
-            raise Refused(no_match(actor, selection, found, "that runs" if live else "with a session"))
+            raise CannotServe(no_match(actor, selection, found, "that runs" if live else "with a session"))
         absent = sorted(set(ranks.named(selection)) - {r.rank for r in found})
         return chosen, self.without_session(found[0].job, actor, absent) if absent else []
 
     def pick_for_cast(self, job: str, actor: str, selector: str) -> Picked:
         """What a cast's selector picks, in time that grows with the brokers below and the
         ranks it names, not with the sessions below: a slice or filter goes down as it is, and
-        each broker below evaluates it over its own sessions. Refused as `select` refuses, where
+        each broker below evaluates it over its own sessions. CannotServe as `select` refuses, where
         that can be told here (an unknown dimension; named ranks none of which has a session)."""
         branches = self.branches()
         if not branches:
@@ -91,10 +91,10 @@ class Registry(Table):
         try:
             selection = ranks.parse_selector(selector)
         except ranks.SelectorError as error:
-            raise Refused(str(error)) from None
+            raise CannotServe(str(error)) from None
         jobs = {j for j, a in self.by_rank if a == actor and (not job or j == job)}
         if not jobs:
-            raise Refused(f"No debug sessions for actor {actor}")
+            raise CannotServe(f"No debug sessions for actor {actor}")
         (job,) = self.in_one_job(actor, jobs)
         of_actor = self.by_rank[(job, actor)]
         names = ranks.named(selection)
@@ -110,7 +110,7 @@ class Registry(Table):
                 else:
                     here.append(sess)
             if not here and not below:
-                raise Refused(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
+                raise CannotServe(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
             absent = sorted(set(names) - of_actor.keys())
             return Picked(
                 job,
@@ -121,7 +121,7 @@ class Registry(Table):
             )
         known = {dim for dims in self.dims for dim in dims}
         if any(dim not in known for dim in ranks.dimensions(selection)):
-            raise Refused(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
+            raise CannotServe(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
         own = [
             s
             for peer in self.peers.values()
@@ -171,7 +171,7 @@ class Registry(Table):
             if sess.actor == actor and (not job or sess.job == job):
                 found.setdefault((sess.job, sess.rank), sess)
         if not found:
-            raise Refused(f"No running rank of actor {actor} is known to the broker")
+            raise CannotServe(f"No running rank of actor {actor} is known to the broker")
         jobs = self.in_one_job(actor, {j for j, _ in found})
         return sorted((r for (j, _), r in found.items() if j in jobs), key=attrgetter("rank"))
 
@@ -201,7 +201,7 @@ class Registry(Table):
         try:
             selection = ranks.parse_selector(selector)
         except ranks.SelectorError as error:
-            raise Refused(str(error)) from None
+            raise CannotServe(str(error)) from None
         branches = self.branches()
         if not branches or ranks.named(selection):
             chosen, absent = self.select(job, actor, selector, live=True)
@@ -211,7 +211,7 @@ class Registry(Table):
         jobs.update(row.job for peer in branches for row in peer.below if row.actor == actor and row.state in LIVE)
         jobs = {j for j in jobs if not job or j == job}
         if not jobs:
-            raise Refused(f"No running rank of actor {actor} is known to the broker")
+            raise CannotServe(f"No running rank of actor {actor} is known to the broker")
         (job,) = self.in_one_job(actor, jobs)
         own: dict[tuple[str, int], LiveRank | Session] = {}
         for peer in self.peers.values():
@@ -268,7 +268,7 @@ class Registry(Table):
         of the others; never refused, since the parent that asks knew of them all."""
         try:
             found = self.live_ranks(job, actor) if live else self.actor_sessions(job, actor)
-        except Refused:
+        except CannotServe:
             found = []
         by_rank = {r.rank: r for r in found}
         chosen = [by_rank[rank] for rank in wanted if rank in by_rank]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from monarch_pdb.broker.inflight import InFlight, Request
-from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import no_match
 
 from monarch_pdb import ranks, wire
@@ -81,7 +81,7 @@ class Requests:
         """What a selector picks (`Registry.select`); nothing after telling the asker why."""
         try:
             return self.registry.select(job, actor, selector, live)
-        except Refused as refusal:
+        except CannotServe as refusal:
             self.send(asker, wire.Error(text=str(refusal)))
             return [], []
 
@@ -92,5 +92,5 @@ class Requests:
             if live:
                 return no_match(actor, selection, self.registry.live_ranks(job, actor), "that runs")
             return no_match(actor, selection, self.registry.actor_sessions(job, actor), "with a session")
-        except Refused as refusal:
+        except CannotServe as refusal:
             return str(refusal)

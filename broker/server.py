@@ -25,7 +25,7 @@ import zmq
 from monarch_pdb.broker.agents import Agents
 from monarch_pdb.broker.audit import Audit
 from monarch_pdb.broker.branches import Branches
-from monarch_pdb.broker.breakpoints import Breakpoints
+from monarch_pdb.broker.breakpoints import BreakpointRequests
 from monarch_pdb.broker.casts import CastInFlight, CastRequests, Casts
 from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.following import Following
@@ -107,7 +107,7 @@ class Broker:
             self.publish_output, self.send, self.registry.branches, lambda sess, text: self.upstream.printed(sess, text)
         )
         self.sessions = Sessions(self.registry, self.events, self.requests, casts, self.following.printed)
-        self.breakpoints = Breakpoints(self.requests, audit, part_size)
+        self.breakpoints = BreakpointRequests(self.requests, audit, part_size)
         self.casts = CastRequests(self.requests, casts, audit, self.sessions.forward, self.sessions.tell_holders)
         self.stacks = Stacks(self.requests, part_size)
         self.peeks = Peeks(self.requests, audit, part_size)
@@ -378,7 +378,7 @@ class Broker:
         identity = frames[0]
         try:
             msgs = self.codec.decode(frames[1:])
-        except wire.Refused as refusal:
+        except wire.Dropped as refusal:
             self.note_refusal(str(refusal))
             if str(refusal) == "bad signature" and identity not in self.told_unsigned:
                 self.told_unsigned[identity] = None
@@ -520,7 +520,7 @@ class Broker:
         self.summarize_refusals(time.monotonic())
 
     def forget_unnamed(self, now: float) -> None:
-        """Refused peers that said nothing more within a summary's time stay unnamed."""
+        """CannotServe peers that said nothing more within a summary's time stay unnamed."""
         while self.unnamed and now - next(iter(self.unnamed.values())) > REFUSALS_LOGGED_EVERY:
             self.unnamed.popitem(last=False)
 

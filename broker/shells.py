@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from monarch_pdb.broker.inspections import Inspections
-from monarch_pdb.broker.records import Refused, State
+from monarch_pdb.broker.records import CannotServe, State
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes, Table
 
@@ -59,14 +59,14 @@ class Shells:
         below = self.registry.peer(sess.peer)
         assert below is not None
         if below.silent:
-            raise Refused(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
+            raise CannotServe(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
         return sess
 
     def on_attach(self, shell: bytes, msg: wire.Attach) -> None:
         try:
             sess = self.reachable(self.registry.find(msg.job, msg.actor, msg.rank))
             taken_from = self.registry.hold(shell, sess, force=msg.force)
-        except Refused as refusal:
+        except CannotServe as refusal:
             self.send(shell, wire.Error(text=str(refusal)))
             return
         if taken_from is not None:
@@ -118,7 +118,7 @@ class Shells:
         that has it (which passes it on as to a shell's); the answer comes back the same way."""
         try:
             sess = self.reachable(self.registry.find(msg.job, msg.actor, msg.rank))
-        except Refused as refusal:
+        except CannotServe as refusal:
             self.send(editor, wire.Inspection(ref=msg.ref, items=[], error=str(refusal)))
             return
         ask = self.inspections.ask(editor, msg, sess.sid)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
-from monarch_pdb.broker.records import Refused
+from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
@@ -143,7 +143,7 @@ class Stacks:
         """From a shell: the stacks of the live ranks its selector picks."""
         try:
             picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
-        except Refused as refusal:
+        except CannotServe as refusal:
             self.send(shell, wire.Error(text=str(refusal)))
             return
         self.start(shell, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
@@ -154,7 +154,7 @@ class Stacks:
         if msg.selector:
             try:
                 picked = self.registry.pick_live(msg.job, msg.actor, msg.selector)
-            except Refused:
+            except CannotServe:
                 picked = Picked(msg.job, [], [], {}, ranks.Selection())
         else:
             chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks), live=True)

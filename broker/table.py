@@ -20,10 +20,10 @@ from monarch_pdb.broker.records import (
     CALL_ENDED,
     NO_OUTPUT,
     STOPS,
+    CannotServe,
     Departure,
-    OutputLog,
+    KeptOutput,
     Peer,
-    Refused,
     Session,
     State,
     process_gone,
@@ -186,14 +186,14 @@ class Table:
         """Record a session waiting for input; the flag says the stop is news for every shell:
         a first stop, a stop after a top-level continue, or the start of post-mortem. None for
         a prompt we already have, or one that an input we sent since will answer: an agent
-        sends what it waits with again after each handshake. Refused past the sessions one
+        sends what it waits with again after each handshake. CannotServe past the sessions one
         connection may have."""
         sess = self.session_of(peer, msg.sid)
         if sess is not None and (msg.cmd < sess.cmd or (msg.cmd == sess.cmd and sess.paused)):
             return None, False
         owner = self.peers[peer]
         if sess is None and len(owner.owned) >= self.sessions_per_connection:
-            raise Refused(
+            raise CannotServe(
                 f"refused a session of {msg.actor} {msg.rank}: this process already has "
                 f"{self.sessions_per_connection} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
                 "it continues without stopping"
@@ -215,7 +215,7 @@ class Table:
                 values=tuple(msg.coords.values()),
                 host=intern(msg.host),
                 pid=msg.pid,
-                log=OutputLog(self.history_limit),
+                log=KeptOutput(self.history_limit),
                 instance=msg.instance,
                 cmd=msg.cmd,
             )
@@ -295,10 +295,10 @@ class Table:
         twins, self.twins = self.twins, []
         return twins
 
-    def output_log(self, sess: Session) -> OutputLog:
+    def output_log(self, sess: Session) -> KeptOutput:
         """A session's log to add to: one below has none until it first prints up here."""
         if sess.log is NO_OUTPUT:
-            sess.log = OutputLog(self.history_limit)
+            sess.log = KeptOutput(self.history_limit)
         return sess.log
 
     def set_below(self, branch: bytes, rows: list[wire.SessionRow], jobs: list[wire.JobRow], added: bool) -> None:
@@ -384,14 +384,14 @@ class Table:
 
     def hold(self, shell: bytes, sess: Session, force: bool = False) -> Peer | None:
         """`shell` holds `sess` from now on; the shell it was taken from (with `force`), to be
-        told. Refused while another shell holds it. A holder on this host whose process is gone
+        told. CannotServe while another shell holds it. A holder on this host whose process is gone
         (killed, its connection not yet timed out) holds nothing."""
         holder = self.peers.get(sess.holder) if sess.holder not in (None, shell) else None
         if holder is not None and holder.host == self.host and process_gone(holder.pid):
             holder.held.discard(sess.id)
             holder = None
         if holder is not None and not force:
-            raise Refused(
+            raise CannotServe(
                 f"{sess.actor} {sess.rank} is attached in {holder.attached_in()}; use 'attach --force' to take it over"
             )
         if holder is not None:

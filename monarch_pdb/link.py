@@ -75,7 +75,7 @@ def _messages(sock: zmq.Socket, codec: wire.Codec) -> Iterator[wire.Message]:
             continue
         try:
             yield from codec.decode(frames)
-        except wire.Refused:
+        except wire.Dropped:
             continue
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from monarch_pdb.broker.records import OutputLog, Peer, Refused, Session
+from monarch_pdb.broker.records import CannotServe, KeptOutput, Peer, Session
 from monarch_pdb.broker.registry import Registry
 
 from monarch_pdb import wire
@@ -105,7 +105,7 @@ def test_a_connection_past_its_session_limit_is_refused_and_keeps_what_it_has():
     stop(registry, sid=1, rank=0)
     stop(registry, sid=2, rank=1)
     with pytest.raises(
-        Refused,
+        CannotServe,
         match=r"^refused a session of train 2: this process already has 2 "
         r"\(MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION\); it continues without stopping$",
     ):
@@ -203,7 +203,7 @@ def test_a_slice_picks_ranks_and_other_threads_sessions_only_when_asked_or_named
 
 
 def test_a_replay_is_what_was_printed_since_the_last_input():
-    log = OutputLog(limit=100)
+    log = KeptOutput(limit=100)
     log.add("> stop\n")
     log.mark_input()
     log.add("1\n")
@@ -213,7 +213,7 @@ def test_a_replay_is_what_was_printed_since_the_last_input():
 
 
 def test_output_is_kept_within_bounds_and_a_replay_says_what_was_not_kept():
-    log = OutputLog(limit=10)
+    log = KeptOutput(limit=10)
     log.add("abcdef")
     log.add("ghijkl")
     assert log.size == 10 and log.since(0) == [wire.LogEntry(1, "cdef"), wire.LogEntry(2, "ghijkl")]
@@ -232,7 +232,7 @@ def test_one_shell_holds_a_session_and_force_takes_it_naming_whom_from():
     first, second = shell(registry, b"first"), shell(registry, b"second", pid=2)
     registry.hold(b"first", sess)
     with pytest.raises(
-        Refused,
+        CannotServe,
         match=r"^train 0 is attached in another shell \(u@.+ pid 1\); "
         r"use 'attach --force' to take it over$",
     ):
@@ -281,7 +281,7 @@ def test_a_holder_on_another_host_holds_on_whatever_its_pid_is_here():
     shell(registry, b"far", host="elsewhere", pid=dead_pid())
     shell(registry, b"new", pid=2)
     registry.hold(b"far", sess)
-    with pytest.raises(Refused, match="is attached in another shell"):
+    with pytest.raises(CannotServe, match="is attached in another shell"):
         registry.hold(b"new", sess)
 
 
@@ -364,9 +364,9 @@ def test_a_selector_names_the_ranks_it_cannot_have_and_says_why_when_it_picks_no
         wire.Missing(1, "running"),
         wire.Missing(5, "no such rank is known"),
     ]
-    with pytest.raises(Refused, match=r"^no dimension 'host' in train \(its dimensions: gpu\)$"):
+    with pytest.raises(CannotServe, match=r"^no dimension 'host' in train \(its dimensions: gpu\)$"):
         registry.select("", "train", "ranks(host=0)")
-    with pytest.raises(Refused, match=r"matches no rank of train with a session \(those are ranks\[0,2\]\)$"):
+    with pytest.raises(CannotServe, match=r"matches no rank of train with a session \(those are ranks\[0,2\]\)$"):
         registry.select("", "train", "ranks(1)")
     assert [r.rank for r in registry.select("", "train", "ranks(1)", live=True)[0]] == [1]
 
@@ -381,7 +381,7 @@ def test_a_job_whose_processes_here_are_gone_gives_its_actor_name_up_to_the_live
     assert [s.job for s in registry.paused()] == ["new"]
     assert set(registry.take_found_gone()) == {b"old"} and registry.take_found_gone() == []
     registry.peers[b"old"].host = "elsewhere"  # a process of another host may be alive: both count
-    with pytest.raises(Refused, match=r"^actor train exists in 2 jobs \(new, old\); name it as job:train$"):
+    with pytest.raises(CannotServe, match=r"^actor train exists in 2 jobs \(new, old\); name it as job:train$"):
         registry.select("", "train", "ranks(:)")
 
 
@@ -391,7 +391,7 @@ def test_a_slice_that_picks_none_of_an_actors_thread_sessions_names_the_selector
     stop(registry, sid=1, rank=4001, instance="thread loader")
     stop(registry, sid=2, rank=4002, instance="thread saver")
     with pytest.raises(
-        Refused,
+        CannotServe,
         match=r"^ranks\(:\) matches no rank of train with a session: those are other "
         r"threads' \(ranks\[4001,4002\]\); ranks\(:, threads\) picks them$",
     ):

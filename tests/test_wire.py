@@ -112,7 +112,7 @@ HEARTBEAT_ITEM = msgpack.packb({"t": "heartbeat"})
 )
 def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
     codec = wire.Codec(KEY)
-    with pytest.raises(wire.Refused, match=reason):
+    with pytest.raises(wire.Dropped, match=reason):
         codec.decode(frames())
     assert codec.refused == {reason: 1}
 
@@ -145,7 +145,7 @@ def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
 )
 def test_bad_messages_are_refused_and_counted(frames, reason):
     codec = wire.Codec(KEY)
-    with pytest.raises(wire.Refused, match=reason):
+    with pytest.raises(wire.Dropped, match=reason):
         codec.decode(frames())
     assert codec.refused[reason] == 1
 
@@ -229,7 +229,7 @@ def test_rank_sets_travel_as_their_runs_so_a_million_ranks_in_a_row_are_two_numb
 )
 def test_a_wrong_type_nested_inside_a_payload_is_refused_and_counted(frames):
     codec = wire.Codec(KEY)
-    with pytest.raises(wire.Refused, match="wrong field type"):
+    with pytest.raises(wire.Dropped, match="wrong field type"):
         codec.decode(frames())
     assert codec.refused == {"wrong field type": 1}
 
@@ -250,7 +250,7 @@ def test_a_replayed_message_is_refused():
     sender, receiver = wire.Codec(KEY), wire.Codec(KEY)
     frames = sender.encode(wire.Heartbeat())
     receiver.decode(frames)
-    with pytest.raises(wire.Refused, match="replayed"):
+    with pytest.raises(wire.Dropped, match="replayed"):
         receiver.decode(frames)
 
 

@@ -14,7 +14,7 @@ say who says what:
 Nothing else in the project builds or reads the maps that travel. A message that is too large,
 badly signed, replayed, too old (its signed time stamp is off by more than `max_age`),
 undecodable, of an unknown type or with a field of the wrong type (anywhere inside it, or a word
-no enum knows) is refused with `Refused`; receivers count it and move on.
+no enum knows) is refused with `Dropped`; receivers count it and move on.
 """
 
 from monarch_pdb.wire.agents import (
@@ -140,9 +140,9 @@ from monarch_pdb.wire.records import (
 )
 from monarch_pdb.wire.schema import (
     REGISTRY,
+    Dropped,
     Message,
     Record,
-    Refused,
     build,
     message,
     record,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from monarch_pdb.wire.schema import Message, Refused, flatten, from_fields
+from monarch_pdb.wire.schema import Dropped, Message, flatten, from_fields
 
 PROTOCOL = 1
 MAX_BODY = 8 * 1024 * 1024
@@ -47,7 +47,7 @@ class ReplayGuard:
     def admit(self, sender: bytes, counter: int) -> None:
         last = self._last.get(sender)
         if last is not None and counter <= last:
-            raise Refused("replayed")
+            raise Dropped("replayed")
         self._last[sender] = counter
         self._last.move_to_end(sender)
         if len(self._last) > self._memory:
@@ -99,35 +99,35 @@ class Codec:
         return [hmac.new(self.key, packed, hashlib.sha256).digest(), packed]
 
     def decode(self, frames: list[bytes]) -> list[Message]:
-        """The messages in the last two frames (one, or a batch), or `Refused` (counted) with
+        """The messages in the last two frames (one, or a batch), or `Dropped` (counted) with
         the reason; a batch with one bad item is refused whole."""
         try:
             return self._decode(frames)
-        except Refused as refusal:
+        except Dropped as refusal:
             self.refused[str(refusal)] += 1
             raise
 
     def _decode(self, frames: list[bytes]) -> list[Message]:
         if len(frames) < 2:
-            raise Refused("too few frames")
+            raise Dropped("too few frames")
         signature, packed = frames[-2], frames[-1]
         if len(packed) > self.max_body:
-            raise Refused("too large")
+            raise Dropped("too large")
         expected = hmac.new(self.key, packed, hashlib.sha256).digest()
         if not hmac.compare_digest(signature, expected):
-            raise Refused("bad signature")
+            raise Dropped("bad signature")
         body = _unpack(packed)
         if body.get("v") != PROTOCOL:
-            raise Refused("wrong protocol")
+            raise Dropped("wrong protocol")
         sender, counter, sent = body.get("s"), body.get("n"), body.get("ts")
         if not isinstance(sender, bytes) or not isinstance(counter, int) or not isinstance(sent, float):
-            raise Refused("no sender")
+            raise Dropped("no sender")
         if abs(time.time() - sent) > self.max_age:
-            raise Refused("too old")
+            raise Dropped("too old")
         if body.get("t") == BATCH:
             items = body.get("items")
             if not isinstance(items, list) or not all(isinstance(item, bytes) for item in items):
-                raise Refused("wrong field type")
+                raise Dropped("wrong field type")
             msgs = [from_fields(_unpack(item)) for item in items]
         else:
             msgs = [from_fields(body)]
@@ -139,9 +139,9 @@ def _unpack(packed: bytes) -> dict:
     try:
         body = msgpack.unpackb(packed, raw=False, strict_map_key=True)
     except Exception:
-        raise Refused("undecodable") from None
+        raise Dropped("undecodable") from None
     if not isinstance(body, dict):
-        raise Refused("wrong protocol")
+        raise Dropped("wrong protocol")
     return body
 
 

@@ -4,7 +4,7 @@ A message is a dataclass registered under its short wire name (`message`); it tr
 of its fields. A record (`record`) is a small value nested in a message (a row, a group, a
 frame): it travels as a msgpack array of its fields in declared order. Decoding gives back each
 field as its declared type (a record built, an enum's word looked up, a rank set made from its
-runs) or refuses the message with `Refused`.
+runs) or refuses the message with `Dropped`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ else:
 from monarch_pdb import ranks
 
 
-class Refused(Exception):
+class Dropped(Exception):
     """A message that must be dropped; the text says why, in a few words."""
 
 
@@ -58,7 +58,7 @@ _FLATTENERS: dict[type, Callable[[Any], tuple]] = {}
 
 
 def _wrong(value: Any) -> Any:
-    raise Refused("wrong field type")
+    raise Dropped("wrong field type")
 
 
 def _checker(annotation: Any) -> Check:
@@ -72,7 +72,7 @@ def _checker(annotation: Any) -> Check:
             for option in options:
                 try:
                     return option(value)
-                except Refused:
+                except Dropped:
                     pass
             return _wrong(value)
 
@@ -208,12 +208,12 @@ def _record_builder(cls: type, schema: tuple[tuple[str, Check, bool], ...]) -> C
 
 def build(cls: type[Message], fields: dict) -> Message:
     """A message of type `cls` from decoded fields, each present when required and of its
-    declared type, records and lists checked all the way down, or `Refused`."""
+    declared type, records and lists checked all the way down, or `Dropped`."""
     values = {}
     for name, check, required in _SCHEMAS[cls]:
         if name not in fields:
             if required:
-                raise Refused("missing field")
+                raise Dropped("missing field")
             continue
         values[name] = check(fields[name])
     return cls(**values)
@@ -223,7 +223,7 @@ def from_fields(fields: dict) -> Message:
     """The message a decoded map says it is (its `t`), checked as `build` does."""
     cls = REGISTRY.get(fields.get("t"))  # type: ignore[arg-type]
     if cls is None:
-        raise Refused("unknown type")
+        raise Dropped("unknown type")
     return build(cls, fields)
 
 
