@@ -18,7 +18,7 @@ import functools
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import cmd2
 from monarch_pdb.client import answers
@@ -40,6 +40,7 @@ from monarch_pdb.client.arguments import (
     usage,
     words_target,
 )
+from monarch_pdb.client.attachment import Attachment, Left
 from monarch_pdb.client.connection import ShellConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
@@ -80,34 +81,6 @@ class OutputClosed(BaseException):
     """Whoever read the results stopped reading (`monarch-pdb debug -c list | head`): the run
     ends, quietly. Not an Exception, so that no command's error handling (cmd2 prints every
     Exception with its traceback hint) takes it for a failed command."""
-
-
-@dataclass
-class Left:
-    """A session the shell left while lines typed for it may still wait to run."""
-
-    session: str
-    """The session and why it was left: `debugee 3 (host), whose session ended`."""
-    prompt: str
-    """Its pdb prompt, which the lines typed for it are shown after."""
-
-
-@dataclass
-class Attachment:
-    session: int
-    job: str
-    actor: str
-    rank: int
-    host: str
-    paused: bool
-    prompt: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.actor} {self.rank} ({self.host})"
-
-    def describe(self) -> dict:
-        return {"job": self.job, "actor": self.actor, "rank": self.rank, "host": self.host}
 
 
 def json_row(row: wire.SessionRow) -> dict:
