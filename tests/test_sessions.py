@@ -916,12 +916,14 @@ def test_the_embedded_broker_outlives_the_job_that_started_it(env, tmp_path, she
 
 @pytest.mark.timeout(120)
 def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
-    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()))
+    # The ranks wait for a broker longer than the restart can take on a loaded machine, so
+    # that none starts one of its own on the port first.
+    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()), MONARCH_PDB_CONNECT_TIMEOUT="60")
     broker, _ = start_broker(env)
     program = Program(env, EXAMPLES / "debugging.py")
+    sh = ShellDriver(env)
     try:
         before = wait_for_sessions(env, 16)
-        sh = ShellDriver(env)
         sh.wait_prompt()
         sh.command("attach debugee 13")
         broker.kill()
@@ -935,15 +937,15 @@ def test_a_broker_killed_and_restarted_on_its_port_loses_nothing(env, shell):
         assert sh.command("cast debugee ranks(0,1) p rank").startswith(
             "debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n1\n"
         )
-        sh.kill()
     finally:
+        sh.kill()
         program.stop()
         stop_broker(broker)
 
 
 @pytest.mark.timeout(120)
 def test_a_cast_whose_broker_restarts_names_the_ranks_whose_answers_were_lost(env):
-    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()))
+    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()), MONARCH_PDB_CONNECT_TIMEOUT="60")  # as above
     broker, _ = start_broker(env)
     program = Program(env, EXAMPLES / "debugging.py")
     try:
