@@ -19,8 +19,10 @@ cProfile and leaves each one's statistics in DIR (root.prof, host-0.prof, ...).
 Tab at the attached prompt (`p ra` to `p rank`, the rank's pdb completing it) is measured as the
 attached line is, against floor C's own Tab plus the attached line below the shell.
 
-The editor's `next` on one rank, request to `stopped` event (editor.py), is measured beside the
-same `n` typed in the shell, attached, in a terminal: its target is within 2x of that.
+The editor's `next` on one rank, request to `stopped` event (editor.py), and a Step Over on to
+the new frame's Locals as VS Code asks for them (next, stopped, stackTrace, scopes, variables),
+are measured beside the same `n` typed in the shell, attached, in a terminal: the target of each
+is within 2x of that.
 
 The broker's CPU with 1,024 idle ranks connected is read beside a bare ROUTER's (its floor) and
 beside the same broker answering a Python heartbeat a rank a second, as ranks once sent (idle.py).
@@ -58,15 +60,16 @@ ROUNDS = {"full": 10, "quick": 3}
 REPEAT = {
     "full": {"relay": 10000, "attached": 5000, "fan_out": 3000, "cast": 2000, "list": 3000,
              "tty_floor": 1000, "tty_attached": 1000, "tty_floor_tab": 1000, "tty_tab": 1000, "tty_cast": 500,
-             "tty_next": 500, "dap_next": 500},
+             "tty_next": 500, "dap_next": 500, "dap_step_shown": 500},
     "quick": {"relay": 600, "attached": 300, "fan_out": 210, "cast": 90, "list": 210,
               "tty_floor": 90, "tty_attached": 90, "tty_floor_tab": 90, "tty_tab": 90, "tty_cast": 45,
-              "tty_next": 45, "dap_next": 45},
+              "tty_next": 45, "dap_next": 45, "dap_step_shown": 45},
 }
 # Untimed repetitions before each batch: the first connects sockets and fills caches, later
 # ones make the processes of this measure hot again after the previous measure ran.
 WARMUP = {"relay": 50, "attached": 20, "fan_out": 20, "cast": 5, "list": 20, "tty_floor": 5, "tty_attached": 5,
-          "tty_floor_tab": 5, "tty_tab": 5, "tty_cast": 2, "tty_next": 5, "dap_next": 5}
+          "tty_floor_tab": 5, "tty_tab": 5, "tty_cast": 2, "tty_next": 5, "dap_next": 5,
+          "dap_step_shown": 5}
 
 
 def quantile_sum(first: list[int], second: list[int]) -> list[int]:
@@ -112,6 +115,7 @@ def main() -> int:
             "tty_floor_tab": shells.floor_tab_round_trips, "tty_tab": shells.attached_tab_round_trips,
             "tty_cast": shells.cast_round_trips,
             "tty_next": stepping.shell_next_round_trips, "dap_next": stepping.editor_next_round_trips,
+            "dap_step_shown": stepping.editor_step_shown_round_trips,
         }
         samples: dict[str, list[int]] = {name: [] for name in measures}
         for n in range(ROUNDS[mode]):
@@ -156,6 +160,8 @@ def main() -> int:
         tty_next,
         Result("editor: `next` on one rank, request to `stopped` event", samples["dap_next"], floor=tty_next,
                target=Target(times_floor=2.0)),
+        Result("editor: Step Over to the new frame's Locals (next, stopped, stackTrace, scopes, variables)",
+               samples["dap_step_shown"], floor=tty_next, target=Target(times_floor=2.0)),
         *breaking,
         *scaled,
     ]
