@@ -2,9 +2,11 @@
 adapter), or on a TCP port (`--listen HOST:PORT`) for editors that connect to one.
 
 This module is the protocol's framing (a `Content-Length` header, a blank line, a JSON body)
-and its loop; what each request does is `dap_session.DebugSession`'s. One thread reads the
-editor's messages, the connection's thread delivers the broker's events, and the adapter's
-own thread handles both in order, so the session is never touched by two threads. Nothing the
+and its loop; what each request does is `dap_session.DebugSession`'s, over
+`editor_runtime.Runtime`. One thread reads the editor's messages, the connection's thread
+delivers the broker's events, and the adapter's own thread handles both in order, so the
+session is never touched by two threads (a launched job's output and exit are only sent, under
+the writer's lock, by the threads that read them). Nothing the
 editor sends ends the adapter but `disconnect` or the end of its input: a message it cannot
 read is named in one line in the Debug Console, and the next one is read.
 """
@@ -26,7 +28,8 @@ from typing import Any, BinaryIO
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import readable
-from monarch_pdb.client.dap_session import DebugSession, RequestError
+from monarch_pdb.client.dap_session import DebugSession
+from monarch_pdb.client.editor_runtime import Refused
 from monarch_pdb.settings import Settings
 
 MAX_BODY = 16 * 1024 * 1024
@@ -115,7 +118,7 @@ class Adapter:
             return
         try:
             self.session.ended_jobs(time.monotonic())
-        except RequestError as error:
+        except Refused as error:
             self.console(f"monarch-pdb: {error}", "stderr")
 
     def _put(self, kind: str, value: Any) -> None:
@@ -155,7 +158,7 @@ class Adapter:
             if kind == "message":
                 self.dispatch(value)
             elif kind == "events":
-                self.session.events(value)
+                self.session.heard(value)
             elif kind == "malformed":
                 self.console(f"monarch-pdb: ignored {value}", "stderr")
             else:
@@ -165,7 +168,7 @@ class Adapter:
             if reply is None:
                 break
             busy = True
-            self.session.answered(reply)
+            self.session.heard(reply)
         return busy
 
     def dispatch(self, msg: dict) -> None:
@@ -182,7 +185,7 @@ class Adapter:
             return
         try:
             body = self.session.handle(command, args)
-        except RequestError as error:
+        except Refused as error:
             self.respond(seq, command, False, message=str(error))
             return
         except Exception as error:  # arguments of the wrong shape (a string for an object, a missing line)

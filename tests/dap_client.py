@@ -64,7 +64,7 @@ class DapClient:
         self.stdin.write(data)
         self.stdin.flush()
 
-    def send(self, command: str, **arguments) -> int:
+    def send(self, command: str, /, **arguments) -> int:
         self.seq += 1
         body = json.dumps({"seq": self.seq, "type": "request", "command": command, "arguments": arguments}).encode()
         self.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
@@ -77,13 +77,13 @@ class DapClient:
             assert seq in self.responses, f"the adapter ended before answering request {seq}: {self.stderr()}"
             return self.responses.pop(seq)
 
-    def request(self, command: str, timeout: float = 30.0, **arguments) -> dict:
+    def request(self, command: str, /, timeout: float = 30.0, **arguments) -> dict:
         """The body of a successful response."""
         reply = self.response(self.send(command, **arguments), timeout)
         assert reply["success"], f"{command} failed: {reply.get('message')}"
         return reply.get("body") or {}
 
-    def failure(self, command: str, **arguments) -> str:
+    def failure(self, command: str, /, **arguments) -> str:
         reply = self.response(self.send(command, **arguments))
         assert not reply["success"], f"{command} should have failed: {reply}"
         return reply["message"]

@@ -219,7 +219,9 @@ def test_pause_stops_a_running_rank(env, editor):
 @pytest.mark.timeout(60)
 def test_bad_requests_and_malformed_input_get_an_error_and_the_adapter_goes_on(example, editor):
     editor.attach()
-    assert editor.failure("launch", program="x.py") == "monarch-pdb does not support the request 'launch'"
+    assert editor.failure("launch", program="x.py") == \
+        "launch: this session is attached already; launch in a debug session of its own"
+    assert editor.failure("restart") == "monarch-pdb does not support the request 'restart'"
     assert "never ends a job" in editor.failure("terminate")
     assert "no thread 999" in editor.failure("stackTrace", threadId=999)
     assert "threadId" in editor.failure("next", threadId="one")

@@ -7,6 +7,7 @@
 
 const vscode = require('vscode');
 const { findAdapter, notFound } = require('./adapter');
+const ranksView = require('./ranks_view');
 
 async function selectedPython() {
   const python = vscode.extensions.getExtension('ms-python.python');
@@ -19,6 +20,7 @@ async function selectedPython() {
 }
 
 function activate(context) {
+  ranksView.register(context);
   const output = vscode.window.createOutputChannel('monarch-pdb');
   context.subscriptions.push(output, vscode.debug.registerDebugAdapterDescriptorFactory('monarch-pdb', {
     async createDebugAdapterDescriptor(session) {

@@ -74,13 +74,21 @@ function extensionIn(folders, said) {
   const vscode = {
     CancellationError,
     DebugAdapterExecutable: class { constructor(command, args) { Object.assign(this, { command, args }); } },
+    EventEmitter: class { constructor() { this.event = () => ({}); } fire() {} },
+    commands: { registerCommand: () => ({}) },
     extensions: { getExtension: () => undefined },
     workspace: { workspaceFolders: folders.map((fsPath) => ({ uri: { fsPath } })) },
     window: {
       createOutputChannel: () => ({ appendLine: (line) => said.output.push(line), show() {}, dispose() {} }),
       showErrorMessage: (message) => { said.notifications.push(message); return Promise.resolve(undefined); },
+      registerTreeDataProvider: () => ({}),
     },
-    debug: { registerDebugAdapterDescriptorFactory: (type, factory) => { said.factory = factory; return {}; } },
+    debug: {
+      registerDebugAdapterDescriptorFactory: (type, factory) => { said.factory = factory; return {}; },
+      onDidReceiveDebugSessionCustomEvent: () => ({}),
+      onDidChangeActiveDebugSession: () => ({}),
+      onDidTerminateDebugSession: () => ({}),
+    },
   };
   Module._load = function (request, ...rest) { return request === 'vscode' ? vscode : load.call(this, request, ...rest); };
   try {

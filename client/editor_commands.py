@@ -1,0 +1,102 @@
+"""The shell's whole-job commands in the editor's Debug Console: `!cast`, `!peek` and `!stacks`,
+read by the shell's own parsers and answered in the shell's own words (a cast's answers
+grouped, with its numbers line; the merged stacks), so that editor and shell cannot disagree.
+
+An actor may be left out (`!cast ranks(0:8) p loss`): the one of the rank the console is at,
+else the one the editor debugs. A line the shell would refuse is refused with the shell's reason.
+The shell's module comes with cmd2 and readline, which double the adapter's start: it is loaded
+when the first such line is typed, not when the editor starts the adapter.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from types import ModuleType
+
+from monarch_pdb import wire
+from monarch_pdb.client import answers, stacks
+from monarch_pdb.client.connection import RequestFailed, ShellConnection
+from monarch_pdb.client.editor_runtime import Refused
+from monarch_pdb.ranks import parse_selector, render_selector
+
+PREFIX = "!"
+COMMANDS = ("cast", "peek", "stacks")
+CAST_TIMEOUT = 10.0
+"""As the shell's `cast_timeout` is by default."""
+
+
+@dataclass(frozen=True)
+class Here:
+    """Where the console is: the actor (and its job) a line without one means."""
+
+    job: str = ""
+    actor: str = ""
+
+
+def command_of(line: str) -> tuple[str, str] | None:
+    """(`cast`, the rest) of `!cast ...`; None for a line that is pdb's (`!x = 1` among them)."""
+    if not line.startswith(PREFIX):
+        return None
+    word, _, rest = line[len(PREFIX):].partition(" ")
+    return (word, rest) if word in COMMANDS else None
+
+
+def run(conn: ShellConnection, word: str, rest: str, here: Here) -> str:
+    """Command `word`'s answer as the shell shows it; Refused with the shell's one line."""
+    from monarch_pdb.client import shell
+
+    try:
+        return {"cast": cast, "peek": peek, "stacks": merged_stacks}[word](shell, conn, rest, here)
+    except (RequestFailed, shell.CommandError) as error:
+        raise Refused(str(error)) from None
+
+
+def with_actor(rest: str, here: Here) -> str:
+    """The line with the console's actor before a selector that comes first."""
+    if not rest.lstrip().startswith("ranks(") or not here.actor:
+        return rest
+    name = f"{here.job}:{here.actor}" if here.job else here.actor
+    return f"{shlex.quote(name)} {rest.lstrip()}"
+
+
+def cast(shell: ModuleType, conn: ShellConnection, rest: str, here: Here) -> str:
+    job, actor, selection, line = shell.parse_target(with_actor(rest, here), f"usage: !{shell.CAST_USAGE}")
+    if selection is None or not line.strip():
+        raise Refused(f"usage: !{shell.CAST_USAGE}")
+    return answers.grouped(conn.cast(actor, render_selector(selection), line, CAST_TIMEOUT, job))
+
+
+def peek(shell: ModuleType, conn: ShellConnection, rest: str, here: Here) -> str:
+    args, rest = shell.peek_arguments(rest)
+    job, actor, selection, expression = shell.parse_target(with_actor(rest, here), f"usage: !{shell.PEEK_USAGE}")
+    if selection is None or not expression.strip():
+        raise Refused(f"usage: !{shell.PEEK_USAGE}")
+    expression = shell.expression_only(expression.strip())
+    return answers.grouped(conn.peek(actor, render_selector(selection), expression, args.limit, args.function,
+                                     args.up, job))
+
+
+def merged_stacks(shell: ModuleType, conn: ShellConnection, rest: str, here: Here) -> str:
+    """Of the actor named, else of every running actor the editor debugs (of every one, when
+    it debugs no actor in particular)."""
+    try:
+        words = shlex.split(with_actor(rest, here))
+    except ValueError as error:  # an unclosed quote
+        raise Refused(f"!stacks: {error}") from None
+    args = shell.stacks_parser.parse_args(words)
+    if args.actor is not None:
+        job, actor, selection, _ = shell.words_target(args.actor, args.selector, f"usage: !{shell.STACKS_USAGE}")
+        targets = [(job, actor)]
+    else:
+        selection = None
+        reply = conn.request(wire.ListAll(), wire.SessionList)
+        rows = reply.rows if isinstance(reply, wire.SessionList) else []
+        targets = sorted({(r.job, r.actor) for r in rows
+                          if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)
+                          and (not here.job or r.job == here.job)})
+        if not targets:
+            raise Refused("no running rank is known to the broker")
+    selector = render_selector(selection or parse_selector("ranks(:)"))
+    return "".join(stacks.text(conn.stacks(actor, selector, args.thread, CAST_TIMEOUT, job, args.locals),
+                               args.thread == wire.Threads.ALL, args.full) for job, actor in targets)
