@@ -18,7 +18,7 @@ if not CACHE:
 
 from playwright.sync_api import expect  # noqa: E402  (installed by make test-editor only)
 from programs import EXAMPLES, Program, stop_line, wait_for_sessions  # noqa: E402
-from workbench import EXTENSION, CodeServer, browser, step, thread, variable  # noqa: E402
+from workbench import EXTENSION, CodeServer, browser, step, thread, thread_row, top_frame, variable  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -57,6 +57,7 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
                 browser(server.url, tmp_path / "chromium") as page:
             with step(page, "1-f5-16-threads"):
                 page.locator(".explorer-folders-view .monaco-list-row", has_text="debugging.py").wait_for()
+                server.wait_for_extensions()
                 # Once Run and Debug offers the configuration, F5 starts it.
                 page.keyboard.press("Control+Shift+D")
                 page.locator(".start-debug-action-item", has_text=default_configuration()["name"]).wait_for()
@@ -67,15 +68,17 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
                 expect(page.locator(".debug-call-stack .monaco-list-row .thread")).to_have_count(16)
 
             with step(page, "2-locals"):
-                thread(page, 5).click()
-                page.locator(".debug-call-stack .monaco-list-row .stack-frame", has_text="_debugee_actor_internal").first.click()
+                frame = top_frame(page, 5)
+                expect(frame).to_contain_text("_debugee_actor_internal")
+                frame.click()
                 expect(variable(page, "variables", "rank")).to_have_text("5")
 
             with step(page, "3-console-then-locals-and-watch"):
                 page.keyboard.press("Control+Shift+Y")
-                console = page.locator(".repl-input-wrapper textarea")
-                console.focus()
+                # Typed once the console's input has the focus, else its first keys go elsewhere.
+                page.locator(".repl-input-wrapper .monaco-editor.focused").wait_for()
                 page.keyboard.type("p rank * 10")
+                expect(page.locator(".repl-input-wrapper .view-lines")).to_have_text("p rank * 10")
                 page.keyboard.press("Enter")
                 expect(page.locator(".repl .monaco-list-row", has_text=re.compile(r"^50$"))).to_be_visible()
                 expect(variable(page, "variables", "rank")).to_have_text("5")
@@ -100,7 +103,7 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
             with step(page, "6-post-mortem"):
                 for rank in (2, 6, 10, 14):
                     expect(thread_state(page, rank)).to_have_text(re.compile("exception", re.I))
-                thread(page, 6).click()
+                top_frame(page, 6).click()
                 widget = page.locator(".exception-widget")
                 expect(widget).to_contain_text("ValueError")
                 expect(widget).to_contain_text("bad rank")
@@ -116,7 +119,7 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
 
 
 def thread_state(page, rank: int):
-    return page.locator(".debug-call-stack .monaco-list-row", has=thread(page, rank)).locator(".state")
+    return thread_row(page, rank).locator(".state")
 
 
 def add_watch(page, expression: str) -> None:

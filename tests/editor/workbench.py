@@ -116,6 +116,17 @@ class CodeServer:
                 return found.group(1)
         raise RuntimeError(f"code-server did not say {pattern!r}: {''.join(seen)}")
 
+    def wait_for_extensions(self, timeout: float = 120.0) -> None:
+        """Until the extension host has taken the installed extensions: before that the workbench
+        knows no debugger of theirs, and F5 is bound to nothing (the key does nothing at all)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any("Eager extensions activated" in log.read_text()
+                   for log in (self.home / "data" / "logs").glob("*/exthost*/remoteexthost.log")):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"code-server's extension host did not start in {timeout:.0f} s (logs in {self.home / 'data' / 'logs'})")
+
     def __exit__(self, *_: object) -> None:
         """code-server ends its extension host, and so the adapter; whatever is left is killed."""
         if self.proc is None:
@@ -137,7 +148,7 @@ def browser(url: str, profile: Path) -> Iterator[Page]:
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1600, "height": 2000})
+            viewport={"width": 1600, "height": 3000})
         try:
             page = context.pages[0] if context.pages else context.new_page()
             page.set_default_timeout(WAIT_MS)
@@ -151,7 +162,8 @@ def browser(url: str, profile: Path) -> Iterator[Page]:
 
 @contextlib.contextmanager
 def step(page: Page, name: str) -> Iterator[None]:
-    """One step of the user's; when it fails, the screen as it was is kept in EDITOR_SCREENSHOTS."""
+    """One step of the user's; when it fails, the screen as it was (and its HTML, to write the
+    step's locators from) is kept in EDITOR_SCREENSHOTS."""
     try:
         yield
     except BaseException:
@@ -160,16 +172,39 @@ def step(page: Page, name: str) -> Iterator[None]:
             Path(folder).mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(Path(folder) / f"{name}.png"))
+            with contextlib.suppress(Exception):
+                (Path(folder) / f"{name}.html").write_text(page.content())
         raise
 
 
 
 def thread(page: Page, rank: int):
-    """The Call Stack's row of rank `rank`'s thread (`debugee 5 · host · ...`)."""
-    return page.locator(".debug-call-stack .monaco-list-row .thread", has_text=re.compile(rf"^debugee {rank} ·"))
+    """The Call Stack's label of rank `rank`'s thread (`debugee 5 · host · ...`)."""
+    return page.locator(".debug-call-stack .monaco-list-row").locator(thread_label(page, rank))
+
+
+def thread_row(page: Page, rank: int):
+    """The Call Stack's row of rank `rank`'s thread: its label, state and actions."""
+    return page.locator(".debug-call-stack .monaco-list-row", has=thread_label(page, rank))
+
+
+def thread_label(page: Page, rank: int):
+    return page.locator(".thread", has_text=re.compile(rf"^debugee {rank} ·"))
+
+
+def top_frame(page: Page, rank: int):
+    """The Call Stack's row of the top frame of rank `rank`'s thread, shown expanded: the row
+    below the thread's (the list's rows are not nested, and only those on screen exist)."""
+    row = thread_row(page, rank)
+    if row.get_attribute("aria-expanded") != "true":
+        row.click()
+        expect(row).to_have_attribute("aria-expanded", "true")
+    index = int(row.get_attribute("data-index"))
+    return page.locator(f".debug-call-stack .monaco-list-row[data-index='{index + 1}'] .stack-frame")
 
 
 def variable(page: Page, view: str, name: str):
-    """The value shown for `name` in the Variables or Watch view (`view`: `variables`, `watch`)."""
-    row = page.locator(f".debug-{view} .monaco-list-row", has=page.locator(".name", has_text=re.compile(rf"^{re.escape(name)}$")))
+    """The value shown for `name` in the Variables or Watch view (`view`: `variables`, `watch`);
+    VS Code shows the name as `name =`."""
+    row = page.locator(f".debug-{view} .monaco-list-row", has=page.locator(".name", has_text=re.compile(rf"^{re.escape(name)}( =)?$")))
     return row.locator(".value").first
