@@ -18,7 +18,7 @@ if not CACHE:
 
 from playwright.sync_api import expect  # noqa: E402  (installed by make test-editor only)
 from programs import EXAMPLES, Program, stop_line, wait_for_sessions  # noqa: E402
-from workbench import EXTENSION, CodeServer, browser, step, thread, thread_row, top_frame, variable  # noqa: E402
+from workbench import EXTENSION, CodeServer, browser, step, thread, thread_row, top_frame, top_frame_row, variable  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -67,13 +67,26 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
                     expect(thread(page, rank)).to_be_visible()
                 expect(page.locator(".debug-call-stack .monaco-list-row .thread")).to_have_count(16)
 
-            with step(page, "2-locals"):
+            with step(page, "2-ranks-view-groups"):
+                # The 16 ranks paused on entry, grouped as `list` groups them: four lines by four.
+                ranks = page.locator(".pane", has=page.locator(".pane-header", has_text="Ranks"))
+                ranks.locator(".pane-header").click()
+                groups = ranks.locator(".monaco-list-row", has_text=re.compile(r"ranks\[.*\] \(4\)"))
+                expect(groups).to_have_count(4)
+                group = groups.filter(has_text="_debugee_actor_internal:15")
+                expect(group).to_contain_text("debugee ranks[")
+                group.click()
+                # Selecting the group shows its first rank's top frame.
+                expect(top_frame_row(page, 1)).to_have_class(re.compile(r"\bselected\b"))
+                ranks.locator(".pane-header").click()
+
+            with step(page, "3-locals"):
                 frame = top_frame(page, 5)
                 expect(frame).to_contain_text("_debugee_actor_internal")
                 frame.click()
                 expect(variable(page, "variables", "rank")).to_have_text("5")
 
-            with step(page, "3-console-then-locals-and-watch"):
+            with step(page, "4-console-then-locals-and-watch"):
                 page.keyboard.press("Control+Shift+Y")
                 # Typed once the console's input has the focus, else its first keys go elsewhere.
                 page.locator(".repl-input-wrapper .monaco-editor.focused").wait_for()
@@ -85,12 +98,12 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
                 add_watch(page, "rank + 100")
                 expect(variable(page, "watch", "rank + 100")).to_have_text("105")
 
-            with step(page, "4-step-over"):
+            with step(page, "5-step-over"):
                 page.keyboard.press("F10")
                 expect(variable(page, "variables", "rank")).to_have_text("7")
                 expect(variable(page, "watch", "rank + 100")).to_have_text("107")
 
-            with step(page, "5-breakpoint-continue-all"):
+            with step(page, "6-breakpoint-continue-all"):
                 page.locator(".monaco-editor .view-lines").first.click()
                 page.keyboard.press("Control+G")
                 page.keyboard.type(str(RETURN_LINE))
@@ -100,7 +113,7 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
                 for rank in (0, 4, 8, 12):
                     expect(thread_state(page, rank)).to_have_text(re.compile("breakpoint", re.I))
 
-            with step(page, "6-post-mortem"):
+            with step(page, "7-post-mortem"):
                 for rank in (2, 6, 10, 14):
                     expect(thread_state(page, rank)).to_have_text(re.compile("exception", re.I))
                 top_frame(page, 6).click()
@@ -109,7 +122,7 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
                 expect(widget).to_contain_text("bad rank")
                 expect(page.locator(".debug-call-stack .monaco-list-row.focused .stack-frame")).to_contain_text("_bad_rank")
 
-            with step(page, "7-job-end-ends-the-session"):
+            with step(page, "8-job-end-ends-the-session"):
                 page.keyboard.press("F5")
                 expect(page.locator(".debug-toolbar")).to_be_hidden()
                 expect(page.locator(".debug-call-stack .monaco-list-row .thread")).to_have_count(0)

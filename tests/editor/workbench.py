@@ -193,6 +193,11 @@ def thread_label(page: Page, rank: int):
 
 
 def top_frame(page: Page, rank: int):
+    """The Call Stack's top frame of rank `rank`'s thread, shown expanded."""
+    return top_frame_row(page, rank).locator(".stack-frame")
+
+
+def top_frame_row(page: Page, rank: int):
     """The Call Stack's row of the top frame of rank `rank`'s thread, shown expanded: the row
     below the thread's (the list's rows are not nested, and only those on screen exist)."""
     row = thread_row(page, rank)
@@ -200,7 +205,7 @@ def top_frame(page: Page, rank: int):
         row.click()
         expect(row).to_have_attribute("aria-expanded", "true")
     index = int(row.get_attribute("data-index"))
-    return page.locator(f".debug-call-stack .monaco-list-row[data-index='{index + 1}'] .stack-frame")
+    return page.locator(f".debug-call-stack .monaco-list-row[data-index='{index + 1}']")
 
 
 def variable(page: Page, view: str, name: str):
