@@ -9,6 +9,10 @@
 # process): the tests mostly wait on processes and sockets, and each has its own ports, runtime
 # directory and process marker, so they run side by side.
 # `make test-dap` drives `monarch-pdb dap` with Microsoft's DAP test client (Node.js, npm ci).
+# `make test-editor` drives real VS Code (code-server, in Debian's headless Chromium through
+# Playwright) with the extension packed from editors/vscode, through the guide; code-server and
+# Node.js 24 are installed from tests/editor's lockfiles into a cache outside the clone, and the
+# screenshots of a failed step are kept in EDITOR_SCREENSHOTS.
 # Each test starts many Python processes, and each compiles what it imports (the stdlib of an
 # unpacked CPython, this checkout) unless it may write bytecode caches, which some CI images
 # forbid with PYTHONDONTWRITEBYTECODE: on 2 cores that doubled the matrix's 3.14 and 3.15.
@@ -29,7 +33,7 @@ TEST_WORKERS ?= 4
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines test-pythons test-dap docs lint bench bench-tree-large bench-monarch clean
+.PHONY: demo test test-engines test-pythons test-dap test-editor docs lint bench bench-tree-large bench-monarch clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +84,19 @@ $(DAP_TESTS)/node_modules/.package-lock.json: $(DAP_TESTS)/package.json $(DAP_TE
 
 test-dap: $(INSTALLED) $(DAP_TESTS)/node_modules/.package-lock.json
 	cd $(DAP_TESTS) && MONARCH_PDB_BIN=$(CURDIR)/$(BIN) node --test
+
+EDITOR_TESTS := tests/editor
+EDITOR_INSTALLED := $(VENV)/.installed-editor
+EDITOR_SCREENSHOTS ?= $(EDITOR_TESTS)/screenshots
+
+$(EDITOR_INSTALLED): $(INSTALLED) $(EDITOR_TESTS)/requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(EDITOR_TESTS)/requirements.txt
+	touch $@
+
+test-editor: $(EDITOR_INSTALLED)
+	rm -rf $(EDITOR_SCREENSHOTS)
+	cache=$$($(EDITOR_TESTS)/install) && EDITOR_CACHE=$$cache EDITOR_SCREENSHOTS=$(CURDIR)/$(EDITOR_SCREENSHOTS) \
+		$(BIN)/python -m pytest $(EDITOR_TESTS) $(PYTEST_ARGS)
 
 $(ENGINES_BIN)/python:
 	$(PYTHON) -m venv $(ENGINES_VENV)

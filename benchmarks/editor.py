@@ -1,4 +1,6 @@
 """What `next` costs in the editor: from the adapter's `next` request to its `stopped` event,
+and on to the variables of the new frame as VS Code asks for them after a Step Over (`next`,
+the `stopped` event, then `stackTrace`, `scopes` and `variables` of the top frame's Locals),
 beside the same `n` typed in the shell, attached, from Enter to the next prompt.
 
 Both step a rank of benchmarks/stepper.py under one broker: the real `monarch-pdb dap` on
@@ -77,6 +79,16 @@ class Adapter:
             answered = answered or (msg["type"] == "response" and msg["request_seq"] == seq)
             stopped = stopped or (msg["type"] == "event" and msg["event"] == "stopped")
 
+    def step_and_show(self) -> None:
+        """A Step Over as VS Code shows it: `next` to its `stopped` event, then the new top
+        frame's Locals, each request sent once the previous answer is in, as VS Code sends them."""
+        self.step()
+        frames = self.request("stackTrace", threadId=self.thread, startFrame=0, levels=20)["stackFrames"]
+        scopes = self.request("scopes", frameId=frames[0]["id"])["scopes"]
+        variables = self.request("variables", variablesReference=scopes[0]["variablesReference"])["variables"]
+        if not any(v["name"] == "total" for v in variables):
+            raise RuntimeError(f"the stepper's Locals lack `total`: {variables}")
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
@@ -118,6 +130,9 @@ class Stepping:
 
     def editor_next_round_trips(self, warmup: int, repeat: int) -> list[int]:
         return timed(self.adapter.step, warmup, repeat)
+
+    def editor_step_shown_round_trips(self, warmup: int, repeat: int) -> list[int]:
+        return timed(self.adapter.step_and_show, warmup, repeat)
 
     def shell_next_round_trips(self, warmup: int, repeat: int) -> list[int]:
         return timed(lambda: self.shell.line("n", "-> ", "(Pdb) "), warmup, repeat)

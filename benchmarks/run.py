@@ -19,8 +19,10 @@ cProfile and leaves each one's statistics in DIR (root.prof, host-0.prof, ...).
 Tab at the attached prompt (`p ra` to `p rank`, the rank's pdb completing it) is measured as the
 attached line is, against floor C's own Tab plus the attached line below the shell.
 
-The editor's `next` on one rank, request to `stopped` event (editor.py), is measured beside the
-same `n` typed in the shell, attached, in a terminal: its target is within 2x of that.
+The editor's `next` on one rank, request to `stopped` event (editor.py), and a Step Over on to
+the new frame's Locals as VS Code asks for them (next, stopped, stackTrace, scopes, variables),
+are measured beside the same `n` typed in the shell, attached, in a terminal: the target of each
+is within 2x of that.
 
 The broker's CPU with 1,024 idle ranks connected is read beside a bare ROUTER's (its floor) and
 beside the same broker answering a Python heartbeat a rank a second, as ranks once sent (idle.py).
@@ -69,6 +71,7 @@ REPEAT = {
         "tty_cast": 500,
         "tty_next": 500,
         "dap_next": 500,
+        "dap_step_shown": 500,
     },
     "quick": {
         "relay": 600,
@@ -83,6 +86,7 @@ REPEAT = {
         "tty_cast": 45,
         "tty_next": 45,
         "dap_next": 45,
+        "dap_step_shown": 45,
     },
 }
 # Untimed repetitions before each batch: the first connects sockets and fills caches, later
@@ -100,6 +104,7 @@ WARMUP = {
     "tty_cast": 2,
     "tty_next": 5,
     "dap_next": 5,
+    "dap_step_shown": 5,
 }
 
 

@@ -1,0 +1,144 @@
+"""The guide in real VS Code: code-server in headless Chromium, the extension packed from
+editors/vscode, the guide's 16 ranks; what a user does and sees, step by step."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+CACHE = os.environ.get("EDITOR_CACHE")
+if not CACHE:
+    pytest.skip("`make test-editor` installs code-server and runs these", allow_module_level=True)
+
+from playwright.sync_api import expect  # noqa: E402  (installed by make test-editor only)
+from programs import EXAMPLES, Program, stop_line, wait_for_sessions  # noqa: E402
+from workbench import EXTENSION, CodeServer, browser, step, thread, thread_row, top_frame, top_frame_row, variable  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+
+# examples/debugging.py: rank 5 pauses after the breakpoint() of line 14, at `rank += 2`; ranks
+# 0, 4, 8, 12 return at line 12; ranks 2, 6, 10, 14 raise at line 5, in _bad_rank.
+RANK5_STOP = stop_line(15)
+RETURN_LINE = 12
+RAISE_LINE = 5
+
+
+def default_configuration() -> dict:
+    """The configuration VS Code writes into a new launch.json for monarch-pdb."""
+    package = json.loads((EXTENSION / "package.json").read_text())
+    return package["contributes"]["debuggers"][0]["initialConfigurations"][0]
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A folder as the guide leaves it: the example, the venv monarch-pdb is installed in (where
+    the extension finds the adapter), and the launch.json of the default configuration."""
+    folder = tmp_path / "workspace"
+    folder.mkdir()
+    shutil.copy(EXAMPLES / "debugging.py", folder / "debugging.py")
+    (folder / ".venv").symlink_to(Path(sys.prefix))
+    (folder / ".vscode").mkdir()
+    (folder / ".vscode" / "launch.json").write_text(json.dumps({"version": "0.2.0",
+                                                                "configurations": [default_configuration()]}))
+    return folder
+
+
+def test_the_guide_in_vscode(env, workspace, tmp_path):
+    program = Program(env, workspace / "debugging.py", cwd=workspace)
+    try:
+        wait_for_sessions(env, 16)
+        with CodeServer(Path(CACHE), env, workspace, tmp_path / "code-server") as server, \
+                browser(server.url, tmp_path / "chromium") as page:
+            with step(page, "1-f5-16-threads"):
+                page.locator(".explorer-folders-view .monaco-list-row", has_text="debugging.py").wait_for()
+                server.wait_for_extensions()
+                # Once Run and Debug offers the configuration, F5 starts it.
+                page.keyboard.press("Control+Shift+D")
+                page.locator(".start-debug-action-item", has_text=default_configuration()["name"]).wait_for()
+                page.keyboard.press("F5")
+                page.locator(".debug-toolbar").wait_for()
+                for rank in range(16):
+                    expect(thread(page, rank)).to_be_visible()
+                expect(page.locator(".debug-call-stack .monaco-list-row .thread")).to_have_count(16)
+
+            with step(page, "2-ranks-view-groups"):
+                # The 16 ranks paused on entry, grouped as `list` groups them: four lines by four.
+                ranks = page.locator(".pane", has=page.locator(".pane-header", has_text="Ranks"))
+                ranks.locator(".pane-header").click()
+                groups = ranks.locator(".monaco-list-row", has_text=re.compile(r"ranks\[.*\] \(4\)"))
+                expect(groups).to_have_count(4)
+                group = groups.filter(has_text="_debugee_actor_internal:15")
+                expect(group).to_contain_text("debugee ranks[")
+                group.click()
+                # Selecting the group shows its first rank's top frame.
+                expect(top_frame_row(page, 1)).to_have_class(re.compile(r"\bselected\b"))
+                ranks.locator(".pane-header").click()
+
+            with step(page, "3-locals"):
+                frame = top_frame(page, 5)
+                expect(frame).to_contain_text("_debugee_actor_internal")
+                frame.click()
+                expect(variable(page, "variables", "rank")).to_have_text("5")
+
+            with step(page, "4-console-then-locals-and-watch"):
+                page.keyboard.press("Control+Shift+Y")
+                # Typed once the console's input has the focus, else its first keys go elsewhere.
+                page.locator(".repl-input-wrapper .monaco-editor.focused").wait_for()
+                page.keyboard.type("p rank * 10")
+                expect(page.locator(".repl-input-wrapper .view-lines")).to_have_text("p rank * 10")
+                page.keyboard.press("Enter")
+                expect(page.locator(".repl .monaco-list-row", has_text=re.compile(r"^50$"))).to_be_visible()
+                expect(variable(page, "variables", "rank")).to_have_text("5")
+                add_watch(page, "rank + 100")
+                expect(variable(page, "watch", "rank + 100")).to_have_text("105")
+
+            with step(page, "5-step-over"):
+                page.keyboard.press("F10")
+                expect(variable(page, "variables", "rank")).to_have_text("7")
+                expect(variable(page, "watch", "rank + 100")).to_have_text("107")
+
+            with step(page, "6-breakpoint-continue-all"):
+                page.locator(".monaco-editor .view-lines").first.click()
+                page.keyboard.press("Control+G")
+                page.keyboard.type(str(RETURN_LINE))
+                page.keyboard.press("Enter")
+                page.keyboard.press("F9")
+                page.keyboard.press("F5")
+                for rank in (0, 4, 8, 12):
+                    expect(thread_state(page, rank)).to_have_text(re.compile("breakpoint", re.I))
+
+            with step(page, "7-post-mortem"):
+                for rank in (2, 6, 10, 14):
+                    expect(thread_state(page, rank)).to_have_text(re.compile("exception", re.I))
+                top_frame(page, 6).click()
+                widget = page.locator(".exception-widget")
+                expect(widget).to_contain_text("ValueError")
+                expect(widget).to_contain_text("bad rank")
+                expect(page.locator(".debug-call-stack .monaco-list-row.focused .stack-frame")).to_contain_text("_bad_rank")
+
+            with step(page, "8-job-end-ends-the-session"):
+                page.keyboard.press("F5")
+                expect(page.locator(".debug-toolbar")).to_be_hidden()
+                expect(page.locator(".debug-call-stack .monaco-list-row .thread")).to_have_count(0)
+        assert program.proc.wait(timeout=60) is not None
+    finally:
+        program.stop()
+
+
+def thread_state(page, rank: int):
+    return thread_row(page, rank).locator(".state")
+
+
+def add_watch(page, expression: str) -> None:
+    """The Watch view's Add Expression, then the expression typed."""
+    header = page.locator(".pane-header", has_text=re.compile("watch", re.I))
+    header.hover()
+    header.locator(".action-label[aria-label='Add Expression']").click()
+    page.keyboard.type(expression)
+    page.keyboard.press("Enter")
