@@ -85,22 +85,18 @@ def words(command: str, text: str) -> list[str]:
 
 
 def peek(conn: ShellConnection, rest: str, here: Here) -> str:
-    from monarch_pdb.client.arguments import parse_target, parser_of, skip_words
-    from monarch_pdb.client.hangs import HangCommands, expression_only
+    from monarch_pdb.client.arguments import parser_of
+    from monarch_pdb.client.hangs import HangCommands, peek_target
 
     rest = with_actor(rest, here)
     typed = words("peek", rest)
     args = parser_of(HangCommands.do_peek).parse_args(typed)
-    options = len(typed) - 1 - len(args.expression)  # the words before the actor
-    usage_line = console_usage(HangCommands.do_peek)
-    job, actor, selection, expression = parse_target(skip_words(rest, options), usage_line)
-    if selection is None or not expression.strip():
-        raise Refused(usage_line)
+    job, actor, selection, expression = peek_target(rest, len(typed), args, console_usage(HangCommands.do_peek))
     return answers.grouped(
         conn.peek(
             actor,
             render_selector(selection),
-            expression_only(expression.strip()),
+            expression,
             args.timeout,
             args.function,
             args.up,

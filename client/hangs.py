@@ -21,6 +21,7 @@ from monarch_pdb.client.arguments import (
     command,
     frames_up,
     parse_target,
+    skip_words,
     split_job,
     threads,
     timeout,
@@ -33,7 +34,7 @@ from monarch_pdb.client.reporter import Reporter
 from monarch_pdb.client.terminal import Terminal
 
 from monarch_pdb import wire
-from monarch_pdb.ranks import format_ranks, parse_selector, render_selector
+from monarch_pdb.ranks import Selection, format_ranks, parse_selector, render_selector
 
 INTERRUPT_TIMEOUT = 5.0
 PEEK_TIMEOUT = 5.0
@@ -77,6 +78,16 @@ def expression_only(text: str) -> str:
         except SyntaxError:
             raise CommandError(f"peek needs a Python expression: {error.msg} in {text!r}") from None
     raise CommandError(f"peek evaluates an expression, not a statement ({text!r}): it changes nothing in the ranks")
+
+
+def peek_target(typed: str, words: int, args: argparse.Namespace, usage_line: str) -> tuple[str, str, Selection, str]:
+    """The target and expression of a peek, from what was typed after `peek` (`words` words, those
+    before the actor its options): the expression as typed, checked to be one."""
+    options = words - 1 - len(args.expression)
+    job, actor, selection, expression = parse_target(skip_words(typed, options), usage_line)
+    if selection is None or not expression.strip():
+        raise CommandError(usage_line)
+    return job, actor, selection, expression_only(expression.strip())
 
 
 class HangCommands(cmd2.CommandSet):
@@ -176,12 +187,9 @@ class HangCommands(cmd2.CommandSet):
         rank changes. One still running after --timeout seconds (default 5) is answered as
         such and finishes on its own; a rank whose C code holds the GIL is named."""
         shell = self.shell
-        options = len(args.cmd2_statement.get().arg_list) - 1 - len(args.expression)  # the words before the actor
-        usage_line = usage(self.do_peek)
-        job, actor, selection, expression = parse_target(typed_arguments(args, skip=options), usage_line)
-        if selection is None or not expression.strip():
-            raise CommandError(usage_line)
-        expression = expression_only(expression.strip())
+        job, actor, selection, expression = peek_target(
+            typed_arguments(args), len(args.cmd2_statement.get().arg_list), args, usage(self.do_peek)
+        )
         result = shell.conn.peek(
             actor, render_selector(selection), expression, args.timeout, args.function, args.up, job
         )
