@@ -21,6 +21,24 @@ from monarch_pdb.ranks import RankSet
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 
 
+STOP = wire.Prompt(
+    sid=1,
+    cmd=0,
+    job="job",
+    actor="a",
+    rank=0,
+    coords={},
+    host="h",
+    pid=4242,
+    function="m.f",
+    filename="f.py",
+    lineno=3,
+    output="> f.py(3)f()\n",
+    prompt="(Pdb) ",
+)
+"""A rank's first stop, as its agent sends it."""
+
+
 @pytest.mark.timeout(30)
 def test_an_idle_broker_exits_by_itself_and_removes_its_file(env):
     proc = subprocess.run(
@@ -72,21 +90,7 @@ def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(en
     same process (a load generator's agents) keeps its own."""
     conn = discovery.read_connection_file(settings_for(env))
     ctx = zmq.Context()
-    prompt = wire.Prompt(
-        sid=1,
-        cmd=0,
-        job="job",
-        actor="a",
-        rank=0,
-        coords={},
-        host="h",
-        pid=4242,
-        function="m.f",
-        filename="f.py",
-        lineno=3,
-        output="> f.py(3)f()\n",
-        prompt="(Pdb) ",
-    )
+    prompt = STOP
     try:
         for link, rank in ((b"link-one", 0), (b"link-one", 0), (b"link-two", 1)):
             sock, codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
@@ -154,21 +158,7 @@ def test_a_message_from_a_role_that_may_not_send_it_does_nothing_and_is_named_on
     said = BrokerLog(proc)
     conn = discovery.read_connection_file(settings_for(env))
     ctx = zmq.Context()
-    stop = wire.Prompt(
-        sid=1,
-        cmd=0,
-        job="job",
-        actor="a",
-        rank=0,
-        coords={},
-        host="h",
-        pid=4242,
-        function="m.f",
-        filename="f.py",
-        lineno=3,
-        output="> f.py(3)f()\n",
-        prompt="(Pdb) ",
-    )
+    stop = STOP
     try:
         rank = RawPeer(ctx, conn, wire.Hello(role="agent", job="job", host="h", pid=4242, link=b"rank"))
         shell = RawPeer(ctx, conn, wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=4243))
