@@ -130,23 +130,35 @@ memory. Never added to (`Registry.output_log`)."""
 
 
 @dataclass(slots=True)
-class Session:
-    """One paused (or briefly running) thread of a rank, as the broker sees it."""
+class LiveRank:
+    """A rank some connected process runs, paused or not: who it is, as a `wire.RankRef` says,
+    without where it stands. A session is one with a paused thread."""
 
-    id: int
     peer: bytes
-    sid: int
     job: str
     actor: str
     rank: int
     dims: tuple[str, ...]
-    """The names of its coordinates, one tuple shared by the sessions that have them."""
+    """The names of its coordinates, one tuple shared by the ranks that have them."""
     values: tuple[int, ...]
-    """Its coordinates, in the order of `dims`: no dict per session (a big job has many)."""
+    """Its coordinates, in the order of `dims`: no dict per rank (a big job has many), made a
+    dict only for a selector that filters on them."""
+    instance: str = ""
+
+    @property
+    def coords(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.values))
+
+
+@dataclass(slots=True, kw_only=True)
+class Session(LiveRank):
+    """One paused (or briefly running) thread of a rank, as the broker sees it."""
+
+    id: int
+    sid: int
     host: str
     pid: int
     log: KeptOutput
-    instance: str = ""
     function: str = ""
     filename: str = ""
     lineno: int = 0
@@ -163,10 +175,6 @@ class Session:
     holds it again when the shell lets go."""
     detail: str = ""
     """Why it stopped, when an exception says so (post-mortem)."""
-
-    @property
-    def coords(self) -> dict[str, int]:
-        return dict(zip(self.dims, self.values))
 
     @property
     def paused(self) -> bool:
@@ -217,25 +225,6 @@ def rank_row(
     attached: str = "",
 ) -> wire.SessionRow:
     return wire.SessionRow(job, actor, rank, coords, host, pid, function, filename, lineno, state, instance, attached)
-
-
-@dataclass(slots=True)
-class LiveRank:
-    """A rank some connected process runs, paused or not."""
-
-    peer: bytes
-    job: str
-    actor: str
-    rank: int
-    dims: tuple[str, ...]
-    values: tuple[int, ...]
-    """Its coordinates, as a session keeps them: made a dict only for a selector that filters
-    on them, not for each of a million ranks that `stacks` looks at."""
-    instance: str = ""
-
-    @property
-    def coords(self) -> dict[str, int]:
-        return dict(zip(self.dims, self.values))
 
 
 @dataclass

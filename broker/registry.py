@@ -158,11 +158,11 @@ class Registry(Table):
         found = [s for s in branch.owned.values() if s.actor == actor and s.job == job]
         return [s.rank for s in self.picked(selection, found)]
 
-    def live_ranks(self, job: str, actor: str) -> list[LiveRank | Session]:
+    def live_ranks(self, job: str, actor: str) -> list[LiveRank]:
         """Every rank of one actor that a connected process runs (or holds a session of), in
         rank order: a rank with a session is its session, which has all a live rank has (no
         copy of each of a million sessions)."""
-        found: dict[tuple[str, int], LiveRank | Session] = {}
+        found: dict[tuple[str, int], LiveRank] = {}
         for peer in self.peers.values():
             found.update(self._present_live(peer, job, actor))
         for peer in self.branches():
@@ -183,7 +183,7 @@ class Registry(Table):
             if a == actor and (not job or j == job)
         }
 
-    def _rows_live(self, branch: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank | Session]:
+    def _rows_live(self, branch: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
         """The ranks of one actor a broker below runs without a session."""
         return {
             (row.job, row.rank): LiveRank(
@@ -213,7 +213,7 @@ class Registry(Table):
         if not jobs:
             raise CannotServe(f"No running rank of actor {actor} is known to the broker")
         (job,) = self.in_one_job(actor, jobs)
-        own: dict[tuple[str, int], LiveRank | Session] = {}
+        own: dict[tuple[str, int], LiveRank] = {}
         for peer in self.peers.values():
             if peer.role == wire.Role.AGENT:
                 own.update(self._present_live(peer, job, actor))
@@ -230,7 +230,7 @@ class Registry(Table):
 
     def picked_live_below(self, branch: Peer, job: str, actor: str, selection: ranks.Selection) -> list[int]:
         """The live ranks of a broker below (as it told us of them) a selection picks."""
-        found: dict[tuple[str, int], LiveRank | Session] = self._rows_live(branch, job, actor)
+        found: dict[tuple[str, int], LiveRank] = self._rows_live(branch, job, actor)
         for sess in branch.owned.values():
             if sess.actor == actor and sess.job == job:
                 found.setdefault((job, sess.rank), sess)
@@ -276,7 +276,7 @@ class Registry(Table):
         return chosen, self.without_session(job, actor, absent) if absent else []
 
 
-def no_match(actor: str, selection: ranks.Selection, found: Sequence[Session | LiveRank], having: str) -> str:
+def no_match(actor: str, selection: ranks.Selection, found: Sequence[LiveRank], having: str) -> str:
     """Why a selector picked nothing: a dimension the mesh lacks, or ranks not stopped."""
     dims = list(dict.fromkeys(d for s in found for d in s.coords))
     unknown = [d for d in ranks.dimensions(selection) if d not in dims]

@@ -204,28 +204,9 @@ class Table:
             or (msg.reason == wire.Stop.POST_MORTEM and sess.reason != wire.Stop.POST_MORTEM)
         )
         if sess is None:
-            sess = Session(
-                id=self.next_id,
-                peer=peer,
-                sid=msg.sid,
-                job=intern(msg.job),
-                actor=intern(msg.actor),
-                rank=msg.rank,
-                dims=self.dims_of(msg.coords),
-                values=tuple(msg.coords.values()),
-                host=intern(msg.host),
-                pid=msg.pid,
-                log=KeptOutput(self.history_limit),
-                instance=msg.instance,
-                cmd=msg.cmd,
-            )
-            self.next_id += 1
-            self.sessions[sess.id] = sess
-            self._stand(sess)
-            owner.owned[msg.sid] = sess
-            self.ended.pop((sess.job, sess.actor, sess.rank), None)
+            sess = self._open(peer, msg.sid, msg, KeptOutput(self.history_limit), cmd=msg.cmd)
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
-        sess.function, sess.filename, sess.lineno = intern(msg.function), intern(msg.filename), msg.lineno
+        self._place(sess, msg)
         sess.prompt, sess.reason = intern(msg.prompt), msg.reason
         if news:
             sess.detail = msg.exc
@@ -238,37 +219,57 @@ class Table:
         sess = self.session_of(branch, item.id)
         stopped = row.state in STOPS
         if sess is None:
-            sess = Session(
-                id=self.next_id,
-                peer=branch,
-                sid=item.id,
-                job=intern(row.job),
-                actor=intern(row.actor),
-                rank=row.rank,
-                dims=self.dims_of(row.coords),
-                values=tuple(row.coords.values()),
-                host=intern(row.host),
-                pid=row.pid,
-                log=NO_OUTPUT,
-                instance=row.instance,
-                state=State.STOPPED if stopped else State.RUNNING,
-            )
-            self.next_id += 1
-            self.sessions[sess.id] = sess
-            self._stand(sess)
-            self.peers[branch].owned[item.id] = sess
-            self.ended.pop((sess.job, sess.actor, sess.rank), None)
+            sess = self._open(branch, item.id, row, NO_OUTPUT, state=State.STOPPED if stopped else State.RUNNING)
         elif stopped:
             sess.state = State.STOPPED if item.news else State.PAUSED
         else:
             sess.state = State.RUNNING
-        sess.function, sess.filename, sess.lineno = intern(row.function), intern(row.filename), row.lineno
+        self._place(sess, row)
         sess.prompt = intern(item.prompt)
         if stopped:
             sess.reason = wire.Stop(row.state)
         if item.news:
             sess.detail = item.detail
         return sess
+
+    def _open(
+        self,
+        peer: bytes,
+        sid: int,
+        rank: wire.Prompt | wire.SessionRow,
+        log: KeptOutput,
+        state: State = State.STOPPED,
+        cmd: int = 0,
+    ) -> Session:
+        """A new session of `peer` (its number `sid` there) for the rank a stop or a row from
+        below names."""
+        sess = Session(
+            id=self.next_id,
+            peer=peer,
+            sid=sid,
+            job=intern(rank.job),
+            actor=intern(rank.actor),
+            rank=rank.rank,
+            dims=self.dims_of(rank.coords),
+            values=tuple(rank.coords.values()),
+            host=intern(rank.host),
+            pid=rank.pid,
+            log=log,
+            instance=rank.instance,
+            state=state,
+            cmd=cmd,
+        )
+        self.next_id += 1
+        self.sessions[sess.id] = sess
+        self._stand(sess)
+        self.peers[peer].owned[sid] = sess
+        self.ended.pop((sess.job, sess.actor, sess.rank), None)
+        return sess
+
+    @staticmethod
+    def _place(sess: Session, rank: wire.RankRef) -> None:
+        """Where a session stands now, as its rank's latest record says."""
+        sess.function, sess.filename, sess.lineno = intern(rank.function), intern(rank.filename), rank.lineno
 
     def _stand(self, sess: Session) -> None:
         """A new session stands for its rank (and is counted, if a thread's). Another process's

@@ -35,7 +35,7 @@ FIELD_VALUES = st.one_of(
 )
 BODIES = st.fixed_dictionaries(
     {
-        "v": st.sampled_from([1, 1, 2, "1"]),
+        "v": st.sampled_from([wire.PROTOCOL, wire.PROTOCOL, wire.PROTOCOL + 1, str(wire.PROTOCOL)]),
         "t": st.sampled_from([*wire.REGISTRY, wire.BATCH, "nosuch", 7]),
         "s": st.binary(min_size=8, max_size=8),
         "n": st.integers(min_value=1, max_value=2**40),
@@ -184,7 +184,7 @@ def test_the_broker_survives_garbage_and_keeps_serving(env, broker):
     for frames in (
         [b"one"],
         [os.urandom(32), os.urandom(200)],
-        signed(conn.key, msgpack.packb({"v": 1, "t": "list"})),
+        signed(conn.key, msgpack.packb({"v": wire.PROTOCOL, "t": "list"})),
         wire.Codec(b"wrong key").encode(wire.ListSessions()),
     ):
         dealer.send_multipart(frames)

@@ -86,7 +86,7 @@ def test_many_messages_travel_in_few_signed_batches_in_order_each_half_the_large
 
 
 def batch_of(*items: bytes) -> Frames:
-    return frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": list(items)})
+    return frames_with({"v": wire.PROTOCOL, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": list(items)})
 
 
 HEARTBEAT_ITEM = msgpack.packb({"t": "heartbeat"})
@@ -104,10 +104,12 @@ HEARTBEAT_ITEM = msgpack.packb({"t": "heartbeat"})
         (batch_of(HEARTBEAT_ITEM, b"\xc1"), "undecodable"),
         (batch_of(HEARTBEAT_ITEM, msgpack.packb([1])), "wrong protocol"),
         (
-            frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": [{"t": "heartbeat"}]}),
+            frames_with(
+                {"v": wire.PROTOCOL, "t": "batch", "s": b"s", "n": 1, "ts": NOW, "items": [{"t": "heartbeat"}]}
+            ),
             "wrong field type",
         ),
-        (frames_with({"v": 1, "t": "batch", "s": b"s", "n": 1, "ts": NOW}), "wrong field type"),
+        (frames_with({"v": wire.PROTOCOL, "t": "batch", "s": b"s", "n": 1, "ts": NOW}), "wrong field type"),
     ],
 )
 def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
@@ -123,24 +125,31 @@ def test_a_batch_with_one_bad_item_is_refused_whole(frames, reason):
     [
         (as_is([b"only one"]), "too few frames"),
         (as_is([b"x" * 32, b"\x00" * (wire.MAX_BODY + 1)]), "too large"),
-        (as_is([b"x" * 32, msgpack.packb({"v": 1})]), "bad signature"),
-        (frames_with({"v": 1, "t": "hello"}, key=b"wrong"), "bad signature"),
+        (as_is([b"x" * 32, msgpack.packb({"v": wire.PROTOCOL})]), "bad signature"),
+        (frames_with({"v": wire.PROTOCOL, "t": "hello"}, key=b"wrong"), "bad signature"),
         (as_is(signed(b"\xc1")), "undecodable"),
         (as_is(signed(msgpack.packb([1, 2]))), "wrong protocol"),
         (frames_with({"v": 99, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW}), "wrong protocol"),
-        (frames_with({"v": 1, "t": "nosuch", "s": b"s", "n": 1, "ts": NOW}), "unknown type"),
-        (frames_with({"v": 1, "t": "heartbeat"}), "no sender"),
-        (frames_with({"v": 1, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW - 3600}), "too old"),
-        (frames_with({"v": 1, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW + 3600}), "too old"),
+        (frames_with({"v": wire.PROTOCOL, "t": "nosuch", "s": b"s", "n": 1, "ts": NOW}), "unknown type"),
+        (frames_with({"v": wire.PROTOCOL, "t": "heartbeat"}), "no sender"),
+        (frames_with({"v": wire.PROTOCOL, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW - 3600}), "too old"),
+        (frames_with({"v": wire.PROTOCOL, "t": "heartbeat", "s": b"s", "n": 1, "ts": NOW + 3600}), "too old"),
         (
-            frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": "1", "cmd": 1, "line": "x"}),
+            frames_with(
+                {"v": wire.PROTOCOL, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": "1", "cmd": 1, "line": "x"}
+            ),
             "wrong field type",
         ),
         (
-            frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": True, "cmd": 1, "line": "x"}),
+            frames_with(
+                {"v": wire.PROTOCOL, "t": "input", "s": b"s", "n": 1, "ts": NOW, "sid": True, "cmd": 1, "line": "x"}
+            ),
             "wrong field type",
         ),
-        (frames_with({"v": 1, "t": "input", "s": b"s", "n": 1, "ts": NOW, "cmd": 1, "line": "x"}), "missing field"),
+        (
+            frames_with({"v": wire.PROTOCOL, "t": "input", "s": b"s", "n": 1, "ts": NOW, "cmd": 1, "line": "x"}),
+            "missing field",
+        ),
     ],
 )
 def test_bad_messages_are_refused_and_counted(frames, reason):
@@ -155,7 +164,7 @@ THREAD = ["MainThread", [FRAME]]
 
 
 def typed(t: str, **fields) -> Frames:
-    return frames_with({"v": 1, "t": t, "s": b"s", "n": 1, "ts": NOW, **fields})
+    return frames_with({"v": wire.PROTOCOL, "t": t, "s": b"s", "n": 1, "ts": NOW, **fields})
 
 
 @pytest.mark.timeout(10)
