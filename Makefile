@@ -1,10 +1,10 @@
 # Two commands for a fresh machine with only Python and make: `make demo` and `make test`.
 # `make test-engines` runs the tests with real torchrun, Ray and Monarch in a venv of its own.
 # `make test-pythons` runs the tests whose outcome depends on the Python and its pdb (marked
-# each_python: the guide, pdb, keyboard and script tests, those that read pdb's stop line, and the
-# interrupts of threads, which take each Python's own way in) on each Python from 3.10 to 3.15 that
-# is present (on PATH as python3.X, or installed by pyenv), each in a venv of its own, but those
-# in SKIP_PYTHONS.
+# each_python: the guide, pdb and keyboard tests, the scripts that drive pdb, those that read
+# pdb's stop line, and the interrupts of threads, which take each Python's own way in) on each
+# Python from 3.10 to 3.15 that is present (on PATH as python3.X, or installed by pyenv), each in
+# a venv of its own, but those in SKIP_PYTHONS.
 # The suite and the matrix run on TEST_WORKERS pytest workers (pytest-xdist; 0 runs them in one
 # process): the tests mostly wait on processes and sockets, and each has its own ports, runtime
 # directory and process marker, so they run side by side.

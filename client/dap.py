@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -253,6 +254,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
+    # An editor that goes away without a `disconnect` (its window closed, its process killed)
+    # ends the adapter with a signal: the adapter still leaves the broker and ends the job it
+    # launched, as a `disconnect` would.
+    for ending in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(ending, lambda *_: sys.exit(0))
     if not args.listen:
         # The reader thread may still wait for input as the process ends: on a file of its
         # own, left open, not sys.stdin, whose lock the interpreter takes on its way out.

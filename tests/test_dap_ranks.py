@@ -3,6 +3,7 @@ stacks, the shell's `!cast`/`!peek`/`!stacks` in the Debug Console, `stopAll`, a
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
@@ -160,6 +161,20 @@ def test_launch_starts_the_job_with_a_broker_of_its_own_and_stopping_ends_everyt
     marker_processes = [cmd for _, cmd in processes_with_marker(env[MARKER])]
     assert any("monarch_pdb.broker" in cmd for cmd in marker_processes), marker_processes
     editor.request("disconnect")
+    assert editor.proc.wait(timeout=60) == 0, editor.stderr()
+    assert processes_with_marker(env[MARKER]) == [], "the job, its ranks and its broker ended"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP])
+def test_an_adapter_ended_by_a_signal_ends_the_job_it_launched(env, editor, ending):
+    """The editor's window closed or its process killed: no disconnect comes, only a signal."""
+    editor.request("initialize", adapterID="monarch-pdb")
+    editor.request("launch", program=EXAMPLE)
+    editor.take_events("initialized")
+    editor.request("configurationDone")
+    editor.take_events("stopped", 16, reason="breakpoint")
+    editor.proc.send_signal(ending)
     assert editor.proc.wait(timeout=60) == 0, editor.stderr()
     assert processes_with_marker(env[MARKER]) == [], "the job, its ranks and its broker ended"
 

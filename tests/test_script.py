@@ -25,8 +25,6 @@ from programs import (
 from programs import run_debug as shell
 from shell_driver import ShellDriver
 
-pytestmark = pytest.mark.each_python
-
 SCRIPT = textwrap.dedent("""\
     # what every rank of the job is doing
     wait debugee 16 --timeout 60
@@ -37,6 +35,7 @@ SCRIPT = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(120)
 def test_a_script_started_before_the_job_waits_for_it_then_casts(env, broker, tmp_path):
     script = tmp_path / "state.monarch"
@@ -215,6 +214,7 @@ NUMERIC_CAST = dict(
 )
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(120)
 def test_json_documents_follow_the_documented_schema(env, example):
     done = shell(
@@ -258,6 +258,7 @@ def test_json_documents_follow_the_documented_schema(env, example):
     assert continued["count"] == 16
 
 
+@pytest.mark.each_python
 @pytest.mark.timeout(120)
 def test_a_recorded_transcript_replays(env, example, tmp_path):
     record = tmp_path / "session.transcript"

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ if not CACHE:
 
 from playwright.sync_api import expect  # noqa: E402  (installed by make test-editor only)
 from programs import EXAMPLES, Program, stop_line, wait_for_sessions  # noqa: E402
-from workbench import EXTENSION, CodeServer, browser, step, thread, thread_row, top_frame, top_frame_row, variable  # noqa: E402
+from conftest import MARKER, processes_with_marker  # noqa: E402
+from workbench import EXTENSION, CodeServer, browser, step, thread, thread_row, top_frame, variable  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -75,9 +77,10 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
                 expect(groups).to_have_count(4)
                 group = groups.filter(has_text="_debugee_actor_internal:15")
                 expect(group).to_contain_text("debugee ranks[")
+                # The first stop shows rank 0; selecting the group shows its first rank's locals.
+                expect(variable(page, "variables", "rank")).to_have_text("0")
                 group.click()
-                # Selecting the group shows its first rank's top frame.
-                expect(top_frame_row(page, 1)).to_have_class(re.compile(r"\bselected\b"))
+                expect(variable(page, "variables", "rank")).to_have_text("1")
                 ranks.locator(".pane-header").click()
 
             with step(page, "3-locals"):
@@ -131,8 +134,75 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
         program.stop()
 
 
-def thread_state(page, rank: int):
-    return thread_row(page, rank).locator(".state")
+# A job of four ranks started as torchrun starts them (each worker told its rank in its
+# environment), whose workers pause at breakpoint() and then loop until stopped.
+JOB = """
+import os, subprocess, sys
+ranks = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "launched"}
+workers = [subprocess.Popen([sys.executable, "worker.py"], env={**os.environ, **ranks, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+           for rank in range(4)]
+for worker in workers:
+    worker.wait()
+"""
+WORKER = """
+import time
+step = 0
+breakpoint()
+while True:
+    step += 1
+    time.sleep(0.01)
+"""
+LAUNCH = {"type": "monarch-pdb", "request": "launch", "name": "monarch-pdb: a job of four ranks",
+          "command": ["${workspaceFolder}/.venv/bin/python", "job.py"], "cwd": "${workspaceFolder}"}
+
+
+def test_launch_a_job_act_on_its_ranks_as_a_group_and_stop_it(env, tmp_path):
+    folder = tmp_path / "job"
+    (folder / ".vscode").mkdir(parents=True)
+    (folder / "job.py").write_text(JOB)
+    (folder / "worker.py").write_text(WORKER)
+    (folder / ".venv").symlink_to(Path(sys.prefix))
+    (folder / ".vscode" / "launch.json").write_text(json.dumps({"version": "0.2.0", "configurations": [LAUNCH]}))
+    with CodeServer(Path(CACHE), env, folder, tmp_path / "code-server") as server, \
+            browser(server.url, tmp_path / "chromium") as page:
+        with step(page, "launch-1-f5-4-threads"):
+            page.locator(".explorer-folders-view .monaco-list-row", has_text="job.py").wait_for()
+            server.wait_for_extensions()
+            page.keyboard.press("Control+Shift+D")
+            page.locator(".start-debug-action-item", has_text=LAUNCH["name"]).wait_for()
+            page.keyboard.press("F5")
+            page.locator(".debug-toolbar").wait_for()
+            for rank in range(4):
+                expect(thread(page, rank, "worker")).to_be_visible()
+
+        ranks = page.locator(".pane", has=page.locator(".pane-header", has_text="Ranks"))
+        # The group's row: the merged stacks below the groups have a row of the same ranks.
+        group = ranks.locator(".monaco-list-row", has_text=re.compile(r"worker ranks\[.*\] \(4\)")).first
+        with step(page, "launch-2-continue-these-ranks"):
+            ranks.locator(".pane-header").click()
+            expect(group).to_contain_text("breakpoint")
+            group.hover()
+            group.locator(".action-label[aria-label='Continue These Ranks']").click()
+            expect(group).to_contain_text("running")
+
+        with step(page, "launch-3-interrupt-these-ranks"):
+            group.hover()
+            group.locator(".action-label[aria-label='Interrupt These Ranks']").click()
+            for rank in range(4):
+                expect(thread_state(page, rank, "worker")).to_have_text(re.compile("pause", re.I))
+
+        with step(page, "launch-4-stop-ends-the-job"):
+            page.keyboard.press("Shift+F5")
+            expect(page.locator(".debug-toolbar")).to_be_hidden()
+            deadline = time.monotonic() + 60
+            while job_left := [cmd for _, cmd in processes_with_marker(env[MARKER])
+                               if "job.py" in cmd or "worker.py" in cmd or "monarch_pdb.broker" in cmd]:
+                assert time.monotonic() < deadline, f"the job, its ranks and its broker end: {job_left}"
+                time.sleep(0.1)
+
+
+def thread_state(page, rank: int, actor: str = "debugee"):
+    return thread_row(page, rank, actor).locator(".state")
 
 
 def add_watch(page, expression: str) -> None:

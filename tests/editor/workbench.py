@@ -178,18 +178,18 @@ def step(page: Page, name: str) -> Iterator[None]:
 
 
 
-def thread(page: Page, rank: int):
+def thread(page: Page, rank: int, actor: str = "debugee"):
     """The Call Stack's label of rank `rank`'s thread (`debugee 5 · host · ...`)."""
-    return page.locator(".debug-call-stack .monaco-list-row").locator(thread_label(page, rank))
+    return page.locator(".debug-call-stack .monaco-list-row").locator(thread_label(page, rank, actor))
 
 
-def thread_row(page: Page, rank: int):
+def thread_row(page: Page, rank: int, actor: str = "debugee"):
     """The Call Stack's row of rank `rank`'s thread: its label, state and actions."""
-    return page.locator(".debug-call-stack .monaco-list-row", has=thread_label(page, rank))
+    return page.locator(".debug-call-stack .monaco-list-row", has=thread_label(page, rank, actor))
 
 
-def thread_label(page: Page, rank: int):
-    return page.locator(".thread", has_text=re.compile(rf"^debugee {rank} ·"))
+def thread_label(page: Page, rank: int, actor: str = "debugee"):
+    return page.locator(".thread", has_text=re.compile(rf"^{re.escape(actor)} {rank} ·"))
 
 
 def top_frame(page: Page, rank: int):
