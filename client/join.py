@@ -197,10 +197,15 @@ def target(pid: int) -> JoinTarget:
     return JoinTarget(pid, name, settings)
 
 
+FORK_SERVER = b"monarch_pdb.actor.forkserver"
+"""How the fork server of our actor runtime's workers is started (`python -m`)."""
+
+
 def children_of(pid: int) -> list[int]:
     """The Python processes that a launcher (torchrun, mpirun, an srun step) runs below `pid`: the
     first Python process down each branch, so a worker's own children (data-loader workers,
-    compilers) are not taken for ranks."""
+    compilers) are not taken for ranks. The fork server of our actor runtime is no rank: its
+    workers are."""
     below: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -213,7 +218,7 @@ def children_of(pid: int) -> list[int]:
     while todo:
         child = todo.pop(0)
         try:
-            python = python_of(child) is not None
+            python = python_of(child) is not None and not _is_fork_server(child)
         except OSError:
             python = False
         if python:
@@ -221,6 +226,16 @@ def children_of(pid: int) -> list[int]:
         else:
             todo += sorted(below.get(child, []))
     return sorted(found)
+
+
+def _is_fork_server(pid: int) -> bool:
+    """Whether `pid` is our actor runtime's fork server: its workers, forked, show its command
+    line too, but their parent is the fork server."""
+    command = _read(pid, "cmdline")
+    if FORK_SERVER not in command:
+        return False
+    parent = int(_read(pid, "stat").rsplit(b")", 1)[1].split()[1])
+    return _read(parent, "cmdline") != command
 
 
 def _causes(error: BaseException | None):

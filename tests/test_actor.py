@@ -454,7 +454,11 @@ def test_nested_workers_are_set_up_like_top_level_ones(tmp_path, env):
             who, point = identity.current(), current_rank()
             return {"hook": sys.breakpointhook == monarch_pdb.set_trace, "actor": who.actor,
                     "rank": who.rank, "coords": who.coords, "job": who.job,
-                    "point": [point.rank, point.coords], "parent": os.getppid()}
+                    "point": [point.rank, point.coords], "forked_by_a_child_of": parent_of(os.getppid())}
+
+        def parent_of(pid):
+            with open(f"/proc/{pid}/stat") as stat:
+                return int(stat.read().rsplit(")", 1)[1].split()[1])
 
         class Probe(Actor):
             @endpoint
@@ -491,7 +495,7 @@ def test_nested_workers_are_set_up_like_top_level_ones(tmp_path, env):
             "coords": {"host": rank},
             "job": out["job"],
             "point": [rank, {"host": rank}],
-            "parent": out["pid"],
+            "forked_by_a_child_of": out["pid"],
         }
     for outer in out["nested"]:
         for index, seen in enumerate(outer["sync"] + outer["async"]):
@@ -503,7 +507,7 @@ def test_nested_workers_are_set_up_like_top_level_ones(tmp_path, env):
                 "coords": {"inner": rank},
                 "job": out["job"],
                 "point": [rank, {"inner": rank}],
-                "parent": outer["pid"],
+                "forked_by_a_child_of": outer["pid"],
             }
 
 

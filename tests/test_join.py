@@ -15,6 +15,7 @@ import sys
 import textwrap
 
 import pytest
+from monarch_pdb.client.join import children_of
 from programs import DEBUG_SHELL, Program, debug, wait_for_all_rows, wait_for_lines
 
 JOIN = [DEBUG_SHELL[0], "join"]
@@ -374,3 +375,9 @@ def test_no_process_and_no_children_are_refused(env, tmp_path):
         )
     finally:
         lonely.stop()
+
+
+@pytest.mark.timeout(60)
+def test_the_ranks_below_a_program_of_our_actor_runtime_are_its_workers_not_their_fork_server(env, example):
+    rows = wait_for_all_rows(env, lambda rows: len(rows) == 16)
+    assert children_of(example.proc.pid) == sorted(row.pid for row in rows)

@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import os
 import pickle
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monarch_pdb.actor import transport
 from monarch_pdb.actor.errors import RankError, WorkerExited
 from monarch_pdb.actor.future import Future
 from monarch_pdb.actor.messages import Reply, Stop
 from monarch_pdb.actor.point import Point, format_coords
+
+if TYPE_CHECKING:
+    from monarch_pdb.actor.forkserver import Forked, ForkServer
 
 STOP_GRACE = 2.0  # seconds a stopping worker gets to finish its call before it is killed
 
@@ -36,7 +37,7 @@ class WorkerProcess:
         self.point = point
         conn, theirs = transport.socket_pair()
         try:
-            self._popen = _launch(theirs.fileno())
+            self._worker = _launch(theirs.fileno())
         finally:
             theirs.close()
         self._conn = conn
@@ -74,10 +75,10 @@ class WorkerProcess:
     def end_by(self, deadline: float) -> None:
         """Wait for the worker to exit until the deadline, then kill it."""
         try:
-            self._popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self._popen.kill()
-            self._popen.wait()
+            self._worker.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            self._worker.kill()
+            self._worker.wait()
 
     def _read(self) -> None:
         try:
@@ -116,8 +117,8 @@ class WorkerProcess:
 
     def _exit_reason(self) -> str:
         try:
-            code = self._popen.wait(timeout=STOP_GRACE)
-        except subprocess.TimeoutExpired:
+            code = self._worker.wait(timeout=STOP_GRACE)
+        except TimeoutError:
             return f"{self._name()} closed its connection"
         if code < 0:
             try:
@@ -131,7 +132,7 @@ class WorkerProcess:
 
     def _name(self) -> str:
         where = f" ({format_coords(self.point.coords)})" if self.point.coords else ""
-        return f"worker of rank {self.point.rank}{where}, pid {self._popen.pid},"
+        return f"worker of rank {self.point.rank}{where}, pid {self._worker.pid},"
 
 
 def stop_workers(workers: list[WorkerProcess]) -> None:
@@ -148,10 +149,11 @@ def _stop_all() -> None:
     stop_workers(workers)
 
 
-def _launch(fd: int) -> subprocess.Popen:
+def _launch(fd: int) -> Forked:
     """Start a worker from one thread that lives as long as this process: PR_SET_PDEATHSIG
-    fires when the *thread* that started a child ends, so a short-lived caller thread would
-    take its workers down with it."""
+    fires when the *thread* that started a child ends, and the fork server that starts every
+    worker is that thread's child, so a short-lived caller thread would take the workers down
+    with it."""
     global _launches
     with _launches_lock:
         if _launches is None:
@@ -160,22 +162,21 @@ def _launch(fd: int) -> subprocess.Popen:
                 target=_serve_launches, args=(_launches,), name="monarch_pdb.actor launcher", daemon=True
             ).start()
             atexit.register(_stop_all)
-    started: concurrent.futures.Future[subprocess.Popen] = concurrent.futures.Future()
+    started: concurrent.futures.Future[Forked] = concurrent.futures.Future()
     _launches.put((fd, started))
     return started.result()
 
 
 def _serve_launches(launches: queue.SimpleQueue) -> None:
+    # Imported here: `python -m monarch_pdb.actor.forkserver` runs it as __main__ after this
+    # package's imports, which must not have imported it first.
+    from monarch_pdb.actor.forkserver import ForkServer
+
+    server: ForkServer | None = None
     while True:
         fd, started = launches.get()
         try:
-            started.set_result(
-                subprocess.Popen(
-                    [sys.executable, "-m", "monarch_pdb.actor.worker", str(fd), str(os.getpid())],
-                    pass_fds=(fd,),
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
+            server = server or ForkServer()
+            started.set_result(server.fork(fd))
         except Exception as exc:
             started.set_exception(exc)

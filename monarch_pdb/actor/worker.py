@@ -1,4 +1,4 @@
-"""One rank of a proc mesh, run as `python -m monarch_pdb.actor.worker FD PARENT_PID`.
+"""One rank of a proc mesh, forked by its program's fork server (`forkserver`).
 
 Workers started by an actor of another worker are set up exactly like top-level ones, so
 breakpoints work in nested meshes too.
@@ -48,9 +48,9 @@ class _Hosted:
     instance: Any
 
 
-def main(argv: list[str]) -> None:
-    fd, parent_pid = int(argv[1]), int(argv[2])
-    _die_with_parent(parent_pid)
+def main(fd: int, parent_pid: int) -> None:
+    """Serve the program on the connection `fd` until it says stop or is gone."""
+    die_with_parent(parent_pid)
     conn = transport.adopt(fd)
     try:
         boot: Boot = transport.receive(conn)
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> None:
         return  # the parent is gone; _read ends the process
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Be killed with the parent even when it is SIGKILLed and cannot tell us to stop."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
@@ -159,7 +159,3 @@ def _pickled_or_empty(exc: Exception) -> bytes:
         return transport.dumps(exc, "the exception")
     except Exception:
         return b""
-
-
-if __name__ == "__main__":
-    main(sys.argv)
