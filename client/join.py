@@ -20,11 +20,13 @@ import os
 import pwd
 import re
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, fields
 from typing import cast
 
+from monarch_pdb.client import wake as wake_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
 
 from monarch_pdb import discovery, wire
@@ -149,8 +151,9 @@ def _permission(pid: int) -> str:
     )
 
 
-def target(pid: int) -> JoinTarget:
-    """The process `pid`, if /proc shows nothing that rules out joining it; CannotJoin otherwise."""
+def target(pid: int, wake: bool = False) -> JoinTarget:
+    """The process `pid`, if /proc shows nothing that rules out joining it (by `sys.remote_exec`,
+    or with `wake` through gdb, which any Python allows); CannotJoin otherwise."""
     try:
         status = _read(pid, "status").decode(errors="replace")
         name = _read(pid, "comm").decode(errors="replace").strip()
@@ -174,27 +177,36 @@ def target(pid: int) -> JoinTarget:
         raise CannotJoin(_permission(pid)) from None
     except FileNotFoundError:
         raise CannotJoin(f"{pid} ({name}) exited") from None
-    ours = sys.version_info[:2]
-    if version is not None and version < NEEDED:
-        raise CannotJoin(
-            f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there; {RESTART_HINT}"
-        )
-    if version is not None and version != ours:
-        raise CannotJoin(
-            f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
-            f"sys.remote_exec needs the same Python on both sides; run join with Python {_version(version)}"
-        )
-    if ours < NEEDED:
-        raise CannotJoin(
-            f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
-            f"needs Python {_version(NEEDED)} or later"
-        )
+    if not wake:
+        _check_remote_exec(pid, name, version)
     env = dict(item.decode(errors="replace").partition("=")[::2] for item in environ.split(b"\0") if b"=" in item)
     try:
         settings = settings_module.load(env)
     except SystemExit as error:
         raise CannotJoin(f"{pid} ({name}): in its environment, {str(error).removeprefix('monarch-pdb: ')}") from None
     return JoinTarget(pid, name, settings)
+
+
+def _check_remote_exec(pid: int, name: str, version: tuple[int, int] | None) -> None:
+    """CannotJoin unless `sys.remote_exec` can reach the process from here: Python 3.14+ on both
+    sides, the same on both."""
+    ours = sys.version_info[:2]
+    if version is not None and version < NEEDED:
+        raise CannotJoin(
+            f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there, or "
+            f"--wake (through gdb); {RESTART_HINT}"
+        )
+    if version is not None and version != ours:
+        raise CannotJoin(
+            f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
+            f"sys.remote_exec needs the same Python on both sides; run join with Python {_version(version)}, "
+            "or with --wake (through gdb)"
+        )
+    if ours < NEEDED:
+        raise CannotJoin(
+            f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
+            f"needs Python {_version(NEEDED)} or later, or --wake (through gdb)"
+        )
 
 
 FORK_SERVER = b"monarch_pdb.actor.forkserver"
@@ -268,8 +280,9 @@ def _refusal(target: JoinTarget, error: BaseException) -> str:
     return f"{target.who} cannot be joined: {error}"
 
 
-def ask(target: JoinTarget) -> None:
-    """Ask the process to run our script at its next safe point; CannotJoin if it cannot be asked."""
+def ask(target: JoinTarget, wake: bool = False) -> subprocess.Popen | None:
+    """Ask the process to run our script at its next safe point, or with `wake` now, through
+    gdb (whose process is returned, for `woken`); CannotJoin if it cannot be asked."""
     try:
         discovery.ensure_runtime_dir(target.settings)
         for stale in (target.answer, target.answer + ".tmp"):
@@ -281,10 +294,26 @@ def ask(target: JoinTarget) -> None:
     except (discovery.Insecure, OSError) as error:
         raise CannotJoin(f"{target.who}: {error}") from None
     try:
+        if wake:
+            return wake_module.start(target.pid, target.script)
         sys.remote_exec(target.pid, target.script)  # type: ignore[attr-defined]
+    except wake_module.CannotWake as why:
+        os.unlink(target.script)
+        raise CannotJoin(f"{target.who}: {why}") from None
     except (OSError, RuntimeError) as error:
         os.unlink(target.script)
         raise CannotJoin(_refusal(target, error)) from None
+    return None
+
+
+def woken(target: JoinTarget, gdb: subprocess.Popen) -> None:
+    """Once gdb has run our script in the process; CannotJoin with why it could not."""
+    try:
+        wake_module.finish(gdb)
+    except wake_module.CannotWake as why:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target.script)
+        raise CannotJoin(f"{target.who}: {why}") from None
 
 
 def answers(asked: list[JoinTarget], deadline: float) -> dict[int, Answer]:
@@ -337,7 +366,10 @@ def waiting_because(pid: int) -> str:
         return "it is stopped (SIGSTOP, or a debugger holds it); it joins once it runs again"
     where = _main_frame(pid)
     if state in ("S", "D"):
-        return f"its main thread is blocked in a C call{where}; it joins when that call returns or a signal arrives"
+        return (
+            f"its main thread is blocked in a C call{where}; it joins when that call returns or a signal "
+            "arrives, or at once with --wake"
+        )
     return f"its main thread is busy in a C call{where}; it joins when that call returns"
 
 
@@ -374,8 +406,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb join")
     parser.description = (
-        "Load the debugger into running Python 3.14+ processes (sys.remote_exec), as if each had "
-        "called monarch_pdb.install() now."
+        "Load the debugger into running Python 3.14+ processes (sys.remote_exec), or with --wake into "
+        "any Python 3.10+ process through gdb, as if each had called monarch_pdb.install() now."
     )
     parser.add_argument("pids", type=int, nargs="*", metavar="PID", help="a process to join")
     parser.add_argument(
@@ -383,6 +415,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         type=int,
         metavar="PID",
         help="join the Python processes a launcher (torchrun, mpirun, an srun step) runs below PID",
+    )
+    parser.add_argument(
+        "--wake",
+        action="store_true",
+        help="run the loading now, through gdb, in processes blocked in a C call, and on any Python from 3.10",
     )
     parser.add_argument(
         "--timeout",
@@ -460,11 +497,22 @@ def run(args: argparse.Namespace) -> int:
         _say(str(refusal))
         return 2 if not args.pids and args.children_of is None else 1
     asked: list[JoinTarget] = []
+    waking: list[tuple[JoinTarget, subprocess.Popen]] = []
     refused = 0
     for pid in pids:
         try:
-            chosen = target(pid)
-            ask(chosen)
+            chosen = target(pid, args.wake)
+            gdb = ask(chosen, args.wake)
+            if gdb is None:
+                asked.append(chosen)
+            else:
+                waking.append((chosen, gdb))
+        except CannotJoin as refusal:
+            _say(str(refusal))
+            refused += 1
+    for chosen, gdb in waking:  # one gdb per process, side by side
+        try:
+            woken(chosen, gdb)
             asked.append(chosen)
         except CannotJoin as refusal:
             _say(str(refusal))

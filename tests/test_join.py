@@ -166,7 +166,8 @@ def test_a_process_blocked_in_a_c_call_is_named_and_joins_once_the_call_returns(
                 assert (done.returncode, done.stdout) == (1, "")
                 assert done.stderr == (
                     f"monarch-pdb: {pid} (python) has not joined within 3 s: its main thread is blocked in a C call "
-                    "under blocked.py:8 <module>; it joins when that call returns or a signal arrives\n"
+                    "under blocked.py:8 <module>; it joins when that call returns or a signal arrives, or at "
+                    "once with --wake\n"
                 )
                 peer.sendall(b"!")
                 rows = wait_for_all_rows(env, lambda rows: [r.pid for r in rows] == [pid], timeout=90)
@@ -285,7 +286,8 @@ def test_a_python_older_than_3_14_is_refused_with_what_to_do_instead(env, tmp_pa
         assert (done.returncode, done.stdout) == (1, "")
         assert re.fullmatch(
             rf"monarch-pdb: {program.proc.pid} runs Python 3\.1[0-3]; joining needs 3\.14 or later "
-            r"there; start it with PYTHONBREAKPOINT=monarch_pdb\.set_trace or monarch_pdb\.install\(\)\n",
+            r"there, or --wake \(through gdb\); start it with PYTHONBREAKPOINT=monarch_pdb\.set_trace or "
+            r"monarch_pdb\.install\(\)\n",
             done.stderr,
         ), done.stderr
         assert program.proc.poll() is None
@@ -381,3 +383,85 @@ def test_no_process_and_no_children_are_refused(env, tmp_path):
 def test_the_ranks_below_a_program_of_our_actor_runtime_are_its_workers_not_their_fork_server(env, example):
     rows = wait_for_all_rows(env, lambda rows: len(rows) == 16)
     assert children_of(example.proc.pid) == sorted(row.pid for row in rows)
+
+
+HUNG = textwrap.dedent("""
+    import os
+    import socket
+    import threading
+    import time
+
+    rank = int(os.environ["RANK"])
+
+
+    def nap():
+        kind = "sleep"
+        started = time.monotonic()
+        time.sleep(float(os.environ["NAP"]))
+        os.write(1, f"WOKE {time.monotonic() - started:.1f}\\n".encode())
+        threading.Event().wait()
+
+
+    def wait_for_peers():
+        kind = "event"
+        threading.Event().wait()
+
+
+    def read_reply():
+        kind = "socket"
+        mine, theirs = socket.socketpair()
+        mine.recv(1)
+
+
+    os.write(1, f"WAITING {rank} {os.getpid()}\\n".encode())
+    (nap, wait_for_peers, read_reply)[rank]()
+""")
+"""A job that hangs for good, as torchrun starts it: each rank's main thread blocked in one C
+call that never returns (rank 0's sleep ends, late, then it blocks too)."""
+NAP = 15.0
+
+
+needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (Debian: apt-get install gdb)")
+
+
+@needs_gdb
+@pytest.mark.timeout(240)
+def test_wake_joins_processes_blocked_for_good_on_any_python_and_their_calls_go_on(env, tmp_path):
+    (tmp_path / "train.py").write_text(HUNG)
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    program = Program(dict(env, NAP=str(NAP)), tmp_path / "launch.py", "train.py", cwd=tmp_path)
+    try:
+        wait_for_lines(program, "WAITING", 3)
+        elsewhere = dict(env, MONARCH_PDB_RUNTIME_DIR=str(tmp_path / "join's own"))
+        done = join(elsewhere, "--wake", "--children-of", str(program.proc.pid), "--timeout", PATIENCE)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "joined 3 processes: train ranks[0-2]\n", "")
+
+        seen = debug(env, "interrupt train ranks(:)", "cast train ranks(:) p kind", "continue")
+        assert seen.returncode == 0, seen.stdout + seen.stderr
+        assert "Interrupted 3 ranks: train ranks[0-2] (3)\n" in seen.stdout, seen.stdout
+        assert "train ranks[0] (1)\n'sleep'\ntrain ranks[1] (1)\n'event'\ntrain ranks[2] (1)\n'socket'\n" in seen.stdout
+        assert "Continued 3 ranks: train ranks[0-2]" in seen.stdout, seen.stdout
+
+        woke = re.search(r"^WOKE ([\d.]+)$", wait_for_lines(program, "WOKE", 1, timeout=NAP + 60), re.M)
+        assert woke and float(woke[1]) >= NAP, "the sleep went on after the join, and ended at its own time"
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_wake_without_gdb_says_so_and_leaves_the_process_as_it_was(env, tmp_path):
+    (tmp_path / "idle.py").write_text(IDLE)
+    program = Program(env, tmp_path / "idle.py", cwd=tmp_path)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        no_gdb = dict(env, PATH=os.path.dirname(sys.executable))
+        done = join(no_gdb, "--wake", str(program.proc.pid))
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1,
+            "",
+            f"monarch-pdb: {program.proc.pid} (python): --wake needs gdb, which is not installed here "
+            "(Debian: apt-get install gdb)\n",
+        )
+        assert program.proc.poll() is None
+    finally:
+        program.stop()
