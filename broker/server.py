@@ -187,6 +187,7 @@ class Broker:
         poller.register(self.router, zmq.POLLIN)
         poller.register(self.pub, zmq.POLLIN)
         poller.register(woken, zmq.POLLIN)
+        poller.register(self.stacks.outside.fileno(), zmq.POLLIN)
         self.upstream.listen(poller)
         tick = max(0.05, self.settings.heartbeat_interval / 2)
         idle_since = next_tick = polled = time.monotonic()
@@ -203,8 +204,11 @@ class Broker:
                 self.note_connections()
             if self.router in ready:
                 self.drain()
+            if self.stacks.outside.fileno() in ready:
+                self.stacks.take_outside()
             self.hear_parent()
             now = polled = time.monotonic()
+            self.stacks.read_outside(now)
             self.requests.expire(now)
             self.casts.tell_progress(now)
             ticked = now >= next_tick
@@ -230,6 +234,7 @@ class Broker:
         os.close(wake)
         self.summarize_refusals(time.monotonic(), final=True)
         self.upstream.close()
+        self.stacks.outside.close()
         self.router.disable_monitor()
         self.monitor.close()
         self.router.close()
@@ -243,7 +248,7 @@ class Broker:
         """How long the poll may wait for a message: until the first request is due to expire
         or to tell its progress (each at its deadline, not a tick late), at most `most`: a
         broker that woke at a fixed pace while a cast was in flight would wake for nothing."""
-        due = min(self.requests.next_deadline(), self.casts.next_progress())
+        due = min(self.requests.next_deadline(), self.casts.next_progress(), self.stacks.next_outside_read())
         return min(most, max(0.0, due - time.monotonic()))
 
     def collect_between_requests(self, in_flight: bool) -> None:

@@ -9,12 +9,15 @@ that answer for theirs.
 
 from __future__ import annotations
 
+import math
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
+from monarch_pdb.broker.outside import OutsideReads
 from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.routes import Routes
@@ -25,6 +28,9 @@ from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.requests import Requests
+
+READ_OUTSIDE_AFTER = 1.0
+"""Seconds a process of this host gets to answer `stacks` before it is read from outside."""
 
 
 @dataclass(kw_only=True)
@@ -39,6 +45,9 @@ class StacksInFlight(AskedOfEach[wire.StackGroup]):
     picked_there: Callable[[bytes], list[int]] = lambda branch: []
     """The ranks a broker below picks with the selector, from what it told us: looked up only
     when it fails us, to name them."""
+    read_outside_at: float = math.inf
+    """When the processes of this host that have not answered yet are read from outside."""
+    every_thread: bool = False
     RESULT = wire.StacksResult
     LEFT_OUT = "its process sent no stack for it"
 
@@ -67,7 +76,7 @@ class StacksInFlight(AskedOfEach[wire.StackGroup]):
     def take(self, group: wire.StackGroup, mine: RankSet) -> None:
         if not mine:
             return
-        key = tuple(thread.key() for thread in group.threads)
+        key = (group.outside, *(thread.key() for thread in group.threads))
         self.merged.setdefault(key, (group.threads, []))[1].append(mine)
         if group.locals:
             self.fold_locals(key, group.locals, set(mine))
@@ -90,6 +99,7 @@ class StacksInFlight(AskedOfEach[wire.StackGroup]):
                     wire.LocalValue(name, value, sorted(ranks))
                     for (name, value), ranks in self.locals.get(key, {}).items()
                 ],
+                outside=key[0],
             )
             for key, (threads, sets) in self.merged.items()
         ]
@@ -130,6 +140,44 @@ class Stacks:
         self.registry = requests.registry
         self.send = requests.send
         self.table: InFlight[StacksInFlight] = requests.add(InFlight(part_size=part_size))
+        self.outside = OutsideReads()
+        self.host = socket.gethostname()
+
+    def next_outside_read(self) -> float:
+        return min((request.read_outside_at for request in self.table), default=math.inf)
+
+    def read_outside(self, now: float) -> None:
+        """The processes of this host that have not answered a request a moment after it was
+        asked are read from outside (their agents cannot run: C code holds the GIL)."""
+        for request in self.table:
+            if request.read_outside_at > now:
+                continue
+            request.read_outside_at = math.inf
+            here = [
+                (peer.identity, peer.pid)
+                for identity in request.waiting
+                if identity not in request.picking
+                and (peer := self.registry.peers.get(identity)) is not None
+                and peer.role == wire.Role.AGENT
+                and peer.host == self.host
+            ]
+            if here:
+                self.outside.start(request.id, here, request.every_thread)
+
+    def take_outside(self) -> None:
+        """Each process read from outside answers for the ranks it still owes: with the stack
+        read, marked as read from outside, or with why it could not be read."""
+        for done in self.outside.taken():
+            request = self.table.get(done.ref)
+            if request is None or done.peer not in request.waiting:
+                continue  # settled, or its agent answered after all
+            owed = RankSet.of(request.waiting[done.peer])
+            if done.threads is not None:
+                request.report(done.peer, [wire.StackGroup(done.threads, owed, outside=True)])
+            else:
+                why = f"its process sent nothing in time, and reading it from outside failed: {done.why}"
+                request.report(done.peer, [], [wire.Missing(rank, why) for rank in owed])
+            self.requests.settle(self.table, request)
 
     def routes(self) -> Routes:
         return Routes(
@@ -176,9 +224,16 @@ class Stacks:
         merged as they come: a broker below that evaluates the selector is sent the selector.
         A shell whose selector picked nothing anywhere is told why, as when it picks nothing here."""
         job = picked.job
+        now = time.monotonic()
         request = self.table.open(
             StacksInFlight(
-                shell=shell, ref=ref, actor=actor, deadline=time.monotonic() + timeout, missing=picked.absent
+                shell=shell,
+                ref=ref,
+                actor=actor,
+                deadline=now + timeout,
+                missing=picked.absent,
+                read_outside_at=now + min(READ_OUTSIDE_AFTER, timeout / 2),
+                every_thread=threads == wire.Threads.ALL,
             )
         )
         for live in picked.sessions:

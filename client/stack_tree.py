@@ -216,7 +216,18 @@ def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> s
         head.append(f"... and {rest} more ranks in {len(odd) - ELSEWHERE_SHOWN} other places")
     common = [] if full else trunk(result.groups, every_thread)
     body = draw(tree(result.groups, every_thread, common))
-    return "\n".join(head + body + locals_lines(result)) + "\n" + missing_lines(result)
+    return "\n".join(head + body + locals_lines(result) + outside_lines(result)) + "\n" + missing_lines(result)
+
+
+def outside_lines(result: wire.StacksResult) -> list[str]:
+    """Which ranks' stacks were read from outside their processes, and why that was needed."""
+    outside = sorted({r for group in result.groups if group.outside for r in group.ranks})
+    if not outside:
+        return []
+    return [
+        f"{result.actor} {rank_text(outside)}: read from outside their processes (frames only): "
+        "their agents did not answer, C code holding the GIL"
+    ]
 
 
 def frame_document(frame: wire.Frame) -> dict:
@@ -241,6 +252,7 @@ def document(result: wire.StacksResult, every_thread: bool = False, full: bool =
                     if group.locals
                     else {}
                 ),
+                **({"outside": True} if group.outside else {}),
             }
             for group in result.groups
         ],

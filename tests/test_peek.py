@@ -216,7 +216,7 @@ def test_peek_answers_what_raises_cuts_what_runs_long_and_changes_nothing(env, j
 
 
 @pytest.mark.timeout(90)
-def test_a_rank_holding_the_gil_is_named_and_nothing_waits_for_it(env, tmp_path):
+def test_a_rank_holding_the_gil_is_named_by_peek_and_shown_by_stacks_read_from_outside(env, tmp_path):
     script = tmp_path / "gil.py"
     script.write_text(GIL)
     go = tmp_path / "go"
@@ -232,6 +232,13 @@ def test_a_rank_holding_the_gil_is_named_and_nothing_waits_for_it(env, tmp_path)
             held.stdout
             == "no answer from train ranks[0] (1): holds the GIL in C code (its process sent nothing in time)\n"
         )
+        stacks = debug(env, "stacks train")
+        assert stacks.returncode == 0, stacks.stdout + stacks.stderr
+        assert stacks.stdout.splitlines()[1:] == [
+            "gil.py:14 <module>  ranks[0] (1)",
+            "train ranks[0] (1): read from outside their processes (frames only): their agents did not answer, "
+            "C code holding the GIL",
+        ], "where the rank is, read by its host's broker without running code in it"
         code, output = program.finish(timeout=30)
         assert code == 0 and "DONE" in output, output
     finally:
