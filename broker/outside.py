@@ -62,12 +62,12 @@ def _unwound(pid: int) -> list[tuple[bool, wire.ThreadStack]]:
         trace = _remote_debugging.RemoteUnwinder(pid, all_threads=True).get_stack_trace()
         threads = [t for item in trace for t in getattr(item, "threads", [item])]
         found = []
-        for at, thread in enumerate(threads):
+        for thread in threads:
             frames = [
                 wire.Frame(f.filename, getattr(f, "lineno", None) or f.location.lineno, f.funcname)
                 for f in reversed(thread.frame_info)
             ]
-            found.append((at == 0, wire.ThreadStack(f"thread {thread.thread_id}", frames)))
+            found.append((thread.thread_id == pid, wire.ThreadStack(f"thread {thread.thread_id}", frames)))
         return found
     except Exception as error:
         raise CannotRead(str(error)) from None
