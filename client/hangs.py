@@ -1,5 +1,5 @@
 """The shell's commands for a job that hangs, which look at the whole job at once and stop
-nothing unasked: `stacks`, `peek`, `interrupt` and `mesh`. They reach the shell through the
+nothing unasked: `stacks`, `peek`, `collectives`, `interrupt` and `mesh`. They reach the shell through the
 narrow `Shell` it offers them, never its prompt or its sessions.
 """
 
@@ -11,7 +11,7 @@ import json
 from typing import Protocol, TextIO, cast
 
 import cmd2
-from monarch_pdb.client import answers, mesh, stack_tree
+from monarch_pdb.client import answers, collectives, mesh, stack_tree
 from monarch_pdb.client.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
@@ -208,6 +208,40 @@ class HangCommands(cmd2.CommandSet):
             shell.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
 
     complete_peek = complete_actor
+
+    @command(
+        argument("actor", help=ACTOR_HELP),
+        argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)"),
+        argument(
+            "--timeout",
+            type=timeout,
+            default=PEEK_TIMEOUT,
+            metavar="S",
+            help=f"seconds a rank may take to answer (default {PEEK_TIMEOUT:g})",
+        ),
+        argument("--json", action="store_true", help="the groups and their ranks as JSON"),
+    )
+    def do_collectives(self, args: argparse.Namespace) -> None:
+        """collectives <actor> [ranks(<ranks>)] [--timeout S] [--json]
+
+        What each rank's torch.distributed process groups last did, read without stopping
+        the ranks, folded over ranks: per group, the first collective the ranks disagree on and
+        the ranks that never entered it, then where each set of ranks stands (the last
+        collective's operation, sizes and state where the job enabled torch's Flight Recorder)."""
+        shell = self.shell
+        job, actor, selection, extra = words_target(args.actor, args.selector, usage(self.do_collectives))
+        if extra:
+            raise CommandError(f"collectives takes an actor and a selector, not {extra!r}")
+        selector = render_selector(selection or parse_selector("ranks(:)"))
+        result = shell.conn.peek(actor, selector, collectives.EXPRESSION, args.timeout, job=job)
+        shell.actors.add(actor)
+        report = collectives.fold(result)
+        doc = collectives.document(report)
+        shell.report.result(json.dumps(doc, sort_keys=True) if args.json else collectives.text(report), doc)
+        if result.missing:
+            shell.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
+
+    complete_collectives = complete_actor
 
     @command(
         argument("actor", help=ACTOR_HELP),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import textwrap
 
@@ -17,6 +18,7 @@ from programs import (
     DEBUG_SHELL,
     EXAMPLES,
     Program,
+    debug,
     interrupt_running_ranks,
     wait_for_all_rows,
     wait_for_lines,
@@ -212,4 +214,68 @@ def test_peek_finds_the_nan_while_ranks_wait_in_the_all_reduce_for_a_hung_one(en
         code, output = program.finish(timeout=90)
         assert code == 0 and all(f"RANK {rank} FINISHED" in output for rank in range(4)), output
     finally:
+        program.stop()
+
+
+SKIPS = textwrap.dedent("""
+    import sys
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+
+
+    def next_batch(rank, step):
+        if rank == 3 and step == 2:
+            while True:
+                time.sleep(0.1)  # a data loader that never comes back
+        return torch.ones(8)
+
+
+    def main():
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        for step in range(5):
+            batch = next_batch(rank, step)
+            dist.all_reduce(batch)
+            sys.stdout.write(f"STEP {rank} {step}\\n")  # one write: the ranks share the launcher's output
+            sys.stdout.flush()
+
+
+    main()
+""")
+"""Four ranks over gloo with torch's Flight Recorder on: rank 3 never comes back from its third
+batch, so it never enters the third all_reduce, which ranks 0-2 wait in."""
+
+
+@pytest.mark.timeout(240)
+def test_collectives_names_the_collective_a_rank_never_entered_and_where_it_is(env, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SKIPS)
+    program = Program(dict(env, TORCH_FR_BUFFER_SIZE="2000"), script, cwd=tmp_path, launcher=TORCHRUN)
+    rows = []
+    try:
+        wait_for_lines(program, "STEP", 4 * 2, timeout=150)  # every rank past its second step
+        rows = wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")] * 4)
+        seen = debug(env, "collectives train")
+        assert seen.returncode == 0, seen.stdout + seen.stderr
+        lines = seen.stdout.splitlines()
+        assert lines[0] == (
+            "train: group 0 (world, 4 ranks): ranks[3] (1) never entered #3 all_reduce, which ranks[0-2] (3) entered"
+        ), seen.stdout
+        assert re.fullmatch(
+            r"  ranks\[0-2\] \(3\): #3 all_reduce \[\[8\]\], scheduled [\d.]+ s ago, not completed; at train\.py:\d+ main",
+            lines[1],
+        ), seen.stdout
+        assert re.fullmatch(
+            r"  ranks\[3\] \(1\): #2 all_reduce \[\[8\]\], completed; at train\.py:\d+ next_batch", lines[2]
+        )
+        assert len(lines) == 3, "nothing else: the Flight Recorder is on, every rank answered"
+    finally:
+        for row in rows:  # hung for good, in a session of torchrun's own: killed one by one
+            os.kill(row.pid, signal.SIGKILL)
         program.stop()

@@ -39,6 +39,14 @@ class Fork:
 
 
 @dataclass(frozen=True)
+class Kill:
+    """Kill a worker, unless it is gone: only its parent, the fork server, knows that its pid
+    is not yet free for another process to take."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
 class Started:
     pid: int
 
@@ -59,18 +67,23 @@ def serve(control: socket.socket) -> tuple[int, int] | None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    live: set[int] = set()
     try:
         while True:
             readable, _, _ = select.select([control.fileno(), wake_r], [], [])
             if wake_r in readable:
                 os.read(wake_r, 4096)
-                _report_exits(control)
+                _report_exits(control, live)
             if control.fileno() not in readable:
                 continue
             data, fds, _, _ = socket.recv_fds(control, MAX_REQUEST, 3)
             if not data:
                 return None
-            request: Fork = pickle.loads(data)
+            request: Fork | Kill = pickle.loads(data)
+            if isinstance(request, Kill):
+                if request.pid in live:
+                    os.kill(request.pid, signal.SIGKILL)
+                continue
             pid = os.fork()
             if pid == 0:
                 signal.set_wakeup_fd(-1)
@@ -80,12 +93,13 @@ def serve(control: socket.socket) -> tuple[int, int] | None:
                 return _become_worker(request, fds)
             for fd in fds:
                 os.close(fd)
+            live.add(pid)
             control.send(pickle.dumps(Started(pid)))
     except OSError:
         return None  # the program is gone
 
 
-def _report_exits(control: socket.socket) -> None:
+def _report_exits(control: socket.socket, live: set[int]) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -93,6 +107,7 @@ def _report_exits(control: socket.socket) -> None:
             return
         if pid == 0:
             return
+        live.discard(pid)
         control.send(pickle.dumps(Exited(pid, os.waitstatus_to_exitcode(status))))
 
 
@@ -181,10 +196,12 @@ class Forked:
             return self.server.exited.get(self.pid, -signal.SIGKILL)
 
     def kill(self) -> None:
+        """SIGKILL, sent by the fork server, which knows whether the worker is still there:
+        from here, a worker that just ended could have left its pid to another process."""
         try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            self.server.control.send(pickle.dumps(Kill(self.pid)))
+        except OSError:
+            pass  # the fork server is gone, and its workers with it
 
 
 def run(argv: list[str]) -> None:

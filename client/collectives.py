@@ -1,0 +1,171 @@
+"""`collectives`: what each rank's torch.distributed process groups last did, read from every
+rank as `peek` reads (`monarch_pdb.rank.process_groups`), folded over ranks; per group, the
+first collective the ranks disagree on and the ranks that never entered it come first, as
+torch's offline Flight Recorder analyzer names them, but live.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from monarch_pdb import wire
+from monarch_pdb.ranks import format_ranks
+
+EXPRESSION = "__import__('monarch_pdb.rank.process_groups', fromlist=['snapshot']).snapshot()"
+"""What `collectives` evaluates in each rank."""
+RECORDER_OFF = (
+    "torch's Flight Recorder is off in this job: with TORCH_FR_BUFFER_SIZE=2000 (gloo) or "
+    "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (NCCL) in its environment each collective is named"
+)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a rank stands in one group: the collectives it entered, and the last one as the
+    Flight Recorder has it (empty when it is off)."""
+
+    entered: int
+    completed: int = -1
+    last: tuple = ()
+    """(sequence number, operation, sizes, state, age in seconds) of its last collective."""
+    at: str = ""
+
+    @property
+    def shown(self) -> str:
+        if not self.last:
+            text = f"entered #{self.entered}"
+        else:
+            seq, op, sizes, state, age = self.last
+            done = seq <= self.completed or state == "completed"
+            text = f"#{seq} {op} {sizes}, " + ("completed" if done else f"{state} {age:g} s ago, not completed")
+        return f"{text}; at {self.at}" if self.at else text
+
+
+@dataclass
+class Group:
+    """One process group over the ranks that answered."""
+
+    name: str
+    size: int
+    desc: str = ""
+    """What torch calls it beside its name: `world` for the default group."""
+    ranks: dict[int, Where] = field(default_factory=dict)
+
+    def disagreement(self) -> tuple[int, str, list[int], list[int]] | None:
+        """The first collective some ranks entered and others did not: its number, its
+        operation where known, the ranks that never entered it, those that did."""
+        entered = {rank: where.entered for rank, where in self.ranks.items()}
+        if len(set(entered.values())) < 2:
+            return None
+        first = min(entered.values()) + 1
+        behind = sorted(r for r, n in entered.items() if n < first)
+        ahead = sorted(r for r, n in entered.items() if n >= first)
+        ops = [w.last[1] for r, w in self.ranks.items() if r in ahead and w.last and w.last[0] == first]
+        return first, ops[0] if ops else "", behind, ahead
+
+
+@dataclass
+class Report:
+    actor: str
+    groups: dict[str, Group] = field(default_factory=dict)
+    failed: dict[str, list[int]] = field(default_factory=dict)
+    """Ranks whose answer was no snapshot, by what they said."""
+    recorded: bool = False
+    missing: list[wire.Missing] = field(default_factory=list)
+
+
+def fold(result: wire.PeekResult) -> Report:
+    report = Report(result.actor, missing=result.missing)
+    for answer in result.groups:
+        said = _snapshot(answer.output)
+        if "groups" not in said:
+            report.failed.setdefault(said.get("error", "no answer"), []).extend(answer.ranks)
+            continue
+        report.recorded = report.recorded or said.get("recorded", False)
+        for rank in answer.ranks:
+            for entry in said["groups"]:
+                group = report.groups.setdefault(
+                    entry["name"], Group(entry["name"], entry["size"], entry.get("desc", ""))
+                )
+                last = entry.get("last") or {}
+                group.ranks[rank] = Where(
+                    entry["entered"],
+                    entry.get("completed", -1),
+                    (last["seq"], last["op"], last["sizes"], last["state"], last["age"]) if last else (),
+                    said.get("at", ""),
+                )
+    return report
+
+
+def _snapshot(output: str) -> dict[str, Any]:
+    """A rank's snapshot from what peek printed of it (its repr), or why there is none."""
+    text = output.strip()
+    if text.startswith("***"):
+        return {"error": text.removeprefix("*** ")}
+    try:
+        return json.loads(ast.literal_eval(text))
+    except (ValueError, SyntaxError, TypeError):
+        return {"error": f"not a snapshot: {text[:80]}"}
+
+
+def ranks_text(ranks: list[int]) -> str:
+    return f"ranks[{format_ranks(sorted(ranks))}] ({len(ranks)})"
+
+
+def text(report: Report) -> str:
+    lines = []
+    for group in sorted(report.groups.values(), key=lambda g: g.name):
+        head = f"{report.actor}: group {group.name} ({group.desc + ', ' if group.desc else ''}{group.size} ranks)"
+        disagree = group.disagreement()
+        if disagree is None:
+            lines.append(f"{head}: every rank entered #{next(iter(group.ranks.values())).entered}")
+        else:
+            seq, op, behind, ahead = disagree
+            what = f"#{seq} {op}".rstrip()
+            lines.append(f"{head}: {ranks_text(behind)} never entered {what}, which {ranks_text(ahead)} entered")
+        alike: dict[str, list[int]] = {}
+        for rank, where in group.ranks.items():
+            alike.setdefault(where.shown, []).append(rank)
+        for shown, ranks in sorted(alike.items(), key=lambda item: min(item[1])):
+            lines.append(f"  {ranks_text(ranks)}: {shown}")
+    for why, ranks in report.failed.items():
+        lines.append(f"{report.actor} {ranks_text(ranks)}: {why}")
+    if report.groups and not report.recorded:
+        lines.append(RECORDER_OFF)
+    lines += [f"no answer from {report.actor} rank {m.rank}: {m.reason}" for m in report.missing]
+    return "\n".join(lines) + "\n"
+
+
+def document(report: Report) -> dict[str, Any]:
+    groups = []
+    for group in sorted(report.groups.values(), key=lambda g: g.name):
+        disagree = group.disagreement()
+        groups.append(
+            {
+                "name": group.name,
+                "desc": group.desc,
+                "size": group.size,
+                "disagreement": None
+                if disagree is None
+                else {"seq": disagree[0], "op": disagree[1], "never_entered": disagree[2], "entered": disagree[3]},
+                "ranks": {
+                    str(rank): {
+                        "entered": where.entered,
+                        "completed": where.completed,
+                        "last": dict(zip(("seq", "op", "sizes", "state", "age"), where.last)) if where.last else None,
+                        "at": where.at,
+                    }
+                    for rank, where in sorted(group.ranks.items())
+                },
+            }
+        )
+    return {
+        "actor": report.actor,
+        "groups": groups,
+        "failed": [{"ranks": ranks, "reason": why} for why, ranks in report.failed.items()],
+        "recorded": report.recorded,
+        "missing": [{"rank": m.rank, "reason": m.reason} for m in report.missing],
+    }
