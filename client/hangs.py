@@ -38,6 +38,14 @@ from monarch_pdb.ranks import Selection, format_ranks, parse_selector, render_se
 
 INTERRUPT_TIMEOUT = 5.0
 PEEK_TIMEOUT = 5.0
+RANK_ANSWERS_WITHIN = argument(
+    "--timeout",
+    type=timeout,
+    default=PEEK_TIMEOUT,
+    metavar="S",
+    help=f"seconds a rank may take to answer (default {PEEK_TIMEOUT:g})",
+)
+"""The time limit of a command that reads running ranks as `peek` does."""
 
 
 class Shell(Protocol):
@@ -160,13 +168,7 @@ class HangCommands(cmd2.CommandSet):
     @command(
         argument("--frame", dest="function", default="", metavar="FUNC", help="the innermost frame of FUNC"),
         argument("--up", type=frames_up, default=0, metavar="N", help="that many frames further out"),
-        argument(
-            "--timeout",
-            type=timeout,
-            default=PEEK_TIMEOUT,
-            metavar="S",
-            help=f"seconds a rank may take to answer (default {PEEK_TIMEOUT:g})",
-        ),
+        RANK_ANSWERS_WITHIN,
         argument("--json", action="store_true", help="the grouped answers as JSON"),
         argument("actor", help=ACTOR_HELP),
         argument(
@@ -212,13 +214,7 @@ class HangCommands(cmd2.CommandSet):
     @command(
         argument("actor", help=ACTOR_HELP),
         argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)"),
-        argument(
-            "--timeout",
-            type=timeout,
-            default=PEEK_TIMEOUT,
-            metavar="S",
-            help=f"seconds a rank may take to answer (default {PEEK_TIMEOUT:g})",
-        ),
+        RANK_ANSWERS_WITHIN,
         argument("--json", action="store_true", help="the groups and their ranks as JSON"),
     )
     def do_collectives(self, args: argparse.Namespace) -> None:
