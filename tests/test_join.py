@@ -233,7 +233,7 @@ REFUSALS = {
         {},
         [_other_python() or "python3"],
         r"{pid} \(python3\.\d+\) runs Python 3\.\d+ and join runs on Python 3\.\d+: sys\.remote_exec needs the same "
-        r"Python on both sides; run join with Python 3\.\d+",
+        r"Python on both sides; run join with Python 3\.\d+, or with --wake \(through gdb\)",
     ),
 }
 
@@ -436,10 +436,14 @@ def test_wake_joins_processes_blocked_for_good_on_any_python_and_their_calls_go_
         done = join(elsewhere, "--wake", "--children-of", str(program.proc.pid), "--timeout", PATIENCE)
         assert (done.returncode, done.stdout, done.stderr) == (0, "joined 3 processes: train ranks[0-2]\n", "")
 
-        seen = debug(env, "interrupt train ranks(:)", "cast train ranks(:) p kind", "continue")
+        # A rank blocked for good in a library's wait stops inside it (threading.py): an
+        # expression that reads the same in any frame.
+        seen = debug(
+            env, "interrupt train ranks(:)", "cast train ranks(:) p __import__('os').environ['RANK']", "continue"
+        )
         assert seen.returncode == 0, seen.stdout + seen.stderr
         assert "Interrupted 3 ranks: train ranks[0-2] (3)\n" in seen.stdout, seen.stdout
-        assert "train ranks[0] (1)\n'sleep'\ntrain ranks[1] (1)\n'event'\ntrain ranks[2] (1)\n'socket'\n" in seen.stdout
+        assert "train ranks[0] (1)\n'0'\ntrain ranks[1] (1)\n'1'\ntrain ranks[2] (1)\n'2'\n" in seen.stdout
         assert "Continued 3 ranks: train ranks[0-2]" in seen.stdout, seen.stdout
 
         woke = re.search(r"^WOKE ([\d.]+)$", wait_for_lines(program, "WOKE", 1, timeout=NAP + 60), re.M)

@@ -80,16 +80,6 @@ def signal_reaches(running: Running) -> bool:
     )
 
 
-def calling_frame(frame):
-    """Where a signal that cut short a wait inside Python's library (an event's, a queue's)
-    stops the rank: the innermost frame of the program's own code that called it, where its
-    names are; `frame` itself when no program code called it."""
-    caller = frame
-    while caller is not None and not program_code(caller.f_code.co_filename):
-        caller = caller.f_back
-    return caller or frame
-
-
 def signal_main_thread() -> None:
     signal.pthread_kill(threading.main_thread().ident, SIGNAL)  # type: ignore[arg-type]
 
@@ -155,7 +145,7 @@ class Interrupts:
         finally:
             self._lock.release()
         if wanted:
-            self._stop(calling_frame(frame), wanted[0][0])
+            self._stop(frame, wanted[0][0])
 
     def _signal(self, now: float, force: bool = False) -> None:
         with self._lock:
