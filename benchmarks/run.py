@@ -168,6 +168,7 @@ def main() -> int:
             "tty_cast": shells.cast_round_trips,
             "tty_next": stepping.shell_next_round_trips,
             "dap_next": stepping.editor_next_round_trips,
+            "dap_step_shown": stepping.editor_step_shown_round_trips,
         }
         samples: dict[str, list[int]] = {name: [] for name in measures}
         for n in range(ROUNDS[mode]):
@@ -233,6 +234,12 @@ def main() -> int:
         Result(
             "editor: `next` on one rank, request to `stopped` event",
             samples["dap_next"],
+            floor=tty_next,
+            target=Target(times_floor=2.0),
+        ),
+        Result(
+            "editor: Step Over to the new frame's Locals, as VS Code asks",
+            samples["dap_step_shown"],
             floor=tty_next,
             target=Target(times_floor=2.0),
         ),
