@@ -125,8 +125,8 @@ class OutsideReads:
                 self._done.put(Read(ref, peer, None, str(why)))
             try:
                 os.write(self._wake, b"!")
-            except BlockingIOError:
-                pass  # the loop has yet to read the earlier wake-ups: it will take this one too
+            except OSError:
+                pass  # the loop has yet to read earlier wake-ups (it takes this one too), or it closed
 
     def taken(self) -> list[Read]:
         """The reads done since the last call."""

@@ -10,7 +10,6 @@ that answer for theirs.
 from __future__ import annotations
 
 import math
-import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -141,7 +140,6 @@ class Stacks:
         self.send = requests.send
         self.table: InFlight[StacksInFlight] = requests.add(InFlight(part_size=part_size))
         self.outside = OutsideReads()
-        self.host = socket.gethostname()
 
     def next_outside_read(self) -> float:
         return min((request.read_outside_at for request in self.table), default=math.inf)
@@ -159,7 +157,7 @@ class Stacks:
                 if identity not in request.picking
                 and (peer := self.registry.peers.get(identity)) is not None
                 and peer.role == wire.Role.AGENT
-                and peer.host == self.host
+                and peer.host == self.registry.host
             ]
             if here:
                 self.outside.start(request.id, here, request.every_thread)

@@ -222,7 +222,7 @@ def children_of(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                parent = int(_read(int(entry), "stat").rsplit(b")", 1)[1].split()[1])
+                parent = _parent_of(int(entry))
             except (OSError, IndexError, ValueError):
                 continue
             below.setdefault(parent, []).append(int(entry))
@@ -246,8 +246,21 @@ def _is_fork_server(pid: int) -> bool:
     command = _read(pid, "cmdline")
     if FORK_SERVER not in command:
         return False
-    parent = int(_read(pid, "stat").rsplit(b")", 1)[1].split()[1])
-    return _read(parent, "cmdline") != command
+    return _read(_parent_of(pid), "cmdline") != command
+
+
+def _stat(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command's name (which may hold spaces)."""
+    return _read(pid, "stat").rsplit(b")", 1)[1].split()
+
+
+def _state(pid: int) -> str:
+    """The state of the process's main thread: R running, S or D blocked in a call, T stopped..."""
+    return _stat(pid)[0].decode()
+
+
+def _parent_of(pid: int) -> int:
+    return int(_stat(pid)[1])
 
 
 def _causes(error: BaseException | None):
@@ -295,7 +308,7 @@ def ask(target: JoinTarget, wake: bool = False) -> subprocess.Popen | None:
         raise CannotJoin(f"{target.who}: {error}") from None
     try:
         if wake:
-            return wake_module.start(target.pid, target.script)
+            return wake_module.start(target.pid, target.script, blocked=_state(target.pid) in ("S", "D"))
         sys.remote_exec(target.pid, target.script)  # type: ignore[attr-defined]
     except wake_module.CannotWake as why:
         os.unlink(target.script)
@@ -357,7 +370,7 @@ def listed(settings: settings_module.Settings, pids: set[int], deadline: float) 
 def waiting_because(pid: int) -> str:
     """Why a process asked to join has not run our script yet."""
     try:
-        state = _read(pid, "stat").rsplit(b")", 1)[1].split()[0].decode()
+        state = _state(pid)
     except OSError:
         state = "Z"
     if state in ("Z", "X"):

@@ -44,21 +44,12 @@ def c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def main_thread_blocked(pid: int) -> bool:
-    """Whether the main thread of `pid` sleeps in the kernel (a blocking call), as /proc says."""
-    with open(f"/proc/{pid}/task/{pid}/stat", "rb") as f:
-        return f.read().rsplit(b")", 1)[1].split()[0] in (b"S", b"D")
-
-
-def start(pid: int, script: str) -> subprocess.Popen:
-    """gdb, started on `pid` to run `script` there; `finish` says how it went."""
+def start(pid: int, script: str, blocked: bool) -> subprocess.Popen:
+    """gdb, started on `pid` to run `script` there (its main thread `blocked` in a call, or
+    running); `finish` says how it went."""
     gdb = shutil.which("gdb")
     if gdb is None:
         raise CannotWake("--wake needs gdb, which is not installed here (Debian: apt-get install gdb)")
-    try:
-        blocked = main_thread_blocked(pid)
-    except FileNotFoundError:
-        raise CannotWake("it exited") from None
     setup = ["set debuginfod enabled off", "set auto-load off", "set confirm off", "set pagination off"]
     args = [gdb, "-nx", "-batch", *(f"-iex={line}" for line in setup), "-p", str(pid)]
     for command in [*gdb_commands(script, blocked), "detach", "quit"]:

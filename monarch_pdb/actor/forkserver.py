@@ -27,6 +27,7 @@ from monarch_pdb.actor import worker
 
 MAX_REQUEST = 1 << 20
 """The largest request (the program's environment) the fork server reads."""
+GONE = "the fork server of this program's workers is gone"
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ def _report_exits(control: socket.socket, live: set[int]) -> None:
 
 
 def _become_worker(request: Fork, fds: list[int]) -> tuple[int, int]:
-    """This forked process as `python -m monarch_pdb.actor.worker` would start: a session of its
-    own, no stdin, the program's stdout and stderr, directory and environment."""
+    """This forked process set up as a worker: a session of its own, no stdin, and the
+    program's stdout and stderr, directory and environment as they are now."""
     conn, stdout, stderr = fds
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -139,8 +140,7 @@ class ForkServer:
         )
         theirs.close()
         self.control = ours
-        self.lock = threading.Lock()
-        self.changed = threading.Condition(self.lock)
+        self.changed = threading.Condition()
         self.started: list[int] = []
         self.exited: dict[int, int] = {}
         self.gone = False
@@ -150,14 +150,14 @@ class ForkServer:
         """A new worker whose end of its connection to us is `conn_fd`. Called from one
         thread only: the answers come in the order of the requests."""
         request = pickle.dumps(Fork(os.getcwd(), dict(os.environ)))
-        with self.lock:
-            if self.gone:
-                raise RuntimeError("the fork server of this program's workers is gone")
-        socket.send_fds(self.control, [request], [conn_fd, 1, 2])
+        try:
+            socket.send_fds(self.control, [request], [conn_fd, 1, 2])
+        except ConnectionError:
+            raise RuntimeError(GONE) from None
         with self.changed:
             self.changed.wait_for(lambda: self.started or self.gone)
             if not self.started:
-                raise RuntimeError("the fork server of this program's workers is gone")
+                raise RuntimeError(GONE)
             return Forked(self, self.started.pop(0))
 
     def _read(self) -> None:

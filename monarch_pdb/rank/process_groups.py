@@ -65,7 +65,7 @@ def _flight_recorder() -> dict[str, dict[str, Any]]:
     for entry in dumped.get("entries") or []:
         if entry.get("is_p2p"):
             continue
-        pg_id, _, name = (*entry.get("process_group", ["", ""]), "")[:3]
+        pg_id, name = (entry.get("process_group") or ["", ""])[:2]
         last = {
             "seq": entry.get("collective_seq_id"),
             "op": str(entry.get("profiling_name", "")).partition(":")[2] or entry.get("profiling_name", ""),

@@ -58,12 +58,7 @@ def test_the_guide_in_vscode(env, workspace, tmp_path):
         with CodeServer(Path(CACHE), env, workspace, tmp_path / "code-server") as server, \
                 browser(server.url, tmp_path / "chromium") as page:
             with step(page, "1-f5-16-threads"):
-                page.locator(".explorer-folders-view .monaco-list-row", has_text="debugging.py").wait_for()
-                server.wait_for_extensions()
-                # Once Run and Debug offers the configuration, F5 starts it.
-                page.keyboard.press("Control+Shift+D")
-                page.locator(".start-debug-action-item", has_text=default_configuration()["name"]).wait_for()
-                page.keyboard.press("F5")
+                press_f5(page, server, "debugging.py", default_configuration()["name"])
                 page.locator(".debug-toolbar").wait_for()
                 for rank in range(16):
                     expect(thread(page, rank)).to_be_visible()
@@ -166,11 +161,7 @@ def test_launch_a_job_act_on_its_ranks_as_a_group_and_stop_it(env, tmp_path):
     with CodeServer(Path(CACHE), env, folder, tmp_path / "code-server") as server, \
             browser(server.url, tmp_path / "chromium") as page:
         with step(page, "launch-1-f5-4-threads"):
-            page.locator(".explorer-folders-view .monaco-list-row", has_text="job.py").wait_for()
-            server.wait_for_extensions()
-            page.keyboard.press("Control+Shift+D")
-            page.locator(".start-debug-action-item", has_text=LAUNCH["name"]).wait_for()
-            page.keyboard.press("F5")
+            press_f5(page, server, "job.py", LAUNCH["name"])
             page.locator(".debug-toolbar").wait_for()
             for rank in range(4):
                 expect(thread(page, rank, "worker")).to_be_visible()
@@ -199,6 +190,16 @@ def test_launch_a_job_act_on_its_ranks_as_a_group_and_stop_it(env, tmp_path):
                                if "job.py" in cmd or "worker.py" in cmd or "monarch_pdb.broker" in cmd]:
                 assert time.monotonic() < deadline, f"the job, its ranks and its broker end: {job_left}"
                 time.sleep(0.1)
+
+
+def press_f5(page, server, shown_file: str, configuration: str) -> None:
+    """F5, once the workspace shows `shown_file`, the extension host has started and Run and
+    Debug offers `configuration`: before that, F5 starts nothing."""
+    page.locator(".explorer-folders-view .monaco-list-row", has_text=shown_file).wait_for()
+    server.wait_for_extensions()
+    page.keyboard.press("Control+Shift+D")
+    page.locator(".start-debug-action-item", has_text=configuration).wait_for()
+    page.keyboard.press("F5")
 
 
 def thread_state(page, rank: int, actor: str = "debugee"):
