@@ -41,6 +41,12 @@ class Peer:
     """A broker (below, or the parent) not heard from for a while, and kept: a stopped or
     starved process keeps its connection, and goes on where it was when it answers again."""
 
+    @property
+    def inspects(self) -> bool:
+        """An editor, or an agent's MCP server (which reads a rank's source so): a shell that
+        may also ask a paused session structured questions (`Inspect`)."""
+        return self.name in (wire.Client.EDITOR, wire.Client.AGENT)
+
     def describe(self) -> str:
         if self.role == wire.Role.PARENT:
             return f"a shell of the parent broker ({self.host})"
@@ -49,7 +55,7 @@ class Peer:
 
     def attached_in(self) -> str:
         """Where a session this peer holds is attached, as a refusal to attach says it."""
-        kind = "an editor" if self.name == wire.Client.EDITOR else "another shell"
+        kind = {wire.Client.EDITOR: "an editor", wire.Client.AGENT: "an agent"}.get(self.name, "another shell")
         return f"{kind} ({self.describe()})"
 
 

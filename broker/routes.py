@@ -18,8 +18,8 @@ Table = dict[type, Handler]
 
 @dataclass
 class Routes:
-    """The handlers for each kind of peer; an editor is a shell that may also ask what only
-    an editor asks."""
+    """The handlers for each kind of peer; an editor (and an agent's MCP server) is a shell that
+    may also ask what only an editor asks."""
 
     every: Table = field(default_factory=dict)
     agent: Table = field(default_factory=dict)
@@ -41,18 +41,18 @@ class Routes:
             kind = self.branch
         elif peer.role == wire.Role.PARENT:
             kind = self.parent
-        elif peer.name == wire.Client.EDITOR:
+        elif peer.inspects:
             kind = {**self.shell, **self.editor}
         else:
             kind = self.shell
         return {**self.every, **kind}
 
     def tables(self) -> dict[tuple[str, bool], Table]:
-        """Each table made once, by (role, is an editor)."""
+        """Each table made once, by (role, `Peer.inspects`)."""
         return {
-            (role, editor): self.table(Peer(b"", role, wire.Client.EDITOR if editor else "", "", 0, "", 0.0))
+            (role, inspects): self.table(Peer(b"", role, wire.Client.EDITOR if inspects else "", "", 0, "", 0.0))
             for role in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER, wire.Role.PARENT)
-            for editor in (False, True)
+            for inspects in (False, True)
         }
 
 

@@ -409,7 +409,7 @@ class Broker:
                 else:
                     self.send(identity, wire.Unknown())
                 continue
-            handler = self.routes[peer.role, peer.name == wire.Client.EDITOR].get(type(msg))
+            handler = self.routes[peer.role, peer.inspects].get(type(msg))
             if handler is not None:
                 handler(identity, msg)
             else:

@@ -399,7 +399,8 @@ class Table:
             holder.held.discard(sess.id)
             sess.watcher = holder.identity if holder.name == wire.Client.EDITOR else None
         sess.holder = shell
-        sess.attached = wire.Client.EDITOR if self.peers[shell].name == wire.Client.EDITOR else wire.Client.SHELL
+        kind = self.peers[shell].name
+        sess.attached = kind if kind in (wire.Client.EDITOR, wire.Client.AGENT) else wire.Client.SHELL
         self.peers[shell].held.add(sess.id)
         return holder
 

@@ -35,6 +35,8 @@ class Client(Word):
     SHELL = "shell"
     EDITOR = "editor"
     """An editor's Debug Adapter Protocol server (`monarch-pdb dap`)."""
+    AGENT = "agent"
+    """A coding agent's Model Context Protocol server (`monarch-pdb mcp`)."""
 
 
 class Threads(Word):
