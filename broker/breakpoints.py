@@ -81,6 +81,12 @@ def audited(msg: wire.Breakpoints) -> str:
     return f"breakpoints {msg.path} [{spots}]{uncaught}" if msg.path else f"breakpoints{uncaught}"
 
 
+def cleared(msg: wire.Breakpoints) -> wire.Breakpoints:
+    """What a process that runs none of the selected ranks is asked instead: the file with no
+    breakpoints, the filter off."""
+    return replace(msg, spots=[], uncaught=None if msg.uncaught is None else False)
+
+
 def standing_key(msg: wire.Breakpoints) -> str | None:
     """Where a request stands: by its file, "" for the `uncaught` filter."""
     return msg.path if msg.path else "" if msg.uncaught is not None else None
@@ -153,19 +159,27 @@ class BreakpointRequests:
 
     def on_parent_breakpoints(self, parent: bytes, msg: wire.Breakpoints) -> None:
         """From the broker above, for an editor it names: a selector that picks nothing here
-        is answered with no groups."""
-        self.ask(parent, UPSTREAM + msg.owner, msg, lambda refusal: wire.BreakpointsResult(ref=msg.ref, groups=[]))
+        still takes the file's breakpoints from the processes that had them, and is answered
+        with no groups."""
+        self.ask(parent, UPSTREAM + msg.owner, msg, None)
 
-    def ask(self, shell: bytes, owner: bytes, msg: wire.Breakpoints, refused: Callable[[str], wire.Message]) -> None:
+    def ask(
+        self, shell: bytes, owner: bytes, msg: wire.Breakpoints, refused: Callable[[str], wire.Message] | None
+    ) -> None:
         """Each selected rank's process is asked once, and each broker below that holds some,
         for its own; for a file's breakpoints, only those of ranks that run (a paused one takes
-        them as pdb's, asked of its session with `Inspect`)."""
+        them as pdb's, asked of its session with `Inspect`). A process that had the file's last
+        breakpoints and runs no selected rank now has them cleared, never given the new ones.
+        With no `refused` (the broker above asks), a selector that picks nothing here selects no
+        rank, and is no refusal."""
         self.setters.add(owner)
         try:
             chosen = self.chosen(msg)
         except (CannotServe, ranks.SelectorError) as refusal:
-            self.send(shell, refused(str(refusal)))
-            return
+            if refused is not None:
+                self.send(shell, refused(str(refusal)))
+                return
+            chosen = []
         request = self.table.open(
             BreakpointsInFlight(shell=shell, ref=msg.ref, actor=msg.actor, deadline=time.monotonic() + msg.timeout)
         )
@@ -173,15 +187,18 @@ class BreakpointRequests:
         for live in chosen:
             if not msg.path or not registry.is_paused(live.job, live.actor, live.rank):
                 request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
+        selecting = {live.peer for live in chosen}
         before = self.standing.get(standing_key(msg))
         for peer in before.asked if before is not None else ():
             if registry.peer(peer) is not None:  # had the last ones: its ranks may all be paused now
                 request.waiting.setdefault(peer, [])
+                if registry.is_branch(peer):
+                    selecting.add(peer)  # a broker below clears its own processes
         self.requests.skip_unreachable(request)
         self.audit.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
         for peer in request.waiting:
-            self.send(peer, self.ask_of(peer, request.id, msg, owner))
-        self.keep(msg, owner, set(request.waiting))
+            self.send(peer, self.ask_of(peer, request.id, msg if peer in selecting else cleared(msg), owner))
+        self.keep(msg, owner, set(request.waiting) & selecting)
         self.requests.settle(self.table, request)
 
     def ask_of(self, peer: bytes, ref: int, msg: wire.Breakpoints, owner: bytes) -> wire.Message:

@@ -706,6 +706,28 @@ def test_running_ranks_below_a_host_broker_take_the_editors_breakpoints_log_poin
         program.stop()
 
 
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring comes with Python 3.12")
+@pytest.mark.timeout(120)
+def test_a_files_new_breakpoints_go_only_to_the_ranks_selected_now(env, loops, editor):
+    program, script = loops()
+    editor.attach()
+    console_lines(editor, 1)  # no selected rank is paused yet
+    point = {"line": LOOP_LINE, "logMessage": "every {rank}"}
+    editor.request("setBreakpoints", source={"path": str(script)}, breakpoints=[point])
+    assert {line.split(":")[0] for line in console_lines(editor, 6)} == {"looper 0", "looper 1"}
+    one = DapClient(env)
+    try:
+        one.attach(ranks="looper ranks(1)")
+        console_lines(one, 1)
+        point = {"line": LOOP_LINE, "logMessage": "one {rank}"}
+        shown = one.request("setBreakpoints", source={"path": str(script)}, breakpoints=[point])["breakpoints"]
+        assert plain(shown) == [{"verified": True, "line": LOOP_LINE}]
+        printed = console_lines(one, 6)
+        assert all(line.startswith("looper 1: one 1") for line in printed), printed
+    finally:
+        one.close()
+
+
 @pytest.mark.each_python
 @pytest.mark.timeout(120)
 def test_log_points_print_in_the_console_naming_the_rank_with_conditions_and_hit_counts(loops, editor):
