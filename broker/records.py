@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 from monarch_pdb import wire
 
+CLIENT_KINDS: dict[str, str] = {wire.Client.EDITOR: "an editor", wire.Client.AGENT: "an agent"}
+"""How a refusal to attach names the holder of a session, when it is no shell."""
+
 
 @dataclass(slots=True)
 class Peer:
@@ -55,7 +58,7 @@ class Peer:
 
     def attached_in(self) -> str:
         """Where a session this peer holds is attached, as a refusal to attach says it."""
-        kind = {wire.Client.EDITOR: "an editor", wire.Client.AGENT: "an agent"}.get(self.name, "another shell")
+        kind = CLIENT_KINDS.get(self.name, "another shell")
         return f"{kind} ({self.describe()})"
 
 
