@@ -558,8 +558,9 @@ class DebugShell(cmd2.Cmd):
         reply = ask(self.conn, question, wire.SessionList, wire.SessionGroups)
         if isinstance(reply, wire.SessionGroups):
             self.actors.update(g.actor for g in reply.groups)
-            # No JSON for groups: --json asks for every row.
-            self.report.result(functools.partial(groups_table, reply.groups, with_state=args.all), None)
+            # --json asks for every row; these go to `mcp`, whose answers are folded as the shell's are.
+            doc = [asdict(g) for g in reply.groups]
+            self.report.result(functools.partial(groups_table, reply.groups, with_state=args.all), doc)
             return
         assert isinstance(reply, wire.SessionList)
         rows = reply.rows
