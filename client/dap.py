@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 from monarch_pdb.client.connection import readable
 from monarch_pdb.client.dap_session import DebugSession
 from monarch_pdb.client.editor_runtime import Refused
+from monarch_pdb.client.listen import listen_address
 
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
@@ -226,19 +227,6 @@ class Adapter:
                 self.done = True
 
 
-def listen_address(text: str, settings: Settings) -> tuple[str, int]:
-    """HOST:PORT to listen on: a loopback address, or any other once a secret is set."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise SystemExit(f"monarch-pdb dap: --listen takes HOST:PORT, not {text!r}")
-    if not discovery.is_local(host) and discovery.secret_of(settings) is None:
-        raise SystemExit(
-            f"monarch-pdb dap: listening on {host}, which is not loopback, needs a secret "
-            "(MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE)"
-        )
-    return discovery.bind_host(host), int(port)
-
-
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb dap")
     parser.description = "a Debug Adapter Protocol server: every paused rank a thread of one debug session"
@@ -264,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
         # own, left open, not sys.stdin, whose lock the interpreter takes on its way out.
         Adapter(os.fdopen(os.dup(sys.stdin.fileno()), "rb"), sys.stdout.buffer, settings).serve()
         return 0
-    host, port = listen_address(args.listen, settings)
+    host, port = listen_address(args.listen, settings, "monarch-pdb dap")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.create_server((host, port), family=family) as server:
         where = discovery.endpoint(host, server.getsockname()[1]).removeprefix("tcp://")
