@@ -40,7 +40,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(INSTALLED): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,mcp]'
 	touch $@
 
 demo: $(INSTALLED)
