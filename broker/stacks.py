@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
-from monarch_pdb.broker.outside import OutsideReads
+from monarch_pdb.broker.outside import Asked, OutsideReads
 from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.routes import Routes
@@ -46,7 +46,7 @@ class StacksInFlight(AskedOfEach[wire.StackGroup]):
     when it fails us, to name them."""
     read_outside_at: float = math.inf
     """When the processes of this host that have not answered yet are read from outside."""
-    every_thread: bool = False
+    asked: Asked = Asked(every_thread=False, native=False, locals=False)
     RESULT = wire.StacksResult
     LEFT_OUT = "its process sent no stack for it"
 
@@ -146,21 +146,23 @@ class Stacks:
 
     def read_outside(self, now: float) -> None:
         """The processes of this host that have not answered a request a moment after it was
-        asked are read from outside (their agents cannot run: C code holds the GIL)."""
+        asked are read from outside (their agents cannot run: C code holds the GIL), and those
+        of a request for native frames at once (no agent sees them)."""
         for request in self.table:
             if request.read_outside_at > now:
                 continue
             request.read_outside_at = math.inf
-            here = [
-                (peer.identity, peer.pid)
-                for identity in request.waiting
-                if identity not in request.picking
-                and (peer := self.registry.peers.get(identity)) is not None
-                and peer.role == wire.Role.AGENT
-                and peer.host == self.registry.host
-            ]
+            here = [(identity, pid) for identity in request.waiting if (pid := self.pid_here(identity))]
             if here:
-                self.outside.start(request.id, here, request.every_thread)
+                self.outside.start(request.id, here, request.asked)
+
+    def pid_here(self, identity: bytes) -> int:
+        """The pid of a peer that is an agent's process on this host, which this broker can read
+        from outside; 0 for any other."""
+        peer = self.registry.peers.get(identity)
+        if peer is None or peer.role != wire.Role.AGENT or peer.host != self.registry.host:
+            return 0
+        return peer.pid
 
     def take_outside(self) -> None:
         """Each process read from outside answers for the ranks it still owes: with the stack
@@ -170,8 +172,9 @@ class Stacks:
             if request is None or done.peer not in request.waiting:
                 continue  # settled, or its agent answered after all
             owed = RankSet.of(request.waiting[done.peer])
-            if done.threads is not None:
-                request.report(done.peer, [wire.StackGroup(done.threads, owed, outside=True)])
+            if done.found is not None:
+                values = [wire.LocalValue(name, value, list(owed)) for name, value in done.found.locals.items()]
+                request.report(done.peer, [wire.StackGroup(done.found.threads, owed, values, outside=True)])
             else:
                 why = f"its process sent nothing in time, and reading it from outside failed: {done.why}"
                 request.report(done.peer, [], [wire.Missing(rank, why) for rank in owed])
@@ -192,7 +195,7 @@ class Stacks:
         except CannotServe as refusal:
             self.send(shell, wire.Error(text=str(refusal)))
             return
-        self.start(shell, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
+        self.start(shell, msg, picked)
 
     def on_take_stacks(self, parent: bytes, msg: wire.TakeStacks) -> None:
         """From the broker above: the stacks of the ranks it names here, or of the live ranks
@@ -205,33 +208,25 @@ class Stacks:
         else:
             chosen, absent = self.registry.pick(msg.job, msg.actor, list(msg.ranks), live=True)
             picked = Picked(msg.job, chosen, absent, {}, ranks.Selection())
-        self.start(parent, msg.ref, msg.actor, picked, msg.timeout, msg.threads, msg.locals, msg.selector)
+        self.start(parent, msg, picked)
 
-    def start(
-        self,
-        shell: bytes,
-        ref: int,
-        actor: str,
-        picked: Picked,
-        timeout: float,
-        threads: wire.Threads,
-        with_locals: bool,
-        selector: str = "",
-    ) -> None:
+    def start(self, shell: bytes, msg: wire.Stacks | wire.TakeStacks, picked: Picked) -> None:
         """Ask each process (or broker below) for its picked ranks' stacks (and their locals),
         merged as they come: a broker below that evaluates the selector is sent the selector.
-        A shell whose selector picked nothing anywhere is told why, as when it picks nothing here."""
-        job = picked.job
+        The processes of this host are read from outside instead when native frames are asked
+        for. A shell whose selector picked nothing anywhere is told why, as when it picks
+        nothing here."""
+        job, actor = picked.job, msg.actor
         now = time.monotonic()
         request = self.table.open(
             StacksInFlight(
                 shell=shell,
-                ref=ref,
+                ref=msg.ref,
                 actor=actor,
-                deadline=now + timeout,
+                deadline=now + msg.timeout,
                 missing=picked.absent,
-                read_outside_at=now + min(READ_OUTSIDE_AFTER, timeout / 2),
-                every_thread=threads == wire.Threads.ALL,
+                read_outside_at=now + (0 if msg.native else min(READ_OUTSIDE_AFTER, msg.timeout / 2)),
+                asked=Asked(msg.threads == wire.Threads.ALL, msg.native, msg.locals),
             )
         )
         for live in picked.sessions:
@@ -248,17 +243,20 @@ class Stacks:
         self.requests.skip_unreachable(request)
         for peer, asked in request.waiting.items():
             there = peer in request.picking
+            if msg.native and self.pid_here(peer):
+                continue
             self.send(
                 peer,
                 wire.TakeStacks(
                     ref=request.id,
                     actor=actor,
                     ranks=RankSet.of(asked),
-                    threads=threads,
+                    threads=msg.threads,
                     job=job,
-                    timeout=below_timeout(timeout),
-                    locals=with_locals,
-                    selector=selector if there else "",
+                    timeout=below_timeout(msg.timeout),
+                    locals=msg.locals,
+                    selector=msg.selector if there else "",
+                    native=msg.native,
                 ),
             )
         self.requests.settle(self.table, request)

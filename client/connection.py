@@ -315,14 +315,28 @@ class ShellConnection:
         return ref
 
     def stacks(
-        self, actor: str, selector: str, threads: wire.Threads, timeout: float, job: str = "", with_locals: bool = False
+        self,
+        actor: str,
+        selector: str,
+        threads: wire.Threads,
+        timeout: float,
+        job: str = "",
+        with_locals: bool = False,
+        native: bool = False,
     ) -> wire.StacksResult:
-        """The selected live ranks' stacks (and their locals), every part of a large result
-        joined. Raises RequestFailed with the broker's one-line reason."""
+        """The selected live ranks' stacks (and their locals, their native frames), every part
+        of a large result joined. Raises RequestFailed with the broker's one-line reason."""
         ref = next(self._refs)
         self.post(
             wire.Stacks(
-                ref=ref, actor=actor, selector=selector, timeout=timeout, threads=threads, job=job, locals=with_locals
+                ref=ref,
+                actor=actor,
+                selector=selector,
+                timeout=timeout,
+                threads=threads,
+                job=job,
+                locals=with_locals,
+                native=native,
             )
         )
         return self._parts(ref, wire.StacksResult, timeout, "gather the stacks")

@@ -132,12 +132,19 @@ class HangCommands(cmd2.CommandSet):
             action="store_true",
             help="the locals of each group's program frame (the one peek reads), values folded over ranks",
         ),
+        argument(
+            "--native",
+            action="store_true",
+            help="the C/C++ frames too, read from outside each process by its host's broker (py-spy)",
+        ),
         argument("--json", action="store_true", help="the merged stacks as JSON"),
     )
     def do_stacks(self, args: argparse.Namespace) -> None:
-        """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--json]
+        """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--native] [--json]
 
-        Merged Python stacks of running ranks, without stopping them."""
+        Merged Python stacks of running ranks, without stopping them. A rank whose agent does
+        not answer (C code holding the GIL) is read from outside its process; --native reads
+        every rank so, its C/C++ frames (a NCCL or gloo wait) among its Python ones."""
         shell = self.shell
         if args.actor is not None:
             job, actor, selection, extra = words_target(args.actor, args.selector, usage(self.do_stacks))
@@ -155,7 +162,7 @@ class HangCommands(cmd2.CommandSet):
         selector = render_selector(selection or parse_selector("ranks(:)"))
         texts, docs = [], []
         for job, actor in targets:
-            result = shell.conn.stacks(actor, selector, args.thread, shell.cast_timeout, job, args.locals)
+            result = shell.conn.stacks(actor, selector, args.thread, shell.cast_timeout, job, args.locals, args.native)
             texts.append(stack_tree.text(result, args.thread == wire.Threads.ALL, args.full))
             docs.append(stack_tree.document(result, args.thread == wire.Threads.ALL, args.full))
             if result.missing:

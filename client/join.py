@@ -29,7 +29,7 @@ from typing import cast
 from monarch_pdb.client import wake as wake_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
 
-from monarch_pdb import discovery, wire
+from monarch_pdb import discovery, outside, wire
 from monarch_pdb import settings as settings_module
 from monarch_pdb.ranks import format_ranks
 
@@ -118,9 +118,14 @@ class Answer:
         return cls(**{field.name: said[field.name] for field in fields(cls) if field.name in said})
 
 
-def _read(pid: int, name: str) -> bytes:
+def read_proc(pid: int, name: str) -> bytes:
     with open(f"/proc/{pid}/{name}", "rb") as f:
         return f.read()
+
+
+def environment(environ: bytes) -> dict[str, str]:
+    """A process's environment as it started, from its /proc `environ`."""
+    return dict(item.decode(errors="replace").partition("=")[::2] for item in environ.split(b"\0") if b"=" in item)
 
 
 def _version(version: tuple[int, int]) -> str:
@@ -134,7 +139,7 @@ def python_of(pid: int) -> tuple[int, int] | None:
         r"python(\d+)\.(\d+)", os.path.basename(os.readlink(f"/proc/{pid}/exe"))
     )
     if found is None:
-        found = re.search(rb"libpython(\d+)\.(\d+)", _read(pid, "maps"))
+        found = re.search(rb"libpython(\d+)\.(\d+)", read_proc(pid, "maps"))
     return (int(found[1]), int(found[2])) if found is not None else None
 
 
@@ -155,8 +160,8 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
     """The process `pid`, if /proc shows nothing that rules out joining it (by `sys.remote_exec`,
     or with `wake` through gdb, which any Python allows); CannotJoin otherwise."""
     try:
-        status = _read(pid, "status").decode(errors="replace")
-        name = _read(pid, "comm").decode(errors="replace").strip()
+        status = read_proc(pid, "status").decode(errors="replace")
+        name = read_proc(pid, "comm").decode(errors="replace").strip()
     except FileNotFoundError:
         raise CannotJoin(f"{pid}: no such process") from None
     uid = re.search(r"^Uid:\s*(\d+)", status, re.M)
@@ -172,14 +177,14 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
         raise CannotJoin(f"{pid} is this join itself")
     try:
         version = python_of(pid)
-        environ = _read(pid, "environ")
+        environ = read_proc(pid, "environ")
     except PermissionError:
         raise CannotJoin(_permission(pid)) from None
     except FileNotFoundError:
         raise CannotJoin(f"{pid} ({name}) exited") from None
     if not wake:
         _check_remote_exec(pid, name, version)
-    env = dict(item.decode(errors="replace").partition("=")[::2] for item in environ.split(b"\0") if b"=" in item)
+    env = environment(environ)
     try:
         settings = settings_module.load(env)
     except SystemExit as error:
@@ -243,15 +248,15 @@ def children_of(pid: int) -> list[int]:
 def _is_fork_server(pid: int) -> bool:
     """Whether `pid` is our actor runtime's fork server: its workers, forked, show its command
     line too, but their parent is the fork server."""
-    command = _read(pid, "cmdline")
+    command = read_proc(pid, "cmdline")
     if FORK_SERVER not in command:
         return False
-    return _read(_parent_of(pid), "cmdline") != command
+    return read_proc(_parent_of(pid), "cmdline") != command
 
 
 def _stat(pid: int) -> list[bytes]:
     """The fields of /proc/PID/stat after the command's name (which may hold spaces)."""
-    return _read(pid, "stat").rsplit(b")", 1)[1].split()
+    return read_proc(pid, "stat").rsplit(b")", 1)[1].split()
 
 
 def _state(pid: int) -> str:
@@ -387,18 +392,13 @@ def waiting_because(pid: int) -> str:
 
 
 def _main_frame(pid: int) -> str:
-    """` under FILE:LINE FUNCTION`, the main thread's innermost Python frame, where Python can
-    read it (its private `_remote_debugging`, whose answers' shape changes between releases)."""
+    """` under FILE:LINE FUNCTION`, the main thread's innermost Python frame, read from outside
+    the process where it can be."""
     try:
-        import _remote_debugging  # type: ignore[import-not-found]
-
-        trace = _remote_debugging.RemoteUnwinder(pid).get_stack_trace()
-        threads = [t for item in trace for t in getattr(item, "threads", [item])]
-        frame = threads[0].frame_info[0]
-        line = getattr(frame, "lineno", None) or frame.location.lineno
-        return f" under {os.path.basename(frame.filename)}:{line} {frame.funcname}"
-    except Exception:
+        frames = outside.read(pid).threads[0].frames
+    except (outside.CannotRead, IndexError):
         return ""
+    return f" under {os.path.basename(frames[-1].file)}:{frames[-1].line} {frames[-1].function}" if frames else ""
 
 
 def joined_line(rows: dict[int, list[wire.SessionRow]], before: int) -> str:

@@ -19,6 +19,7 @@ from monarch_pdb.client.answers import missing_lines, shortened
 from monarch_pdb.client.numbers import summarize
 
 from monarch_pdb import wire
+from monarch_pdb.outside import own_code, program_frame
 from monarch_pdb.ranks import RankSet, format_ranks
 
 RANKS_SHOWN = 72
@@ -27,9 +28,6 @@ ELSEWHERE_SHOWN = 8
 VALUES_SHOWN = 4
 """Distinct values of one local shown by `stacks --locals`; the JSON document has each."""
 INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
-LIBRARY = re.compile(r"[/\\](?:lib[/\\]python\d[^/\\]*|site-packages|dist-packages|monarch_pdb)[/\\]")
-"""Where code that is not the program's lives: Python's library, installed packages, and this
-package (the embedded mesh runtime's worker loop among it)."""
 
 
 @dataclass
@@ -40,6 +38,9 @@ class Node:
 
 
 def where(frame: wire.Frame) -> str:
+    """`train.py:41 next_batch`; a native frame `ncclGroupEnd (libnccl.so.2)`."""
+    if not frame.line:
+        return f"{frame.function} ({os.path.basename(frame.file)})"
     return f"{os.path.basename(frame.file)}:{frame.line} {frame.function}"
 
 
@@ -89,17 +90,6 @@ def branches(node: Node, lead: str) -> list[tuple[Node, str, str]]:
 
 def ordered(node: Node) -> list[Node]:
     return sorted(node.children.values(), key=lambda c: (-len(set(c.ranks)), c.label))
-
-
-def own_code(frame: wire.Frame) -> bool:
-    """Whether a frame is the program's own rather than Python's, a package's or ours (judged
-    by its path)."""
-    return not (frame.file.startswith("<") or LIBRARY.search(frame.file))
-
-
-def program_frame(frames: list[wire.Frame]) -> wire.Frame:
-    """The innermost frame of the program itself: where a rank is, in its author's words."""
-    return next((frame for frame in reversed(frames) if own_code(frame)), frames[-1])
 
 
 def trunk(groups: list[wire.StackGroup], every_thread: bool) -> list[wire.Frame]:
@@ -166,7 +156,7 @@ def in_calls(result: wire.StacksResult) -> list[tuple[list[int], str]]:
     """Ranks by the innermost Python frame of their own thread: the call they are in."""
     by_place: dict[str, list[int]] = {}
     for group in result.groups:
-        frames = group.threads[0].frames if group.threads else []
+        frames = [f for f in group.threads[0].frames if f.line] if group.threads else []
         if frames:
             by_place.setdefault(call_site(frames[-1]), []).extend(group.ranks)
     return sorted(((sorted(r), place) for place, r in by_place.items()), key=lambda pair: pair[0])
@@ -224,10 +214,9 @@ def outside_lines(result: wire.StacksResult) -> list[str]:
     outside = sorted({r for group in result.groups if group.outside for r in group.ranks})
     if not outside:
         return []
-    return [
-        f"{result.actor} {rank_text(outside)}: read from outside their processes (frames only): "
-        "their agents did not answer, C code holding the GIL"
-    ]
+    native = any(not f.line for group in result.groups for t in group.threads for f in t.frames)
+    why = "native frames asked for" if native else "their agents did not answer, C code holding the GIL"
+    return [f"{result.actor} {rank_text(outside)}: read from outside their processes (frames only): {why}"]
 
 
 def frame_document(frame: wire.Frame) -> dict:

@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from typing import Protocol
 
-COMMANDS = ("debug", "broker", "join", "dap", "mcp")
+COMMANDS = ("debug", "broker", "join", "stacks", "dap", "mcp")
 MONARCH_MAIN = "monarch_pdb.cli:monarch_main"
 """Our `monarch` console script's entry point; any other is Monarch's own."""
 
@@ -28,10 +28,11 @@ class _Command(Protocol):
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="pdb for programs that run as many processes at once")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{debug,broker,join,dap,mcp}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{debug,broker,join,stacks,dap,mcp}")
     commands.add_parser("debug", help="open the debugger shell", add_help=True)
     commands.add_parser("broker", help="run a debug broker in the foreground", add_help=True)
     commands.add_parser("join", help="load the debugger into running Python 3.14+ processes", add_help=True)
+    commands.add_parser("stacks", help="read the stacks of processes from outside, joined or not", add_help=True)
     commands.add_parser("dap", help="serve an editor through the Debug Adapter Protocol", add_help=True)
     commands.add_parser("mcp", help="serve a coding agent through the Model Context Protocol", add_help=True)
     return parser
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
         from monarch_pdb.client import cli as chosen
     elif argv[0] == "join":
         from monarch_pdb.client import join as chosen
+    elif argv[0] == "stacks":
+        from monarch_pdb.client import outside_stacks as chosen
     elif argv[0] == "dap":
         from monarch_pdb.client import dap as chosen
     elif argv[0] == "mcp":

@@ -4,6 +4,7 @@ that cannot be joined is refused in one line and left as it was."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -467,5 +468,53 @@ def test_wake_without_gdb_says_so_and_leaves_the_process_as_it_was(env, tmp_path
             "(Debian: apt-get install gdb)\n",
         )
         assert program.proc.poll() is None
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_stacks_reads_a_hung_job_that_never_loaded_the_debugger_from_outside(env, tmp_path):
+    (tmp_path / "train.py").write_text(HUNG)
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    program = Program(dict(env, NAP="3600"), tmp_path / "launch.py", "train.py", cwd=tmp_path)
+    try:
+        wait_for_lines(program, "WAITING", 3)
+        stacks = [DEBUG_SHELL[0], "stacks", "--children-of", str(program.proc.pid)]
+
+        def read(*options: str) -> str:
+            done = subprocess.run([*stacks, *options], env=env, capture_output=True, text=True, timeout=60)
+            assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+            return done.stdout
+
+        plain = read()
+        assert plain.startswith("train ranks[0-2] (3): 3 distinct stacks\n"), plain
+        for rank, function in enumerate(("nap", "wait_for_peers", "read_reply")):
+            assert re.search(rf"train\.py:\d+ {function}  ranks\[{rank}\] \(1\)$", plain, re.M), plain
+        assert "libc" not in plain and "(frames only)" not in plain, "Python frames alone unless --native"
+
+        native = read("--native", "--locals")
+        assert re.search(r" recv \(libc\.so\.6\)  ranks\[2\] \(1\)$", native, re.M), native
+        assert re.search(
+            r"^\? \(libc\.so\.6\) … train\.py:\d+ <module> \(\d+ frames\)  ranks\[0-2\] \(3\)$", native, re.M
+        ), "the C frames every rank starts in, merged though their addresses differ: " + native
+        assert re.search(r"^locals of train\.py:\d+ nap  ranks\[0\] \(1\)\n  kind = .sleep.$", native, re.M), native
+
+        assert json.loads(read("--json"))["actor"] == "train"
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(30)
+def test_stacks_of_what_is_not_a_python_process_says_so_in_one_line(env, tmp_path):
+    program = Program(env, "3600", launcher=["sleep"])
+    try:
+        done = subprocess.run(
+            [DEBUG_SHELL[0], "stacks", str(program.proc.pid)], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert (done.returncode, done.stdout) == (
+            1,
+            f"no answer from processes pids ranks[{program.proc.pid}] (1): process {program.proc.pid}: "
+            "not a Python process\n",
+        ), done.stdout + done.stderr
     finally:
         program.stop()

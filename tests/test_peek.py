@@ -6,6 +6,7 @@ nobody had looked."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import textwrap
 
@@ -65,7 +66,14 @@ GIL = textwrap.dedent("""
     while not os.path.exists(sys.argv[1]):
         time.sleep(0.05)
     print("HOLDING", flush=True)
-    ctypes.PyDLL(None).sleep(int(sys.argv[2]))  # a C call that keeps the GIL
+
+
+    def hold(seconds):
+        holding = "the GIL"
+        ctypes.PyDLL(None).sleep(seconds)  # a C call that keeps the GIL
+
+
+    hold(int(sys.argv[2]))
     print("DONE", flush=True)
 """)
 
@@ -236,10 +244,20 @@ def test_a_rank_holding_the_gil_is_named_by_peek_and_shown_by_stacks_read_from_o
         stacks = debug(env, "stacks train")
         assert stacks.returncode == 0, stacks.stdout + stacks.stderr
         assert stacks.stdout.splitlines()[1:] == [
-            "gil.py:14 <module>  ranks[0] (1)",
+            "gil.py:21 <module>  ranks[0] (1)",
+            "gil.py:18 hold  ranks[0] (1)",
             "train ranks[0] (1): read from outside their processes (frames only): their agents did not answer, "
             "C code holding the GIL",
         ], "where the rank is, read by its host's broker without running code in it"
+        deeper = debug(env, "stacks --locals --native train")
+        assert deeper.returncode == 0, deeper.stdout + deeper.stderr
+        assert re.search(r"^\S+ \(libc\.so\.6\)  ranks\[0\] \(1\)$", deeper.stdout, re.M), deeper.stdout
+        assert deeper.stdout.endswith(
+            "locals of gil.py:18 hold  ranks[0] (1)\n"
+            '  holding = "the GIL"\n'
+            "  seconds = 20\n"
+            "train ranks[0] (1): read from outside their processes (frames only): native frames asked for\n"
+        ), deeper.stdout
         code, output = program.finish(timeout=30)
         assert code == 0 and "DONE" in output, output
     finally:

@@ -124,6 +124,9 @@ class TakeStacks(Message):
     locals: bool = False
     """Each group's locals too: read on a thread of the agent's own, as a `peek` is."""
     selector: str = ""
+    native: bool = False
+    """C/C++ frames too: a broker reads its host's processes from outside for them (an agent,
+    which cannot see them, answers its Python frames)."""
 
 
 @message("stack_report")

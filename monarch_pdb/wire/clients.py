@@ -410,6 +410,8 @@ class Stacks(Message):
     threads: Threads = Threads.MAIN
     job: str = ""
     locals: bool = False
+    native: bool = False
+    """The C/C++ frames too, read from outside each process by the broker of its host."""
 
 
 @message("stacks_result")

@@ -1,0 +1,134 @@
+"""`monarch-pdb stacks PID... | --children-of PID`: the merged stacks of processes of this host
+read from outside them, whether or not they ever loaded the debugger, with no broker: the first
+look at a job that hangs, before anything is joined. Each process is named by the rank its
+launcher gave it (torchrun's RANK, Slurm's, MPI's), else by its pid; the tree is the shell's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from monarch_pdb.client import stack_tree
+from monarch_pdb.client.join import children_of, environment, python_of, read_proc
+
+from monarch_pdb import outside, wire
+from monarch_pdb.rank.identity import from_launcher
+from monarch_pdb.ranks import RankSet
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="monarch-pdb stacks")
+    parser.description = (
+        "The merged Python stacks of processes of this host, read from outside them: joined or not, "
+        "holding the GIL or not, running no code in them."
+    )
+    parser.add_argument("pids", type=int, nargs="*", metavar="PID", help="a process to read")
+    parser.add_argument("--children-of", type=int, metavar="PID", help="the Python processes a launcher runs below PID")
+    parser.add_argument("--native", action="store_true", help="the C/C++ frames too (py-spy)")
+    parser.add_argument("--locals", action="store_true", help="the locals of each program frame (py-spy)")
+    parser.add_argument("--thread", choices=("main", "all"), default="main", help="the main thread (default), or all")
+    parser.add_argument("--full", action="store_true", help="every frame, the shared trunk too")
+    parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
+    return parser
+
+
+def named(pids: list[int]) -> tuple[str, dict[int, int]]:
+    """The name the stacks go under and each process's rank: the launcher's ranks where every
+    process has a distinct one (its environment as it started), else the pids themselves."""
+    ranks = {}
+    for pid in pids:
+        try:
+            detected = from_launcher(environment(read_proc(pid, "environ")))
+        except OSError:
+            break
+        if detected is None:
+            break
+        ranks[pid] = detected.rank
+    script = script_of(pids[0])
+    if len(ranks) == len(pids) and len(set(ranks.values())) == len(pids):
+        return script, ranks
+    return f"{script} pids", {pid: pid for pid in pids}
+
+
+def script_of(pid: int) -> str:
+    """The script a Python process runs, as `list` names an actor: its file's stem ("python"
+    for `-c` or `-m`; "processes" for what is no Python)."""
+    try:
+        words = [w.decode(errors="replace") for w in read_proc(pid, "cmdline").split(b"\0") if w]
+    except OSError:
+        return "python"
+    if not words or "python" not in os.path.basename(words[0]):
+        return "processes"
+    for word, after in zip(words[1:], words[2:] + [""]):
+        if word == "-m":
+            return after.rpartition(".")[2] or "python"
+        if word == "-c":
+            return "python"
+        if not word.startswith("-"):
+            return os.path.splitext(os.path.basename(word))[0]
+    return "python"
+
+
+def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:
+    """Every process read, a few at once, and identical stacks merged."""
+    actor, ranks = named(pids)
+    every = args.thread == "all"
+
+    def one(pid: int) -> outside.Outside | str:
+        try:
+            if python_of(pid) is None:
+                return "not a Python process"
+            return outside.read(pid, every, args.native, args.locals)
+        except outside.CannotRead as why:
+            return str(why)
+        except FileNotFoundError:
+            return "no such process"
+        except OSError as error:
+            return error.strerror or str(error)
+
+    merged: dict[tuple, tuple[list[wire.ThreadStack], list[int], dict[tuple[str, str], list[int]]]] = {}
+    missing = []
+    with ThreadPoolExecutor(outside.READS_AT_ONCE) as pool:
+        for pid, found in zip(pids, pool.map(one, pids)):
+            rank = ranks[pid]
+            if isinstance(found, str):
+                missing.append(wire.Missing(rank, f"process {pid}: {found}"))
+                continue
+            key = tuple(thread.key() for thread in found.threads)
+            _, held, values = merged.setdefault(key, (found.threads, [], {}))
+            held.append(rank)
+            for value in found.locals.items():
+                values.setdefault(value, []).append(rank)
+    groups = [
+        wire.StackGroup(threads, RankSet.of(held), [wire.LocalValue(n, v, r) for (n, v), r in values.items()])
+        for threads, held, values in merged.values()
+    ]
+    return wire.StacksResult(ref=0, actor=actor, groups=groups, missing=missing)
+
+
+def run(args: argparse.Namespace) -> int:
+    pids = list(dict.fromkeys(args.pids))
+    if args.children_of is not None:
+        if not os.path.exists(f"/proc/{args.children_of}"):
+            return fail(f"{args.children_of}: no such process")
+        pids += [pid for pid in children_of(args.children_of) if pid not in pids]
+        if not pids:
+            return fail(f"{args.children_of} runs no Python process below it")
+    if not pids:
+        return fail("stacks needs a PID, or --children-of PID")
+    result = read_all(pids, args)
+    every = args.thread == "all"
+    if args.json:
+        print(json.dumps(stack_tree.document(result, every, args.full), sort_keys=True))
+    else:
+        sys.stdout.write(stack_tree.text(result, every, args.full))
+    return 1 if not result.groups else 0
+
+
+def fail(problem: str) -> int:
+    print(f"monarch-pdb: {problem}", file=sys.stderr)
+    return 2
