@@ -105,6 +105,12 @@ def test_the_tools_are_listed_with_valid_schemas_and_the_reading_ones_answer_fol
             said = prompt.messages[0].content.text
             assert said.index("`stacks`") < said.index("`peek`") < said.index("`collectives`")
 
+        async with agent(dict(env, MONARCH_PDB_LIST_ROWS="4")) as session:  # past list_rows, a row per group
+            listed = await call(session, "list")
+            groups = listed.structured_content["document"]
+            assert sorted(g["ranks"] for g in groups) == ["0,4,8,12", "1,5,9,13", "2,6,10,14", "3,7,11,15"]
+            assert len(re.findall(r"^\| debugee ", text_of(listed), re.M)) == 4
+
     anyio.run(scenario)
 
 
