@@ -175,6 +175,25 @@ class Registry(Table):
         jobs = self.in_one_job(actor, {j for j, _ in found})
         return sorted((r for (j, _), r in found.items() if j in jobs), key=attrgetter("rank"))
 
+    def running(self) -> dict[tuple[str, str], set[int]]:
+        """The ranks that run without a session, by job and actor, here and below: where a
+        stall is looked for (a session stands still on purpose)."""
+        paused = {(s.job, s.actor, s.rank) for s in self.sessions.values()}
+        found: dict[tuple[str, str], set[int]] = {}
+        for peer in self.peers.values():
+            for job, actor, rank, *_ in peer.present:
+                if (job, actor, rank) not in paused:
+                    found.setdefault((job, actor), set()).add(rank)
+        for branch in self.branches():
+            for row in branch.below:
+                if row.state == wire.RankState.RUNNING:
+                    found.setdefault((row.job, row.actor), set()).add(row.rank)
+        return found
+
+    def watched(self) -> bool:
+        """Whether a shell or an editor is connected: someone to tell what happens."""
+        return any(peer.role == wire.Role.SHELL for peer in self.peers.values())
+
     def _present_live(self, peer: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
         """The ranks of one actor a process says it runs."""
         return {

@@ -40,6 +40,7 @@ from monarch_pdb.broker.routes import Routes, sender
 from monarch_pdb.broker.sessions import Sessions
 from monarch_pdb.broker.shells import Shells
 from monarch_pdb.broker.stacks import Stacks
+from monarch_pdb.broker.stalls import STALLS, Stalls
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, NoUpstream, Upstream
 from zmq.utils.monitor import recv_monitor_message
 
@@ -110,6 +111,9 @@ class Broker:
         self.breakpoints = BreakpointRequests(self.requests, audit, part_size)
         self.casts = CastRequests(self.requests, casts, audit, self.sessions.forward, self.sessions.tell_holders)
         self.stacks = Stacks(self.requests, part_size)
+        self.stalls = Stalls(
+            self.registry, self.events, self.stacks.on_stacks, 0.0 if self.settings.upstream else self.settings.stall_after
+        )
         self.peeks = Peeks(self.requests, audit, part_size)
         self.branches = Branches(self.requests, self.sessions, self.events, self.breakpoints.started)
         routes = Routes(
@@ -220,6 +224,7 @@ class Broker:
                 self.forget_unnamed(now)
                 self.forget_unmapped(now)
                 self.summarize_refusals(now)
+                self.stalls.tick(now, self.registry.watched())
                 if trouble := self.upstream.trouble(now):
                     log(trouble)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.events.seq))])
@@ -620,7 +625,11 @@ class Broker:
 
     def send(self, identity: bytes, msg: wire.Message) -> None:
         """Queue a message; `flush` sends each peer's queue as few signed batches (the broker
-        above's through its link, which drops them where there is none)."""
+        above's through its link, which drops them where there is none). The stall watcher's
+        requests are answered to it, not to a socket."""
+        if identity == STALLS:
+            self.stalls.take(msg)
+            return
         self.outbox.setdefault(identity, []).append(msg)
 
     def flush(self, now: float | None = None, ticked: bool = False) -> None:

@@ -65,6 +65,22 @@ def timeout(text: str) -> float:
         raise CommandError(f"--timeout {error}") from None
 
 
+def every(text: str) -> float:
+    """The value of `stacks --every`."""
+    try:
+        return seconds(text)
+    except ValueError as error:
+        raise CommandError(f"--every {error}") from None
+
+
+def samples(text: str) -> int:
+    """The value of `stacks --samples`: one sample at least."""
+    count = whole_number(text, "--samples")
+    if count < 1:
+        raise CommandError(f"--samples needs one sample at least, not {text!r}")
+    return count
+
+
 def rank_number(text: str) -> int:
     return whole_number(text, "rank")
 

@@ -16,6 +16,7 @@ PHRASES = {
     wire.EventKind.RELEASED: "is free again (the shell attached to it went away)",
     wire.EventKind.TAKEN: "was taken over by the shell of {detail} (attach --force)",
     wire.EventKind.TWICE: "is run by two processes ({detail}); both are listed, attach and cast reach the second",
+    wire.EventKind.STALLED: "has been at {where} {detail}",
 }
 """Every kind of event about ranks, as the shell says it."""
 RUNS_ON = "is running again (continued)"
@@ -25,6 +26,7 @@ sleep it was interrupted in goes on sleeping), nothing finished."""
 SEVERAL = {
     PHRASES[wire.EventKind.LOST]: "were lost (their processes or connections are gone)",
     RUNS_ON: "are running again (continued)",
+    PHRASES[wire.EventKind.STALLED]: "have been at {where} {detail}",
 }
 """What reads otherwise of several ranks."""
 

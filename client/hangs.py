@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import time
 from typing import Protocol, TextIO, cast
 
 import cmd2
-from monarch_pdb.client import answers, collectives, mesh, stack_tree
+from monarch_pdb.client import answers, collectives, mesh, stack_samples, stack_tree
 from monarch_pdb.client.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
@@ -19,8 +20,10 @@ from monarch_pdb.client.arguments import (
     argument,
     ask,
     command,
+    every,
     frames_up,
     parse_target,
+    samples,
     skip_words,
     split_job,
     threads,
@@ -137,14 +140,31 @@ class HangCommands(cmd2.CommandSet):
             action="store_true",
             help="the C/C++ frames too, read from outside each process by its host's broker (py-spy)",
         ),
+        argument(
+            "--samples",
+            type=samples,
+            default=1,
+            metavar="N",
+            help="take N merged samples and tell which ranks moved between them (default 1)",
+        ),
+        argument("--every", type=every, default=1.0, metavar="S", help="seconds between samples (default 1)"),
+        argument(
+            "--by",
+            default="",
+            metavar="EXPR",
+            help="order the groups by EXPR read from each rank (as peek reads it), least first",
+        ),
         argument("--json", action="store_true", help="the merged stacks as JSON"),
     )
     def do_stacks(self, args: argparse.Namespace) -> None:
-        """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--native] [--json]
+        """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--native] [--samples N [--every S]] [--by EXPR] [--json]
 
         Merged Python stacks of running ranks, without stopping them. A rank whose agent does
         not answer (C code holding the GIL) is read from outside its process; --native reads
-        every rank so, its C/C++ frames (a NCCL or gloo wait) among its Python ones."""
+        every rank so, its C/C++ frames (a NCCL or gloo wait) among its Python ones. --samples
+        takes N samples S seconds apart and tells the ranks that moved from those that stood
+        still, and where; --by orders the groups by a value of each rank's (`step`), least
+        progressed first."""
         shell = self.shell
         if args.actor is not None:
             job, actor, selection, extra = words_target(args.actor, args.selector, usage(self.do_stacks))
@@ -160,11 +180,28 @@ class HangCommands(cmd2.CommandSet):
             if not targets:
                 raise CommandError("no running rank is known to the broker")
         selector = render_selector(selection or parse_selector("ranks(:)"))
+        by = expression_only(args.by) if args.by else ""
         texts, docs = [], []
         for job, actor in targets:
-            result = shell.conn.stacks(actor, selector, args.thread, shell.cast_timeout, job, args.locals, args.native)
+            results = []
+            for sample in range(args.samples):
+                if sample:
+                    time.sleep(args.every)  # the samples' pace, which the user chose
+                results.append(
+                    shell.conn.stacks(actor, selector, args.thread, shell.cast_timeout, job, args.locals, args.native)
+                )
+            result = results[-1]
             texts.append(stack_tree.text(result, args.thread == wire.Threads.ALL, args.full))
             docs.append(stack_tree.document(result, args.thread == wire.Threads.ALL, args.full))
+            if args.samples > 1:
+                moves = stack_samples.motion(results, args.every)
+                texts.append("\n".join(stack_samples.motion_lines(actor, moves)) + "\n")
+                docs[-1]["motion"] = stack_samples.motion_document(moves)
+            if by:
+                values = shell.conn.peek(actor, selector, by, PEEK_TIMEOUT, job=job)
+                ordered = stack_samples.by_value(result, values)
+                texts.append("\n".join(stack_samples.by_lines(actor, by, ordered)) + "\n")
+                docs[-1]["by"] = stack_samples.by_document(by, ordered)
             if result.missing:
                 shell.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs

@@ -19,7 +19,7 @@ from monarch_pdb.client.answers import missing_lines, shortened
 from monarch_pdb.client.numbers import summarize
 
 from monarch_pdb import wire
-from monarch_pdb.outside import own_code, program_frame
+from monarch_pdb.places import own_code, place, where
 from monarch_pdb.ranks import RankSet, format_ranks
 
 RANKS_SHOWN = 72
@@ -35,13 +35,6 @@ class Node:
     label: str
     ranks: list[int] = field(default_factory=list)
     children: dict[str, Node] = field(default_factory=dict)
-
-
-def where(frame: wire.Frame) -> str:
-    """`train.py:41 next_batch`; a native frame `ncclGroupEnd (libnccl.so.2)`."""
-    if not frame.line:
-        return f"{frame.function} ({os.path.basename(frame.file)})"
-    return f"{os.path.basename(frame.file)}:{frame.line} {frame.function}"
 
 
 def merge(groups: list[wire.StackGroup], every_thread: bool, below: int = 0) -> Node:
@@ -128,7 +121,7 @@ def elsewhere(groups: list[wire.StackGroup]) -> list[tuple[list[int], str]]:
         frames = group.threads[0].frames if group.threads else []
         key = tuple(where(f) for f in frames)
         by_stack.setdefault(key, []).extend(group.ranks)
-        innermost[key] = where(program_frame(frames)) if frames else "(no Python frame)"
+        innermost[key] = place(frames)
     if len(by_stack) < 2:
         return []
     counts = Counter({key: len(ranks) for key, ranks in by_stack.items()})
@@ -171,8 +164,7 @@ def locals_lines(result: wire.StacksResult) -> list[str]:
         if not group.locals:
             continue
         frames = group.threads[0].frames if group.threads else []
-        place = where(program_frame(frames)) if frames else "(no Python frame)"
-        lines.append(f"locals of {place}  {rank_text(group.ranks)}")
+        lines.append(f"locals of {place(frames)}  {rank_text(group.ranks)}")
         by_name: dict[str, list[wire.LocalValue]] = {}
         for value in group.locals:
             by_name.setdefault(value.name, []).append(value)

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 
 from monarch_pdb import wire
+from monarch_pdb.places import program_frame
 
 PY_SPY_TIMEOUT = 5.0
 """Seconds py-spy gets to read one process."""
@@ -29,10 +30,6 @@ READS_AT_ONCE = 8
 """Processes read at the same time: each read is a py-spy process, or the unwinder's syscalls."""
 LOCAL_WIDTH = 80
 """Characters of one local's value shown; the agent's `stacks --locals` cuts at the same width."""
-LIBRARY = re.compile(r"[/\\](?:lib[/\\]python\d[^/\\]*|site-packages|dist-packages|monarch_pdb)[/\\]")
-"""Where code that is not the program's lives: Python's library, installed packages, and this
-package (the embedded mesh runtime's worker loop among it), judged by path alone, since the
-process read may run another Python than the reader."""
 ADDRESS = re.compile(r"0x[0-9a-f]+")
 
 
@@ -48,17 +45,6 @@ class Outside:
 
     threads: list[wire.ThreadStack]
     locals: dict[str, str] = field(default_factory=dict)
-
-
-def own_code(frame: wire.Frame) -> bool:
-    """Whether a frame is the program's own rather than Python's, a package's, ours or a native
-    library's."""
-    return bool(frame.line) and not (frame.file.startswith("<") or LIBRARY.search(frame.file))
-
-
-def program_frame(frames: list[wire.Frame]) -> wire.Frame:
-    """The innermost frame of the program itself: where a rank is, in its author's words."""
-    return next((frame for frame in reversed(frames) if own_code(frame)), frames[-1])
 
 
 def one_line(text: str) -> str:

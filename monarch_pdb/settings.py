@@ -77,6 +77,9 @@ class Settings:
     """HOST:PORT of the broker above this one (a broker's own setting; empty for none)."""
     editor_threads: int = 1024
     """The most paused ranks an editor is shown as threads (`monarch-pdb dap`)."""
+    stall_after: float = 60.0
+    """Seconds a running rank's stack may stay the same before the broker tells the shells that
+    it has stalled (0: never look)."""
     colour: bool = True
     """Whether the shell shows pdb's colours at a terminal until `set color` says otherwise: not
     where NO_COLOR is set, PYTHON_COLORS is 0 (Python's own switch) or TERM is dumb."""
@@ -130,6 +133,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         pager=env["MONARCH_PDB_PAGER"] if "MONARCH_PDB_PAGER" in env else env.get("PAGER", DEFAULT_PAGER),
         upstream=upstream_address(env.get("MONARCH_PDB_UPSTREAM", ""), "MONARCH_PDB_UPSTREAM"),
         editor_threads=_env_count(env, "MONARCH_PDB_DAP_THREADS", 1024),
+        stall_after=_env_float(env, "MONARCH_PDB_STALL_AFTER", 60.0),
         colour=not env.get("NO_COLOR") and env.get("PYTHON_COLORS") != "0" and env.get("TERM") != "dumb",
     )
 

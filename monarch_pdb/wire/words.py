@@ -90,6 +90,9 @@ class EventKind(Word):
     until it does; `where` is its host, `count` how many ranks."""
     BROKER_BACK = "broker-back"
     """A broker below that did not answer answers again: its ranks are as they were."""
+    STALLED = "stalled"
+    """Running ranks whose stacks have not changed for `stall_after` seconds, told once: `where`
+    is their place, `detail` how long and where the actor's other ranks are."""
     RESUMED = "resumed"
     """Released by the top-level continue: it runs until a stop that is news, or its end.
     Shells say nothing of it; an editor shows its threads running (see also `Resumed`)."""

@@ -1,0 +1,105 @@
+"""A stall says so by itself, and stacks over time and by progress show who is behind: three
+ranks train on, one stands in next_batch."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+from programs import Program, debug, wait_for_lines
+
+STALLING = textwrap.dedent("""
+    import os
+    import random
+    import time
+
+    from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
+
+    step = 0
+
+
+    def work(depth):
+        if depth:
+            return work(depth - 1)
+        time.sleep(0.01)
+
+
+    def next_batch():
+        print("STUCK", flush=True)
+        time.sleep(3600)
+
+
+    class Trainer(Actor):
+        @endpoint
+        def train(self):
+            global step
+            rank = current_rank().rank
+            print("WAITING", rank, flush=True)
+            while True:
+                if rank == 3 and step == 5:
+                    next_batch()
+                work(random.randrange(40))
+                step += 1
+
+
+    if __name__ == "__main__":
+        this_host().spawn_procs(per_host={"gpu": 4}).spawn("train", Trainer).train.call().get()
+""")
+"""Ranks 0-2 move on (each sample finds them at another depth of `work`); rank 3 stands in
+next_batch from its fifth step."""
+STALL_AFTER = "2"
+
+
+@pytest.mark.timeout(120)
+def test_a_stall_is_told_once_and_stacks_over_time_and_by_step_name_the_rank_behind(env, tmp_path, shell):
+    script = tmp_path / "stalling.py"
+    script.write_text(STALLING)
+    program = Program(dict(env, MONARCH_PDB_STALL_AFTER=STALL_AFTER), script, cwd=tmp_path)
+    try:
+        wait_for_lines(program, "STUCK", 1)
+        sh = shell()
+        sh.expect(r"train 3 has been at stalling\.py:\d+ next_batch for 2 s; ranks\[0-2\] moved\r?$", timeout=60)
+
+        over_time = debug(env, "stacks train --samples 4 --every 0.5").stdout
+        assert re.search(
+            r"^train: 4 samples 0\.5 s apart \(1\.5 s\):\n  moved: ranks\[0-2\] \(3\)\n"
+            r"  still: ranks\[3\] \(1\) at stalling\.py:\d+ next_batch$",
+            over_time,
+            re.M,
+        ), over_time
+
+        by_step = debug(env, "stacks train --by step").stdout
+        least = re.search(
+            r"^train by step, least first:\n  step = (\d+)  ranks\[3\] \(1\) at stalling\.py:\d+ next_batch$",
+            by_step,
+            re.M,
+        )
+        assert least and least[1] == "5", by_step
+
+        assert len(re.findall(r"has been at", sh.text)) == 1, "told once, though every sample since finds it still"
+        doc = json.loads(debug(env, "stacks train --samples 2 --every 0.2 --by step --json").stdout)
+        assert doc["motion"]["moved"] == [0, 1, 2] and doc["motion"]["still"][0]["ranks"] == [3], doc["motion"]
+        assert doc["by"]["groups"][0] == {"ranks": [3], "where": doc["motion"]["still"][0]["where"], "values": ["5"]}
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_bad_samples_every_and_by_are_one_line_errors(env, tmp_path):
+    script = tmp_path / "stalling.py"
+    script.write_text(STALLING)
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        wait_for_lines(program, "STUCK", 1)
+        for line, why in (
+            ("stacks train --samples 0", "--samples needs one sample at least, not '0'"),
+            ("stacks train --every -1 --samples 2", "--every needs a positive number of seconds, not '-1'"),
+            ("stacks train --by 'step = 1'", "peek evaluates an expression, not a statement"),
+        ):
+            refused = debug(env, line)
+            assert refused.returncode == 1 and refused.stdout == "" and why in refused.stderr, refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    finally:
+        program.stop()
