@@ -112,7 +112,10 @@ class Broker:
         self.casts = CastRequests(self.requests, casts, audit, self.sessions.forward, self.sessions.tell_holders)
         self.stacks = Stacks(self.requests, part_size)
         self.stalls = Stalls(
-            self.registry, self.events, self.stacks.on_stacks, 0.0 if self.settings.upstream else self.settings.stall_after
+            self.registry,
+            self.events,
+            self.stacks.on_stacks,
+            0.0 if self.settings.upstream else self.settings.stall_after,
         )
         self.peeks = Peeks(self.requests, audit, part_size)
         self.branches = Branches(self.requests, self.sessions, self.events, self.breakpoints.started)

@@ -1,6 +1,6 @@
 """The shell's commands for a job that hangs, which look at the whole job at once and stop
-nothing unasked: `stacks`, `peek`, `collectives`, `interrupt` and `mesh`. They reach the shell through the
-narrow `Shell` it offers them, never its prompt or its sessions.
+nothing unasked: `hang`, `stacks`, `peek`, `collectives`, `interrupt` and `mesh`. They reach
+the shell through the narrow `Shell` it offers them, never its prompt or its sessions.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import argparse
 import functools
 import json
 import time
+from collections.abc import Callable
 from typing import Protocol, TextIO, cast
 
 import cmd2
-from monarch_pdb.client import answers, collectives, mesh, stack_samples, stack_tree
+from monarch_pdb.client import answers, collectives, hang_report, mesh, stack_samples, stack_tree
 from monarch_pdb.client.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
@@ -40,6 +41,9 @@ from monarch_pdb import wire
 from monarch_pdb.ranks import Selection, format_ranks, parse_selector, render_selector
 
 INTERRUPT_TIMEOUT = 5.0
+HANG_SAMPLES = 3
+HANG_EVERY = 0.5
+"""`hang` takes three samples of the stacks this far apart: enough to tell ranks that move."""
 PEEK_TIMEOUT = 5.0
 RANK_ANSWERS_WITHIN = argument(
     "--timeout",
@@ -99,6 +103,26 @@ def peek_target(typed: str, words: int, args: argparse.Namespace, usage_line: st
     if selection is None or not expression.strip():
         raise CommandError(usage_line)
     return job, actor, selection, expression_only(expression.strip())
+
+
+def running_actors(shell: Shell) -> list[tuple[str, str]]:
+    """Every (job, actor) with a rank neither lost nor finished: what `stacks` and `hang`
+    look at when no actor is named."""
+    rows = ask(shell.conn, wire.ListAll(), wire.SessionList).rows
+    found = sorted({(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)})
+    if not found:
+        raise CommandError("no running rank is known to the broker")
+    return found
+
+
+def sampled(count: int, every_s: float, take: Callable[[], wire.StacksResult]) -> list[wire.StacksResult]:
+    """`count` stacks, `every_s` seconds apart."""
+    results = []
+    for sample in range(count):
+        if sample:
+            time.sleep(every_s)  # the samples' pace, which the user chose
+        results.append(take())
+    return results
 
 
 class HangCommands(cmd2.CommandSet):
@@ -173,23 +197,18 @@ class HangCommands(cmd2.CommandSet):
             targets = [(job, actor)]
         else:
             selection = None
-            rows = ask(shell.conn, wire.ListAll(), wire.SessionList).rows
-            targets = sorted(
-                {(r.job, r.actor) for r in rows if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)}
-            )
-            if not targets:
-                raise CommandError("no running rank is known to the broker")
+            targets = running_actors(shell)
         selector = render_selector(selection or parse_selector("ranks(:)"))
         by = expression_only(args.by) if args.by else ""
         texts, docs = [], []
         for job, actor in targets:
-            results = []
-            for sample in range(args.samples):
-                if sample:
-                    time.sleep(args.every)  # the samples' pace, which the user chose
-                results.append(
-                    shell.conn.stacks(actor, selector, args.thread, shell.cast_timeout, job, args.locals, args.native)
-                )
+            results = sampled(
+                args.samples,
+                args.every,
+                functools.partial(
+                    shell.conn.stacks, actor, selector, args.thread, shell.cast_timeout, job, args.locals, args.native
+                ),
+            )
             result = results[-1]
             texts.append(stack_tree.text(result, args.thread == wire.Threads.ALL, args.full))
             docs.append(stack_tree.document(result, args.thread == wire.Threads.ALL, args.full))
@@ -282,6 +301,35 @@ class HangCommands(cmd2.CommandSet):
             shell.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
 
     complete_collectives = complete_actor
+
+    @command(
+        argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)"),
+        argument("--json", action="store_true", help="the whole story as JSON"),
+    )
+    def do_hang(self, args: argparse.Namespace) -> None:
+        """hang [actor] [--json]
+
+        The whole story of a job that hangs, on one screen, stopping nothing: where the ranks
+        are (their stacks, three samples half a second apart), the collective they disagree on and
+        who never entered it, the least progressed ranks, and the commands to type next."""
+        shell = self.shell
+        targets = [split_job(args.actor)] if args.actor is not None else running_actors(shell)
+        texts, docs = [], []
+        for job, actor in targets:
+            samples = sampled(
+                HANG_SAMPLES,
+                HANG_EVERY,
+                functools.partial(shell.conn.stacks, actor, "ranks(:)", wire.Threads.MAIN, shell.cast_timeout, job),
+            )
+            snapshots = shell.conn.peek(actor, "ranks(:)", collectives.EXPRESSION, PEEK_TIMEOUT, job=job)
+            story = hang_report.fold(actor, samples, HANG_EVERY, snapshots)
+            texts.append(hang_report.text(story))
+            docs.append(hang_report.document(story))
+            shell.actors.add(actor)
+        doc = docs[0] if len(docs) == 1 else docs
+        shell.report.result(json.dumps(doc, sort_keys=True) if args.json else "\n".join(texts), doc)
+
+    complete_hang = complete_actor
 
     @command(
         argument("actor", help=ACTOR_HELP),

@@ -6,6 +6,7 @@ Needs torch (`make test-engines` installs it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -275,6 +276,20 @@ def test_collectives_names_the_collective_a_rank_never_entered_and_where_it_is(e
             r"  ranks\[3\] \(1\): #2 all_reduce \[\[8\]\], completed; at train\.py:\d+ next_batch", lines[2]
         )
         assert len(lines) == 3, "nothing else: the Flight Recorder is on, every rank answered"
+
+        story = debug(env, "hang train")
+        assert story.returncode == 0, story.stdout + story.stderr
+        assert "== collectives:\n" + seen.stdout.splitlines()[0] + "\n" in story.stdout, story.stdout
+        assert re.search(
+            r"^== least progressed: train ranks\[3\] \(1\) at train\.py:\d+ next_batch: never entered #3 "
+            r"all_reduce of group 0$",
+            story.stdout,
+            re.M,
+        ), story.stdout
+        assert "  interrupt train ranks(3)" in story.stdout, story.stdout
+        doc = json.loads(debug(env, "hang train --json").stdout)
+        assert doc["least_progressed"]["ranks"] == [3]
+        assert doc["collectives"]["groups"][0]["disagreement"]["never_entered"] == [3]
     finally:
         for row in rows:  # hung for good, in a session of torchrun's own: killed one by one
             os.kill(row.pid, signal.SIGKILL)

@@ -79,6 +79,16 @@ def test_a_stall_is_told_once_and_stacks_over_time_and_by_step_name_the_rank_beh
         assert least and least[1] == "5", by_step
 
         assert len(re.findall(r"has been at", sh.text)) == 1, "told once, though every sample since finds it still"
+        story = debug(env, "hang train").stdout
+        assert story.startswith("== train: ranks moved in 1 s; where they are:\ntrain ranks[0-3] (4): "), story
+        assert re.search(
+            r"^== least progressed: train ranks\[3\] \(1\) at stalling\.py:\d+ next_batch: stood still while "
+            r"ranks\[0-2\] moved\n== next:\n  stacks train ranks\(3\) --locals +their locals",
+            story,
+            re.M,
+        ), story
+        assert "  interrupt train ranks(3)          stop them where they are, then `attach train 3`" in story, story
+        assert "== collectives" not in story, "no process group: nothing to say of collectives"
         doc = json.loads(debug(env, "stacks train --samples 2 --every 0.2 --by step --json").stdout)
         assert doc["motion"]["moved"] == [0, 1, 2] and doc["motion"]["still"][0]["ranks"] == [3], doc["motion"]
         assert doc["by"]["groups"][0] == {"ranks": [3], "where": doc["motion"]["still"][0]["where"], "values": ["5"]}

@@ -1,0 +1,113 @@
+"""`hang [actor]`: the whole story of a job that hangs on one screen, from what the other
+commands read (nothing stops): what is stuck and where (`stacks`, sampled a few times), the
+collective the ranks disagree on and who never entered it (`collectives`), the least
+progressed ranks, and the commands to type next.
+
+The least progressed ranks are, first, those that never entered a collective others did;
+else those that stood still while others moved; else those whose stack is not the one most
+ranks share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monarch_pdb.client import collectives, stack_samples, stack_tree
+
+from monarch_pdb import wire
+from monarch_pdb.places import place
+from monarch_pdb.ranks import format_ranks
+
+
+@dataclass(frozen=True)
+class Behind:
+    """The ranks least progressed, where they are, and how that is known."""
+
+    ranks: list[int]
+    where: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Hang:
+    actor: str
+    stacks: wire.StacksResult
+    motion: stack_samples.Motion
+    collectives: collectives.Report | None
+    """None where no rank has a torch.distributed process group."""
+    behind: Behind | None
+
+
+def least_progressed(
+    stacks: wire.StacksResult, motion: stack_samples.Motion, report: collectives.Report | None
+) -> Behind | None:
+    at = {rank: place(g.threads[0].frames if g.threads else []) for g in stacks.groups for rank in g.ranks}
+
+    def where(ranks: list[int]) -> str:
+        return ", ".join(sorted({at.get(rank, "?") for rank in ranks}))
+
+    for group in sorted(report.groups.values(), key=lambda g: g.name) if report else []:
+        disagree = group.disagreement()
+        if disagree is not None:
+            seq, op, never, _ = disagree
+            return Behind(never, where(never), f"never entered #{seq} {op}".rstrip() + f" of group {group.name}")
+    if motion.moved and motion.still:
+        still = [rank for ranks, _ in motion.still for rank in ranks]
+        return Behind(sorted(still), where(still), f"stood still while ranks[{format_ranks(motion.moved)}] moved")
+    odd = stack_tree.elsewhere(stacks.groups)
+    if odd:
+        ranks, there = odd[0]
+        return Behind(ranks, there, "not where most ranks are")
+    return None
+
+
+def fold(actor: str, samples: list[wire.StacksResult], every: float, snapshots: wire.PeekResult) -> Hang:
+    report = collectives.fold(snapshots)
+    torch = report if report.groups else None
+    motion = stack_samples.motion(samples, every)
+    return Hang(actor, samples[-1], motion, torch, least_progressed(samples[-1], motion, torch))
+
+
+def next_commands(hang: Hang) -> list[tuple[str, str]]:
+    """What to type next, and what it does, for the ranks behind (or all, where none is)."""
+    ranks = hang.behind.ranks if hang.behind else []
+    selector = f"ranks({format_ranks(ranks)})" if ranks else "ranks(:)"
+    first = ranks[0] if ranks else 0
+    return [
+        (f"stacks {hang.actor} {selector} --locals", "their locals, read without stopping them"),
+        (f"peek {hang.actor} {selector} <expression>", "any value of theirs, without stopping them"),
+        (f"interrupt {hang.actor} {selector}", f"stop them where they are, then `attach {hang.actor} {first}`"),
+    ]
+
+
+def text(hang: Hang) -> str:
+    moved = "ranks moved" if hang.motion.moved else "no rank moved"
+    span = (hang.motion.samples - 1) * hang.motion.every
+    lines = [f"== {hang.actor}: {moved} in {span:g} s; where they are:"]
+    lines += stack_tree.text(hang.stacks, False).rstrip("\n").splitlines()
+    if hang.collectives is not None:
+        lines.append("== collectives:")
+        lines += collectives.text(hang.collectives).rstrip("\n").splitlines()
+    if hang.behind is not None:
+        b = hang.behind
+        lines.append(f"== least progressed: {hang.actor} {collectives.ranks_text(b.ranks)} at {b.where}: {b.why}")
+    else:
+        lines.append(f"== least progressed: none stands out in {hang.actor}")
+    lines.append("== next:")
+    commands = next_commands(hang)
+    width = max(len(command) for command, _ in commands)
+    lines += [f"  {command.ljust(width)}  {does}" for command, does in commands]
+    return "\n".join(lines) + "\n"
+
+
+def document(hang: Hang) -> dict:
+    return {
+        "actor": hang.actor,
+        "stacks": stack_tree.document(hang.stacks),
+        "motion": stack_samples.motion_document(hang.motion),
+        "collectives": collectives.document(hang.collectives) if hang.collectives else None,
+        "least_progressed": None
+        if hang.behind is None
+        else {"ranks": hang.behind.ranks, "where": hang.behind.where, "why": hang.behind.why},
+        "next": [command for command, _ in next_commands(hang)],
+    }
