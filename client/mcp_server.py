@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hmac
 import inspect
+import shlex
 import signal
 import socket
 import sys
@@ -164,6 +165,10 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         thread: Annotated[Literal["main", "all"], Field(description="each rank's main thread, or all")] = "main",
         full: Annotated[bool, Field(description="every frame, the trunk all ranks share too")] = False,
         locals: Annotated[bool, Field(description="the locals of each group's program frame")] = False,
+        native: Annotated[bool, Field(description="the C/C++ frames too, read from outside each process")] = False,
+        samples: Annotated[int, Field(description="samples to take, to tell which ranks move", ge=1, le=20)] = 1,
+        every: Annotated[float, Field(description="seconds between samples", gt=0, le=10)] = 1.0,
+        by: Annotated[str, Field(description="an expression read in each rank (step) to order the groups by")] = "",
     ) -> Result:
         def run() -> Answer:
             if ranks and not actor:
@@ -176,6 +181,9 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
                     f"--thread {thread}",
                     "--full" if full else "",
                     "--locals" if locals else "",
+                    "--native" if native else "",
+                    f"--samples {samples} --every {every:g}" if samples > 1 else "",
+                    f"--by {shlex.quote(one_line('by', by))}" if by else "",
                 )
             )
 
@@ -203,6 +211,10 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
             )
 
         return answered(run)
+
+    @server.tool(name="hang", description=about(HangCommands.do_hang))
+    def hang(actor: Annotated[str, Field(description=ACTOR_HELP + " (empty: every running actor)")] = "") -> Result:
+        return answered(lambda: debugger.run(line("hang", actor_word(actor) if actor else "")))
 
     @server.tool(name="collectives", description=about(HangCommands.do_collectives))
     def collectives(actor: Actor, ranks: Selector = "ranks(:)", timeout: Seconds = PEEK_TIMEOUT) -> Result:
@@ -269,8 +281,11 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         return (
             f"A job debugged by monarch-pdb seems stuck. Find out why, for {which}, with the read-only tools, "
             "and change nothing in the ranks.\n"
-            "1. `list` with all=true and `jobs`: which ranks run, which are paused, which were lost.\n"
-            "2. `stacks` (locals=true where the loop's variables matter): the merged stacks. Look for the "
+            "1. `hang`: where the ranks are, the collective they disagree on, the least progressed ranks "
+            "and what to look at next; `list` with all=true and `jobs` for which ranks run, are paused "
+            "or were lost.\n"
+            "2. `stacks` (locals=true where the loop's variables matter, samples=3 to tell who moves, "
+            "by='step' to order by progress): the merged stacks. Look for the "
             "group of ranks that stands somewhere else than the rest (the least progressed), and for "
             "lines that say a rank holds the GIL or was read from outside its process.\n"
             "3. `peek` into those ranks: the values that explain where they wait (a step counter, a "

@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from monarch_pdb.client.mcp_tools import DOCUMENT_CAP, TEXT_CAP, cut_text, fit  # noqa: E402
 
 MONARCH_PDB = os.path.join(os.path.dirname(sys.executable), "monarch-pdb")
-READING = {"list", "jobs", "stacks", "peek", "collectives", "source"}
+READING = {"list", "jobs", "stacks", "peek", "hang", "collectives", "source"}
 CONTROL = {"cast", "continue", "interrupt", "step"}
 CALL_WITHIN = 60.0
 """Seconds a test waits for the server to answer one request."""
@@ -81,6 +81,17 @@ def test_the_tools_are_listed_with_valid_schemas_and_the_reading_ones_answer_fol
             assert "_debugee_actor_internal" in text_of(stacks)
             assert stacks.structured_content["command"] == "stacks debugee --thread main"
 
+            sampled = await call(session, "stacks", actor="debugee", samples=2, every=0.1, by="rank")
+            assert not sampled.is_error, text_of(sampled)
+            document = sampled.structured_content["document"]
+            assert document["motion"]["moved"] == [] and document["by"]["expression"] == "rank", document
+            assert [g["values"][0] for g in document["by"]["groups"]][:1] == ["0"], "least first"
+
+            hang = await call(session, "hang", actor="debugee")
+            assert not hang.is_error, text_of(hang)
+            assert text_of(hang).startswith("== debugee: no rank moved in 1 s; where they are:\n"), text_of(hang)
+            assert hang.structured_content["document"]["next"][0].startswith("stacks debugee ranks(")
+
             peek = await call(session, "peek", actor="debugee", expression="rank % 4")
             assert not peek.is_error, text_of(peek)
             groups = peek.structured_content["document"]["groups"]
@@ -103,7 +114,7 @@ def test_the_tools_are_listed_with_valid_schemas_and_the_reading_ones_answer_fol
             assert [p.name for p in prompts] == ["diagnose-hung-job"]
             prompt = await session.get_prompt("diagnose-hung-job", {"actor": "debugee"})
             said = prompt.messages[0].content.text
-            assert said.index("`stacks`") < said.index("`peek`") < said.index("`collectives`")
+            assert said.index("`hang`") < said.index("`stacks`") < said.index("`peek`") < said.index("`collectives`")
 
         async with agent(dict(env, MONARCH_PDB_LIST_ROWS="4")) as session:  # past list_rows, a row per group
             listed = await call(session, "list")
