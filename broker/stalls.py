@@ -12,6 +12,7 @@ peer STALLS, whose results the server hands here instead of to a socket.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -73,7 +74,7 @@ class Stalls:
         self.ask = ask
         """Sends a `wire.Stacks` as if from a shell: the Stacks handler's `on_stacks`."""
         self.stall_after = stall_after
-        self.next_at = 0.0
+        self.next_at = time.monotonic() + stall_after / SAMPLES_PER_STALL
         self.refs = itertools.count(1)
         self.asked: dict[int, Sample] = {}
         self.seen: dict[tuple[str, str], dict[int, Still]] = {}
@@ -82,14 +83,18 @@ class Stalls:
 
     def tick(self, now: float, watching: bool) -> None:
         """Take the stacks of every actor's running ranks, when it is time and someone watches."""
-        if not self.stall_after or now < self.next_at:
+        if not self.stall_after:
             return
-        self.next_at = now + self.stall_after / SAMPLES_PER_STALL
-        self.asked = {ref: s for ref, s in self.asked.items() if now - s.at < SAMPLE_TIMEOUT + self.stall_after}
+        period = self.stall_after / SAMPLES_PER_STALL
         if not watching:
+            self.next_at = now + period  # the first sample a period after someone connects
             self.seen.clear()
             self.told.clear()
             return
+        if now < self.next_at:
+            return
+        self.next_at = now + period
+        self.asked = {ref: s for ref, s in self.asked.items() if now - s.at < SAMPLE_TIMEOUT + self.stall_after}
         running = self.registry.running()
         for key in set(self.seen) - set(running):
             del self.seen[key]
