@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -390,6 +389,8 @@ def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connecti
 
 
 def _spawn_broker(settings: Settings) -> None:
+    import subprocess  # here: only the rank that starts its host's broker needs it
+
     env = dict(os.environ)
     env["MONARCH_DEBUG_SERVER_HOST"] = settings.host
     env["MONARCH_DEBUG_SERVER_PORT"] = str(settings.port)

@@ -27,7 +27,6 @@ from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from monarch_pdb import curve, discovery, wire
 from monarch_pdb.settings import Settings
@@ -114,6 +113,14 @@ disarms the timeout it arms, so such a peer is dropped 30 to 40 beats after its 
 process that exits closes its connection, and is seen gone at once. At 1,024 idle ranks
 (benchmarks/idle.py) pinging every beat cost the broker several times the CPU of pinging every
 ten."""
+
+
+def monitor_event(monitor: zmq.Socket) -> int:
+    """The next event of a socket's monitor, without waiting (zmq.Again when none): its first
+    frame starts with the event's 16-bit id (libzmq's `zmq_socket_monitor`). pyzmq's own reader
+    imports asyncio, which a rank that never stops should not pay for."""
+    frames = monitor.recv_multipart(zmq.NOBLOCK)
+    return int.from_bytes(frames[0][:2], sys.byteorder)
 
 
 def zmtp_heartbeats(sock: zmq.Socket, beat: float) -> None:
@@ -409,13 +416,13 @@ class Link:
         standing = True
         while True:
             try:
-                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+                event = monitor_event(monitor)
             except zmq.Again:
                 return standing
-            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 standing = True
                 send(self._hello())
-            elif event["event"] == zmq.EVENT_DISCONNECTED:
+            elif event == zmq.EVENT_DISCONNECTED:
                 standing = False
                 self.ready.clear()
                 self.problem = " (the connection to the broker dropped)"

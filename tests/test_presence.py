@@ -12,6 +12,7 @@ import socket
 import pytest
 
 from monarch_pdb import wire
+from monarch_pdb.rank import presence as presence_module
 from monarch_pdb.rank.identity import Identity
 from monarch_pdb.rank.presence import OWN_RECHECK, PRESENT_EVERY, Presence
 from monarch_pdb.rank.rank_threads import RankThreads
@@ -137,6 +138,22 @@ def test_renaming_a_process_whose_ranks_a_runtime_names_announces_nothing() -> N
     assert presence.delay(T0 + 60) is None
 
 
+@pytest.fixture
+def ray_loaded(monkeypatch):
+    """The process runs under an engine that renames it without a word (Ray)."""
+    monkeypatch.setattr(presence_module, "renamed_without_a_word", lambda: True)
+
+
+def test_an_idle_process_no_engine_renames_never_wakes_its_link() -> None:
+    presence, threads, _ = new_presence()
+    runs(threads, "worker", 3)
+    presence.host_self()
+    assert presence.tick(T0) == wire.Present(ranks=[own("worker", 3)])
+    assert presence.delay(T0) is None, "no look at its identity: nothing can change it unseen"
+    assert presence.tick(T0 + 60) is None
+
+
+@pytest.mark.usefixtures("ray_loaded")
 def test_a_process_renamed_by_its_engine_is_noticed_within_a_recheck() -> None:
     presence, threads, _ = new_presence()
     runs(threads, "worker", 3)
@@ -149,6 +166,7 @@ def test_a_process_renamed_by_its_engine_is_noticed_within_a_recheck() -> None:
     assert presence.tick(T0 + 2 * OWN_RECHECK) is None
 
 
+@pytest.mark.usefixtures("ray_loaded")
 def test_a_process_is_announced_as_its_paused_session_names_it_while_one_is_open() -> None:
     presence, threads, _ = new_presence()
     runs(threads, "worker", 3)

@@ -15,15 +15,17 @@ from rich.cells import cell_len
 from shell_driver import ShellDriver
 
 MANY = textwrap.dedent("""
-    import socket
+    import dataclasses
     import threading
 
     import monarch_pdb
+    from monarch_pdb.rank import identity
 
     RANKS, PER_HOST = 1024, 8
     host = threading.local()
-    real_hostname = socket.gethostname
-    socket.gethostname = lambda: getattr(host, "name", None) or real_hostname()  # a host per 8 ranks
+    real_here = identity.here
+    # A host per 8 ranks: each rank's identity is worked out once, on its own thread.
+    identity.here = lambda: dataclasses.replace(real_here(), hostname=getattr(host, "name", None) or real_here().hostname)
 
 
     def rank_main(rank):

@@ -13,6 +13,7 @@ Run as `python -m monarch_pdb.actor.forkserver FD PROGRAM_PID`.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import select
@@ -208,6 +209,9 @@ def run(argv: list[str]) -> None:
     """The fork server's life; in each worker it forks, the worker's."""
     fd, program = int(argv[1]), int(argv[2])
     worker.die_with_parent(program)
+    # Each worker installs the debugger first thing; its modules (pdb, ZeroMQ, the wire) are
+    # imported once here, before the forks, not in every worker after its own.
+    importlib.import_module("monarch_pdb.rank.hooks")
     forked = serve(socket.socket(fileno=fd))
     if forked is not None:
         worker.main(*forked)

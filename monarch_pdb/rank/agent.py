@@ -77,15 +77,22 @@ class Agent:
         `stop` is how its interrupts stop a thread (the debugger's `interrupt`), `break_at` how
         an editor's breakpoints do (its `break_at`)."""
         with cls._instance_lock:
-            if cls._instance is None or cls._instance.pid != os.getpid():
+            if cls._instance is None:
                 cls._instance = Agent(load_settings(), stop, break_at=break_at)
             return cls._instance
 
     @classmethod
     def existing(cls) -> Agent | None:
-        """The process's agent if `install` or a breakpoint started it, without starting one."""
-        agent = cls._instance
-        return agent if agent is not None and agent.pid == os.getpid() else None
+        """The process's agent if `install` or a breakpoint started it, without starting one
+        (an endpoint call asks each time: a look-up, no system call)."""
+        return cls._instance
+
+    @classmethod
+    def forked(cls) -> None:
+        """In a forked child: the parent's agent, whose link's thread did not come along, is
+        not this process's."""
+        cls._instance = None
+        cls._instance_lock = threading.Lock()
 
     def __init__(
         self,
@@ -98,7 +105,6 @@ class Agent:
         processes makes one per emulated rank, sharing one ZeroMQ context, and none of them
         stops at an editor's breakpoints (no `break_at`)."""
         self.settings = settings
-        self.pid = os.getpid()
         self._inboxes: dict[int, queue.SimpleQueue[Inbound]] = {}
         self._sources: dict[int, OutputSource] = {}
         self._waiting: dict[int, wire.Prompt] = {}
@@ -401,3 +407,6 @@ class Agent:
             lambda answers, _: wire.BreakReport(ref=msg.ref, reasons=answers.get(0, late)),
             time.monotonic(),
         )
+
+
+os.register_at_fork(after_in_child=Agent.forked)

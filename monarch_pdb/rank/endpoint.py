@@ -2,27 +2,44 @@
 
 A session opened by a breakpoint inside the scope lives until the scope exits, and an
 exception leaving the scope after such a breakpoint stops the rank where it was raised.
+
+A runtime enters one scope per call of every rank, so a scope costs a few attribute looks when
+no agent runs and a dictionary look-up for the rank's identity when one does; the debugger's
+modules (pdb, the wire, ZeroMQ) load only once a process installs or stops.
 """
 
 from __future__ import annotations
 
-import bdb
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-from monarch_pdb import settings, wire
-from monarch_pdb.rank.agent import Agent
+from monarch_pdb import settings
 from monarch_pdb.rank.identity import CallContext, current, current_call
+
+if TYPE_CHECKING:
+    from monarch_pdb.rank.agent import Agent
+
+
+def process_agent_if_started() -> Agent | None:
+    """The process's agent if `install` or a stop started one; its module is loaded only then,
+    so a process whose module is not loaded has none."""
+    module = sys.modules.get("monarch_pdb.rank.agent")
+    return module.Agent.existing() if module is not None else None
+
+
+def is_quit(exc: BaseException) -> bool:
+    """Whether `exc` is pdb's `quit`: only a process that loaded bdb can raise one."""
+    bdb = sys.modules.get("bdb")
+    return bdb is not None and isinstance(exc, bdb.BdbQuit)
 
 
 def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     """MONARCH_PDB_POST_MORTEM's answer for `exc`, given whether a breakpoint stopped its scope
     (the endpoint call, or the process when there is no call) before it was raised; always yes
     while an editor asks for every uncaught exception."""
-    if not isinstance(exc, Exception) or isinstance(exc, bdb.BdbQuit):
+    if not isinstance(exc, Exception) or is_quit(exc):
         return False
-    agent = Agent.existing()
+    agent = process_agent_if_started()
     if agent is not None and agent.breakpoints.uncaught:
         return True
     policy = settings.load().post_mortem
@@ -31,8 +48,14 @@ def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     return policy != "never" and stopped_before
 
 
-def outcome_of(exc: BaseException) -> str:
-    return wire.Ending.QUIT if isinstance(exc, bdb.BdbQuit) else f"raised {type(exc).__name__}"
+def outcome_of(exc: BaseException | None) -> str:
+    """How a call that raised `exc` (None: returned) ended, as its session says it; asked only
+    of a call with a session, so the wire is loaded already."""
+    from monarch_pdb import wire
+
+    if exc is None:
+        return wire.Ending.RETURNED
+    return wire.Ending.QUIT if is_quit(exc) else f"raised {type(exc).__name__}"
 
 
 def stop_after_raise(call: CallContext, exc: BaseException) -> None:
@@ -43,33 +66,44 @@ def stop_after_raise(call: CallContext, exc: BaseException) -> None:
         debugger.post_mortem(exc)
 
 
-def end_call(call: CallContext, outcome: str) -> None:
-    """The call is over: its session, if a breakpoint opened one, ends with it."""
+def end_call(call: CallContext, exc: BaseException | None) -> None:
+    """The call is over, having raised `exc` (None: returned): its session, if a breakpoint
+    opened one, ends with it."""
     if call.session is not None:
         sys.settrace(None)
-        call.session.end(outcome)
+        call.session.end(outcome_of(exc))
 
 
-@contextmanager
-def endpoint_call(actor: str, rank: int, coords: dict[str, int]) -> Iterator[CallContext]:
-    call = CallContext(actor=actor, rank=rank, coords=dict(coords))
-    token = current_call.set(call)
-    outcome: str = wire.Ending.RETURNED
-    agent = Agent.existing()
-    running = None
-    if agent is not None:
-        ident = current()
-        agent.presence.host(ident.job, actor, rank, coords)
-        running = agent.threads.started(ident)
-    try:
-        yield call
-    except BaseException as exc:
-        outcome = outcome_of(exc)
-        stop_after_raise(call, exc)
-        raise
-    finally:
-        if running is not None:
-            assert agent is not None
-            agent.threads.ended(running)
-        end_call(call, outcome)
-        current_call.reset(token)
+class endpoint_call:
+    """`with endpoint_call(actor, rank, coords) as call:` around one call of a rank's code:
+    a breakpoint inside opens the rank's session (`call.session`), which ends with the call.
+
+    A class named as the function it stands for, not a generator: a runtime enters one per call
+    of every rank."""
+
+    __slots__ = ("call", "_token", "_running", "_agent")
+
+    def __init__(self, actor: str, rank: int, coords: dict[str, int]) -> None:
+        self.call = CallContext(actor, rank, dict(coords))
+
+    def __enter__(self) -> CallContext:
+        call = self.call
+        self._token = current_call.set(call)
+        self._agent = agent = process_agent_if_started()
+        if agent is not None:
+            ident = current()
+            agent.presence.host(ident.job, call.actor, call.rank, call.coords)
+            self._running = agent.threads.started(ident)
+        return call
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        call = self.call
+        try:
+            if exc is not None:
+                stop_after_raise(call, exc)
+        finally:
+            agent = self._agent
+            if agent is not None:
+                agent.threads.ended(self._running)
+            end_call(call, exc)
+            current_call.reset(self._token)

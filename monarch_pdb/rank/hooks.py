@@ -15,57 +15,24 @@ import functools
 import inspect
 import linecache
 import os
+import pdb
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from monarch_pdb import settings, wire
-from monarch_pdb.rank import identity
-from monarch_pdb.rank.endpoint import end_call, endpoint_call, outcome_of, stop_after_raise, wants_post_mortem
+from monarch_pdb import settings
+from monarch_pdb.rank import debugger, identity, interrupt
+from monarch_pdb.rank.agent import Agent
+from monarch_pdb.rank.breakpoint_hook import INSTALLED, set_trace, set_trace_async, stop_signalled
+from monarch_pdb.rank.endpoint import end_call, endpoint_call, stop_after_raise, wants_post_mortem
 from monarch_pdb.rank.identity import CallContext, current_call
 from monarch_pdb.rank.sources import SHIPPED_CODE
-
-_INSTALLED = "_monarch_pdb_installed"
-
-
-def set_trace(*, header: str | None = None, commands: list[str] | None = None) -> None:
-    """Pause the calling frame in a session of the broker, stopping at its next line; pdb's
-    `commands` run first, as pdb.set_trace's do from Python 3.14 on."""
-    from monarch_pdb.rank import debugger
-
-    _known_from_first_stop()
-    debugger.set_trace(sys._getframe(1), header=header, commands=commands)
-
-
-def _known_from_first_stop() -> None:
-    """A process that stops without having run `install` (PYTHONBREAKPOINT alone) is known to
-    the broker from its first stop on, as an installed one is: a rank continued out of the
-    debugger is still listed, drawn, and reached by `stacks`, `peek` and `interrupt`, and is
-    `finished` when its process ends."""
-    if getattr(sys.excepthook, _INSTALLED, False):
-        return
-    from monarch_pdb.rank import debugger, interrupt
-
-    agent = debugger.process_agent()
-    if not agent.presence.own():
-        interrupt.arm(_stop_signalled)
-        agent.presence.host_self()
-
-
-async def set_trace_async(*, header: str | None = None, commands: list[str] | None = None) -> None:
-    """`await pdb.set_trace_async()` in an installed process (Python 3.14 on): pause the calling
-    coroutine in a session of the broker, whose prompt runs `await` statements too."""
-    from monarch_pdb.rank import debugger
-
-    await debugger.set_trace_async(sys._getframe(1), header=header, commands=commands)
 
 
 def _take_pdb(hook: Callable[..., None]) -> None:
     """`breakpoint()`, `pdb.set_trace()` and `await pdb.set_trace_async()` reach the broker: a
     rank has no terminal of its own for stock pdb to read from."""
-    import pdb
-
     sys.breakpointhook = pdb.set_trace = hook
     if hasattr(pdb, "set_trace_async"):
         pdb.set_trace_async = set_trace_async
@@ -79,16 +46,14 @@ def install(*, announce: bool = True) -> None:
     The process is known to the broker from now on, running or not, so `list --all`, `stacks`
     and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
     False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
-    from monarch_pdb.rank import debugger, interrupt
-
     _take_pdb(set_trace)
     agent = debugger.process_agent()
-    interrupt.arm(_stop_signalled)
+    interrupt.arm(stop_signalled)
     if announce:
         agent.presence.host_self()
-    if not getattr(sys.excepthook, _INSTALLED, False):
+    if not getattr(sys.excepthook, INSTALLED, False):
         sys.excepthook = _post_mortem_first(sys.excepthook, lambda args: args[1])
-    if not getattr(threading.excepthook, _INSTALLED, False):
+    if not getattr(threading.excepthook, INSTALLED, False):
         threading.excepthook = _post_mortem_first(threading.excepthook, lambda args: args[0].exc_value)
     if "ray" in sys.modules:
         _reach_into("ray", "post-mortem of Ray tasks stops in Ray's own debugger", _take_ray_post_mortem)
@@ -106,16 +71,6 @@ def install(*, announce: bool = True) -> None:
             "reach Monarch's main thread, not its actors'",
             _take_monarch_calls,
         )
-
-
-def _stop_signalled(frame) -> None:
-    """The interrupt signal's work, on the main thread: stop at `frame` if this process's
-    agent was asked to."""
-    from monarch_pdb.rank.agent import Agent
-
-    agent = Agent.existing()
-    if agent is not None:
-        agent.interrupts.signalled(frame)
 
 
 def _reach_into(package: str, otherwise: str, take: Callable[[], None]) -> None:
@@ -136,16 +91,12 @@ def _reach_into(package: str, otherwise: str, take: Callable[[], None]) -> None:
 
 def stopped_in_this_process() -> bool:
     """Whether a breakpoint of this process has opened a session."""
-    from monarch_pdb.rank.agent import Agent
-
     agent = Agent.existing()
     return agent is not None and agent.stopped.is_set()
 
 
 def post_mortem_if_wanted(exc: BaseException | None) -> None:
     if exc is not None and wants_post_mortem(exc, stopped_in_this_process()):
-        from monarch_pdb.rank import debugger
-
         debugger.post_mortem(exc)
 
 
@@ -156,7 +107,7 @@ def _post_mortem_first(previous: Callable[..., Any], exception_of: Callable[[tup
         post_mortem_if_wanted(exception_of(args))
         previous(*args)
 
-    setattr(hook, _INSTALLED, True)
+    setattr(hook, INSTALLED, True)
     return hook
 
 
@@ -188,7 +139,7 @@ def _take_ray_calls() -> None:
     from ray._private.function_manager import FunctionActorManager
 
     get_execution_info = FunctionActorManager.get_execution_info
-    if getattr(get_execution_info, _INSTALLED, False):
+    if getattr(get_execution_info, INSTALLED, False):
         return
 
     @functools.wraps(get_execution_info)
@@ -196,18 +147,17 @@ def _take_ray_calls() -> None:
         info = get_execution_info(self, *args, **kwargs)
         return info._replace(function=_ray_call(info.function))
 
-    setattr(execution_info, _INSTALLED, True)
+    setattr(execution_info, INSTALLED, True)
     FunctionActorManager.get_execution_info = execution_info
 
 
 def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function`, run as a call of the rank (it keeps the attributes Ray reads, like the
     method of an actor's executor); the coroutine of an async method runs as one instead."""
-    from monarch_pdb.rank.debugger import process_agent
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with process_agent().threads.call(identity.current()):
+        with debugger.process_agent().threads.call(identity.current()):
             result = function(*args, **kwargs)
         return _awaited_as_call(result) if inspect.iscoroutine(result) else result
 
@@ -215,9 +165,7 @@ def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 async def _awaited_as_call(coroutine: Any) -> Any:
-    from monarch_pdb.rank.debugger import process_agent
-
-    with process_agent().threads.call(identity.current(), coroutine):
+    with debugger.process_agent().threads.call(identity.current(), coroutine):
         return await coroutine
 
 
@@ -227,7 +175,7 @@ def _bootstrap_monarch_procs() -> None:
     from monarch._src.actor.host_mesh import HostMesh
 
     spawn = HostMesh.spawn_procs
-    if getattr(spawn, _INSTALLED, False):
+    if getattr(spawn, INSTALLED, False):
         return
     job, script = identity.job_name(), _main_script_source()
 
@@ -236,7 +184,7 @@ def _bootstrap_monarch_procs() -> None:
         first = _install_then_async if inspect.iscoroutinefunction(bootstrap) else _install_then
         return spawn(self, per_host, functools.partial(first, job, script, bootstrap), *args, **kwargs)
 
-    setattr(spawn_procs, _INSTALLED, True)
+    setattr(spawn_procs, INSTALLED, True)
     HostMesh.spawn_procs = spawn_procs
 
 
@@ -253,6 +201,7 @@ def _install_then(job: str, script: str, bootstrap: Callable[[], Any] | None) ->
     """In a new proc: our hooks, the client's job name, and the main script's source for pdb's
     `l` and `ll` (the proc's host may not have the file)."""
     os.environ.setdefault("MONARCH_PDB_JOB", job)
+    identity.renamed()
     if script:
         linecache.cache[SHIPPED_CODE] = (len(script), None, script.splitlines(True), SHIPPED_CODE)
     install()
@@ -273,7 +222,7 @@ def _take_monarch_calls() -> None:
     _take_pdb(_set_trace_in_monarch_call)
     exit_debugger, post_mortem_debug = _Actor._maybe_exit_debugger, _Actor._post_mortem_debug
     handle, handle_sync = _Actor.handle, _Actor.handle_sync
-    if getattr(exit_debugger, _INSTALLED, False):
+    if getattr(exit_debugger, INSTALLED, False):
         return
 
     async def handle_as_call(self, ctx: Any, *args: Any, **kwargs: Any) -> None:
@@ -286,16 +235,16 @@ def _take_monarch_calls() -> None:
 
     def maybe_exit_debugger(self, *args: Any, **kwargs: Any) -> None:
         exit_debugger(self, *args, **kwargs)
-        _end_monarch_call(wire.Ending.RETURNED)
+        _end_monarch_call(None)
 
     def post_mortem_then_report(self, exc_tb: Any) -> None:
         post_mortem_debug(self, exc_tb)
         exc = sys.exc_info()[1]
         if exc is not None:
             stop_after_raise(_monarch_call(), exc)
-            _end_monarch_call(outcome_of(exc))
+            _end_monarch_call(exc)
 
-    setattr(maybe_exit_debugger, _INSTALLED, True)
+    setattr(maybe_exit_debugger, INSTALLED, True)
     _Actor._maybe_exit_debugger = maybe_exit_debugger
     _Actor._post_mortem_debug = post_mortem_then_report
     _Actor.handle, _Actor.handle_sync = handle_as_call, handle_sync_as_call
@@ -322,16 +271,14 @@ def _monarch_call() -> CallContext:
     return call
 
 
-def _end_monarch_call(outcome: str) -> None:
+def _end_monarch_call(exc: BaseException | None) -> None:
     call = current_call.get()
     if call is not None:
-        end_call(call, outcome)
+        end_call(call, exc)
         current_call.set(None)
 
 
 def _set_trace_in_monarch_call(*, header: str | None = None, commands: list[str] | None = None) -> None:
-    from monarch_pdb.rank import debugger
-
     _monarch_call()
     debugger.set_trace(sys._getframe(1), header=header, commands=commands)
 
@@ -340,7 +287,7 @@ def join() -> dict[str, object]:
     """What `monarch-pdb join` runs in a process it loads us into (on its main thread, between
     two bytecodes): `install`, as if the program had called it now; says who the process is
     and whether it had installed us before, so joining twice changes nothing."""
-    before = bool(getattr(sys.excepthook, _INSTALLED, False))
+    before = bool(getattr(sys.excepthook, INSTALLED, False))
     install()
     me = identity.current()
     return {"actor": me.actor, "rank": me.rank, "before": before}

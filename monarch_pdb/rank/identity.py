@@ -4,15 +4,19 @@ Sources are asked most specific first: the endpoint call the embedded mesh runti
 a real Monarch actor's context, a Ray actor or task, the environment of common launchers
 (torchrun, Slurm, Open MPI, PMI), and finally the bare process. Whatever the program set with
 `set_identity` overrides the detected values it names.
+
+What names the process whatever thread asks (its host, pid, environment, script) is worked out
+once (`here`), and the identity of each rank an endpoint call names once: an endpoint call pays
+a dictionary look-up for it. Both are worked out again after a fork, `set_identity`, or a
+runtime's `renamed`.
 """
 
 from __future__ import annotations
 
 import contextvars
 import os
-import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +34,7 @@ class Identity:
     instance: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class CallContext:
     """The endpoint call a thread or task is running, as the mesh runtime announces it.
 
@@ -62,6 +66,52 @@ current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVa
 _explicit: dict[str, Any] = {}
 
 
+@dataclass(frozen=True)
+class Here:
+    """What names this process whatever thread asks, read once (see `here`)."""
+
+    hostname: str
+    pid: int
+    job: str
+    """MONARCH_PDB_JOB, else empty."""
+    actor: str
+    """The actor a session with no other source is listed under: MONARCH_PDB_ACTOR, else the script's name."""
+    stem: str
+    """The main script's name, without its suffix."""
+    launcher: Detected | None
+    """What the launcher's variables say, if a launcher started the process."""
+
+
+_here: Here | None = None
+_of_calls: dict[tuple[str, int], tuple[dict[str, int], Identity]] = {}
+"""The identity of each (actor, rank) an endpoint call named, with the coordinates it had."""
+
+
+def here() -> Here:
+    """This process's `Here`, read on first use."""
+    global _here
+    if _here is None:
+        import socket
+
+        stem = _script_stem()
+        named = settings.naming()
+        _here = Here(
+            socket.gethostname(), os.getpid(), named.job, named.actor or stem, stem, from_launcher(named.launcher)
+        )
+    return _here
+
+
+def renamed() -> None:
+    """Something that names the process changed (`set_identity`, a fork, the job a runtime gives
+    it in its environment): work the names out again."""
+    global _here
+    _here = None
+    _of_calls.clear()
+
+
+os.register_at_fork(after_in_child=renamed)
+
+
 def set_identity(
     *, actor: str | None = None, rank: int | None = None, coords: dict[str, int] | None = None, job: str | None = None
 ) -> None:
@@ -69,6 +119,7 @@ def set_identity(
     for key, value in (("actor", actor), ("rank", rank), ("coords", coords), ("job", job)):
         if value is not None:
             _explicit[key] = value
+    renamed()
 
 
 def rank_is_set() -> bool:
@@ -85,14 +136,8 @@ def _script_stem() -> str:
 def job_name(detected: Detected | None = None) -> str:
     """MONARCH_PDB_JOB, else the name the detected launcher gives the whole job (`detected`,
     when the caller has it already), else the main script's name and this process's pid."""
-    named = settings.naming().job
-    if named:
-        return named
-    return (detected or detect()).job or f"{_script_stem()}-{os.getpid()}"
-
-
-def _script_actor_name() -> str:
-    return settings.naming().actor or _script_stem()
+    process = here()
+    return process.job or (detected or detect()).job or f"{process.stem}-{process.pid}"
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -110,8 +155,8 @@ def _host_and_local(env: Mapping[str, str], rank: int, host: str, local: str, lo
 
 def from_launcher(env: Mapping[str, str]) -> Detected | None:
     """torchrun, Slurm, Open MPI or PMI (MPICH, Intel MPI), in that order, from their variables."""
-    actor = _script_actor_name()
     stem = _script_stem()
+    actor = settings.naming().actor or stem
     if (rank := _int(env, "RANK")) is not None:
         run = env.get("TORCHELASTIC_RUN_ID", "")
         token = run if run and run != "none" else env.get("MASTER_PORT", "")
@@ -193,7 +238,7 @@ def from_ray() -> Detected | None:
         return Detected(name, os.getpid(), {}, job, f"actor {actor_id}")
     if function:
         return Detected(parts[-1], os.getpid(), {}, job, f"task {runtime.get_task_id()}")
-    return Detected(_script_actor_name(), os.getpid(), {}, job)
+    return Detected(here().actor, os.getpid(), {}, job)
 
 
 def _ray_actor_class(runtime: Any) -> str:
@@ -203,34 +248,41 @@ def _ray_actor_class(runtime: Any) -> str:
     return getattr(descriptor, "class_name", "") or "actor"
 
 
-_SOURCES: tuple[Callable[[], Detected | None], ...] = (
-    from_monarch,
-    from_ray,
-    lambda: from_launcher(settings.naming().launcher),
-)
-
-
 def detect() -> Detected:
     """The most specific source that recognises this thread, or the bare process."""
     call = current_call.get()
     if call is not None:
         return Detected(call.actor, call.rank, dict(call.coords))
-    for source in _SOURCES:
+    for source in (from_monarch, from_ray):
         found = source()
         if found is not None:
             return found
-    return Detected(_script_actor_name(), os.getpid(), {})
+    process = here()
+    return process.launcher or Detected(process.actor, process.pid, {})
 
 
 def current() -> Identity:
-    """The identity of the session that is about to open in the calling thread or task."""
-    found = detect()
+    """The identity of the session that is about to open in the calling thread or task; that of
+    an endpoint call's rank is worked out once."""
+    call = current_call.get()
+    if call is None:
+        return _named(detect())
+    known = _of_calls.get((call.actor, call.rank))
+    if known is None or known[0] != call.coords:
+        known = (dict(call.coords), _named(Detected(call.actor, call.rank, dict(call.coords))))
+        _of_calls[(call.actor, call.rank)] = known
+    return known[1]
+
+
+def _named(found: Detected) -> Identity:
+    """`found`, as this process names it: with its host and pid, and what `set_identity` overrides."""
+    process = here()
     return Identity(
         job=str(_explicit["job"] if "job" in _explicit else job_name(found)),
         actor=str(_explicit.get("actor", found.actor)),
         rank=int(_explicit.get("rank", found.rank)),
         coords=dict(_explicit.get("coords", found.coords)),
-        hostname=socket.gethostname(),
-        pid=os.getpid(),
+        hostname=process.hostname,
+        pid=process.pid,
         instance=found.instance,
     )

@@ -8,13 +8,12 @@ what it lacks, so `list --all`, `stacks` and `interrupt` reach ranks that never 
 
 from __future__ import annotations
 
-import os
-import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable
 
 from monarch_pdb import wire
-from monarch_pdb.rank.identity import Identity, current
+from monarch_pdb.rank.identity import Identity, current, here
 from monarch_pdb.rank.rank_threads import RankThreads
 
 PRESENT_EVERY = 0.25
@@ -25,6 +24,14 @@ OWN_RECHECK = 1.0
 """Seconds between two looks at a process's own identity, which its engine may change after
 start-up (a Ray worker becomes an actor)."""
 
+
+def renamed_without_a_word() -> bool:
+    """Whether an engine may change the process's own identity without telling us: only Ray
+    does (a worker becomes an actor, a task starts). Any other process is renamed by
+    `set_identity` (`renamed`) or not at all, and its idle link never wakes to look."""
+    return "ray" in sys.modules
+
+
 Rank = tuple[str, str, int]
 """(job, actor, rank)"""
 
@@ -33,8 +40,8 @@ class Presence:
     """What the broker has been told of this process's ranks, and what it must be told next
     (the agent keeps one; its link's thread announces).
 
-    Locking: every attribute but `_threads` and `_wake` is read and written under `_lock`, and
-    nothing is called while it is held."""
+    Locking: every attribute but `_threads` and `_wake` is written under `_lock`, and read under
+    it but for `host`'s first look, and nothing is called while it is held."""
 
     def __init__(self, threads: RankThreads, wake: Callable[[], None]) -> None:
         """`threads` says whose call a process that is its own rank runs now; `wake` tells the
@@ -68,6 +75,8 @@ class Presence:
         """A rank this process runs from now on, named by a mesh runtime: the broker learns it
         with the next announcement (it replaces the process's own identity, see `host_self`)."""
         key = (job, actor, rank)
+        if key in self._hosted and key not in self._ended:
+            return  # every call of a rank after its first: two looks, no lock
         with self._lock:
             if key in self._ended:
                 del self._ended[key]
@@ -113,8 +122,10 @@ class Presence:
                 self._ended[key] = state
 
     def sessions_closed(self) -> None:
-        """The process has no open session any more: its own rank goes by its call's name again."""
+        """The process has no open session any more: its own rank goes by its call's name again
+        (announced again at once, since no idle look would see the change)."""
         with self._lock:
+            self._due = self._due or (self._own and self._stopped_as is not None)
             self._stopped_as = None
 
     # --- the link's thread ------------------------------------------------------------
@@ -130,7 +141,7 @@ class Presence:
         engine renames it without a word: a Ray task starts); None when neither is."""
         with self._lock:
             if self._own and not self._due:
-                return max(0.0, self._checked + OWN_RECHECK - now)
+                return max(0.0, self._checked + OWN_RECHECK - now) if renamed_without_a_word() else None
             if not self._due:
                 return None
             return 0.0 if self._own else max(0.0, self._at + PRESENT_EVERY - now)
@@ -139,7 +150,7 @@ class Presence:
         """The announcement due now: a process that is its own rank at once, and again when its
         name changed; the ranks a runtime named at most every PRESENT_EVERY seconds."""
         with self._lock:
-            recheck = self._own and now >= self._checked + OWN_RECHECK
+            recheck = self._own and now >= self._checked + OWN_RECHECK and renamed_without_a_word()
             if recheck:
                 self._checked = now
             stopped_as, announced_as = self._stopped_as, self._own_as
@@ -182,6 +193,7 @@ class Presence:
             hosted = {(a, r): (job, coords) for (job, a, r), coords in self._hosted.items()}
             stopped_as = self._stopped_as
         found: dict[int, Identity] = {}
+        process = here()
         for rank in ranks:
             if (actor, rank) in hosted:
                 job, coords = hosted[(actor, rank)]
@@ -193,8 +205,8 @@ class Presence:
                 actor=name.actor,
                 rank=name.rank,
                 coords=dict(name.coords),
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
+                hostname=process.hostname,
+                pid=process.pid,
                 instance=name.instance,
             )
         return found

@@ -9,7 +9,7 @@ process's main thread, as under torchrun, Slurm and MPI, and as Ray's tasks and 
 
 from __future__ import annotations
 
-import asyncio
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,10 +19,11 @@ from typing import Any
 from monarch_pdb.rank.identity import Identity
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Running:
     """The thread that runs a rank's code, and the coroutine it runs, when it is one's: while
-    that waits in an `await`, the rank is where it awaits, not in the event loop."""
+    that waits in an `await`, the rank is where it awaits, not in the event loop. Never changed
+    once made; not frozen, which would make each endpoint call build it a field at a time."""
 
     thread: int
     coroutine: Any = None
@@ -32,22 +33,22 @@ class Running:
     """A post-mortem session's traceback: its frames down to the one that raised no longer run."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class Call:
     """An engine call running a rank's code; compared by identity, so two calls of one rank
-    (an async actor's, running at once) stay apart."""
+    (an async actor's, running at once) stay apart. Never changed once made, as `Running`."""
 
     identity: Identity
     running: Running
 
 
 def running_here(coroutine: Any = None) -> Running:
-    """The calling thread, running `coroutine`, else its asyncio task's coroutine if any."""
+    """The calling thread, running `coroutine`, else its asyncio task's coroutine if any (a
+    process that never imported asyncio runs none)."""
     if coroutine is None:
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:
-            task = None
+        asyncio = sys.modules.get("asyncio")
+        loop = asyncio._get_running_loop() if asyncio is not None else None
+        task = asyncio.current_task(loop) if asyncio is not None and loop is not None else None
         coroutine = task.get_coro() if task is not None else None
     return Running(threading.get_ident(), coroutine)
 
@@ -72,7 +73,7 @@ class RankThreads:
 
     def ended(self, call: Call) -> None:
         with self._lock:
-            self._calls = [c for c in self._calls if c is not call]
+            self._calls.remove(call)
 
     @contextmanager
     def call(self, identity: Identity, coroutine: Any = None) -> Iterator[None]:

@@ -9,7 +9,6 @@ place of the event loop's frames, which would be the same for every rank.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import threading
@@ -21,7 +20,8 @@ from monarch_pdb.rank.rank_threads import Running
 from monarch_pdb.rank.sources import debugger_code, own_code, source_file
 from monarch_pdb.ranks import RankSet
 
-ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
+ASYNCIO_DIR = os.path.join(os.path.dirname(threading.__file__), "asyncio", "")
+"""asyncio's files, named without importing it (a rank that never awaits does not load it)."""
 
 
 def program_frames(frame) -> list:

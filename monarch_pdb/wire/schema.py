@@ -5,6 +5,9 @@ of its fields. A record (`record`) is a small value nested in a message (a row, 
 frame): it travels as a msgpack array of its fields in declared order. Decoding gives back each
 field as its declared type (a record built, an enum's word looked up, a rank set made from its
 runs) or refuses the message with `Dropped`.
+
+A type's checks are built the first time one of its kind travels, not when it is declared: a
+rank that never stops never pays for the checks of the ninety-odd types it never sends.
 """
 
 from __future__ import annotations
@@ -48,8 +51,10 @@ class Record:
 
 
 Check = Callable[[Any], Any]
+Schema = tuple[tuple[str, Check, bool], ...]
+"""Each field's name, its check, and whether it is required."""
 REGISTRY: dict[str, type[Message]] = {}
-_SCHEMAS: dict[type, tuple[tuple[str, Check, bool], ...]] = {}
+_SCHEMAS: dict[type, Schema] = {}
 _BUILDERS: dict[type, Check] = {}
 """For each record, the function that builds one from the array it travelled as (a list of
 131,072 rows, or the root's million answers of a cast, is that many records to build)."""
@@ -108,7 +113,7 @@ def _checker(annotation: Any) -> Check:
         words = {member.value: member for member in annotation}
         return lambda value: words[value] if isinstance(value, str) and value in words else _wrong(value)
     if isinstance(annotation, type) and issubclass(annotation, Record):
-        return _BUILDERS[annotation]
+        return _builder(annotation)
     if annotation is ranks.RankSet:
         return _rank_set
     exact = _exact_types(annotation)
@@ -137,12 +142,20 @@ def _exact_types(annotation: Any) -> tuple[type, ...] | None:
     return None
 
 
-def _schema(cls: type) -> tuple[tuple[str, Check, bool], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple(
-        (f.name, _checker(hints[f.name]), f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-        for f in dataclasses.fields(cls)
-    )
+def _schema(cls: type) -> Schema:
+    """The checks of a message's or record's fields, built on first use."""
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        hints = typing.get_type_hints(cls)
+        schema = _SCHEMAS[cls] = tuple(
+            (
+                f.name,
+                _checker(hints[f.name]),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+        )
+    return schema
 
 
 @dataclass_transform()
@@ -152,7 +165,6 @@ def message(type_name: str):
     def register(cls):
         cls = dataclass(cls)
         cls.TYPE = type_name
-        _SCHEMAS[cls] = _schema(cls)
         REGISTRY[type_name] = cls
         return cls
 
@@ -162,17 +174,30 @@ def message(type_name: str):
 @dataclass_transform()
 def record(cls):
     """Declare a record: a slotted dataclass whose fields are checked as they arrive."""
-    cls = dataclass(slots=True)(cls)
-    _SCHEMAS[cls] = schema = _schema(cls)
-    _BUILDERS[cls] = _record_builder(cls, schema)
-    hints = typing.get_type_hints(cls)
-    names = [f"{name}.spans" if hints[name] is ranks.RankSet else name for name, _, _ in schema]
-    get = attrgetter(*names)
-    _FLATTENERS[cls] = get if len(names) > 1 else lambda value: (get(value),)
-    return cls
+    return dataclass(slots=True)(cls)
 
 
-def _record_builder(cls: type, schema: tuple[tuple[str, Check, bool], ...]) -> Check:
+def _builder(cls: type) -> Check:
+    """How a record is built from the array it travelled as, made on first use."""
+    builder = _BUILDERS.get(cls)
+    if builder is None:
+        builder = _BUILDERS[cls] = _record_builder(cls, _schema(cls))
+    return builder
+
+
+def _flattener(cls: type) -> Callable[[Any], tuple]:
+    """A record's fields in order as it travels, a rank set's as its runs: one call in C (made
+    on first use)."""
+    flatten = _FLATTENERS.get(cls)
+    if flatten is None:
+        hints = typing.get_type_hints(cls)
+        names = [f"{f.name}.spans" if hints[f.name] is ranks.RankSet else f.name for f in dataclasses.fields(cls)]
+        get = attrgetter(*names)
+        flatten = _FLATTENERS[cls] = get if len(names) > 1 else lambda value: (get(value),)
+    return flatten
+
+
+def _record_builder(cls: type, schema: Schema) -> Check:
     """How a record is built from the array it travelled as. Where each field is of one plain
     type or a rank set (a cast's answer, a frame, a rank that did not answer), the types of
     all its fields are compared at once and only the rank sets are made by a call; otherwise
@@ -210,7 +235,7 @@ def build(cls: type[Message], fields: dict) -> Message:
     """A message of type `cls` from decoded fields, each present when required and of its
     declared type, records and lists checked all the way down, or `Dropped`."""
     values = {}
-    for name, check, required in _SCHEMAS[cls]:
+    for name, check, required in _SCHEMAS.get(cls) or _schema(cls):
         if name not in fields:
             if required:
                 raise Dropped("missing field")
@@ -232,6 +257,8 @@ def flatten(value: Any) -> tuple:
     flatten = _FLATTENERS.get(type(value))
     if flatten is not None:
         return flatten(value)
+    if isinstance(value, Record):
+        return _flattener(type(value))(value)
     if isinstance(value, ranks.RankSet):
         return value.spans
     raise TypeError(f"cannot send {type(value).__name__}")
