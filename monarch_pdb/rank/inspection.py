@@ -106,7 +106,7 @@ class EditorBreakpoints:
         self.files: dict[str, list[wire.Spot]] = {}
         self.owner = b""
         """The editor's connection, whom log points tell."""
-        self.logs: dict[int, wire.Spot] = {}
+        self.logs: dict[int, log_points.Compiled] = {}
         """The log points among pdb's breakpoints, by number."""
 
     def change(self, debugger, path: str, spots: list[wire.Spot], owner: bytes = b"") -> list[wire.Item]:
@@ -138,9 +138,10 @@ class EditorBreakpoints:
 
     def set(self, debugger, path: str, spot: wire.Spot) -> str | None:
         """pdb's reason when it cannot break there (no such file, no code on that line)."""
-        problem = log_points.problem(spot)
-        if problem:
-            return problem
+        try:
+            compiled = log_points.compiled(spot)
+        except log_points.Unusable as problem:
+            return str(problem)
         if not debugger.checkline(path, spot.line):
             return f"line {spot.line} of {path} holds no code to stop at"
         failed = debugger.set_break(path, spot.line, cond=spot.condition or None)
@@ -150,16 +151,16 @@ class EditorBreakpoints:
         if spot.hits > 1:
             made.ignore = spot.hits - 1
         if spot.log:
-            self.logs[made.number] = spot
+            self.logs[made.number] = compiled
         return None
 
     def logged(self, debugger, frame) -> bool:
         """Whether pdb stopped at a log point: its message goes to the editor, and the rank on."""
-        spot = self.logs.get(getattr(debugger, "currentbp", 0))
-        if spot is None:
+        logged = self.logs.get(getattr(debugger, "currentbp", 0))
+        if logged is None:
             return False
         debugger.currentbp = 0
-        self.tell(self.owner, log_points.message(spot.log, frame))
+        self.tell(self.owner, logged.message(frame))
         return True
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from monarch_pdb import wire
 from monarch_pdb.rank import code_lines, log_points
+from monarch_pdb.rank.file_loads import FileLoads
 from monarch_pdb.rank.line_events import LineEvents
 
 MONITORING = sys.version_info >= (3, 12)
@@ -33,10 +34,12 @@ NEXT_STOP = (
 
 @dataclass(eq=False)
 class Armed:
-    """A spot as the process keeps it, with how many times its condition held."""
+    """A spot as the process keeps it: its condition and message compiled, and how many times
+    its condition held."""
 
     spot: wire.Spot
     owner: bytes
+    compiled: log_points.Compiled
     count: int = 0
 
 
@@ -63,10 +66,10 @@ class RunningBreakpoints:
         self._at: dict[types.CodeType, dict[int, list[Armed]]] = {}
         self._events = LineEvents(self._line)
         self._lock = threading.RLock()
-        """An RLock: the audit hook runs in whatever thread imports, this one's too."""
+        """An RLock: a file's code is handed over in whatever thread imports it, this one's too."""
         self._unloaded: dict[str, tuple[str, list[wire.Spot], bytes]] = {}
         """The breakpoints of files this process has not loaded, by real path."""
-        self._hooked = False
+        self._loads = FileLoads(self._loading)
 
     def change(self, path: str, spots: list[wire.Spot], owner: bytes) -> list[str]:
         """Make `spots` the file's breakpoints; for each, "" when set, else why not. A file
@@ -77,7 +80,7 @@ class RunningBreakpoints:
         if self.stop is None:
             return ["this process stops at no breakpoint"] * len(spots)
         with self._lock:
-            return self._arm(path, spots, owner, code_lines.code_of(path) if spots else [])
+            return self._arm(path, spots, owner, code_lines.code_of(path, [s.line for s in spots]) if spots else [])
 
     def forget(self, owner: bytes) -> None:
         """The editor `owner` is gone: its breakpoints and its wish for post-mortem with it."""
@@ -85,6 +88,7 @@ class RunningBreakpoints:
             if self.uncaught_owner == owner:
                 self.uncaught = False
             self._unloaded = {real: waiting for real, waiting in self._unloaded.items() if waiting[2] != owner}
+            self._loads.wait_for(frozenset(self._unloaded))
             for path in [path for path, armed in self._files.items() if armed[0][0].owner == owner]:
                 self._arm(path, [], owner, [])
 
@@ -93,18 +97,18 @@ class RunningBreakpoints:
         self._unloaded.pop(real, None)
         if spots and not codes:
             self._unloaded[real] = (path, spots, owner)
-            if not self._hooked:
-                sys.addaudithook(self._loading)  # for as long as the process runs: hooks stay
-                self._hooked = True
+        self._loads.wait_for(frozenset(self._unloaded))
         kept, reasons = [], []
         for spot in spots:
             holders = code_lines.holding(codes, spot.line)
-            reason = log_points.problem(spot) or (
-                f"line {spot.line} of {path} holds no code to stop at" if codes and not holders else ""
-            )
-            if holders and not reason:
-                kept.append((Armed(spot, owner), holders))
-            reasons.append(reason)
+            try:
+                compiled = log_points.compiled(spot)
+            except log_points.Unusable as problem:
+                reasons.append(str(problem))
+                continue
+            if holders:
+                kept.append((Armed(spot, owner, compiled), holders))
+            reasons.append(f"line {spot.line} of {path} holds no code to stop at" if codes and not holders else "")
         files = {name: armed for name, armed in self._files.items() if name != path}
         if kept:
             files[path] = kept
@@ -120,16 +124,11 @@ class RunningBreakpoints:
         sys.monitoring.restart_events()  # type: ignore[attr-defined]
         return reasons
 
-    def _loading(self, event: str, args: tuple) -> None:
-        """The `exec` audit event, raised as a module's code is about to run: the breakpoints
-        waiting for its file are set in its code, nested functions' included, before any of it
-        runs. An audit hook that raised would fail the import, so nothing may."""
-        if event != "exec" or not self._unloaded:
-            return
+    def _loading(self, code: types.CodeType) -> None:
+        """A waited-for file's module is about to run `code`: its breakpoints are set in it,
+        nested functions' included, before any of it runs. Nothing may raise: the import would
+        fail."""
         try:
-            code = args[0]
-            if not isinstance(code, types.CodeType) or code.co_filename.startswith("<"):
-                return
             with self._lock:
                 waiting = self._unloaded.get(os.path.realpath(code.co_filename))
                 if waiting is not None:
@@ -150,13 +149,13 @@ class RunningBreakpoints:
         frame = sys._getframe(1)
         stop = False
         for armed in here:
-            if not log_points.holds(armed.spot.condition, frame):
+            if not armed.compiled.holds(frame):
                 continue
             armed.count += 1
             if armed.count < armed.spot.hits:
                 continue
             if armed.spot.log:
-                self.tell(armed.owner, log_points.message(armed.spot.log, frame))
+                self.tell(armed.owner, armed.compiled.message(frame))
             else:
                 stop = True
         if stop:
