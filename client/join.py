@@ -422,13 +422,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "Load the debugger into running Python 3.14+ processes (sys.remote_exec), or with --wake into "
         "any Python 3.10+ process through gdb, as if each had called monarch_pdb.install() now."
     )
-    parser.add_argument("pids", type=int, nargs="*", metavar="PID", help="a process to join")
-    parser.add_argument(
-        "--children-of",
-        type=int,
-        metavar="PID",
-        help="join the Python processes a launcher (torchrun, mpirun, an srun step) runs below PID",
-    )
+    process_arguments(parser, "join", "join")
     parser.add_argument(
         "--wake",
         action="store_true",
@@ -444,8 +438,21 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
+def process_arguments(parser: argparse.ArgumentParser, command: str, verb: str) -> None:
+    """The processes `command` takes to `verb` (join, read): PIDs, or a launcher's below it."""
+    parser.set_defaults(command=command)
+    parser.add_argument("pids", type=int, nargs="*", metavar="PID", help=f"a process to {verb}")
+    parser.add_argument(
+        "--children-of",
+        type=int,
+        metavar="PID",
+        help=f"{verb} the Python processes a launcher (torchrun, mpirun, an srun step) runs below PID",
+    )
+
+
 def chosen_pids(args: argparse.Namespace) -> list[int]:
-    """The processes named, then those below --children-of; CannotJoin when there are none."""
+    """The processes named, then those below --children-of; CannotJoin (what the command cannot
+    do, whichever it is) when there are none."""
     pids = list(dict.fromkeys(args.pids))
     if args.children_of is not None:
         if not os.path.exists(f"/proc/{args.children_of}"):
@@ -455,7 +462,7 @@ def chosen_pids(args: argparse.Namespace) -> list[int]:
             raise CannotJoin(f"{args.children_of} runs no Python process below it")
         pids += [pid for pid in below if pid not in pids]
     if not pids:
-        raise CannotJoin("join needs a PID, or --children-of PID")
+        raise CannotJoin(f"{args.command} needs a PID, or --children-of PID")
     return pids
 
 

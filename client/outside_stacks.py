@@ -13,7 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from monarch_pdb.client import stack_tree
-from monarch_pdb.client.join import children_of, environment, python_of, read_proc
+from monarch_pdb.client.join import CannotJoin, chosen_pids, environment, process_arguments, python_of, read_proc
 
 from monarch_pdb import outside, wire
 from monarch_pdb.rank.identity import from_launcher
@@ -26,8 +26,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "The merged Python stacks of processes of this host, read from outside them: joined or not, "
         "holding the GIL or not, running no code in them."
     )
-    parser.add_argument("pids", type=int, nargs="*", metavar="PID", help="a process to read")
-    parser.add_argument("--children-of", type=int, metavar="PID", help="the Python processes a launcher runs below PID")
+    process_arguments(parser, "stacks", "read")
     parser.add_argument("--native", action="store_true", help="the C/C++ frames too (py-spy)")
     parser.add_argument("--locals", action="store_true", help="the locals of each program frame (py-spy)")
     parser.add_argument("--thread", choices=("main", "all"), default="main", help="the main thread (default), or all")
@@ -111,15 +110,11 @@ def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    pids = list(dict.fromkeys(args.pids))
-    if args.children_of is not None:
-        if not os.path.exists(f"/proc/{args.children_of}"):
-            return fail(f"{args.children_of}: no such process")
-        pids += [pid for pid in children_of(args.children_of) if pid not in pids]
-        if not pids:
-            return fail(f"{args.children_of} runs no Python process below it")
-    if not pids:
-        return fail("stacks needs a PID, or --children-of PID")
+    try:
+        pids = chosen_pids(args)
+    except CannotJoin as problem:
+        print(f"monarch-pdb: {problem}", file=sys.stderr)
+        return 2
     result = read_all(pids, args)
     every = args.thread == "all"
     if args.json:
@@ -127,8 +122,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(stack_tree.text(result, every, args.full))
     return 1 if not result.groups else 0
-
-
-def fail(problem: str) -> int:
-    print(f"monarch-pdb: {problem}", file=sys.stderr)
-    return 2
