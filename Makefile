@@ -33,7 +33,7 @@ TEST_WORKERS ?= 4
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines test-pythons test-dap test-editor docs lint bench bench-tree-large bench-monarch clean
+.PHONY: demo test test-engines test-pythons test-dap test-editor docs lint bench bench-tree-large bench-monarch bench-hang clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -144,6 +144,12 @@ bench-tree-large: $(INSTALLED)
 # The guide's program on real Monarch, under Monarch's debugger and under ours, side by side.
 bench-monarch: $(ENGINES_INSTALLED)
 	$(ENGINES_BIN)/python benchmarks/versus_monarch.py $(if $(QUICK),--quick)
+
+# `make bench-hang`: a job that hangs at 64 processes (benchmarks/hang.py): stacks read from
+# outside beside py-spy's own dumps, and collectives over 64 gloo ranks beside a peek; torch, so
+# in the engines' venv.
+bench-hang: $(ENGINES_INSTALLED)
+	$(ENGINES_BIN)/python benchmarks/hang.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) $(ENGINES_VENV) .venv-py3.* build *.egg-info .pytest_cache
