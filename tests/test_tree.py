@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -229,6 +230,12 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert (
         sh.command("stacks rank") == f"rank ranks[0-3] (4): 1 distinct stack\nrank.py:{stop} <module>  ranks[0-3] (4)\n"
     )
+    native = json.loads(sh.command("stacks rank --native --json"))
+    assert sorted(r for g in native["groups"] for r in g["ranks"]) == [0, 1, 2, 3], "each host broker read its own"
+    assert all(g["outside"] for g in native["groups"]) and not native["missing"], native
+    frames = [f for g in native["groups"] for t in g["threads"] for f in native["common"] + t["frames"]]
+    assert any(f["line"] == 0 and ".so" in f["file"] for f in frames), "C frames among the Python ones"
+    assert any(f["function"] == "<module>" and f["file"].endswith("rank.py") for f in frames)
 
     assert sh.command("follow rank ranks(1,2)").strip() == "Following rank ranks[1,2] (2); 'follow off' stops."
     shell().command("cast rank ranks(:) p rank * 7")
