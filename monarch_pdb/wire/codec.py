@@ -22,7 +22,7 @@ import msgpack
 
 from monarch_pdb.wire.schema import Dropped, Message, flatten, from_fields
 
-PROTOCOL = 2
+PROTOCOL = 3
 """The version of what travels: a message of another version is dropped as "wrong protocol"
 (raised whenever a message changes in a way an older peer would misread)."""
 MAX_BODY = 8 * 1024 * 1024
