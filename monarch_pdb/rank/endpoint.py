@@ -74,36 +74,31 @@ def end_call(call: CallContext, exc: BaseException | None) -> None:
         call.session.end(outcome_of(exc))
 
 
-class endpoint_call:
+class endpoint_call(CallContext):
     """`with endpoint_call(actor, rank, coords) as call:` around one call of a rank's code:
     a breakpoint inside opens the rank's session (`call.session`), which ends with the call.
 
-    A class named as the function it stands for, not a generator: a runtime enters one per call
-    of every rank."""
+    The call and its scope are one object, and a class named as the function it stands for,
+    not a generator: a runtime enters one per call of every rank."""
 
-    __slots__ = ("call", "_token", "_running", "_agent")
-
-    def __init__(self, actor: str, rank: int, coords: dict[str, int]) -> None:
-        self.call = CallContext(actor, rank, dict(coords))
+    __slots__ = ("_token", "_running", "_agent")
 
     def __enter__(self) -> CallContext:
-        call = self.call
-        self._token = current_call.set(call)
+        self._token = current_call.set(self)
         self._agent = agent = process_agent_if_started()
         if agent is not None:
             ident = current()
-            agent.presence.host(ident.job, call.actor, call.rank, call.coords)
+            agent.presence.host(ident.job, self.actor, self.rank, self.coords)
             self._running = agent.threads.started(ident)
-        return call
+        return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        call = self.call
         try:
             if exc is not None:
-                stop_after_raise(call, exc)
+                stop_after_raise(self, exc)
         finally:
             agent = self._agent
             if agent is not None:
                 agent.threads.ended(self._running)
-            end_call(call, exc)
+            end_call(self, exc)
             current_call.reset(self._token)

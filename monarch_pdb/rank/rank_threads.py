@@ -35,26 +35,31 @@ class Running:
 
 @dataclass(eq=False, slots=True)
 class Call:
-    """An engine call running a rank's code; compared by identity, so two calls of one rank
-    (an async actor's, running at once) stay apart. Never changed once made, as `Running`."""
+    """An engine call running a rank's code, on `thread`, in `coroutine` when it is one's;
+    compared by identity, so two calls of one rank (an async actor's, running at once) stay
+    apart. Never changed once made, as `Running`; one object a call, the cheapest to make."""
 
     identity: Identity
-    running: Running
+    thread: int
+    coroutine: Any = None
 
 
-def running_here(coroutine: Any = None) -> Running:
-    """The calling thread, running `coroutine`, else its asyncio task's coroutine if any (a
-    process that never imported asyncio runs none)."""
-    if coroutine is None:
-        asyncio = sys.modules.get("asyncio")
-        loop = asyncio._get_running_loop() if asyncio is not None else None
-        task = asyncio.current_task(loop) if asyncio is not None and loop is not None else None
-        coroutine = task.get_coro() if task is not None else None
-    return Running(threading.get_ident(), coroutine)
+def task_coroutine() -> Any:
+    """The coroutine of the calling thread's asyncio task, if it runs one (a process that never
+    imported asyncio runs none)."""
+    asyncio = sys.modules.get("asyncio")
+    loop = asyncio._get_running_loop() if asyncio is not None else None
+    task = asyncio.current_task(loop) if asyncio is not None and loop is not None else None
+    return task.get_coro() if task is not None else None
 
 
 class RankThreads:
-    """The calls and paused sessions of one process, by rank (the agent keeps one)."""
+    """The calls and paused sessions of one process, by rank (the agent keeps one).
+
+    Locking: `_paused` is read and written under `_lock`. `_calls` changes by one list operation
+    at a time (an append, a remove), which CPython makes atomic with or without the GIL, and is
+    read as a copy: every endpoint call of every rank starts and ends one, and two locks took
+    more time than the rest of the call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -66,14 +71,12 @@ class RankThreads:
     def started(self, identity: Identity, coroutine: Any = None) -> Call:
         """The calling thread (in `coroutine`, or its asyncio task's) runs `identity`'s code
         until `ended`."""
-        call = Call(identity, running_here(coroutine))
-        with self._lock:
-            self._calls.append(call)
+        call = Call(identity, threading.get_ident(), task_coroutine() if coroutine is None else coroutine)
+        self._calls.append(call)
         return call
 
     def ended(self, call: Call) -> None:
-        with self._lock:
-            self._calls.remove(call)
+        self._calls.remove(call)
 
     @contextmanager
     def call(self, identity: Identity, coroutine: Any = None) -> Iterator[None]:
@@ -98,17 +101,16 @@ class RankThreads:
         """Whether the calling thread runs the code of (actor, rank): the thread of its newest
         call while one runs, else the process's main thread."""
         here = threading.get_ident()
-        with self._lock:
-            for call in reversed(self._calls):
-                if (call.identity.actor, call.identity.rank) == (actor, rank):
-                    return call.running.thread == here
+        for call in reversed(self._calls.copy()):
+            if (call.identity.actor, call.identity.rank) == (actor, rank):
+                return call.thread == here
         return here == threading.main_thread().ident
 
     def newest_call(self) -> Identity | None:
         """Whose code the process runs now, for a process that is a rank of its own (a Ray
         worker runs one task after another, each its own rank)."""
-        with self._lock:
-            return self._calls[-1].identity if self._calls else None
+        calls = self._calls.copy()
+        return calls[-1].identity if calls else None
 
     def of(self, actor: str, ranks: Iterable[int], own: bool) -> dict[int, Running]:
         """Each rank's thread: paused, else running the rank's newest call, else the main
@@ -116,7 +118,7 @@ class RankThreads:
         main = Running(threading.main_thread().ident)  # type: ignore[arg-type]
         with self._lock:
             paused = list(self._paused.values())
-            calls = [((c.identity.actor, c.identity.rank), c.running) for c in self._calls]
+        calls = [((c.identity.actor, c.identity.rank), Running(c.thread, c.coroutine)) for c in self._calls.copy()]
         newest_first = paused[::-1] + calls[::-1]
         if own:
             return dict.fromkeys(ranks, newest_first[0][1] if newest_first else main)
