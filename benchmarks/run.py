@@ -33,6 +33,10 @@ alternating makes a product number and its floor see the same drift.
 
 On Python 3.12+ it also times a loop with an editor's breakpoint set in another function of
 its running rank, beside the same loop without monarch-pdb (running_breakpoints.py).
+
+Last, what monarch-pdb costs a job that never stops (job_cost.py): import, install, the 16-rank
+mesh's start, an endpoint call, a false condition's hit, after a breakpoint waited for a file,
+setting a breakpoint among 3 million objects, an idle rank's and the idle broker's CPU.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import debugger
 import editor
 import floors
 import idle
+import job_cost
 import report
 import running_breakpoints
 import scale
@@ -181,6 +186,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="monarch-pdb-breakpoints-") as workdir:
         breaking = running_breakpoints.measure(Path(workdir), mode, say)
     idle_cpu = idle.measure(say)
+    costs = [*job_cost.measure(mode, say), *job_cost.broker_rows(idle_cpu)]
 
     floor_a = Result("raw relay round trip (floor A)", samples["relay"])
     tty_floor = Result("terminal: cmd + readline answering itself (floor C)", samples["tty_floor"])
@@ -261,10 +267,14 @@ def main() -> int:
         f"heartbeat a rank a second, as before: {idle_cpu['python_heartbeats']:.2f})"
     )
     print_resources(resources)
+    job_rows = [result.row() for result in costs]
+    print("\nwhat it costs the job (rows of 1,000 operations: ms read as us each)")
+    print(report.table(job_rows))
     report.write_json(
         RESULTS,
         rows,
         {
+            "job_cost": job_rows,
             "idle_broker_cpu_percent": idle_cpu,
             "mode": mode,
             "ranks": debugger.RANKS,
