@@ -389,7 +389,8 @@ class Agent:
 
     def set_breakpoints(self, msg: wire.BreakRanks) -> None:
         """An editor's breakpoints in this process's code, found on a thread of ours (finding a
-        file's code looks at every function of the process); the link answers."""
+        file's code looks at its modules, and at every function of the process only when those
+        hold none of its lines); the link answers."""
         self.gone_editors.discard(msg.owner)
         if msg.uncaught is not None:
             self.breakpoints.uncaught, self.breakpoints.uncaught_owner = msg.uncaught, msg.owner
