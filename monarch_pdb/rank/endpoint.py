@@ -100,5 +100,6 @@ class endpoint_call(CallContext):
             agent = self._agent
             if agent is not None:
                 agent.threads.ended(self._running)
-            end_call(self, exc)
+            if self.session is not None:
+                end_call(self, exc)
             current_call.reset(self._token)
