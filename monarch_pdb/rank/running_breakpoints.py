@@ -137,14 +137,18 @@ class RunningBreakpoints:
             return
 
     def _line(self, code: types.CodeType, line: int) -> object:
+        """Every hit of a watched line comes here: a false condition on a hot line costs what
+        this does before `holds` answers, so it makes nothing and asks only what it must."""
         at = self._at
-        here = at.get(code, {}).get(line)
+        lines = at.get(code)
+        here = lines.get(line) if lines is not None else None
         if here is None:
             # Only while the table we read is still the one in force: a change made since
             # (this thread may have been switched out after reading it) restarted the events
             # already, and a line disabled after that restart would never be seen again.
             return sys.monitoring.DISABLE if self._at is at else None  # type: ignore[attr-defined]
-        if isinstance(getattr(sys.gettrace(), "__self__", None), bdb.Bdb):
+        tracer = sys.gettrace()
+        if tracer is not None and isinstance(getattr(tracer, "__self__", None), bdb.Bdb):
             return None
         frame = sys._getframe(1)
         stop = False
