@@ -16,8 +16,11 @@ floor measured in the same run, in alternating batches:
 - the CPU an idle installed rank uses in a second, beside a bare process sleeping; and the
   broker's with 1,024 idle ranks, beside a bare ROUTER's (`broker_rows`, from idle.py's figures).
 
-Rows of 1,000 operations read in ms as microseconds each. Each measured process is started once
-(the per-process rows start one per sample) and answers sample requests on its stdin:
+Rows of 1,000 operations read in ms as microseconds each. They, and setting a breakpoint (which
+holds the GIL throughout), are the CPU time of the thread that does them, which a shared machine's
+other work does not inflate as it does the wall clock; the rows of whole processes are wall time,
+from start to end. Each measured process is started once (the per-process rows start one per
+sample) and answers sample requests on its stdin:
 
     python job_cost.py subject MODE PARENT_PID
 """
@@ -92,10 +95,10 @@ HEAP: list[list] = []
 
 def _per_op(once: Callable[[], None]) -> Callable[[], int]:
     def sample() -> int:
-        start = time.perf_counter_ns()
+        start = time.thread_time_ns()
         for _ in range(OPS):
             once()
-        return time.perf_counter_ns() - start
+        return time.thread_time_ns() - start
 
     return sample
 
@@ -178,9 +181,9 @@ def _subject(mode: str, workdir: Path) -> Callable[[], int]:
             HEAP.extend([] for _ in range(HEAP_OBJECTS))
 
         def setting() -> int:
-            start = time.perf_counter_ns()
+            start = time.thread_time_ns()
             assert _set(bench_hot.__file__, [wire.Spot(line=HOT_LINE)]) == [""]
-            took = time.perf_counter_ns() - start
+            took = time.thread_time_ns() - start
             _set(bench_hot.__file__, [])
             return took
 
