@@ -27,13 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import report
+from monarch_pdb.client import collectives, outside_stacks
+from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.join import children_of
 from report import Result, Target, say
 from timing import timed
 
 from monarch_pdb import outside, settings
-from monarch_pdb.client import collectives, outside_stacks
-from monarch_pdb.client.connection import ShellConnection
-from monarch_pdb.client.join import children_of
 
 RESULTS = Path(__file__).resolve().parent / "results" / "hang.json"
 PROCESSES = 64
