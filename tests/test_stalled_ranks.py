@@ -11,18 +11,15 @@ import pytest
 from programs import Program, debug, wait_for_lines
 
 STALLING = textwrap.dedent("""
-    import os
-    import random
     import time
+    import types
 
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
 
     step = 0
 
 
-    def work(depth):
-        if depth:
-            return work(depth - 1)
+    def work():
         time.sleep(0.01)
 
 
@@ -40,15 +37,16 @@ STALLING = textwrap.dedent("""
             while True:
                 if rank == 3 and step == 5:
                     next_batch()
-                work(random.randrange(40))
                 step += 1
+                types.FunctionType(work.__code__.replace(co_name=f"work_{step}"), globals())()
 
 
     if __name__ == "__main__":
         this_host().spawn_procs(per_host={"gpu": 4}).spawn("train", Trainer).train.call().get()
 """)
-"""Ranks 0-2 move on (each sample finds them at another depth of `work`); rank 3 stands in
-next_batch from its fifth step."""
+"""Ranks 0-2 move on: each step runs in a function named for it (`work_812`), so two samples
+find a rank at one place only if it took no step between them. Rank 3 stands in next_batch
+from its fifth step."""
 STALL_AFTER = "2"
 
 
@@ -89,7 +87,7 @@ def test_a_stall_is_told_once_and_stacks_over_time_and_by_step_name_the_rank_beh
         ), story
         assert "  interrupt train ranks(3)          stop them where they are, then `attach train 3`" in story, story
         assert "== collectives" not in story, "no process group: nothing to say of collectives"
-        doc = json.loads(debug(env, "stacks train --samples 2 --every 0.2 --by step --json").stdout)
+        doc = json.loads(debug(env, "stacks train --samples 3 --every 0.2 --by step --json").stdout)
         assert doc["motion"]["moved"] == [0, 1, 2] and doc["motion"]["still"][0]["ranks"] == [3], doc["motion"]
         assert doc["by"]["groups"][0] == {"ranks": [3], "where": doc["motion"]["still"][0]["where"], "values": ["5"]}
     finally:
