@@ -53,7 +53,7 @@ def places(group: wire.StackGroup) -> tuple[str, str]:
     """A group's place in its program (`train.py:41 next_batch`), and the function of its
     innermost Python frame: the call it waits in, when that is a library's."""
     frames = group.threads[0].frames if group.threads else []
-    python = [f for f in frames if f.line]
+    python = [f for f in frames if not f.native]
     return place(frames), python[-1].function if python else ""
 
 

@@ -149,7 +149,7 @@ def in_calls(result: wire.StacksResult) -> list[tuple[list[int], str]]:
     """Ranks by the innermost Python frame of their own thread: the call they are in."""
     by_place: dict[str, list[int]] = {}
     for group in result.groups:
-        frames = [f for f in group.threads[0].frames if f.line] if group.threads else []
+        frames = [f for f in group.threads[0].frames if not f.native] if group.threads else []
         if frames:
             by_place.setdefault(call_site(frames[-1]), []).extend(group.ranks)
     return sorted(((sorted(r), place) for place, r in by_place.items()), key=lambda pair: pair[0])
@@ -206,13 +206,18 @@ def outside_lines(result: wire.StacksResult) -> list[str]:
     outside = sorted({r for group in result.groups if group.outside for r in group.ranks})
     if not outside:
         return []
-    native = any(not f.line for group in result.groups for t in group.threads for f in t.frames)
+    native = any(f.native for group in result.groups for t in group.threads for f in t.frames)
     why = "native frames asked for" if native else "their agents did not answer, C code holding the GIL"
     return [f"{result.actor} {rank_text(outside)}: read from outside their processes (frames only): {why}"]
 
 
 def frame_document(frame: wire.Frame) -> dict:
-    return {"file": frame.file, "line": frame.line, "function": frame.function}
+    return {
+        "file": frame.file,
+        "line": frame.line,
+        "function": frame.function,
+        **({"native": True} if frame.native else {}),
+    }
 
 
 def document(result: wire.StacksResult, every_thread: bool = False, full: bool = False) -> dict:

@@ -39,9 +39,9 @@ class CannotRead(Exception):
 
 @dataclass(frozen=True)
 class Outside:
-    """What was read of one process: its threads' stacks, outermost frame first (a native frame
-    has line 0 and its library for file), and, when asked for, the locals of the main thread's
-    program frame as one-line reprs."""
+    """What was read of one process: its threads' stacks, outermost frame first (native frames
+    among them when asked for), and, when asked for, the locals of the main thread's program
+    frame as one-line reprs."""
 
     threads: list[wire.ThreadStack]
     locals: dict[str, str] = field(default_factory=dict)
@@ -144,9 +144,9 @@ def _failure(said: str) -> str:
 
 def _frame(spied: dict) -> wire.Frame:
     """A frame as py-spy tells it: a Python one named by its code's name, as the agent names it
-    (py-spy names it by its qualified name from 3.11), a native one (py-spy names its module) at
-    line 0 with its library for file, an unnamed one's address (which differs between processes) as `?`, so that ranks
-    in the same place merge."""
+    (py-spy names it by its qualified name from 3.11); a native one (py-spy names its module)
+    with its library for file, an unnamed one's address (which differs between processes) as
+    `?`, so that ranks in the same place merge."""
     if not spied.get("module"):
         return wire.Frame(spied["filename"], spied["line"], spied["name"].rpartition(".")[2])
-    return wire.Frame(spied["module"], 0, ADDRESS.sub("?", spied["name"]))
+    return wire.Frame(spied["module"], 0, ADDRESS.sub("?", spied["name"]), native=True)

@@ -18,7 +18,7 @@ package (the embedded mesh runtime's worker loop among it)."""
 
 def where(frame: wire.Frame) -> str:
     """`train.py:41 next_batch`; a native frame `ncclGroupEnd (libnccl.so.2)`."""
-    if not frame.line:
+    if frame.native:
         return f"{frame.function} ({os.path.basename(frame.file)})"
     return f"{os.path.basename(frame.file)}:{frame.line} {frame.function}"
 
@@ -26,7 +26,7 @@ def where(frame: wire.Frame) -> str:
 def own_code(frame: wire.Frame) -> bool:
     """Whether a frame is the program's own rather than Python's, a package's, ours or a native
     library's."""
-    return bool(frame.line) and not (frame.file.startswith("<") or LIBRARY.search(frame.file))
+    return not (frame.native or frame.file.startswith("<") or LIBRARY.search(frame.file))
 
 
 def program_frame(frames: list[wire.Frame]) -> wire.Frame:
@@ -37,5 +37,5 @@ def program_frame(frames: list[wire.Frame]) -> wire.Frame:
 def place(frames: list[wire.Frame]) -> str:
     """Where a thread is, in its author's words: its program frame's place (native frames
     aside); "(no Python frame)" for a thread that runs none."""
-    python = [frame for frame in frames if frame.line]
+    python = [frame for frame in frames if not frame.native]
     return where(program_frame(python)) if python else "(no Python frame)"

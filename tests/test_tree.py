@@ -234,7 +234,7 @@ def test_a_shell_on_the_root_drives_ranks_below_two_host_brokers(tree, env, shel
     assert sorted(r for g in native["groups"] for r in g["ranks"]) == [0, 1, 2, 3], "each host broker read its own"
     assert all(g["outside"] for g in native["groups"]) and not native["missing"], native
     frames = [f for g in native["groups"] for t in g["threads"] for f in native["common"] + t["frames"]]
-    assert any(f["line"] == 0 and ".so" in f["file"] for f in frames), "C frames among the Python ones"
+    assert any(f.get("native") and ".so" in f["file"] for f in frames), "C frames among the Python ones"
     assert any(f["function"] == "<module>" and f["file"].endswith("rank.py") for f in frames)
 
     assert sh.command("follow rank ranks(1,2)").strip() == "Following rank ranks[1,2] (2); 'follow off' stops."

@@ -67,7 +67,10 @@ class CastGroup(Record):
 class Frame(Record):
     file: str
     line: int
+    """0 where it is unknown (on 3.12, returning from an `except*` block)."""
     function: str
+    native: bool = False
+    """A C/C++ frame read from outside its process: `file` is its library, `line` 0."""
 
 
 @record
