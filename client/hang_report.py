@@ -41,7 +41,10 @@ class Hang:
 def least_progressed(
     stacks: wire.StacksResult, motion: stack_samples.Motion, report: collectives.Report | None
 ) -> Behind | None:
-    at = {rank: place(g.threads[0].frames if g.threads else []) for g in stacks.groups for rank in g.ranks}
+    at: dict[int, str] = {}
+    for group in stacks.groups:
+        there = place(group.threads[0].frames if group.threads else [])
+        at.update(dict.fromkeys(group.ranks, there))
 
     def where(ranks: list[int]) -> str:
         return ", ".join(sorted({at.get(rank, "?") for rank in ranks}))

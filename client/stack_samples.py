@@ -33,10 +33,11 @@ def motion(results: list[wire.StacksResult], every: float) -> Motion:
     for result in results:
         for group in result.groups:
             key = tuple(thread.key() for thread in group.threads)
+            where = place(group.threads[0].frames if group.threads else [])
             for rank in group.ranks:
                 stacks.setdefault(rank, set()).add(key)
                 seen[rank] = seen.get(rank, 0) + 1
-                at[rank] = place(group.threads[0].frames if group.threads else [])
+                at[rank] = where
     everywhere = [rank for rank in sorted(stacks) if seen[rank] == len(results)]
     still: dict[str, list[int]] = {}
     for rank in everywhere:
