@@ -42,9 +42,9 @@ def least_progressed(
     stacks: wire.StacksResult, motion: stack_samples.Motion, report: collectives.Report | None
 ) -> Behind | None:
     at: dict[int, str] = {}
-    for group in stacks.groups:
-        there = place(group.threads[0].frames if group.threads else [])
-        at.update(dict.fromkeys(group.ranks, there))
+    for stack in stacks.groups:
+        there = place(stack.threads[0].frames if stack.threads else [])
+        at.update(dict.fromkeys(stack.ranks, there))
 
     def where(ranks: list[int]) -> str:
         return ", ".join(sorted({at.get(rank, "?") for rank in ranks}))
