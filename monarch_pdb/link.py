@@ -34,7 +34,8 @@ from monarch_pdb.settings import Settings
 # Messages about the connection itself; everything else a broker that restarted and answers
 # Unknown never saw, and is sent again after the new handshake (waiting prompts are re-sent by
 # the agent itself).
-CONNECTION_MESSAGES = (wire.Hello, wire.Heartbeat, wire.Bye, wire.CatchUp)
+CONNECTION_MESSAGES = frozenset({"hello", "heartbeat", "bye", "catch_up"})
+"""Their wire names (an agent never loads the shells' messages, among them `CatchUp`)."""
 
 
 class LinkOwner(Protocol):
@@ -345,7 +346,7 @@ class Link:
             kept, bodies = _encoded(codec, list(msgs))
             for frames in bodies:
                 dealer.send_multipart(frames, copy=False)
-            self._unanswered += [m for m in kept if not isinstance(m, CONNECTION_MESSAGES)]
+            self._unanswered += [m for m in kept if m.TYPE not in CONNECTION_MESSAGES]
 
         heard = sent = beaten = time.monotonic()
         following = False
@@ -473,7 +474,7 @@ class Link:
                         replies.extend(self.peer.welcomed())
                     replies.extend(self._resend)
                     self._resend = []
-            elif isinstance(msg, wire.Events):
+            elif self.events and isinstance(msg, wire.Events):
                 self._catching_up = False
                 for row in msg.rows:
                     self._deliver(wire.Event.from_row(row))

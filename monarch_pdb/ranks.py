@@ -93,6 +93,8 @@ Term = RankList | RankSlice
 
 @dataclass(frozen=True, slots=True)
 class DimFilter:
+    """One dimension's part of a selector (`gpu=0:4`): a list or a slice of its values."""
+
     dim: str
     term: Term
 

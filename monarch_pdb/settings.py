@@ -53,6 +53,9 @@ def default_runtime_dir(environ: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting of every part, from the environment with its defaults; flags override
+    them with `replace`."""
+
     host: str
     port: int
     runtime_dir: str

@@ -36,7 +36,7 @@ FIELD_VALUES = st.one_of(
 BODIES = st.fixed_dictionaries(
     {
         "v": st.sampled_from([wire.PROTOCOL, wire.PROTOCOL, wire.PROTOCOL + 1, str(wire.PROTOCOL)]),
-        "t": st.sampled_from([*wire.REGISTRY, wire.BATCH, "nosuch", 7]),
+        "t": st.sampled_from([*wire.message_types(), wire.BATCH, "nosuch", 7]),
         "s": st.binary(min_size=8, max_size=8),
         "n": st.integers(min_value=1, max_value=2**40),
     },
@@ -57,7 +57,7 @@ BODIES = st.fixed_dictionaries(
                 st.binary(max_size=30),
                 st.builds(
                     lambda t, sid: msgpack.packb({"t": t, "sid": sid, "cmd": 1, "line": "p 1"}),
-                    st.sampled_from([*wire.REGISTRY, wire.BATCH]),
+                    st.sampled_from([*wire.message_types(), wire.BATCH]),
                     FIELD_VALUES,
                 ),
             ),

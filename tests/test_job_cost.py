@@ -58,21 +58,38 @@ def test_an_endpoint_call_in_a_process_that_never_installed_loads_no_debugger(en
     assert run(env, code) == []
 
 
+DEBUGGER = [
+    "pdb",
+    "asyncio",
+    "ssl",
+    "ctypes",
+    "monarch_pdb.rank.debugger",
+    "monarch_pdb.rank.interrupt",
+    "monarch_pdb.rank.peek",
+    "monarch_pdb.rank.running_breakpoints",
+    "monarch_pdb.wire.clients",
+    "monarch_pdb.wire.brokers",
+]
+"""What a rank that is never stopped, read or given breakpoints does not load: pdb, the parts of
+the agent that do those, and the messages of shells and brokers."""
+
+
 @pytest.mark.timeout(60)
-def test_install_loads_zeromq_msgpack_and_pdb_and_nothing_pdb_does_not_itself(env):
-    """pdb is loaded to take `pdb.set_trace()` (Python 3.14's pdb loads asyncio)."""
-    lazy = ["asyncio", "ssl", "subprocess"]
-    pdb_alone = run(env, f"import json, sys, pdb\n{loaded(lazy)}")
+def test_install_loads_zeromq_and_msgpack_and_pdb_is_taken_when_the_program_imports_it(env):
     code = f"""
         import json, sys
         import monarch_pdb
 
         monarch_pdb.install()
-        {loaded(["zmq", "msgpack", "pdb", *lazy])}
+        before = [name for name in ["zmq", "msgpack", *{DEBUGGER!r}] if name in sys.modules]
+        waiting = [type(finder).__name__ for finder in sys.meta_path]
+        import pdb
+        print(json.dumps([before, pdb.set_trace.__module__, len(sys.meta_path) - len(waiting)]))
     """
-    started = run(env, code)
-    assert started[:3] == ["zmq", "msgpack", "pdb"], "install loads the agent's link and takes pdb"
-    assert set(started[3:]) - set(pdb_alone) <= {"subprocess"}, "only a rank that starts its host's broker spawns one"
+    before, set_trace, finders = run(env, code)
+    assert before == ["zmq", "msgpack"]
+    assert set_trace == "monarch_pdb.rank.breakpoint_hook", "pdb.set_trace() reaches the broker"
+    assert finders == -1, "the finder that waited for pdb is gone once pdb loaded"
 
 
 @pytest.mark.timeout(60)
@@ -146,6 +163,7 @@ def test_a_breakpoint_that_waits_for_a_file_leaves_no_hook_once_the_file_is_impo
         from monarch_pdb.rank.agent import Agent
 
         monarch_pdb.install()
+        import pdb
         finders = list(sys.meta_path)
         said = Agent.existing().breakpoints.change({str(tmp_path / "late.py")!r}, [wire.Spot(line=2)], b"editor")
         waiting = len(sys.meta_path) - len(finders)

@@ -61,6 +61,8 @@ class ActorMesh:
 
 @dataclass(frozen=True)
 class MeshEndpoint:
+    """`mesh.name`: one endpoint of every actor of the mesh."""
+
     mesh: ActorMesh
     name: str
 

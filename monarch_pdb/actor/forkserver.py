@@ -50,6 +50,8 @@ class Kill:
 
 @dataclass(frozen=True)
 class Started:
+    """The worker the program asked for runs, as `pid`."""
+
     pid: int
 
 
@@ -209,9 +211,11 @@ def run(argv: list[str]) -> None:
     """The fork server's life; in each worker it forks, the worker's."""
     fd, program = int(argv[1]), int(argv[2])
     worker.die_with_parent(program)
-    # Each worker installs the debugger first thing; its modules (pdb, ZeroMQ, the wire) are
-    # imported once here, before the forks, not in every worker after its own.
-    importlib.import_module("monarch_pdb.rank.hooks")
+    # Each worker installs the debugger first thing, and tells its broker the ranks it runs:
+    # the modules for that (ZeroMQ, the agent, its messages) are imported once here, before the
+    # forks, not in every worker after its own.
+    for module in ("monarch_pdb.rank.hooks", "monarch_pdb.wire.agents"):
+        importlib.import_module(module)
     forked = serve(socket.socket(fileno=fd))
     if forked is not None:
         worker.main(*forked)

@@ -44,6 +44,8 @@ _MACHINERY = (
 
 @dataclass
 class _Hosted:
+    """An actor this worker constructed, under the name it was spawned as."""
+
     name: str
     instance: Any
 

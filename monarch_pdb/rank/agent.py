@@ -18,21 +18,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol
-
-import zmq
+from typing import TYPE_CHECKING, Any, Protocol
 
 from monarch_pdb import discovery, wire
 from monarch_pdb.link import Link
-from monarch_pdb.rank import interrupt, peek, thread_stacks
 from monarch_pdb.rank.identity import Identity, current, job_name, rank_is_set
-from monarch_pdb.rank.interrupt import Interrupts
-from monarch_pdb.rank.peek import Evaluations
 from monarch_pdb.rank.presence import Presence
 from monarch_pdb.rank.rank_threads import RankThreads
-from monarch_pdb.rank.running_breakpoints import RunningBreakpoints
 from monarch_pdb.settings import Settings
 from monarch_pdb.settings import load as load_settings
+
+if TYPE_CHECKING:
+    import zmq
+
+    from monarch_pdb.rank.interrupt import Interrupts, Stop
+    from monarch_pdb.rank.peek import Evaluations
+    from monarch_pdb.rank.running_breakpoints import RunningBreakpoints
 
 OUTPUT_IDLE = 0.05
 RUNNING = "the rank is running: pause it first"
@@ -50,8 +51,12 @@ class Line:
     colour: bool = False
 
 
-Inbound = Line | wire.Inspect | wire.Complete
-"""What a paused session's thread is handed: its next line, or a question it answers meanwhile."""
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    Inbound: TypeAlias = Line | wire.Inspect | wire.Complete
+    """What a paused session's thread is handed: its next line, or a question it answers meanwhile
+    (shells' and editors' messages, which a rank loads only once one comes)."""
 
 
 class OutputSource(Protocol):
@@ -72,7 +77,7 @@ class Agent:
     _instance_lock = threading.Lock()
 
     @classmethod
-    def get(cls, stop: interrupt.Stop, break_at: Callable[[Any], None]) -> Agent:
+    def get(cls, stop: Stop, break_at: Callable[[Any], None]) -> Agent:
         """The process's agent, started on first use (the one global this package keeps);
         `stop` is how its interrupts stop a thread (the debugger's `interrupt`), `break_at` how
         an editor's breakpoints do (its `break_at`)."""
@@ -97,7 +102,7 @@ class Agent:
     def __init__(
         self,
         settings: Settings,
-        stop: interrupt.Stop,
+        stop: Stop,
         context: zmq.Context | None = None,
         break_at: Callable[[Any], None] | None = None,
     ) -> None:
@@ -123,13 +128,50 @@ class Agent:
         """Set once a session has opened in this process (post-mortem's default policy asks)."""
         self.threads = RankThreads()
         self.presence = Presence(self.threads, wake=lambda: self.link.post())
-        self.interrupts = Interrupts(stop)
-        self.evaluations = Evaluations(wake=lambda: self.link.post())
+        self._stop, self._break_at = stop, break_at
+        self._parts: dict[str, Any] = {}
+        self._parts_lock = threading.Lock()
         self.gone_editors: set[bytes] = set()
         """Editors that disconnected, or were lost, after setting breakpoints: a session
         forgets theirs (`EditorBreakpoints.drop_gone`) before it stops at one or runs on."""
-        self.breakpoints = RunningBreakpoints(lambda owner, text: self.log(owner, current(), text), break_at)
         self.link = Link(settings, wire.Role.AGENT, self, self._locate, context=context, job=job_name())
+
+    # --- parts made when first used: a rank that is never stopped, read or given
+    # breakpoints does not load them ------------------------------------------------------
+
+    @property
+    def interrupts(self) -> Interrupts:
+        """Stopping a running rank (see monarch_pdb.rank.interrupt)."""
+        from monarch_pdb.rank.interrupt import Interrupts
+
+        return self.made("interrupts") or self._make("interrupts", lambda: Interrupts(self._stop))
+
+    @property
+    def evaluations(self) -> Evaluations:
+        """Reading a running rank on a thread of ours (see monarch_pdb.rank.peek)."""
+        from monarch_pdb.rank.peek import Evaluations
+
+        return self.made("evaluations") or self._make("evaluations", lambda: Evaluations(self.link.post))
+
+    @property
+    def breakpoints(self) -> RunningBreakpoints:
+        """An editor's breakpoints in running code (see monarch_pdb.rank.running_breakpoints)."""
+        from monarch_pdb.rank.running_breakpoints import RunningBreakpoints
+
+        return self.made("breakpoints") or self._make(
+            "breakpoints",
+            lambda: RunningBreakpoints(lambda owner, text: self.log(owner, current(), text), self._break_at),
+        )
+
+    def made(self, part: str) -> Any:
+        """The part of that name if it was made, without making it (None)."""
+        return self._parts.get(part)
+
+    def _make(self, part: str, make: Callable[[], Any]) -> Any:
+        with self._parts_lock:
+            if part not in self._parts:
+                self._parts[part] = make()
+            return self._parts[part]
 
     def _locate(self) -> discovery.Connection | None:
         """The broker: one elsewhere, or this host's, started if need be (with the secret of
@@ -265,6 +307,8 @@ class Agent:
         return []
 
     def received(self, msg: wire.Message) -> None:
+        """By the message's type: those of agents first, then the questions an editor asks a
+        paused session (their module loads with the first one)."""
         if isinstance(msg, wire.Dismiss):
             print(f"monarch-pdb: the debug broker {msg.text}", file=sys.stderr, flush=True)
             msg = wire.Input(sid=msg.sid, cmd=0, line="continue", release=True)
@@ -274,12 +318,6 @@ class Agent:
                 self._waiting.pop(msg.sid, None)
             if inbox is not None:
                 inbox.put(Line(msg.cmd, msg.line, msg.release, msg.colour))
-        elif isinstance(msg, wire.Inspect):
-            if msg.query == wire.Query.BREAKPOINTS:
-                self.gone_editors.discard(msg.owner)
-            self.to_paused(msg.sid, msg, wire.Inspection(ref=msg.ref, items=[], error=RUNNING))
-        elif isinstance(msg, wire.Complete):
-            self.to_paused(msg.session, msg, wire.Completions(ref=msg.ref, matches=[], error=RUNNING))
         elif isinstance(msg, wire.TakeStacks):
             self.take_stacks(msg)
         elif isinstance(msg, wire.PeekRanks):
@@ -290,7 +328,14 @@ class Agent:
             self.set_breakpoints(msg)
         elif isinstance(msg, wire.EditorGone):
             self.gone_editors.add(msg.owner)
-            self.breakpoints.forget(msg.owner)
+            if self.made("breakpoints") is not None:
+                self.breakpoints.forget(msg.owner)
+        elif isinstance(msg, wire.Inspect):
+            if msg.query == wire.Query.BREAKPOINTS:
+                self.gone_editors.discard(msg.owner)
+            self.to_paused(msg.sid, msg, wire.Inspection(ref=msg.ref, items=[], error=RUNNING))
+        elif isinstance(msg, wire.Complete):
+            self.to_paused(msg.session, msg, wire.Completions(ref=msg.ref, matches=[], error=RUNNING))
 
     def to_paused(self, sid: int, question: wire.Inspect | wire.Complete, refusal: wire.Message) -> None:
         """A question for a session's paused thread, which answers it between two lines; the
@@ -317,11 +362,14 @@ class Agent:
         if unsent:
             return 0.0
         now = time.monotonic()
-        due = [d for d in (self.presence.delay(now), self.evaluations.delay(now)) if d is not None]
+        evaluations, interrupts = self.made("evaluations"), self.made("interrupts")
+        due = [d for d in (self.presence.delay(now), evaluations and evaluations.delay(now)) if d is not None]
         if due:
             return min(due)
-        if self.interrupts.pending():
-            return interrupt.RETRY
+        if interrupts is not None and interrupts.pending():
+            from monarch_pdb.rank.interrupt import RETRY
+
+            return RETRY
         return OUTPUT_IDLE if printing else None
 
     def tick(self, now: float) -> list[wire.Message]:
@@ -342,12 +390,16 @@ class Agent:
         present = self.presence.tick(now)
         if present is not None:
             out.append(present)
-        self.interrupts.tick(now)
-        return out + self.evaluations.tick(now)
+        evaluations, interrupts = self.made("evaluations"), self.made("interrupts")
+        if interrupts is not None:
+            interrupts.tick(now)
+        return out + evaluations.tick(now) if evaluations is not None else out
 
     def take_stacks(self, msg: wire.TakeStacks) -> None:
         """The stacks now; with their locals, once a thread of ours has read them (see
         monarch_pdb.rank.peek), or without them past a moment."""
+        from monarch_pdb.rank import peek, thread_stacks
+
         running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
         groups = thread_stacks.take(msg.ranks, running, msg.threads == wire.Threads.ALL)
         if not msg.locals:
@@ -367,6 +419,8 @@ class Agent:
 
     def peek(self, msg: wire.PeekRanks) -> None:
         """Evaluate the expression for each rank on a thread of ours; the link answers."""
+        from monarch_pdb.rank import peek
+
         running = self.threads.of(msg.actor, msg.ranks, self.presence.own())
 
         def report(answers: dict[int, str], late: list[int]) -> wire.PeekReport:

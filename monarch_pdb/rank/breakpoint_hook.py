@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from monarch_pdb.rank.agent import Agent
+    from monarch_pdb.rank.identity import Identity
+
 INSTALLED = "_monarch_pdb_installed"
 """The mark on each hook of ours (an exception hook, an engine's function we wrapped)."""
 
@@ -38,11 +45,11 @@ def _known_from_first_stop() -> None:
     `finished` when its process ends."""
     if getattr(sys.excepthook, INSTALLED, False):
         return
-    from monarch_pdb.rank import debugger, interrupt
+    from monarch_pdb.rank import main_thread_signal
 
-    agent = debugger.process_agent()
+    agent = process_agent()
     if not agent.presence.own():
-        interrupt.arm(stop_signalled)
+        main_thread_signal.arm(stop_signalled)
         agent.presence.host_self()
 
 
@@ -52,5 +59,26 @@ def stop_signalled(frame) -> None:
     from monarch_pdb.rank.agent import Agent
 
     agent = Agent.existing()
-    if agent is not None:
-        agent.interrupts.signalled(frame)
+    interrupts = agent.made("interrupts") if agent is not None else None
+    if interrupts is not None:
+        interrupts.signalled(frame)
+
+
+def process_agent() -> Agent:
+    """This process's agent, started on first use; its interrupts and an editor's breakpoints
+    stop a thread in the debugger, which loads then."""
+    from monarch_pdb.rank.agent import Agent
+
+    return Agent.get(_interrupt, _break_at)
+
+
+def _interrupt(frame: Any, identity: Identity) -> None:
+    from monarch_pdb.rank import debugger
+
+    debugger.interrupt(frame, identity)
+
+
+def _break_at(frame: Any) -> None:
+    from monarch_pdb.rank import debugger
+
+    debugger.break_at(frame)

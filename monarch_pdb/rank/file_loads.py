@@ -42,17 +42,24 @@ class FileLoads:
         """The spec the finders behind this one give; a waited-for file's with our loader."""
         if not self._files:
             return None
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None) if finder is not self else None
-            spec = find(name, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
+        spec = spec_behind(self, name, path, target)
+        if spec is None:
             return None
         loader = spec.loader
         if spec.origin and hasattr(loader, "get_code") and os.path.realpath(spec.origin) in self._files:
             spec.loader = _HandingOver(loader, self._loading)
         return spec
+
+
+def spec_behind(finder: object, name: str, path, target=None):
+    """The spec the finders of `sys.meta_path` other than `finder` give for a module, as the
+    import system would have found it without `finder`."""
+    for other in list(sys.meta_path):
+        find = getattr(other, "find_spec", None) if other is not finder else None
+        spec = find(name, path, target) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
 
 
 class _HandingOver:

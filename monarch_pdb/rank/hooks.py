@@ -15,27 +15,72 @@ import functools
 import inspect
 import linecache
 import os
-import pdb
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
 from monarch_pdb import settings
-from monarch_pdb.rank import debugger, identity, interrupt
+from monarch_pdb.rank import identity, main_thread_signal
 from monarch_pdb.rank.agent import Agent
-from monarch_pdb.rank.breakpoint_hook import INSTALLED, set_trace, set_trace_async, stop_signalled
+from monarch_pdb.rank.breakpoint_hook import INSTALLED, process_agent, set_trace, set_trace_async, stop_signalled
 from monarch_pdb.rank.endpoint import end_call, endpoint_call, stop_after_raise, wants_post_mortem
+from monarch_pdb.rank.file_loads import spec_behind
 from monarch_pdb.rank.identity import CallContext, current_call
-from monarch_pdb.rank.sources import SHIPPED_CODE
 
 
 def _take_pdb(hook: Callable[..., None]) -> None:
     """`breakpoint()`, `pdb.set_trace()` and `await pdb.set_trace_async()` reach the broker: a
-    rank has no terminal of its own for stock pdb to read from."""
-    sys.breakpointhook = pdb.set_trace = hook
+    rank has no terminal of its own for stock pdb to read from. pdb itself is not loaded for
+    this: a program that never imports it gets its `set_trace` taken when it does."""
+    sys.breakpointhook = hook
+    if "pdb" in sys.modules:
+        _take_set_trace(hook, sys.modules["pdb"])
+    else:
+        _WhenPdbLoads.then = functools.partial(_take_set_trace, hook)
+        if _WhenPdbLoads not in sys.meta_path:
+            sys.meta_path.insert(0, _WhenPdbLoads)
+
+
+def _take_set_trace(hook: Callable[..., None], pdb: Any) -> None:
+    pdb.set_trace = hook
     if hasattr(pdb, "set_trace_async"):
         pdb.set_trace_async = set_trace_async
+
+
+class _WhenPdbLoads:
+    """A `sys.meta_path` finder there until pdb is first imported: its loader runs pdb, then
+    `then`, and the finder leaves."""
+
+    then: Callable[[types.ModuleType], None] = staticmethod(lambda pdb: None)
+
+    @classmethod
+    def find_spec(cls, name: str, path, target=None):
+        if name != "pdb":
+            return None
+        sys.meta_path.remove(cls)
+        spec = spec_behind(cls, name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenTakeSetTrace(spec.loader, cls.then)
+        return spec
+
+
+class _ThenTakeSetTrace:
+    """pdb's own loader, then `then` on the module it ran; the module keeps its own loader."""
+
+    def __init__(self, loader, then: Callable[[types.ModuleType], None]) -> None:
+        self._loader, self._then = loader, then
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        self._then(module)
 
 
 def install(*, announce: bool = True) -> None:
@@ -47,8 +92,8 @@ def install(*, announce: bool = True) -> None:
     and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
     False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
     _take_pdb(set_trace)
-    agent = debugger.process_agent()
-    interrupt.arm(stop_signalled)
+    agent = process_agent()
+    main_thread_signal.arm(stop_signalled)
     if announce:
         agent.presence.host_self()
     if not getattr(sys.excepthook, INSTALLED, False):
@@ -97,6 +142,8 @@ def stopped_in_this_process() -> bool:
 
 def post_mortem_if_wanted(exc: BaseException | None) -> None:
     if exc is not None and wants_post_mortem(exc, stopped_in_this_process()):
+        from monarch_pdb.rank import debugger
+
         debugger.post_mortem(exc)
 
 
@@ -157,7 +204,7 @@ def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with debugger.process_agent().threads.call(identity.current()):
+        with process_agent().threads.call(identity.current()):
             result = function(*args, **kwargs)
         return _awaited_as_call(result) if inspect.iscoroutine(result) else result
 
@@ -165,7 +212,7 @@ def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 async def _awaited_as_call(coroutine: Any) -> Any:
-    with debugger.process_agent().threads.call(identity.current(), coroutine):
+    with process_agent().threads.call(identity.current(), coroutine):
         return await coroutine
 
 
@@ -203,6 +250,8 @@ def _install_then(job: str, script: str, bootstrap: Callable[[], Any] | None) ->
     os.environ.setdefault("MONARCH_PDB_JOB", job)
     identity.renamed()
     if script:
+        from monarch_pdb.rank.sources import SHIPPED_CODE
+
         linecache.cache[SHIPPED_CODE] = (len(script), None, script.splitlines(True), SHIPPED_CODE)
     install()
     return bootstrap() if bootstrap is not None else None
@@ -279,6 +328,8 @@ def _end_monarch_call(exc: BaseException | None) -> None:
 
 
 def _set_trace_in_monarch_call(*, header: str | None = None, commands: list[str] | None = None) -> None:
+    from monarch_pdb.rank import debugger
+
     _monarch_call()
     debugger.set_trace(sys._getframe(1), header=header, commands=commands)
 

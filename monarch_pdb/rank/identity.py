@@ -25,6 +25,8 @@ from monarch_pdb import settings
 
 @dataclass(frozen=True)
 class Identity:
+    """Who a session belongs to, as the broker lists it."""
+
     job: str
     actor: str
     rank: int

@@ -18,22 +18,18 @@ holds the GIL, never does: the shell names those ranks and shows their stacks in
 from __future__ import annotations
 
 import ctypes
-import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from monarch_pdb.rank import main_thread_signal
 from monarch_pdb.rank.identity import Identity
 from monarch_pdb.rank.line_events import LineEvents
 from monarch_pdb.rank.rank_threads import Running
 from monarch_pdb.rank.sources import debugger_code, own_code, program_code
 from monarch_pdb.rank.thread_stacks import awaited_frames, program_frames, waits_in_await
-
-SIGNAL = signal.SIGRTMAX - 3
-"""A real-time signal, which programs and launchers rarely use (unlike SIGUSR1/SIGUSR2), so
-its handler need not be shared."""
 
 PATIENCE = 30.0
 """Seconds an interrupt stays wanted: a thread that runs none of the rank's code for that
@@ -46,42 +42,15 @@ Stop = Callable[[Any, Identity], None]
 stop stops (the debugger's `interrupt`)."""
 
 
-class _Handler:
-    """The handler `arm` installs, known as ours by its type."""
-
-    def __init__(self, on_signal: Callable[[Any], None]) -> None:
-        self.on_signal = on_signal
-
-    def __call__(self, signum: int, frame) -> None:
-        if frame is not None and not inside_agent(frame):
-            self.on_signal(frame)
-
-
-def arm(on_signal: Callable[[Any], None]) -> bool:
-    """Install, from the main thread, a handler that calls `on_signal` with the frame the
-    signal interrupted, unless the program handles the signal itself."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    installed = signal.getsignal(SIGNAL)
-    if installed is not signal.SIG_DFL and not isinstance(installed, _Handler):
-        return False
-    signal.signal(SIGNAL, _Handler(on_signal))
-    return True
-
-
 def signal_reaches(running: Running) -> bool:
     """Whether the signal stops the rank in its code: it runs on the main thread, our handler
     is installed (the default action of the signal would end the process), and it is not a
     task waiting in an `await`, which the signal would find in its event loop."""
     return (
         running.thread == threading.main_thread().ident
-        and isinstance(signal.getsignal(SIGNAL), _Handler)
+        and main_thread_signal.armed()
         and not waits_in_await(running.coroutine)
     )
-
-
-def signal_main_thread() -> None:
-    signal.pthread_kill(threading.main_thread().ident, SIGNAL)  # type: ignore[arg-type]
 
 
 def inside_agent(frame) -> bool:
@@ -137,8 +106,9 @@ class Interrupts:
     def signalled(self, frame) -> None:
         """The signal's work, in the main thread at `frame`: stop as the rank wanted (one
         session per thread at a time, so the rest are dropped). Never waits for the lock: the
-        handler may run while the thread holds it."""
-        if not self._lock.acquire(blocking=False):
+        handler may run while the thread holds it. A signal that finds this package's code
+        running is left for the next one (see `inside_agent`)."""
+        if inside_agent(frame) or not self._lock.acquire(blocking=False):
             return
         try:
             wanted, self._signals = self._signals, []
@@ -154,7 +124,7 @@ class Interrupts:
             if due:
                 self._signalled = now
         if due:
-            signal_main_thread()
+            main_thread_signal.send()
 
 
 def codes_to_watch(running: Running) -> frozenset:

@@ -67,6 +67,8 @@ class FollowedSession(Record):
 
 @record
 class LogEntry(Record):
+    """A piece of a session's kept output, numbered so a shell asks only for what it missed."""
+
     seq: int
     text: str
 
@@ -113,16 +115,20 @@ class SessionGroups(Message):
 
 @message("jobs")
 class ListJobs(Message):
-    pass
+    """Every job the broker knows (`list jobs`, an editor finding its job)."""
 
 
 @message("job_list")
 class JobList(Message):
+    """The answer to `ListJobs`."""
+
     rows: list[JobRow]
 
 
 @message("attach")
 class Attach(Message):
+    """`attach`: this shell takes a rank's session (`force` takes it from another)."""
+
     actor: str
     rank: int
     job: str = ""
@@ -148,11 +154,15 @@ class Attached(Message):
 
 @message("detach")
 class Detach(Message):
+    """The shell leaves the session; the rank stays paused."""
+
     session: int
 
 
 @message("detached")
 class Detached(Message):
+    """The answer to `Detach`: the shell no longer holds the session."""
+
     session: int
 
 
@@ -251,6 +261,8 @@ class CastStarted(Message):
 
 @message("cast_progress")
 class CastProgress(Message):
+    """How many of a cast's ranks answered so far, while the shell waits."""
+
     ref: int
     answered: int
     total: int
@@ -353,6 +365,8 @@ class Following(Message):
 
 @message("output_since")
 class OutputSince(Message):
+    """A session's output from entry `since` on, which the shell missed."""
+
     session: int
     since: int
 

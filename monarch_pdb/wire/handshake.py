@@ -47,7 +47,7 @@ class Welcome(Message):
 
 @message("heartbeat")
 class Heartbeat(Message):
-    pass
+    """A peer that had nothing to say for a beat is still there."""
 
 
 @message("unknown")
@@ -57,7 +57,7 @@ class Unknown(Message):
 
 @message("bye")
 class Bye(Message):
-    pass
+    """A peer leaving on purpose: forgotten at once, not lost after a timeout."""
 
 
 @message("error")

@@ -65,6 +65,8 @@ class CastGroup(Record):
 
 @record
 class Frame(Record):
+    """One frame of a stack, innermost last, as `stacks` shows and merges it."""
+
     file: str
     line: int
     """0 where it is unknown (on 3.12, returning from an `except*` block)."""

@@ -18,6 +18,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from importlib import import_module
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -40,6 +41,8 @@ class Dropped(Exception):
 
 @dataclass
 class Message:
+    """What travels on its own, as a map of its fields under its wire name (`TYPE`)."""
+
     TYPE: ClassVar[str] = ""
 
 
@@ -244,9 +247,18 @@ def build(cls: type[Message], fields: dict) -> Message:
     return cls(**values)
 
 
+def message_types() -> dict[str, type[Message]]:
+    """Every message type by its wire name, the modules that declare them loaded first: a rank
+    loads those of shells and brokers only when one of their messages reaches it."""
+    for module in ("handshake", "agents", "brokers", "clients"):
+        import_module(f"monarch_pdb.wire.{module}")
+    return REGISTRY
+
+
 def from_fields(fields: dict) -> Message:
     """The message a decoded map says it is (its `t`), checked as `build` does."""
-    cls = REGISTRY.get(fields.get("t"))  # type: ignore[arg-type]
+    kind = fields.get("t")
+    cls = REGISTRY.get(kind) or message_types().get(kind)  # type: ignore[arg-type]
     if cls is None:
         raise Dropped("unknown type")
     return build(cls, fields)
