@@ -42,6 +42,7 @@ from report import Result, Target
 
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
+from monarch_pdb.actor.forkserver import DEBUGGER_MODULES
 
 OPS = 1000
 """Operations in one sample of a per-operation row."""
@@ -82,10 +83,10 @@ NO_DEBUGGER = textwrap.dedent("""
 
     monarch_pdb.install = lambda **_: None
     monarch_pdb.endpoint_call = lambda *_, **__: contextlib.nullcontext()
-    sys.modules["monarch_pdb.rank.hooks"] = types.ModuleType("monarch_pdb.rank.hooks")
-""")
+    sys.modules.update((name, types.ModuleType(name)) for name in {DEBUGGER_MODULES!r})
+""").format(DEBUGGER_MODULES=DEBUGGER_MODULES)
 """sitecustomize of the mesh's floor: every process of the program has a debugger that does nothing
-(and the fork server has none of the agent's modules to import for its workers)."""
+(and the fork server has none of the debugger's modules to import for its workers)."""
 HEAP: list[list] = []
 """The live objects of the process that sets a breakpoint among millions."""
 

@@ -57,6 +57,21 @@ def test_every_message_type_round_trips_signed():
     assert set(wire.message_types()) >= {"hello", "prompt", "input", "cast", "cast_result", "event"}
 
 
+@pytest.mark.timeout(30)
+def test_a_message_of_a_module_not_yet_loaded_is_decoded_all_the_same():
+    """A rank loads the messages of shells and brokers only when one reaches it."""
+    frames = wire.Codec(KEY).encode(wire.Cast(ref=1, actor="a", selector="ranks(0)", line="p 1", timeout=1.5))
+    code = f"""
+import sys
+from monarch_pdb import wire
+before = "monarch_pdb.wire.clients" in sys.modules
+[msg] = wire.Codec({KEY!r}).decode({frames!r})
+print(before, type(msg).__name__, msg.line)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["False", "Cast", "p", "1"], done.stderr
+
+
 def signed(packed: bytes, key: bytes = KEY) -> list[bytes]:
     return [hmac.new(key, packed, hashlib.sha256).digest(), packed]
 

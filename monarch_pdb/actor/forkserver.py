@@ -26,6 +26,10 @@ from dataclasses import dataclass
 
 from monarch_pdb.actor import worker
 
+DEBUGGER_MODULES = ("monarch_pdb.rank.hooks", "monarch_pdb.wire.agents")
+"""Each worker installs the debugger first thing, and tells its broker the ranks it runs: the
+modules for that (ZeroMQ, the agent, its messages) are imported once in the fork server, before
+the forks, not in every worker after its own."""
 MAX_REQUEST = 1 << 20
 """The largest request (the program's environment) the fork server reads."""
 GONE = "the fork server of this program's workers is gone"
@@ -211,10 +215,7 @@ def run(argv: list[str]) -> None:
     """The fork server's life; in each worker it forks, the worker's."""
     fd, program = int(argv[1]), int(argv[2])
     worker.die_with_parent(program)
-    # Each worker installs the debugger first thing, and tells its broker the ranks it runs:
-    # the modules for that (ZeroMQ, the agent, its messages) are imported once here, before the
-    # forks, not in every worker after its own.
-    for module in ("monarch_pdb.rank.hooks", "monarch_pdb.wire.agents"):
+    for module in DEBUGGER_MODULES:
         importlib.import_module(module)
     forked = serve(socket.socket(fileno=fd))
     if forked is not None:
