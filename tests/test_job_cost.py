@@ -93,6 +93,23 @@ def test_install_loads_zeromq_and_msgpack_and_pdb_is_taken_when_the_program_impo
 
 
 @pytest.mark.timeout(60)
+def test_an_endpoint_call_runs_while_another_thread_is_importing_asyncio(env):
+    """install() does not load asyncio, so a rank's first stop may (3.14's pdb does) while its
+    other threads run endpoint calls: they find a half-made asyncio in sys.modules."""
+    code = """
+        import json, sys, types
+        import monarch_pdb
+
+        monarch_pdb.install()
+        sys.modules["asyncio"] = types.ModuleType("asyncio")  # as another thread's import leaves it
+        with monarch_pdb.endpoint_call("trainer", 3, {"gpu": 3}) as call:
+            pass
+        print(json.dumps([call.rank]))
+    """
+    assert run(env, code) == [3]
+
+
+@pytest.mark.timeout(60)
 def test_an_endpoint_calls_identity_is_worked_out_once_and_again_after_set_identity_or_a_fork(env):
     code = """
         import json, os

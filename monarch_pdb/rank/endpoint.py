@@ -22,15 +22,16 @@ if TYPE_CHECKING:
 
 def process_agent_if_started() -> Agent | None:
     """The process's agent if `install` or a stop started one; its module is loaded only then,
-    so a process whose module is not loaded has none."""
-    module = sys.modules.get("monarch_pdb.rank.agent")
-    return module.Agent.existing() if module is not None else None
+    so a process whose module is not loaded has none, nor one whose first stop, in another
+    thread, is loading it now."""
+    agent_class = getattr(sys.modules.get("monarch_pdb.rank.agent"), "Agent", None)
+    return agent_class.existing() if agent_class is not None else None
 
 
 def is_quit(exc: BaseException) -> bool:
     """Whether `exc` is pdb's `quit`: only a process that loaded bdb can raise one."""
-    bdb = sys.modules.get("bdb")
-    return bdb is not None and isinstance(exc, bdb.BdbQuit)
+    quit_class = getattr(sys.modules.get("bdb"), "BdbQuit", None)
+    return quit_class is not None and isinstance(exc, quit_class)
 
 
 def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:

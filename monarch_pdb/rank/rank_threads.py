@@ -45,11 +45,13 @@ class Call:
 
 
 def task_coroutine() -> Any:
-    """The coroutine of the calling thread's asyncio task, if it runs one (a process that never
-    imported asyncio runs none)."""
+    """The coroutine of the calling thread's asyncio task, if it runs one: a process that never
+    imported asyncio runs none, nor one where another thread imports it now (the first stop's
+    pdb does on 3.14), whose half-made module lacks the functions asked for."""
     asyncio = sys.modules.get("asyncio")
-    loop = asyncio._get_running_loop() if asyncio is not None else None
-    task = asyncio.current_task(loop) if asyncio is not None and loop is not None else None
+    running_loop = getattr(asyncio, "_get_running_loop", None)
+    loop = running_loop() if running_loop is not None else None
+    task = asyncio.current_task(loop) if loop is not None else None  # type: ignore[union-attr]
     return task.get_coro() if task is not None else None
 
 
