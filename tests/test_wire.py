@@ -59,13 +59,14 @@ def test_every_message_type_round_trips_signed():
 
 @pytest.mark.timeout(30)
 def test_a_message_of_a_module_not_yet_loaded_is_decoded_all_the_same():
-    """A rank loads the messages of shells and brokers only when one reaches it."""
+    """A rank loads the messages of shells and brokers only when one reaches it. (Its codec takes
+    any time stamp: the frames carry this test's clock, which a test below moves.)"""
     frames = wire.Codec(KEY).encode(wire.Cast(ref=1, actor="a", selector="ranks(0)", line="p 1", timeout=1.5))
     code = f"""
 import sys
 from monarch_pdb import wire
 before = "monarch_pdb.wire.clients" in sys.modules
-[msg] = wire.Codec({KEY!r}).decode({frames!r})
+[msg] = wire.Codec({KEY!r}, max_age=float("inf")).decode({frames!r})
 print(before, type(msg).__name__, msg.line)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
