@@ -33,14 +33,16 @@ class Where:
     """(sequence number, operation, sizes, state, age in seconds) of its last collective."""
     at: str = ""
 
-    @property
-    def shown(self) -> str:
+    def shown(self, ages: str) -> str:
+        """As the folded line says it, `ages` standing for how long ago its last collective was
+        scheduled (the range over the ranks folded with it): ranks that entered one collective a
+        moment apart tell one story."""
         if not self.last:
             text = f"entered #{self.entered}"
         else:
-            seq, op, sizes, state, age = self.last
+            seq, op, sizes, state, _ = self.last
             done = seq <= self.completed or state == "completed"
-            text = f"#{seq} {op} {sizes}, " + ("completed" if done else f"{state} {age:g} s ago, not completed")
+            text = f"#{seq} {op} {sizes}, " + ("completed" if done else f"{state} {ages} s ago, not completed")
         return f"{text}; at {self.at}" if self.at else text
 
 
@@ -128,9 +130,11 @@ def text(report: Report) -> str:
             lines.append(f"{head}: {ranks_text(behind)} never entered {what}, which {ranks_text(ahead)} entered")
         alike: dict[str, list[int]] = {}
         for rank, where in group.ranks.items():
-            alike.setdefault(where.shown, []).append(rank)
-        for shown, ranks in sorted(alike.items(), key=lambda item: min(item[1])):
-            lines.append(f"  {ranks_text(ranks)}: {shown}")
+            alike.setdefault(where.shown(""), []).append(rank)
+        for ranks in sorted(alike.values(), key=min):
+            ages = sorted({group.ranks[rank].last[4] for rank in ranks if group.ranks[rank].last})
+            span = f"{ages[0]:g}-{ages[-1]:g}" if len(ages) > 1 else "".join(f"{age:g}" for age in ages)
+            lines.append(f"  {ranks_text(ranks)}: {group.ranks[ranks[0]].shown(span)}")
     for why, ranks in report.failed.items():
         lines.append(f"{report.actor} {ranks_text(ranks)}: {why}")
     if report.groups and not report.recorded:

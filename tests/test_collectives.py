@@ -63,3 +63,21 @@ def test_ranks_in_step_and_ranks_without_torch_are_each_one_line():
         "no answer from train rank 5: no answer in time",
     ]
     assert collectives.document(report)["groups"][0]["disagreement"] is None
+
+
+@pytest.mark.timeout(10)
+def test_ranks_waiting_in_one_collective_fold_into_one_line_however_long_ago_each_entered_it():
+    def waiting(age: float) -> dict:
+        last = {"seq": 3, "op": "all_reduce", "sizes": [[8]], "state": "scheduled", "age": age}
+        return {"at": "train.py:25 main", "groups": [dict(world(3), last=last)], "recorded": True}
+
+    result = wire.PeekResult(
+        ref=1,
+        actor="train",
+        groups=[answer([0, 2], waiting(0.4)), answer([1], waiting(0.3)), answer([3], waiting(0.3))],
+        missing=[],
+    )
+    assert collectives.text(collectives.fold(result)).splitlines() == [
+        "train: group 0 (world, 4 ranks): every rank entered #3",
+        "  ranks[0-3] (4): #3 all_reduce [[8]], scheduled 0.3-0.4 s ago, not completed; at train.py:25 main",
+    ]
