@@ -363,7 +363,8 @@ class Agent:
             return 0.0
         now = time.monotonic()
         evaluations, interrupts = self.made("evaluations"), self.made("interrupts")
-        due = [d for d in (self.presence.delay(now), evaluations and evaluations.delay(now)) if d is not None]
+        evaluated = evaluations.delay(now) if evaluations is not None else None
+        due = [d for d in (self.presence.delay(now), evaluated) if d is not None]
         if due:
             return min(due)
         if interrupts is not None and interrupts.pending():

@@ -62,22 +62,33 @@ def spec_behind(finder: object, name: str, path, target=None):
     return None
 
 
-class _HandingOver:
-    """A waited-for module's loader, for one import: the module's code goes to `loading` first."""
+class OneImport:
+    """A module's own loader, wrapped for one import: the module keeps its own loader, not this
+    one (`own_loader_back`), so that nothing of the wrapper is left once the import is done."""
 
-    def __init__(self, loader, loading: Loading) -> None:
+    def __init__(self, loader) -> None:
         self._loader = loader
-        self._loading = loading
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: types.ModuleType) -> None:
-        """What a source or bytecode loader's `exec_module` does, with the hand-over between
-        getting the code and running it; the module keeps its own loader, not this one."""
+    def own_loader_back(self, module: types.ModuleType) -> None:
         module.__loader__ = self._loader
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
+
+
+class _HandingOver(OneImport):
+    """A waited-for module's loader, for one import: the module's code goes to `loading` first."""
+
+    def __init__(self, loader, loading: Loading) -> None:
+        super().__init__(loader)
+        self._loading = loading
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """What a source or bytecode loader's `exec_module` does, with the hand-over between
+        getting the code and running it."""
+        self.own_loader_back(module)
         code = self._loader.get_code(module.__name__)
         if code is None:
             raise ImportError(f"cannot load the code of {module.__name__!r}", name=module.__name__)

@@ -26,7 +26,7 @@ from monarch_pdb.rank import identity, main_thread_signal
 from monarch_pdb.rank.agent import Agent
 from monarch_pdb.rank.breakpoint_hook import INSTALLED, process_agent, set_trace, set_trace_async, stop_signalled
 from monarch_pdb.rank.endpoint import end_call, endpoint_call, stop_after_raise, wants_post_mortem
-from monarch_pdb.rank.file_loads import spec_behind
+from monarch_pdb.rank.file_loads import OneImport, spec_behind
 from monarch_pdb.rank.identity import CallContext, current_call
 
 
@@ -66,19 +66,15 @@ class _WhenPdbLoads:
         return spec
 
 
-class _ThenTakeSetTrace:
-    """pdb's own loader, then `then` on the module it ran; the module keeps its own loader."""
+class _ThenTakeSetTrace(OneImport):
+    """pdb's own loader, then `then` on the module it ran."""
 
     def __init__(self, loader, then: Callable[[types.ModuleType], None]) -> None:
-        self._loader, self._then = loader, then
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
+        super().__init__(loader)
+        self._then = then
 
     def exec_module(self, module: types.ModuleType) -> None:
-        module.__loader__ = self._loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._loader
+        self.own_loader_back(module)
         self._loader.exec_module(module)
         self._then(module)
 

@@ -250,8 +250,9 @@ def build(cls: type[Message], fields: dict) -> Message:
 def message_types() -> dict[str, type[Message]]:
     """Every message type by its wire name, the modules that declare them loaded first: a rank
     loads those of shells and brokers only when one of their messages reaches it."""
-    for module in ("handshake", "agents", "brokers", "clients"):
-        import_module(f"monarch_pdb.wire.{module}")
+    package = import_module("monarch_pdb.wire")
+    for module in package.MODULES:
+        import_module(f"{package.__name__}.{module}")
     return REGISTRY
 
 
