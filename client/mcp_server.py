@@ -5,7 +5,8 @@ Python SDK (the `mcp` extra).
 A client of the broker as the shell and the editor are: its tools are the shell's commands
 (`mcp_tools` runs them), each answer the text the shell shows and the `--json` document; the
 paused ranks are resources; a prompt walks an agent through a job that hangs. What changes the
-ranks (`cast`, `continue`, `interrupt`, `step`) is refused unless the server was started with
+ranks (`cast`, `continue`, `interrupt`, `step`), and an expression of `peek` or `stacks --by` that
+does more than read (`read_only`), is refused unless the server was started with
 `--allow-control`.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from monarch_pdb.client import mcp_tools
+from monarch_pdb.client import mcp_tools, read_only
 from monarch_pdb.client.arguments import ACTOR_HELP, SELECTOR_HELP
 from monarch_pdb.client.hangs import INTERRUPT_TIMEOUT, PEEK_TIMEOUT, HangCommands
 from monarch_pdb.client.listen import listen_address
@@ -52,8 +53,13 @@ INSTRUCTIONS = (
     "monarch-pdb debugs Python programs that run as many processes (ranks) at once. A rank is "
     "named by its actor and number; tools take an actor (job:actor where several jobs have one) "
     "and a selector such as ranks(0:8) or ranks(host=0, gpu=1:3). Answers group ranks that said "
-    "the same. Start with list, stacks and peek; they change nothing in the ranks."
+    "the same. Start with list, stacks and peek, which read the ranks without stopping them."
 )
+READS_ONLY = (
+    " Without --allow-control the expression may only read: names, attributes, subscripts, literals "
+    "and operators, no calls (a property or __getitem__ of the program's own still runs)."
+)
+"""What a tool that takes an expression adds to its description."""
 Actor = Annotated[str, Field(description=ACTOR_HELP)]
 Selector = Annotated[str, Field(description=SELECTOR_HELP)]
 Rank = Annotated[int, Field(description="one of the actor's ranks, paused", ge=0)]
@@ -147,6 +153,17 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
                 "started with --allow-control (monarch-pdb mcp --allow-control)"
             )
 
+    def reading(what: str, expression: str) -> str:
+        """`expression`, refused unless it only reads (read_only) or the agent may change the ranks."""
+        why = "" if allow_control else read_only.refusal(expression)
+        if why:
+            raise Refusal(
+                f"{what} {why} ({expression!r}): without --allow-control an agent's expressions may only read "
+                "(names, attributes, subscripts, literals and operators); start the server with --allow-control "
+                "(monarch-pdb mcp --allow-control) to run code in the ranks"
+            )
+        return expression
+
     @server.tool(name="list", description=about(DebugShell.do_list))
     def list_ranks(
         all: Annotated[bool, Field(description="every rank known, running ones too")] = False,
@@ -168,7 +185,9 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         native: Annotated[bool, Field(description="the C/C++ frames too, read from outside each process")] = False,
         samples: Annotated[int, Field(description="samples to take, to tell which ranks move", ge=1, le=20)] = 1,
         every: Annotated[float, Field(description="seconds between samples", gt=0, le=10)] = 1.0,
-        by: Annotated[str, Field(description="an expression read in each rank (step) to order the groups by")] = "",
+        by: Annotated[
+            str, Field(description="an expression read in each rank (step) to order the groups by." + READS_ONLY)
+        ] = "",
     ) -> Result:
         def run() -> Answer:
             if ranks and not actor:
@@ -183,13 +202,13 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
                     "--locals" if locals else "",
                     "--native" if native else "",
                     f"--samples {samples} --every {every:g}" if samples > 1 else "",
-                    f"--by {shlex.quote(one_line('by', by))}" if by else "",
+                    f"--by {shlex.quote(reading('by', one_line('by', by)))}" if by else "",
                 )
             )
 
         return answered(run)
 
-    @server.tool(name="peek", description=about(HangCommands.do_peek))
+    @server.tool(name="peek", description=about(HangCommands.do_peek) + READS_ONLY)
     def peek(
         actor: Actor,
         expression: Annotated[str, Field(description="a Python expression, evaluated in each rank")],
@@ -206,7 +225,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
                     f"--up {up} --timeout {timeout:g}",
                     actor_word(actor),
                     one_line("ranks", ranks),
-                    one_line("expression", expression),
+                    reading("the expression", one_line("expression", expression)),
                 )
             )
 

@@ -113,9 +113,14 @@ def actor_word(actor: str) -> str:
 
 
 def cut_text(text: str, cap: int = TEXT_CAP) -> tuple[str, list[str]]:
+    """`text`'s first `cap` characters, ending at a line where that keeps half of them or more: a
+    long line (one value's repr) is cut within, not dropped."""
     if len(text) <= cap:
         return text, []
-    kept = text[:cap].rsplit("\n", 1)[0] + "\n"
+    kept = text[:cap]
+    end = kept.rfind("\n") + 1
+    if end >= cap // 2:
+        kept = kept[:end]
     return kept, [f"text: the first {len(kept):,} of {len(text):,} characters"]
 
 

@@ -158,9 +158,77 @@ def test_control_is_refused_without_allow_control_and_bad_arguments_get_a_tool_e
     assert len(wait_for_sessions(env, 16)) == 16, "nothing the agent was refused ran"
 
 
+@pytest.mark.timeout(180)
+def test_without_allow_control_an_expression_may_only_read_and_what_runs_code_is_refused_unsent(env, example):
+    async def scenario():
+        async with agent(env) as session:
+            for tool, arguments, said in (
+                (
+                    "peek",
+                    {"actor": "debugee", "ranks": "ranks(0)", "expression": "__import__('os')._exit(9)"},
+                    "calls a function",
+                ),
+                (
+                    "peek",
+                    {
+                        "actor": "debugee",
+                        "ranks": "ranks(0)",
+                        "expression": "_bad_rank.__globals__.__setitem__('changed', 7)",
+                    },
+                    "calls a function",
+                ),
+                ("peek", {"actor": "debugee", "ranks": "ranks(0)", "expression": "(changed := 7)"}, "assigns (:=)"),
+                (
+                    "peek",
+                    {"actor": "debugee", "ranks": "ranks(0)", "expression": "_bad_rank.__globals__"},
+                    "reads __globals__",
+                ),
+                (
+                    "peek",
+                    {"actor": "debugee", "ranks": "ranks(0)", "expression": "[os for os in rank]"},
+                    "runs a comprehension",
+                ),
+                ("stacks", {"actor": "debugee", "by": "__import__('os')._exit(9)"}, "calls a function"),
+            ):
+                refused = await call(session, tool, **arguments)
+                assert refused.is_error and said in text_of(refused), text_of(refused)
+                assert "started with --allow-control" not in text_of(refused)
+                assert "start the server with --allow-control (monarch-pdb mcp --allow-control)" in text_of(refused)
+                assert text_of(refused).count("\n") == 0, text_of(refused)
+
+            read = await call(session, "peek", actor="debugee", expression="[rank][0].real + 1 if rank >= 0 else -rank")
+            assert not read.is_error, text_of(read)
+            groups = read.structured_content["document"]["groups"]
+            assert sorted((g["ranks"][0], g["output"]) for g in groups) == [(r, f"{r + 1}\n") for r in range(16)]
+
+            unchanged = await call(session, "peek", actor="debugee", ranks="ranks(0)", expression="changed")
+            assert "NameError" in text_of(unchanged), "the refused __setitem__ never reached the rank"
+
+    anyio.run(scenario)
+    assert len(wait_for_sessions(env, 16)) == 16, "rank 0 lives: the expression that ends it was never sent"
+
+
+def test_a_peek_of_one_long_value_keeps_its_first_20000_characters(env, example):
+    async def scenario():
+        async with agent(env) as session:
+            long = await call(session, "peek", actor="debugee", ranks="ranks(0)", expression="'x' * 100_000")
+            assert not long.is_error, text_of(long)
+            text, _, cut = text_of(long).partition("\n\ncut to fit:\n")
+            assert text.startswith("debugee ranks[0] (1)\n'" + "x" * 19_000), text[:100]
+            assert len(text) == TEXT_CAP
+            said = long.structured_content["cut"][0]
+            assert said == f"text: the first {TEXT_CAP:,} of 100,024 characters" and cut.startswith(said), cut
+
+    anyio.run(scenario)
+
+
 def test_with_allow_control_a_cast_and_a_step_work_and_continue_ends_the_job(env, example):
     async def scenario():
         async with agent(env, "--allow-control") as session:
+            called = await call(session, "peek", actor="debugee", ranks="ranks(0:2)", expression="str(rank * 10)")
+            assert not called.is_error, text_of(called)
+            assert text_of(called) == "debugee ranks[0] (1)\n'0'\ndebugee ranks[1] (1)\n'10'"
+
             cast = await call(session, "cast", actor="debugee", ranks="ranks(0:4)", command="p rank * 10")
             assert not cast.is_error, text_of(cast)
             assert text_of(cast).startswith("debugee ranks[0] (1)\n0\ndebugee ranks[1] (1)\n10\n")
@@ -289,3 +357,7 @@ def test_a_cast_over_1024_ranks_fits_and_what_is_cut_is_said():
 
     text, cut = cut_text("x" * 60 + "\n" * (TEXT_CAP + 1))
     assert len(text) <= TEXT_CAP and cut == [f"text: the first {len(text):,} of {TEXT_CAP + 61:,} characters"]
+    assert cut_text("x" * 30_000 + "\n") == ("x" * TEXT_CAP, [f"text: the first {TEXT_CAP:,} of 30,001 characters"])
+    lines = "\n".join(["y" * 99] * 300)
+    text, cut = cut_text(lines)
+    assert text == lines[: TEXT_CAP // 100 * 100] and text.endswith("y\n"), "many lines end at a line"
