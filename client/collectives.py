@@ -1,7 +1,9 @@
 """`collectives`: what each rank's torch.distributed process groups last did, read from every
 rank as `peek` reads (`monarch_pdb.rank.process_groups`), folded over ranks; per group, the
 first collective the ranks disagree on and the ranks that never entered it come first, as
-torch's offline Flight Recorder analyzer names them, but live.
+torch's offline Flight Recorder analyzer names them, but live. Every member of a group that
+did not answer is named, with why: "every rank entered" is said only when every member did.
+The job's ranks are taken to be torch's global ranks, as the launchers number them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.ranks import format_ranks
+from monarch_pdb.ranks import Selection, format_ranks, parse_ranks, select
 
 EXPRESSION = "__import__('monarch_pdb.rank.process_groups', fromlist=['snapshot']).snapshot()"
 """What `collectives` evaluates in each rank."""
@@ -20,6 +22,9 @@ RECORDER_OFF = (
     "torch's Flight Recorder is off in this job: with TORCH_FR_BUFFER_SIZE=2000 (gloo) or "
     "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (NCCL) in its environment each collective is named"
 )
+NOT_KNOWN = "not known to the broker (it never joined, or its process is gone)"
+"""Why a member of a group that was asked gave no answer, where the broker named none."""
+OTHERWISE_NUMBERED = "torch numbers the group's ranks otherwise than the job does, so they cannot be named"
 
 
 @dataclass(frozen=True)
@@ -48,13 +53,63 @@ class Where:
 
 @dataclass
 class Group:
-    """One process group over the ranks that answered."""
+    """One process group: its members, where those that answered stand, and why the others
+    did not."""
 
     name: str
     size: int
     desc: str = ""
     """What torch calls it beside its name: `world` for the default group."""
+    members: list[int] = field(default_factory=list)
+    """Its ranks, torch's global ones."""
     ranks: dict[int, Where] = field(default_factory=dict)
+    silent: dict[str, list[int]] = field(default_factory=dict)
+    """The members asked that gave no snapshot, by why."""
+    unasked: list[int] = field(default_factory=list)
+    unnamed: int = 0
+    """Members that gave no snapshot where torch's numbers are not the job's."""
+
+    def account(self, reasons: dict[int, str], asked: Selection | None) -> None:
+        """Name each member without a snapshot: why it gave none (`reasons`, by rank), not
+        asked, or not known to the broker."""
+        if not set(self.ranks) <= set(self.members):
+            self.unnamed = len(self.members) - len(self.ranks)
+            return
+        for rank in self.members:
+            if rank in self.ranks:
+                continue
+            if rank in reasons:
+                self.silent.setdefault(reasons[rank], []).append(rank)
+            elif asked is None or asked.ranks is not None and select(asked, [(rank, {})]):
+                self.silent.setdefault(NOT_KNOWN, []).append(rank)
+            else:
+                self.unasked.append(rank)
+
+    def complete(self) -> bool:
+        """Whether every member gave its snapshot."""
+        return not (self.silent or self.unasked or self.unnamed)
+
+    def verdict(self) -> str:
+        """Where the group stands, in one line: who never entered which collective, or that every
+        member entered the last; then the members that did not answer, and those not asked."""
+        disagree = self.disagreement()
+        if disagree is not None:
+            seq, op, behind, ahead = disagree
+            parts = [f"{ranks_text(behind)} never entered {f'#{seq} {op}'.rstrip()}, which {ranks_text(ahead)} entered"]
+        elif self.complete():
+            parts = [f"every rank entered #{self.entered_by_all()}"]
+        else:
+            parts = [f"{ranks_text(list(self.ranks))} entered #{self.entered_by_all()}"]
+        parts += [f"{ranks_text(ranks)} did not answer: {why}" for why, ranks in self.silent.items()]
+        if self.unnamed:
+            parts.append(f"{self.unnamed} did not answer ({OTHERWISE_NUMBERED})")
+        if self.unasked:
+            parts.append(f"{ranks_text(self.unasked)} not asked")
+        return "; ".join(parts)
+
+    def entered_by_all(self) -> int:
+        """The number of collectives each rank that answered entered, where they agree."""
+        return next(iter(self.ranks.values())).entered
 
     def disagreement(self) -> tuple[int, str, list[int], list[int]] | None:
         """The first collective some ranks entered and others did not: its number, its
@@ -79,7 +134,8 @@ class Report:
     missing: list[wire.Missing] = field(default_factory=list)
 
 
-def fold(result: wire.PeekResult) -> Report:
+def fold(result: wire.PeekResult, asked: Selection | None = None) -> Report:
+    """The snapshots of the ranks `asked` (None: every rank), folded by group."""
     report = Report(result.actor, missing=result.missing)
     for answer in result.groups:
         said = _snapshot(answer.output)
@@ -90,7 +146,8 @@ def fold(result: wire.PeekResult) -> Report:
         for rank in answer.ranks:
             for entry in said["groups"]:
                 group = report.groups.setdefault(
-                    entry["name"], Group(entry["name"], entry["size"], entry.get("desc", ""))
+                    entry["name"],
+                    Group(entry["name"], entry["size"], entry.get("desc", ""), parse_ranks(entry["ranks"])),
                 )
                 last = entry.get("last") or {}
                 group.ranks[rank] = Where(
@@ -99,6 +156,11 @@ def fold(result: wire.PeekResult) -> Report:
                     (last["seq"], last["op"], last["sizes"], last["state"], last["age"]) if last else (),
                     said.get("at", ""),
                 )
+    reasons = {m.rank: m.reason for m in result.missing}
+    for why, ranks in report.failed.items():
+        reasons.update(dict.fromkeys(ranks, why))
+    for group in report.groups.values():
+        group.account(reasons, asked)
     return report
 
 
@@ -121,13 +183,7 @@ def text(report: Report) -> str:
     lines = []
     for group in sorted(report.groups.values(), key=lambda g: g.name):
         head = f"{report.actor}: group {group.name} ({group.desc + ', ' if group.desc else ''}{group.size} ranks)"
-        disagree = group.disagreement()
-        if disagree is None:
-            lines.append(f"{head}: every rank entered #{next(iter(group.ranks.values())).entered}")
-        else:
-            seq, op, behind, ahead = disagree
-            what = f"#{seq} {op}".rstrip()
-            lines.append(f"{head}: {ranks_text(behind)} never entered {what}, which {ranks_text(ahead)} entered")
+        lines.append(f"{head}: {group.verdict()}")
         alike: dict[str, list[int]] = {}
         for rank, where in group.ranks.items():
             alike.setdefault(where.shown(""), []).append(rank)
@@ -139,7 +195,8 @@ def text(report: Report) -> str:
         lines.append(f"{report.actor} {ranks_text(ranks)}: {why}")
     if report.groups and not report.recorded:
         lines.append(RECORDER_OFF)
-    lines += [f"no answer from {report.actor} rank {m.rank}: {m.reason}" for m in report.missing]
+    named = {rank for group in report.groups.values() for ranks in group.silent.values() for rank in ranks}
+    lines += [f"no answer from {report.actor} rank {m.rank}: {m.reason}" for m in report.missing if m.rank not in named]
     return "\n".join(lines) + "\n"
 
 
@@ -152,6 +209,15 @@ def document(report: Report) -> dict[str, Any]:
                 "name": group.name,
                 "desc": group.desc,
                 "size": group.size,
+                "verdict": group.verdict(),
+                "every_rank_entered": group.entered_by_all()
+                if group.complete() and group.disagreement() is None
+                else None,
+                "did_not_answer": [
+                    {"ranks": ranks, "count": len(ranks), "reason": why} for why, ranks in group.silent.items()
+                ]
+                + ([{"ranks": [], "count": group.unnamed, "reason": OTHERWISE_NUMBERED}] if group.unnamed else []),
+                "not_asked": group.unasked,
                 "disagreement": None
                 if disagree is None
                 else {"seq": disagree[0], "op": disagree[1], "never_entered": disagree[2], "entered": disagree[3]},

@@ -4,8 +4,9 @@ collective the ranks disagree on and who never entered it (`collectives`), the l
 progressed ranks, and the commands to type next.
 
 The least progressed ranks are, first, those that never entered a collective others did;
-else those that stood still while others moved; else those whose stack is not the one most
-ranks share.
+else the members of a process group that did not answer (a rank whose C code holds the GIL,
+one the broker does not know); else those that stood still while others moved; else those
+whose stack is not the one most ranks share.
 """
 
 from __future__ import annotations
@@ -47,13 +48,20 @@ def least_progressed(
         at.update(dict.fromkeys(stack.ranks, there))
 
     def where(ranks: list[int]) -> str:
-        return ", ".join(sorted({at.get(rank, "?") for rank in ranks}))
+        """Their places, "" where no stack of theirs came."""
+        return ", ".join(sorted({at[rank] for rank in ranks if rank in at}))
 
-    for group in sorted(report.groups.values(), key=lambda g: g.name) if report else []:
+    groups = sorted(report.groups.values(), key=lambda g: g.name) if report else []
+    for group in groups:
         disagree = group.disagreement()
         if disagree is not None:
             seq, op, never, _ = disagree
             return Behind(never, where(never), f"never entered #{seq} {op}".rstrip() + f" of group {group.name}")
+    for group in groups:
+        if group.silent:
+            silent = sorted(rank for ranks in group.silent.values() for rank in ranks)
+            whys = "; ".join(group.silent)
+            return Behind(silent, where(silent), f"did not answer in group {group.name}: {whys}")
     if motion.moved and motion.still:
         still = [rank for ranks, _ in motion.still for rank in ranks]
         return Behind(sorted(still), where(still), f"stood still while ranks[{format_ranks(motion.moved)}] moved")
@@ -93,7 +101,8 @@ def text(hang: Hang) -> str:
         lines += collectives.text(hang.collectives).rstrip("\n").splitlines()
     if hang.behind is not None:
         b = hang.behind
-        lines.append(f"== least progressed: {hang.actor} {collectives.ranks_text(b.ranks)} at {b.where}: {b.why}")
+        there = f" at {b.where}" if b.where else ""
+        lines.append(f"== least progressed: {hang.actor} {collectives.ranks_text(b.ranks)}{there}: {b.why}")
     else:
         lines.append(f"== least progressed: none stands out in {hang.actor}")
     lines.append("== next:")

@@ -294,7 +294,7 @@ class HangCommands(cmd2.CommandSet):
         selector = render_selector(selection or parse_selector("ranks(:)"))
         result = shell.conn.peek(actor, selector, collectives.EXPRESSION, args.timeout, job=job)
         shell.actors.add(actor)
-        report = collectives.fold(result)
+        report = collectives.fold(result, selection)
         doc = collectives.document(report)
         shell.report.result(json.dumps(doc, sort_keys=True) if args.json else collectives.text(report), doc)
         if result.missing:

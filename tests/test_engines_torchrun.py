@@ -294,3 +294,75 @@ def test_collectives_names_the_collective_a_rank_never_entered_and_where_it_is(e
         for row in rows:  # hung for good, in a session of torchrun's own: killed one by one
             os.kill(row.pid, signal.SIGKILL)
         program.stop()
+
+
+HOLDS = textwrap.dedent("""
+    import ctypes
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    import monarch_pdb
+
+    monarch_pdb.install()
+
+
+    def next_batch(rank, step):
+        if rank == 3 and step == 2:
+            sys.stdout.write("HOLDING\\n")
+            sys.stdout.flush()
+            ctypes.PyDLL(None).sleep(3600)  # C code that never lets go of the GIL
+        return torch.ones(8)
+
+
+    def main():
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        for step in range(5):
+            batch = next_batch(rank, step)
+            dist.all_reduce(batch)
+            sys.stdout.write(f"STEP {rank} {step}\\n")  # one write: the ranks share the launcher's output
+            sys.stdout.flush()
+
+
+    main()
+""")
+"""As SKIPS, but rank 3 never comes back from C code that holds the GIL: its agent cannot
+answer, so the ranks that did agree on the collective they entered."""
+
+
+@pytest.mark.timeout(240)
+def test_collectives_and_hang_name_the_rank_that_holds_the_gil_and_never_say_every_rank_entered(env, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(HOLDS)
+    program = Program(dict(env, TORCH_FR_BUFFER_SIZE="2000"), script, cwd=tmp_path, launcher=TORCHRUN)
+    rows = []
+    try:
+        wait_for_lines(program, "HOLDING", 1, timeout=150)
+        rows = wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")] * 4)
+        silent = "ranks[3] (1) did not answer: holds the GIL in C code (its process sent nothing in time)"
+        seen = debug(env, "collectives train").stdout
+        assert seen.splitlines()[0] == f"train: group 0 (world, 4 ranks): ranks[0-2] (3) entered #3; {silent}", seen
+        assert "every rank entered" not in seen and "no answer from" not in seen, "rank 3 is named once, in its group"
+
+        story = debug(env, "hang train").stdout
+        assert "every rank entered" not in story, story
+        assert f"== collectives:\n{seen.splitlines()[0]}\n" in story, story
+        assert re.search(
+            r"^== least progressed: train ranks\[3\] \(1\)( at \S+ \S+)?: did not answer in group 0: holds the GIL",
+            story,
+            re.M,
+        ), story
+        doc = json.loads(debug(env, "hang train --json").stdout)
+        group = doc["collectives"]["groups"][0]
+        assert group["every_rank_entered"] is None and group["disagreement"] is None, group
+        assert [(d["ranks"], d["reason"].split(" (")[0]) for d in group["did_not_answer"]] == [
+            ([3], "holds the GIL in C code")
+        ], group
+        assert f"train: group 0 (world, 4 ranks): {group['verdict']}" == seen.splitlines()[0], "JSON and text agree"
+        assert doc["least_progressed"]["ranks"] == [3], doc["least_progressed"]
+    finally:
+        for row in rows:  # hung for good, in a session of torchrun's own: killed one by one
+            os.kill(row.pid, signal.SIGKILL)
+        program.stop()

@@ -4,7 +4,9 @@ rank: the shell's `collectives` evaluates `snapshot()` in each rank as `peek` do
 Where the job enabled torch's Flight Recorder (`TORCH_FR_BUFFER_SIZE` for gloo and the CPU,
 `TORCH_NCCL_TRACE_BUFFER_SIZE` for NCCL), each group's last collective is named: its operation,
 sequence number, sizes and state, and when it was enqueued. Otherwise each group's sequence
-number alone, which counts the collectives the rank entered, tells who is behind.
+number alone, which counts the collectives the rank entered, tells who is behind. Each group
+names its members (torch's global ranks, as compact text) so that the shell can name those that
+did not answer.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from typing import Any
 
 from monarch_pdb.rank.sources import program_code
+from monarch_pdb.ranks import format_ranks
 
 NO_TORCH = "torch.distributed has no process group in this process"
 
@@ -33,6 +36,7 @@ def _groups() -> dict[str, Any]:
     groups = []
     for group, name in dist.distributed_c10d._world.pg_names.items():
         entry: dict[str, Any] = {"name": name, "size": group.size()}
+        entry["ranks"] = format_ranks(dist.get_process_group_ranks(group))
         if group is dist.group.WORLD:
             entry["desc"] = "world"
         try:
