@@ -72,12 +72,15 @@ class Shell(Protocol):
     def complete_actor(self, text: str, line: str, begidx: int, endidx: int) -> list[str]: ...
 
 
-def in_call_line(actor: str, in_call: list[int], place: str) -> str:
-    """What to do about ranks that an interrupt cannot stop before their call returns."""
+def in_call_line(actor: str, in_call: list[int], place: str, holds_gil: bool) -> str:
+    """What to do about ranks that an interrupt cannot stop before their call returns: `peek`
+    reads them meanwhile, unless their call holds the GIL, which leaves only `stacks`."""
     one = len(in_call) == 1
+    them = "it" if one else "them"
+    now = f"only `stacks` reads {them} until then" if holds_gil else f"`peek` reads {them} now"
     return (
-        f"{actor} ranks[{format_ranks(in_call)}] {'is' if one else 'are'} in a C call ({place}); "
-        f"{'it stops' if one else 'they stop'} when it returns; `peek` reads {'it' if one else 'them'} now"
+        f"{actor} ranks[{format_ranks(in_call)}] {'is' if one else 'are'} in a C call ({place})"
+        f"{' that holds the GIL' if holds_gil else ''}; {'it stops' if one else 'they stop'} when it returns; {now}"
     )
 
 
@@ -380,7 +383,7 @@ class HangCommands(cmd2.CommandSet):
                 )
                 lines.append(stack_tree.text(where, False).rstrip("\n"))
                 doc["stacks"] = stack_tree.document(where)
-                lines += [in_call_line(actor, in_call, place) for in_call, place in stack_tree.in_calls(where)]
+                lines += [in_call_line(actor, *found) for found in stack_tree.in_calls(where)]
             except RequestFailed as failure:
                 lines.append(f"(no stacks: {failure})")
             shell.report.failed(f"{len(stuck)} ranks did not stop")

@@ -145,14 +145,15 @@ def call_site(frame: wire.Frame) -> str:
     return f"{name}:{frame.line} {frame.function}"
 
 
-def in_calls(result: wire.StacksResult) -> list[tuple[list[int], str]]:
-    """Ranks by the innermost Python frame of their own thread: the call they are in."""
-    by_place: dict[str, list[int]] = {}
+def in_calls(result: wire.StacksResult) -> list[tuple[list[int], str, bool]]:
+    """Ranks by the innermost Python frame of their own thread: the call they are in, and
+    whether it holds the GIL (their stacks were read from outside, their agents silent)."""
+    by_place: dict[tuple[str, bool], list[int]] = {}
     for group in result.groups:
         frames = [f for f in group.threads[0].frames if not f.native] if group.threads else []
         if frames:
-            by_place.setdefault(call_site(frames[-1]), []).extend(group.ranks)
-    return sorted(((sorted(r), place) for place, r in by_place.items()), key=lambda pair: pair[0])
+            by_place.setdefault((call_site(frames[-1]), group.outside), []).extend(group.ranks)
+    return sorted(((sorted(r), *key) for key, r in by_place.items()), key=lambda found: found[0])
 
 
 def locals_lines(result: wire.StacksResult) -> list[str]:

@@ -264,6 +264,30 @@ def test_a_rank_holding_the_gil_is_named_by_peek_and_shown_by_stacks_read_from_o
         program.stop()
 
 
+@pytest.mark.timeout(90)
+def test_interrupt_of_a_rank_holding_the_gil_never_says_peek_reads_it(env, tmp_path):
+    """peek cannot read a rank whose C call holds the GIL; interrupt, which cannot stop it
+    either, names it so and does not send the user to peek."""
+    script = tmp_path / "gil.py"
+    script.write_text(GIL)
+    go = tmp_path / "go"
+    program = Program(env, script, str(go), "3600", cwd=tmp_path)
+    try:
+        wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
+        go.touch()
+        wait_for_lines(program, "HOLDING", 1)
+        stuck = debug(env, "interrupt train ranks(0) --timeout 1")
+        assert stuck.returncode == 1, stuck.stdout + stuck.stderr
+        assert "\ngil.py:18 hold  ranks[0] (1)\n" in stuck.stdout, stuck.stdout
+        assert stuck.stdout.endswith(
+            "train ranks[0] is in a C call (gil.py:18 hold) that holds the GIL; it stops when it returns; "
+            "only `stacks` reads it until then\n"
+        ), stuck.stdout
+        assert "`peek` reads" not in stuck.stdout
+    finally:
+        program.stop()
+
+
 def test_the_frame_read_and_the_expression_run_in_it_change_nothing_in_process():
     import sys
 
