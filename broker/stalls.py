@@ -1,12 +1,14 @@
 """A stall says so by itself: the top broker takes the merged stacks of every actor's running
 ranks a few times per `stall_after` (as a shell's `stacks` would, through the tree), and when
-some ranks' stacks have stayed the same that long it tells the shells once, folded, naming
-where the actor's other ranks are: "train ranks[3] has been at train.py:41 next_batch for 60 s;
-ranks[0-2] wait in all_reduce".
+some ranks' stacks have stayed the same that long it tells the shells once, folded, with how
+long they have stood there and where the actor's other ranks are: "train ranks[3] has been at
+train.py:41 next_batch for 900 s; ranks[0-2] wait in all_reduce".
 
-It looks only while a shell or an editor is connected (someone to tell), and never at a paused
-rank: a session stands still on purpose. Its requests are a shell's, sent on behalf of the
-peer STALLS, whose results the server hands here instead of to a socket.
+It looks whether or not anyone watches, so that a shell or an editor that connects to a job
+stuck for a quarter of an hour hears how long, not how long since it connected; it tells only
+while one is connected (someone to tell), each of them once. It never looks at a paused rank: a
+session stands still on purpose. Its requests are a shell's, sent on behalf of the peer STALLS,
+whose results the server hands here instead of to a socket.
 """
 
 from __future__ import annotations
@@ -79,20 +81,19 @@ class Stalls:
         self.asked: dict[int, Sample] = {}
         self.seen: dict[tuple[str, str], dict[int, Still]] = {}
         self.told: dict[tuple[str, str], set[int]] = {}
-        """The ranks of each actor already told of, until they move."""
+        """The ranks of each actor already told of, until they move or nobody watches."""
+        self.watching = False
 
     def tick(self, now: float, watching: bool) -> None:
-        """Take the stacks of every actor's running ranks, when it is time and someone watches."""
+        """Take the stacks of every actor's running ranks, when it is time."""
         if not self.stall_after:
             return
-        period = self.stall_after / SAMPLES_PER_STALL
+        self.watching = watching
         if not watching:
-            self.next_at = now + period  # the first sample a period after someone connects
-            self.seen.clear()
-            self.told.clear()
-            return
+            self.told.clear()  # whoever connects next hears of every stall
         if now < self.next_at:
             return
+        period = self.stall_after / SAMPLES_PER_STALL
         self.next_at = now + period
         self.asked = {ref: s for ref, s in self.asked.items() if now - s.at < SAMPLE_TIMEOUT + self.stall_after}
         running = self.registry.running()
@@ -115,8 +116,8 @@ class Stalls:
             self.judge(sample)
 
     def judge(self, sample: Sample) -> None:
-        """Each running rank's stack against the last one seen; the ranks still for
-        `stall_after` and not yet told of are told, once."""
+        """Each running rank's stack against the last one seen; while someone watches, the
+        ranks still for `stall_after` and not yet told of are told, once."""
         key = (sample.job, sample.actor)
         seen = self.seen.setdefault(key, {})
         for group in sample.groups:
@@ -127,17 +128,20 @@ class Stalls:
                     seen[rank] = Still(stack, at, call, sample.at)
         for rank in set(seen) - sample.running:
             del seen[rank]
+        if not self.watching:
+            return
         still = {rank: s for rank, s in seen.items() if sample.at - s.since >= self.stall_after}
         told = self.told.setdefault(key, set()) & set(still)
         self.told[key] = told
         if not set(still) - told:
             return
-        self.tell(sample.job, sample.actor, seen, still)
+        self.tell(sample.job, sample.actor, seen, still, sample.at)
         told |= set(still)
 
-    def tell(self, job: str, actor: str, seen: dict[int, Still], still: dict[int, Still]) -> None:
-        """One event for the fewest ranks still at one place (the odd ones out), naming where
-        the others wait and which ranks moved."""
+    def tell(self, job: str, actor: str, seen: dict[int, Still], still: dict[int, Still], now: float) -> None:
+        """One event for the fewest ranks still at one place (the odd ones out), naming how long
+        each of them has stood there at least (since the first sample that found it there),
+        where the others wait and which ranks moved."""
         by_place: dict[tuple[str, str], list[int]] = {}
         for rank, s in sorted(still.items()):
             by_place.setdefault((s.place, s.call), []).append(rank)
@@ -147,6 +151,7 @@ class Stalls:
         moved = sorted(set(seen) - set(still))
         if moved:
             others.append(f"ranks[{format_ranks(moved)}] moved")
-        detail = f"for {self.stall_after:g} s" + "".join(f"; {other}" for other in others)
+        stood = now - max(still[rank].since for rank in ranks)
+        detail = f"for {stood:.0f} s" + "".join(f"; {other}" for other in others)
         for rank in ranks:
             self.events.add(wire.EventKind.STALLED, job, actor, rank, where=at, detail=detail)

@@ -8,7 +8,13 @@ import re
 import textwrap
 
 import pytest
+from monarch_pdb.broker.events import EventLog
+from monarch_pdb.broker.stalls import Stalls
+from monarch_pdb.client.events import describe_events
 from programs import Program, debug, wait_for_lines
+
+from monarch_pdb import wire
+from monarch_pdb.ranks import RankSet
 
 STALLING = textwrap.dedent("""
     import time
@@ -58,7 +64,10 @@ def test_a_stall_is_told_once_and_stacks_over_time_and_by_step_name_the_rank_beh
     try:
         wait_for_lines(program, "STUCK", 1)
         sh = shell()
-        sh.expect(r"train 3 has been at stalling\.py:\d+ next_batch for 2 s; ranks\[0-2\] moved\r?$", timeout=60)
+        told = sh.expect(
+            r"train 3 has been at stalling\.py:\d+ next_batch for (\d+) s; ranks\[0-2\] moved\r?$", timeout=60
+        )
+        assert int(told[1]) >= int(STALL_AFTER), "told once it stood still that long, and how long it has"
 
         over_time = debug(env, "stacks train --samples 4 --every 0.5").stdout
         assert re.search(
@@ -111,3 +120,38 @@ def test_bad_samples_every_and_by_are_one_line_errors(env, tmp_path):
             assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     finally:
         program.stop()
+
+
+class Running:
+    """The registry as the stall watcher reads it: four ranks of one actor that run."""
+
+    def running(self) -> dict[tuple[str, str], set[int]]:
+        return {("job", "train"): {0, 1, 2, 3}}
+
+
+@pytest.mark.timeout(10)
+def test_a_stall_says_how_long_the_ranks_have_stood_still_though_nobody_watched_until_late():
+    """Rank 3 stands still from the first sample while ranks 0-2 move; nobody watches for 15
+    minutes, then a shell connects: the event says how long rank 3 has stood there, not the
+    window after which a stall is told. Driven with the samples' own clock, nothing waits."""
+    events = EventLog()
+    asked: list[wire.Stacks] = []
+    stalls = Stalls(Running(), events, lambda _peer, msg: asked.append(msg), stall_after=60)
+
+    def frame(line: int, function: str) -> list[wire.ThreadStack]:
+        return [wire.ThreadStack("MainThread", [wire.Frame("train.py", line, function)])]
+
+    start = stalls.next_at
+    for sample in range(62):  # one each 15 s: 915 s
+        stalls.tick(start + 15 * sample, watching=sample == 61)
+        groups = [
+            wire.StackGroup(frame(10 + sample, f"work_{sample}"), RankSet.of([0, 1, 2])),
+            wire.StackGroup(frame(41, "next_batch"), RankSet.of([3])),
+        ]
+        stalls.take(wire.StacksResult(ref=asked[-1].ref, actor="train", groups=groups, missing=[]))
+        if sample < 61:
+            assert events.take() == [], "nobody to tell"
+    [event] = events.take()
+    assert (event.kind, event.ranks, event.where) == (wire.EventKind.STALLED, "3", "train.py:41 next_batch")
+    assert event.detail == "for 915 s; ranks[0-2] moved", event.detail
+    assert describe_events([event]) == ["train 3 has been at train.py:41 next_batch for 915 s; ranks[0-2] moved"]
