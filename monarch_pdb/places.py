@@ -11,6 +11,12 @@ import re
 
 from monarch_pdb import wire
 
+NATIVE_WIDTH = 100
+"""Characters of a C++ function's name shown whole; a longer one loses its template arguments
+and parameter lists (pybind11's run to thousands)."""
+PIECE = re.compile(r"\boperator(?:\(\)|\[\]|[^\w\s(]*)|\(anonymous namespace\)|.", re.S)
+"""A C++ name's pieces: an operator's name (`operator()`, `operator<<`) and `(anonymous
+namespace)`, whose brackets open no list, else one character."""
 LIBRARY = re.compile(r"[/\\](?:lib[/\\]python\d[^/\\]*|site-packages|dist-packages|monarch_pdb)[/\\]")
 """Where code that is not the program's lives: Python's library, installed packages, and this
 package (the embedded mesh runtime's worker loop among it)."""
@@ -19,8 +25,34 @@ package (the embedded mesh runtime's worker loop among it)."""
 def where(frame: wire.Frame) -> str:
     """`train.py:41 next_batch`; a native frame `ncclGroupEnd (libnccl.so.2)`."""
     if frame.native:
-        return f"{frame.function} ({os.path.basename(frame.file)})"
+        return f"{native_name(frame.function)} ({os.path.basename(frame.file)})"
     return f"{os.path.basename(frame.file)}:{frame.line} {frame.function}"
+
+
+def native_name(name: str, width: int = NATIVE_WIDTH) -> str:
+    """A C++ function's name as a reader takes it in: whole up to `width` characters, else its
+    qualified name with each template argument list and parameter list elided (`f<...>(...)`);
+    still too long, its end, which names the function."""
+    if len(name) <= width:
+        return name
+    shown, depth, elided = [], 0, False
+    for piece in PIECE.findall(name):
+        if piece in ("<", "("):
+            if depth:
+                elided = True
+            else:
+                shown.append(piece)
+                elided = False
+            depth += 1
+        elif piece in (">", ")") and depth:
+            depth -= 1
+            shown += [("..." if elided else "") + piece] if not depth else []
+        elif depth:
+            elided = True
+        else:
+            shown.append(piece)
+    short = "".join(shown)
+    return short if len(short) <= width else "..." + short[3 - width :]
 
 
 def own_code(frame: wire.Frame) -> bool:
