@@ -10,7 +10,7 @@ first stop pdb), and `endpoint_call` is loaded on first use, then is the real on
 
 from __future__ import annotations
 
-from monarch_pdb.rank.breakpoint_hook import set_trace
+from monarch_pdb.rank.breakpoint_hook import pm, post_mortem, set_trace
 
 TYPE_CHECKING = False
 """typing's own costs a fifth of a bare interpreter's start; type checkers read this one as True."""
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from monarch_pdb.rank.endpoint import endpoint_call
 
 __version__ = "0.1.0"
-__all__ = ["endpoint_call", "install", "set_identity", "set_trace"]
+__all__ = ["endpoint_call", "install", "pm", "post_mortem", "set_identity", "set_trace"]
 
 
 def install(*, announce: bool = True) -> None:

@@ -37,7 +37,7 @@ def test_importing_the_package_loads_nothing_a_bare_interpreter_does_not(env):
     bare = run(env, f"import json, sys\n{loaded(HEAVY)}")
     assert run(env, f"import json, sys\nimport monarch_pdb\n{loaded(HEAVY)}") == bare
     entry_points = "[callable(getattr(monarch_pdb, name)) for name in monarch_pdb.__all__]"
-    assert run(env, f"import json, monarch_pdb\nprint(json.dumps({entry_points}))") == [True] * 4
+    assert run(env, f"import json, monarch_pdb\nprint(json.dumps({entry_points}))") == [True] * 6
 
 
 @pytest.mark.timeout(60)

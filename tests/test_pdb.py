@@ -246,6 +246,21 @@ def test_an_exception_whose_str_raises_still_opens_post_mortem(env, tmp_path, br
 
 
 @pytest.mark.timeout(60)
+def test_post_mortem_with_nothing_raised_and_pm_with_nothing_uncaught_say_so(env, tmp_path):
+    script = tmp_path / "nothing.py"
+    script.write_text(
+        "import monarch_pdb\n\nfor entry in (monarch_pdb.post_mortem, monarch_pdb.pm):\n    try:\n        entry()\n"
+        "    except ValueError as error:\n        print('REFUSED', error)\n"
+    )
+    code, output = Program(env, script, cwd=tmp_path).finish()
+    assert (code, output) == (
+        0,
+        "REFUSED A valid traceback must be passed if no exception is being handled\n"
+        "REFUSED no uncaught exception to debug: pm() debugs the last one Python kept (sys.last_exc), and there is none\n",
+    )
+
+
+@pytest.mark.timeout(60)
 def test_post_mortem_of_an_exception_without_a_traceback_is_pdbs_own_error(env, tmp_path):
     script = tmp_path / "unraised.py"
     script.write_text(
@@ -254,6 +269,76 @@ def test_post_mortem_of_an_exception_without_a_traceback_is_pdbs_own_error(env, 
     )
     code, output = Program(env, script, cwd=tmp_path).finish()
     assert (code, output) == (0, "REFUSED A valid traceback must be passed if no exception is being handled\n")
+
+
+CAUGHT = textwrap.dedent("""
+    import code
+    import pdb
+
+    import monarch_pdb
+
+
+    def load(table):
+        return table["missing"]
+
+
+    def step(how):
+        table = {}
+        try:
+            if how == "post_mortem":
+                return table["missing"]
+            load(table)
+        except KeyError as error:
+            if how == "post_mortem":
+                monarch_pdb.post_mortem()
+            elif how == "pdb":
+                pdb.post_mortem(error.__traceback__)
+            else:
+                return error.__traceback__
+        print("AFTER", how, flush=True)
+
+
+    step("post_mortem")
+    code.InteractiveInterpreter(globals()).runsource("load({'other': 1})")
+    monarch_pdb.pm()
+    print("AFTER pm", flush=True)
+    monarch_pdb.install()
+    step("pdb")
+    monarch_pdb.post_mortem(step("traceback"))
+    print("AFTER traceback", flush=True)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_post_mortem_and_pm_called_by_the_program_open_a_post_mortem_session_where_it_raised(
+    env, tmp_path, broker, shell
+):
+    """pdb's entry points, ours: `monarch_pdb.post_mortem()` in an `except` block, `pm()` after an
+    interactive interpreter reported an exception, once installed `pdb.post_mortem(tb)`, and a
+    traceback kept past its `except` each stop the rank in post-mortem at the line that raised,
+    as an uncaught exception would, and the program goes on when continued."""
+    script = tmp_path / "caught.py"
+    script.write_text(CAUGHT)
+    sh = shell()
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        missing = "KeyError: 'missing'"
+        for function, line, said, table, after in (
+            ("step", 16, missing, "{}", "AFTER post_mortem"),
+            ("load", 9, missing, "{'other': 1}", "AFTER pm"),
+            ("load", 9, missing, "{}", "AFTER pdb"),
+            ("load", 9, "a traceback, its exception not given", "{}", "AFTER traceback"),
+        ):
+            sh.expect(rf"\bcaught \d+ entered post-mortem at caught\.py:{line}: {re.escape(said)}$")
+            [row] = wait_for_sessions(env, 1, state="post-mortem")
+            assert (row.function, row.lineno) == (f"caught.{function}", line)
+            assert sh.command("cast caught ranks(:) p table").endswith(f"\n{table}\n")
+            assert "Continued 1 rank" in sh.command("continue")
+            wait_for_lines(program, after, 1)
+        code, output = program.finish()
+        assert code == 0, output
+    finally:
+        program.stop()
 
 
 EXCEPT_STAR = textwrap.dedent("""

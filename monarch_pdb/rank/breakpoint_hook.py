@@ -1,9 +1,9 @@
 """What `breakpoint()` calls: `monarch_pdb.set_trace`, through PYTHONBREAKPOINT alone or through
-the `sys.breakpointhook` that `install` sets.
+the `sys.breakpointhook` that `install` sets; and pdb's other entry points, `post_mortem` and `pm`.
 
-The package's top level hands this module's `set_trace` out as its own, so this module imports
-nothing but `sys`: `import monarch_pdb` costs what a bare interpreter does, and the debugger,
-pdb and ZeroMQ load at the first stop.
+The package's top level hands these out as its own, so this module imports nothing but `sys`:
+`import monarch_pdb` costs what a bare interpreter does, and the debugger, pdb and ZeroMQ load at
+the first stop.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import TracebackType
     from typing import Any
 
     from monarch_pdb.rank.agent import Agent
@@ -36,6 +37,50 @@ async def set_trace_async(*, header: str | None = None, commands: list[str] | No
     from monarch_pdb.rank import debugger
 
     await debugger.set_trace_async(sys._getframe(1), header=header, commands=commands)
+
+
+def post_mortem(t: BaseException | TracebackType | None = None) -> None:
+    """pdb.post_mortem's counterpart: a post-mortem session in the broker at the frame that raised
+    `t` (an exception, or its traceback), by default the exception being handled, as an uncaught
+    one opens; it returns when the user lets the rank go on."""
+    from monarch_pdb.rank import debugger
+
+    raised = _raised(t)
+    _known_from_first_stop()
+    debugger.post_mortem(raised)
+
+
+def pm() -> None:
+    """pdb.pm's counterpart: post-mortem of the last uncaught exception (`sys.last_exc`, before
+    Python 3.12 `sys.last_value`), which Python keeps where it reports one and goes on (the
+    interactive interpreter)."""
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if last is None:
+        raise ValueError(
+            "no uncaught exception to debug: pm() debugs the last one Python kept (sys.last_exc), and there is none"
+        )
+    post_mortem(last)
+
+
+def _raised(t: BaseException | TracebackType | None) -> BaseException | TracebackType:
+    """What a post-mortem of `t` shows: the exception itself where it can be found (its chain and
+    its message), from the one being handled or the last uncaught one for a traceback of theirs;
+    a traceback on its own otherwise. pdb's own error when there is neither."""
+    handled = sys.exc_info()[1]
+    if t is None:
+        t = handled
+    if t is None or (isinstance(t, BaseException) and t.__traceback__ is None):
+        raise ValueError("A valid traceback must be passed if no exception is being handled")
+    if isinstance(t, BaseException):
+        return t
+    seen: set[int] = set()
+    for exc in (handled, getattr(sys, "last_exc", None), getattr(sys, "last_value", None)):
+        while exc is not None and id(exc) not in seen:
+            if exc.__traceback__ is t:
+                return exc
+            seen.add(id(exc))
+            exc = exc.__cause__ or exc.__context__
+    return t
 
 
 def _known_from_first_stop() -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import IO, cast
 
 from monarch_pdb import wire
@@ -132,6 +133,10 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+def traceback_of(raised: BaseException | TracebackType) -> TracebackType | None:
+    return raised.__traceback__ if isinstance(raised, BaseException) else raised
+
+
 def program_traceback(tb):
     """`tb` without its leading frames of this package (an endpoint's scope, the mesh runtime
     that called it), so `bt` in post-mortem shows the program only; all of it when nothing
@@ -160,27 +165,33 @@ class ConfinedPdb(pdb.Pdb):
 
     def __init__(self, stdin: IO[str], stdout: IO[str]) -> None:
         super().__init__(stdin=stdin, stdout=stdout, nosigint=True)
-        self._post_mortem_of: BaseException | None = None
+        self._post_mortem_of: BaseException | TracebackType | None = None
 
-    def post_mortem(self, exc: BaseException) -> None:
-        """pdb's post-mortem of `exc`, the exception itself where pdb takes one (3.13+), so
-        `exceptions` walks its chain; `$_exception` is it from 3.12 on."""
-        self._post_mortem_of = exc
+    def post_mortem(self, raised: BaseException | TracebackType) -> None:
+        """pdb's post-mortem of `raised`, an exception or a traceback on its own: the exception
+        itself where pdb takes one (3.13+), so `exceptions` walks its chain; `$_exception` is it
+        from 3.12 on."""
+        self._post_mortem_of = raised
         try:
-            self.interaction(None, exc if PDB_TAKES_EXCEPTIONS else exc.__traceback__)  # type: ignore[arg-type]
+            self.interaction(None, raised if PDB_TAKES_EXCEPTIONS else traceback_of(raised))  # type: ignore[arg-type]
         finally:
             self._post_mortem_of = None
 
-    def raised(self):
-        """The whole traceback of the exception a post-mortem stop shows (`bt` leaves out its
-        leading frames of this package and of the mesh runtime); None at any other stop."""
-        return None if self._post_mortem_of is None else self._post_mortem_of.__traceback__
+    def raised(self) -> TracebackType | None:
+        """The whole traceback a post-mortem stop shows (`bt` leaves out its leading frames of
+        this package and of the mesh runtime); None at any other stop."""
+        return None if self._post_mortem_of is None else traceback_of(self._post_mortem_of)
+
+    def line_shown(self) -> int:
+        """The line of pdb's current frame, as its `-> ` shows it: in post-mortem, the line the
+        frame raised at, though a frame that caught the exception runs on past it."""
+        return (self.stack[self.curindex][1] or 0) if self.stack else 0
 
     def setup(self, f, tb):
         """pdb's, with a post-mortem traceback (every one of a chain) shown from the program's
         first frame."""
         stop = super().setup(f, program_traceback(tb) if f is None else tb)
-        if PDB_SETS_ONLY_TRACED_EXCEPTION and self._post_mortem_of is not None:
+        if PDB_SETS_ONLY_TRACED_EXCEPTION and isinstance(self._post_mortem_of, BaseException):
             self.set_convenience_variable(self.curframe, "_exception", self._post_mortem_of)
         return stop
 
@@ -405,7 +416,7 @@ class ThreadSession:
                 pid=ident.pid,
                 function=describe_function(frame) if frame else "",
                 filename=source_file(frame) if frame else "",
-                lineno=(frame.f_lineno or 0) if frame else 0,
+                lineno=self.debugger.line_shown() if frame else 0,
                 output=self.agent.clip(output),
                 prompt=prompt,
                 reason=self.reason,
@@ -516,23 +527,25 @@ async def set_trace_async(frame, header: str | None = None, commands: list[str] 
         await session.debugger.set_trace_async(frame)  # type: ignore[attr-defined]
 
 
-def post_mortem(exc: BaseException) -> None:
-    """Stop at the innermost frame of `exc`'s traceback until the user lets it go on; pdb's
-    own error for an exception that has none."""
-    if exc.__traceback__ is None:
+def post_mortem(raised: BaseException | TracebackType) -> None:
+    """Stop at the innermost frame of `raised` (an exception, or a traceback whose exception is
+    not known) until the user lets it go on; pdb's own error for an exception that has none."""
+    exc = raised if isinstance(raised, BaseException) else None
+    if traceback_of(raised) is None:
         raise ValueError("A valid traceback must be passed if no exception is being handled")
     agent = process_agent()
     if not agent.wait_ready(_who()):
         return
     session = session_for_this_thread(agent)
-    session.reason, session.exc, session.exception = wire.Stop.POST_MORTEM, describe(exc), exc
+    session.reason, session.exception = wire.Stop.POST_MORTEM, exc
+    session.exc = describe(exc) if exc is not None else "a traceback, its exception not given"
     debugger = session.debugger
     # A breakpoint left set kept pdb tracing this thread, and the reset below clears where
     # it stops: traced, it would stop at once inside bdb's own code (3.11, 3.12).
     sys.settrace(None)
     debugger.reset()
     try:
-        debugger.post_mortem(exc)
+        debugger.post_mortem(raised)
     except bdb.BdbQuit:
         pass
     finally:

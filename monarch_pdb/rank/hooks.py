@@ -24,16 +24,25 @@ from typing import Any
 from monarch_pdb import settings
 from monarch_pdb.rank import identity, main_thread_signal
 from monarch_pdb.rank.agent import Agent
-from monarch_pdb.rank.breakpoint_hook import INSTALLED, process_agent, set_trace, set_trace_async, stop_signalled
+from monarch_pdb.rank.breakpoint_hook import (
+    INSTALLED,
+    pm,
+    post_mortem,
+    process_agent,
+    set_trace,
+    set_trace_async,
+    stop_signalled,
+)
 from monarch_pdb.rank.endpoint import end_call, endpoint_call, stop_after_raise, wants_post_mortem
 from monarch_pdb.rank.file_loads import OneImport, spec_behind
 from monarch_pdb.rank.identity import CallContext, current_call
 
 
 def _take_pdb(hook: Callable[..., None]) -> None:
-    """`breakpoint()`, `pdb.set_trace()` and `await pdb.set_trace_async()` reach the broker: a
-    rank has no terminal of its own for stock pdb to read from. pdb itself is not loaded for
-    this: a program that never imports it gets its `set_trace` taken when it does."""
+    """`breakpoint()`, `pdb.set_trace()`, `await pdb.set_trace_async()`, `pdb.post_mortem()` and
+    `pdb.pm()` reach the broker: a rank has no terminal of its own for stock pdb to read from.
+    pdb itself is not loaded for this: a program that never imports it gets its entry points
+    taken when it does."""
     sys.breakpointhook = hook
     if "pdb" in sys.modules:
         _take_set_trace(hook, sys.modules["pdb"])
@@ -44,7 +53,7 @@ def _take_pdb(hook: Callable[..., None]) -> None:
 
 
 def _take_set_trace(hook: Callable[..., None], pdb: Any) -> None:
-    pdb.set_trace = hook
+    pdb.set_trace, pdb.post_mortem, pdb.pm = hook, post_mortem, pm
     if hasattr(pdb, "set_trace_async"):
         pdb.set_trace_async = set_trace_async
 
