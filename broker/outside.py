@@ -9,10 +9,14 @@ once, and tell the broker's loop through a pipe it polls (`fileno`); the loop ta
 
 from __future__ import annotations
 
+import math
 import os
 import queue
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from monarch_pdb.broker.inflight import below_timeout
 
 from monarch_pdb import outside
 
@@ -29,17 +33,22 @@ class Read:
 
 @dataclass(frozen=True)
 class Asked:
-    """How a request wants its processes read."""
+    """How a request wants its processes read, and by when (time.monotonic) it must answer:
+    py-spy gets what is left of that."""
 
     every_thread: bool
     native: bool
     locals: bool
+    deadline: float = math.inf
 
 
 class OutsideReads:
-    """Reads on a few threads, their results queued for the broker's loop."""
+    """Reads on a few threads, their results queued for the broker's loop; py-spy gets
+    `read_timeout` seconds a process (scaled: `outside.time_limit`), or what is left of the
+    request's time if less."""
 
-    def __init__(self) -> None:
+    def __init__(self, read_timeout: float) -> None:
+        self._read_timeout = read_timeout
         self._woken, self._wake = os.pipe()
         os.set_blocking(self._woken, False)
         os.set_blocking(self._wake, False)
@@ -52,12 +61,17 @@ class OutsideReads:
 
     def start(self, ref: int, processes: list[tuple[bytes, int]], asked: Asked) -> None:
         """Read each (peer, pid) for request `ref`."""
+        limit = outside.time_limit(self._read_timeout, len(processes), asked.native)
         for peer, pid in processes:
-            self._pool.submit(self._read_one, ref, peer, pid, asked)
+            self._pool.submit(self._read_one, ref, peer, pid, asked, limit)
 
-    def _read_one(self, ref: int, peer: bytes, pid: int, asked: Asked) -> None:
+    def _read_one(self, ref: int, peer: bytes, pid: int, asked: Asked, limit: float) -> None:
+        left = asked.deadline - time.monotonic()
+        if left <= 0:
+            return  # the request was answered without it
         try:
-            self._done.put(Read(ref, peer, outside.read(pid, asked.every_thread, asked.native, asked.locals)))
+            found = outside.read(pid, asked.every_thread, asked.native, asked.locals, min(limit, below_timeout(left)))
+            self._done.put(Read(ref, peer, found))
         except outside.CannotRead as why:
             self._done.put(Read(ref, peer, None, str(why)))
         try:

@@ -110,7 +110,7 @@ class Broker:
         self.sessions = Sessions(self.registry, self.events, self.requests, casts, self.following.printed)
         self.breakpoints = BreakpointRequests(self.requests, audit, part_size)
         self.casts = CastRequests(self.requests, casts, audit, self.sessions.forward, self.sessions.tell_holders)
-        self.stacks = Stacks(self.requests, part_size)
+        self.stacks = Stacks(self.requests, part_size, self.settings.read_timeout)
         self.stalls = Stalls(
             self.registry,
             self.events,

@@ -134,12 +134,12 @@ class StacksInFlight(AskedOfEach[wire.StackGroup]):
 class Stacks:
     """The stack requests in flight through one broker, and the handlers of their messages."""
 
-    def __init__(self, requests: Requests, part_size: int) -> None:
+    def __init__(self, requests: Requests, part_size: int, read_timeout: float) -> None:
         self.requests = requests
         self.registry = requests.registry
         self.send = requests.send
         self.table: InFlight[StacksInFlight] = requests.add(InFlight(part_size=part_size))
-        self.outside = OutsideReads()
+        self.outside = OutsideReads(read_timeout)
 
     def next_outside_read(self) -> float:
         return min((request.read_outside_at for request in self.table), default=math.inf)
@@ -176,7 +176,8 @@ class Stacks:
                 values = [wire.LocalValue(name, value, list(owed)) for name, value in done.found.locals.items()]
                 request.report(done.peer, [wire.StackGroup(done.found.threads, owed, values, outside=True)])
             else:
-                why = f"its process sent nothing in time, and reading it from outside failed: {done.why}"
+                asked = "" if request.asked.native else "its process sent nothing in time, and "
+                why = f"{asked}reading it from outside failed: {done.why}"
                 request.report(done.peer, [], [wire.Missing(rank, why) for rank in owed])
             self.requests.settle(self.table, request)
 
@@ -226,7 +227,7 @@ class Stacks:
                 deadline=now + msg.timeout,
                 missing=picked.absent,
                 read_outside_at=now + (0 if msg.native else min(READ_OUTSIDE_AFTER, msg.timeout / 2)),
-                asked=Asked(msg.threads == wire.Threads.ALL, msg.native, msg.locals),
+                asked=Asked(msg.threads == wire.Threads.ALL, msg.native, msg.locals, now + msg.timeout),
             )
         )
         for live in picked.sessions:

@@ -176,6 +176,14 @@ class HangCommands(cmd2.CommandSet):
         ),
         argument("--every", type=every, default=1.0, metavar="S", help="seconds between samples (default 1)"),
         argument(
+            "--timeout",
+            type=timeout,
+            default=None,
+            metavar="S",
+            help="seconds the ranks get to answer, or their host's broker to read them from outside "
+            "(default: cast_timeout)",
+        ),
+        argument(
             "--by",
             default="",
             metavar="EXPR",
@@ -184,14 +192,15 @@ class HangCommands(cmd2.CommandSet):
         argument("--json", action="store_true", help="the merged stacks as JSON"),
     )
     def do_stacks(self, args: argparse.Namespace) -> None:
-        """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--native] [--samples N [--every S]] [--by EXPR] [--json]
+        """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--native] [--samples N [--every S]] [--timeout S] [--by EXPR] [--json]
 
         Merged Python stacks of running ranks, without stopping them. A rank whose agent does
         not answer (C code holding the GIL) is read from outside its process; --native reads
         every rank so, its C/C++ frames (a NCCL or gloo wait) among its Python ones. --samples
         takes N samples S seconds apart and tells the ranks that moved from those that stood
         still, and where; --by orders the groups by a value of each rank's (`step`), least
-        progressed first."""
+        progressed first. --timeout S gives the ranks, and the reads from outside, S seconds
+        (default cast_timeout)."""
         shell = self.shell
         if args.actor is not None:
             job, actor, selection, extra = words_target(args.actor, args.selector, usage(self.do_stacks))
@@ -209,7 +218,14 @@ class HangCommands(cmd2.CommandSet):
                 args.samples,
                 args.every,
                 functools.partial(
-                    shell.conn.stacks, actor, selector, args.thread, shell.cast_timeout, job, args.locals, args.native
+                    shell.conn.stacks,
+                    actor,
+                    selector,
+                    args.thread,
+                    args.timeout or shell.cast_timeout,
+                    job,
+                    args.locals,
+                    args.native,
                 ),
             )
             result = results[-1]

@@ -13,9 +13,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from monarch_pdb.client import stack_tree
+from monarch_pdb.client.cli import seconds
 from monarch_pdb.client.join import CannotJoin, chosen_pids, environment, process_arguments, python_of, read_proc
 
-from monarch_pdb import outside, wire
+from monarch_pdb import outside, settings, wire
 from monarch_pdb.rank.identity import from_launcher
 from monarch_pdb.ranks import RankSet
 
@@ -31,6 +32,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--locals", action="store_true", help="the locals of each program frame (py-spy)")
     parser.add_argument("--thread", choices=("main", "all"), default="main", help="the main thread (default), or all")
     parser.add_argument("--full", action="store_true", help="every frame, the shared trunk too")
+    parser.add_argument(
+        "--timeout",
+        type=seconds,
+        metavar="S",
+        help="seconds py-spy gets to read each process (MONARCH_PDB_READ_TIMEOUT, default 5, with a core to "
+        "itself: twice that with --native, and more when more processes than cores are read at once)",
+    )
     parser.add_argument("--json", action="store_true", help="the merged stacks as JSON")
     return parser
 
@@ -76,12 +84,13 @@ def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:
     """Every process read, a few at once, and identical stacks merged."""
     actor, ranks = named(pids)
     every = args.thread == "all"
+    limit = args.timeout or outside.time_limit(settings.load().read_timeout, len(pids), args.native)
 
     def one(pid: int) -> outside.Outside | str:
         try:
             if python_of(pid) is None:
                 return "not a Python process"
-            return outside.read(pid, every, args.native, args.locals)
+            return outside.read(pid, every, args.native, args.locals, limit)
         except outside.CannotRead as why:
             return str(why)
         except FileNotFoundError:

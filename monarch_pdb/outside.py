@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 
 from monarch_pdb import wire
 from monarch_pdb.places import program_frame
+from monarch_pdb.settings import DEFAULT_READ_TIMEOUT
 
-PY_SPY_TIMEOUT = 5.0
-"""Seconds py-spy gets to read one process."""
 READS_AT_ONCE = 8
 """Processes read at the same time: each read is a py-spy process, or the unwinder's syscalls."""
 LOCAL_WIDTH = 80
@@ -53,17 +52,32 @@ def one_line(text: str) -> str:
     return text if len(text) <= LOCAL_WIDTH else text[: LOCAL_WIDTH - 3] + "..."
 
 
-def read(pid: int, every_thread: bool = False, native: bool = False, with_locals: bool = False) -> Outside:
+def time_limit(base: float, at_once: int, native: bool) -> float:
+    """Seconds py-spy gets to read one process: `base` with a core to itself, twice that for
+    native frames (it loads each library's symbols, and libtorch's are large), times the reads
+    that share each core when `at_once` processes are read together."""
+    sharing = min(at_once, READS_AT_ONCE) / (os.cpu_count() or 1)
+    return base * (2 if native else 1) * max(1.0, sharing)
+
+
+def read(
+    pid: int,
+    every_thread: bool = False,
+    native: bool = False,
+    with_locals: bool = False,
+    limit: float = DEFAULT_READ_TIMEOUT,
+) -> Outside:
     """The stacks of process `pid`'s threads (its main thread's alone unless `every_thread`),
-    with native frames and the program frame's locals if asked; CannotRead with why. Only
-    py-spy reads native frames and locals: where it cannot, the unwinder's frames come alone."""
+    with native frames and the program frame's locals if asked, py-spy given `limit` seconds;
+    CannotRead with why. Only py-spy reads native frames and locals: where it cannot, the
+    unwinder's frames come alone."""
     readers = [_unwound, _py_spy]
     if native or with_locals:
         readers.reverse()
     whys = []
     for reader in readers:
         try:
-            threads, values = reader(pid, native, with_locals)
+            threads, values = reader(pid, native, with_locals, limit)
             break
         except CannotRead as why:
             whys.append((reader, why))
@@ -78,7 +92,7 @@ Threads = list[tuple[bool, wire.ThreadStack]]
 """Each thread's stack, and whether it is the main thread."""
 
 
-def _unwound(pid: int, native: bool = False, with_locals: bool = False) -> tuple[Threads, dict[str, str]]:
+def _unwound(pid: int, native: bool, with_locals: bool, limit: float) -> tuple[Threads, dict[str, str]]:
     """The standard library's remote unwinder (3.14+), whose answers' shape changes between
     releases: a process of another Python, or a shape not known here, is left to py-spy. It
     reads Python frames only."""
@@ -104,15 +118,15 @@ def py_spy() -> str:
     return shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
 
 
-def _py_spy(pid: int, native: bool, with_locals: bool) -> tuple[Threads, dict[str, str]]:
+def _py_spy(pid: int, native: bool, with_locals: bool, limit: float) -> tuple[Threads, dict[str, str]]:
     spy = py_spy()
     if not os.access(spy, os.X_OK):
         raise CannotRead("py-spy is not installed (pip install monarch-pdb[outside])")
     command = [spy, "dump", "--pid", str(pid), "--json"] + ["--native"] * native + ["--locals"] * with_locals
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PY_SPY_TIMEOUT)
+        done = subprocess.run(command, capture_output=True, encoding="utf-8", errors="replace", timeout=limit)
     except subprocess.TimeoutExpired:
-        raise CannotRead(f"py-spy did not read it within {PY_SPY_TIMEOUT:g} s") from None
+        raise CannotRead(f"py-spy did not finish within {limit:.3g} s") from None
     if done.returncode != 0:
         raise CannotRead(f"py-spy: {_failure(done.stderr) or f'exit {done.returncode}'}")
     threads = []
@@ -131,7 +145,26 @@ def _py_spy(pid: int, native: bool, with_locals: bool) -> tuple[Threads, dict[st
                 for v in chosen.get("locals") or []
                 if not v["name"].startswith("__")
             }
+    unreadable = _not_utf8(pid)
+    if unreadable and any(main and all(f.native for f in stack.frames) for main, stack in threads):
+        raise CannotRead(f"py-spy cannot read the frames of {unreadable}, a file whose name is not UTF-8")
     return threads, values
+
+
+def _not_utf8(pid: int) -> str:
+    """The first word of a process's command line that is not UTF-8 (its script's name, as a
+    rule), escaped; "" for none. py-spy leaves out every frame of a file so named."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            words = file.read().split(b"\0")
+    except OSError:
+        return ""
+    for word in words:
+        try:
+            word.decode()
+        except UnicodeDecodeError:
+            return os.path.basename(word).decode(errors="backslashreplace")
+    return ""
 
 
 def _failure(said: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 27000
 DEFAULT_PAGER = "less -FRX"
+DEFAULT_READ_TIMEOUT = 5.0
 
 
 def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
@@ -83,6 +84,9 @@ class Settings:
     stall_after: float = 60.0
     """Seconds a running rank's stack may stay the same before the broker tells the shells that
     it has stalled (0: never look)."""
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    """Seconds py-spy gets to read one process from outside, with a core to itself (more for
+    native frames, and when several reads share a core)."""
     colour: bool = True
     """Whether the shell shows pdb's colours at a terminal until `set color` says otherwise: not
     where NO_COLOR is set, PYTHON_COLORS is 0 (Python's own switch) or TERM is dumb."""
@@ -137,6 +141,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         upstream=upstream_address(env.get("MONARCH_PDB_UPSTREAM", ""), "MONARCH_PDB_UPSTREAM"),
         editor_threads=_env_count(env, "MONARCH_PDB_DAP_THREADS", 1024),
         stall_after=_env_float(env, "MONARCH_PDB_STALL_AFTER", 60.0),
+        read_timeout=_env_float(env, "MONARCH_PDB_READ_TIMEOUT", DEFAULT_READ_TIMEOUT),
         colour=not env.get("NO_COLOR") and env.get("PYTHON_COLORS") != "0" and env.get("TERM") != "dumb",
     )
 
