@@ -17,7 +17,7 @@ from monarch_pdb.client.cli import seconds
 from monarch_pdb.client.join import CannotJoin, chosen_pids, environment, process_arguments, python_of, read_proc
 
 from monarch_pdb import outside, settings, wire
-from monarch_pdb.rank.identity import from_launcher
+from monarch_pdb.rank.identity import from_launcher, program_name
 from monarch_pdb.ranks import RankSet
 
 
@@ -62,22 +62,28 @@ def named(pids: list[int]) -> tuple[str, dict[int, int]]:
 
 
 def script_of(pid: int) -> str:
-    """The script a Python process runs, as `list` names an actor: its file's stem ("python"
-    for `-c` or `-m`; "processes" for what is no Python)."""
+    """The name a Python process goes under, as `list` names its actor (`program_name`), from
+    its command line: `python-c` for `-c`, the module's last part for `-m`; "processes" for
+    what is no Python."""
     try:
         words = [w.decode(errors="replace") for w in read_proc(pid, "cmdline").split(b"\0") if w]
     except OSError:
-        return "python"
+        return program_name("")
+OPTIONS_WITH_VALUES = ("-W", "-X", "--check-hash-based-pycs")
+"""Python's options whose value is the next word, which is no script."""
+
+
     if not words or "python" not in os.path.basename(words[0]):
         return "processes"
-    for word, after in zip(words[1:], words[2:] + [""]):
+    values = iter(words[1:])
+    for word in values:
         if word == "-m":
-            return after.rpartition(".")[2] or "python"
-        if word == "-c":
-            return "python"
-        if not word.startswith("-"):
-            return os.path.splitext(os.path.basename(word))[0]
-    return "python"
+            return program_name(next(values, "").rpartition(".")[2])
+        if word in OPTIONS_WITH_VALUES:
+            next(values, "")
+        elif word == "-c" or not word.startswith("-"):
+            return program_name(word)
+    return program_name("")
 
 
 def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:

@@ -131,8 +131,19 @@ def rank_is_set() -> bool:
 
 
 def _script_stem() -> str:
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return os.path.splitext(script)[0] or "python"
+    return program_name(sys.argv[0] if sys.argv else "")
+
+
+def program_name(script: str) -> str:
+    """The name a Python process goes under (its actor, and the start of its job's name), from
+    its program as `sys.argv[0]` gives it: the script's file name without its suffix;
+    `python-c` for `python -c`, whose `-c` would read as a command's option; `python` for a
+    program read from standard input or typed at a prompt. `join` and outside `stacks` name a
+    process by its command line the same way."""
+    if script == "-c":
+        return "python-c"
+    stem = os.path.splitext(os.path.basename(script))[0] if script != "-" else ""
+    return stem or "python"
 
 
 def job_name(detected: Detected | None = None) -> str:
