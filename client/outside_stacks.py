@@ -61,6 +61,10 @@ def named(pids: list[int]) -> tuple[str, dict[int, int]]:
     return f"{script} pids", {pid: pid for pid in pids}
 
 
+OPTIONS_WITH_VALUES = ("-W", "-X", "--check-hash-based-pycs")
+"""Python's options whose value is the next word, which is no script."""
+
+
 def script_of(pid: int) -> str:
     """The name a Python process goes under, as `list` names its actor (`program_name`), from
     its command line: `python-c` for `-c`, the module's last part for `-m`; "processes" for
@@ -69,10 +73,6 @@ def script_of(pid: int) -> str:
         words = [w.decode(errors="replace") for w in read_proc(pid, "cmdline").split(b"\0") if w]
     except OSError:
         return program_name("")
-OPTIONS_WITH_VALUES = ("-W", "-X", "--check-hash-based-pycs")
-"""Python's options whose value is the next word, which is no script."""
-
-
     if not words or "python" not in os.path.basename(words[0]):
         return "processes"
     values = iter(words[1:])
