@@ -31,6 +31,10 @@ class CommandError(Exception):
     """A command that cannot be carried out; its text is printed after Monarch's prefix."""
 
 
+class UsageError(CommandError):
+    """Words a command's parser cannot read as its arguments."""
+
+
 def natural(text: str) -> int:
     """A non-negative whole number as typed, for `set list_rows` and, through whole_number,
     every command's counts."""
@@ -147,10 +151,28 @@ def words_target(actor: str, selector: list[str], usage: str) -> tuple[str, str,
     return target(actor, " ".join(selector))
 
 
-def typed_arguments(args: argparse.Namespace, skip: int = 0) -> str:
-    """What follows the command word (and its first `skip` words), as typed: cmd2's words have
-    lost quotes and runs of spaces."""
-    return skip_words(args.cmd2_statement.get().raw.strip().partition(" ")[2], skip)
+def typed_arguments(args: argparse.Namespace) -> str:
+    """What follows the command word, as typed: cmd2's words have lost quotes and runs of spaces."""
+    return args.cmd2_statement.get().raw.strip().partition(" ")[2]
+
+
+def from_actor(typed: str, words: int, after_actor: list[str]) -> str:
+    """What was typed (`words` words) from the actor's name on, as typed, for a command whose last
+    argument takes the `after_actor` words after the name: the options and `--` before it left out."""
+    return skip_words(typed, words - 1 - len(after_actor))
+
+
+def typed_from_actor(args: argparse.Namespace, after_actor: list[str]) -> str:
+    """`from_actor` of a command line the shell read."""
+    return from_actor(typed_arguments(args), len(args.cmd2_statement.get().arg_list), after_actor)
+
+
+def actor_word(name: str) -> str:
+    """An actor's name (`job:actor`) as a command line reads it after the command's options:
+    in quotes where it has a space, and after `--` where it starts with `-`, which would read
+    as an option."""
+    word = f'"{name}"' if " " in name else name
+    return f"-- {word}" if name.startswith("-") else word
 
 
 def usage(command: Command) -> str:
@@ -161,9 +183,10 @@ def usage(command: Command) -> str:
 
 class Parser(cmd2.Cmd2ArgumentParser):
     """One command's arguments. A mistake in them is the command's one-line error: its short usage,
-    `refusal` for a command that takes none, or with `names_options`, the option it has not. An
-    argument's `type` raises CommandError to say what is wrong with it, which argparse lets
-    through. `help` shows the usage and the rest of the command's docstring."""
+    `refusal` for a command that takes none, or with `names_options`, the option it has not; a
+    word that starts with `-` where a command takes an actor is named, with the `--` that makes
+    it an actor's name. An argument's `type` raises CommandError to say what is wrong with it,
+    which argparse lets through. `help` shows the usage and the rest of the command's docstring."""
 
     def __init__(self, usage: str, description: str, refusal: str = "", names_options: bool = False) -> None:
         super().__init__(usage=usage, description=description, add_help=False, allow_abbrev=False)
@@ -171,22 +194,52 @@ class Parser(cmd2.Cmd2ArgumentParser):
         self.names_options = names_options
 
     def error(self, message: str) -> NoReturn:
-        raise CommandError(self.refusal or f"usage: {self.usage}")
+        raise UsageError(self.refusal or f"usage: {self.usage}")
 
     def parse_args(  # type: ignore[override]  # one form: words in, a Namespace out
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
         """Options may come anywhere among the words (`stacks trainer --json ranks(0)`); a
-        remainder, cast's pdb command, takes its words as they come."""
-        if any(action.nargs == argparse.REMAINDER for action in self._actions):
-            parsed, extra = self.parse_known_args(args, namespace)
-        else:
-            parsed, extra = self.parse_known_intermixed_args(args, namespace)
-        if extra and self.names_options and extra[0].startswith("-"):
-            raise CommandError(f"{(self.usage or '').split()[0]} has no option {extra[0]}; usage: {self.usage}")
-        if extra:
-            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        remainder, cast's pdb command, takes its words as they come. `--` ends the options:
+        every word after it is an argument (`stacks -- -c`, an actor named `-c`), so options
+        come before it."""
+        words = list(args or [])
+        try:
+            if "--" in words or any(action.nargs == argparse.REMAINDER for action in self._actions):
+                parsed, extra = self.parse_known_args(words, namespace)
+            else:
+                parsed, extra = self.parse_known_intermixed_args(words, namespace)
+            if extra:
+                self.error(f"unrecognized arguments: {' '.join(extra)}")
+        except UsageError as error:
+            raise self.not_an_option(words) or error from None
         return parsed
+
+    def not_an_option(self, words: list[str]) -> CommandError | None:
+        """The error for a word that reads as an option this command has not, among the options
+        before its first argument: one that starts with a single `-`, where the command takes an
+        actor, may be an actor's name, which goes after `--`."""
+        options = self._option_string_actions
+        unknown = ""
+        following = iter(words)
+        for word in following:
+            if word == "--" or not word.startswith("-") or word.lstrip("-").isdigit():
+                return None
+            action = options.get(word.partition("=")[0])
+            if action is None:
+                unknown = word
+                break
+            if action.nargs != 0 and "=" not in word:
+                next(following, "")  # its value
+        if not unknown:
+            return None
+        command = (self.usage or "").split()[0]
+        if not unknown.startswith("--") and any(action.dest == "actor" for action in self._actions):
+            return CommandError(
+                f"{command} has no option {unknown} (an actor whose name starts with - goes after --: "
+                f"{command} -- {unknown}); usage: {self.usage}"
+            )
+        return CommandError(f"{command} has no option {unknown}; usage: {self.usage}") if self.names_options else None
 
 
 def argument(*names: str, **options: Any) -> Argument:

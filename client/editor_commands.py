@@ -85,13 +85,15 @@ def words(command: str, text: str) -> list[str]:
 
 
 def peek(conn: ShellConnection, rest: str, here: Here) -> str:
-    from monarch_pdb.client.arguments import parser_of
+    from monarch_pdb.client.arguments import from_actor, parser_of
     from monarch_pdb.client.hangs import HangCommands, peek_target
 
     rest = with_actor(rest, here)
     typed = words("peek", rest)
     args = parser_of(HangCommands.do_peek).parse_args(typed)
-    job, actor, selection, expression = peek_target(rest, len(typed), args, console_usage(HangCommands.do_peek))
+    job, actor, selection, expression = peek_target(
+        from_actor(rest, len(typed), args.expression), console_usage(HangCommands.do_peek)
+    )
     return answers.grouped(
         conn.peek(
             actor,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monarch_pdb.client import collectives, stack_samples, stack_tree
+from monarch_pdb.client.arguments import actor_word
 
 from monarch_pdb import wire
 from monarch_pdb.places import place
@@ -80,14 +81,20 @@ def fold(actor: str, samples: list[wire.StacksResult], every: float, snapshots: 
 
 
 def next_commands(hang: Hang) -> list[tuple[str, str]]:
-    """What to type next, and what it does, for the ranks behind (or all, where none is)."""
+    """What to type next, and what it does, for the ranks behind (or all, where none is), as the
+    shell reads them whatever the actor's name (options before the `--` a name that starts with
+    `-` needs)."""
     ranks = hang.behind.ranks if hang.behind else []
     selector = f"ranks({format_ranks(ranks)})" if ranks else "ranks(:)"
-    first = ranks[0] if ranks else 0
+    first = (ranks or sorted(rank for group in hang.stacks.groups for rank in group.ranks) or [0])[0]
+    name = actor_word(hang.actor)
+    stacks = (
+        f"stacks --locals {name} {selector}" if hang.actor.startswith("-") else f"stacks {name} {selector} --locals"
+    )
     return [
-        (f"stacks {hang.actor} {selector} --locals", "their locals, read without stopping them"),
-        (f"peek {hang.actor} {selector} <expression>", "any value of theirs, without stopping them"),
-        (f"interrupt {hang.actor} {selector}", f"stop them where they are, then `attach {hang.actor} {first}`"),
+        (stacks, "their locals, read without stopping them"),
+        (f"peek {name} {selector} <expression>", "any value of theirs, without stopping them"),
+        (f"interrupt {name} {selector}", f"stop them where they are, then `attach {name} {first}`"),
     ]
 
 

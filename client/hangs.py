@@ -25,11 +25,10 @@ from monarch_pdb.client.arguments import (
     frames_up,
     parse_target,
     samples,
-    skip_words,
     split_job,
     threads,
     timeout,
-    typed_arguments,
+    typed_from_actor,
     usage,
     words_target,
 )
@@ -98,11 +97,10 @@ def expression_only(text: str) -> str:
     raise CommandError(f"peek evaluates an expression, not a statement ({text!r}): it changes nothing in the ranks")
 
 
-def peek_target(typed: str, words: int, args: argparse.Namespace, usage_line: str) -> tuple[str, str, Selection, str]:
-    """The target and expression of a peek, from what was typed after `peek` (`words` words, those
-    before the actor its options): the expression as typed, checked to be one."""
-    options = words - 1 - len(args.expression)
-    job, actor, selection, expression = parse_target(skip_words(typed, options), usage_line)
+def peek_target(typed: str, usage_line: str) -> tuple[str, str, Selection, str]:
+    """The target and expression of a peek, from what was typed from the actor's name on: the
+    expression as typed, checked to be one."""
+    job, actor, selection, expression = parse_target(typed, usage_line)
     if selection is None or not expression.strip():
         raise CommandError(usage_line)
     return job, actor, selection, expression_only(expression.strip())
@@ -271,9 +269,7 @@ class HangCommands(cmd2.CommandSet):
         rank changes. One still running after --timeout seconds (default 5) is answered as
         such and finishes on its own; a rank whose C code holds the GIL is named."""
         shell = self.shell
-        job, actor, selection, expression = peek_target(
-            typed_arguments(args), len(args.cmd2_statement.get().arg_list), args, usage(self.do_peek)
-        )
+        job, actor, selection, expression = peek_target(typed_from_actor(args, args.expression), usage(self.do_peek))
         result = shell.conn.peek(
             actor, render_selector(selection), expression, args.timeout, args.function, args.up, job
         )

@@ -195,14 +195,14 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
             return debugger.run(
                 line(
                     "stacks",
-                    actor_word(actor) if actor else "",
-                    one_line("ranks", ranks),
                     f"--thread {thread}",
                     "--full" if full else "",
                     "--locals" if locals else "",
                     "--native" if native else "",
                     f"--samples {samples} --every {every:g}" if samples > 1 else "",
                     f"--by {shlex.quote(reading('by', one_line('by', by)))}" if by else "",
+                    actor_word(actor) if actor else "",
+                    one_line("ranks", ranks),
                 )
             )
 
@@ -273,7 +273,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
     ) -> Result:
         control("interrupt")
         return answered(
-            lambda: debugger.run(f"interrupt {actor_word(actor)} {one_line('ranks', ranks)} --timeout {timeout:g}")
+            lambda: debugger.run(f"interrupt --timeout {timeout:g} {actor_word(actor)} {one_line('ranks', ranks)}")
         )
 
     @server.tool(name="step", description=inspect.cleandoc(Debugger.step.__doc__ or "") + " Needs --allow-control.")

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from monarch_pdb.client import arguments
 from monarch_pdb.client.arguments import CommandError, ask, split_job
 from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
 from monarch_pdb.client.reporter import Reporter, made
@@ -105,11 +106,12 @@ def one_line(name: str, value: str) -> str:
 
 
 def actor_word(actor: str) -> str:
-    """An actor's name (`job:actor`) as the shell reads it: in quotes when it has a space."""
+    """An actor's name (`job:actor`) as the shell reads it after a command's options, whatever
+    the name (`arguments.actor_word`)."""
     one_line("actor", actor)
     if not actor.strip() or '"' in actor:
         raise Refusal(f"actor must be an actor's name (list shows them), not {actor!r}")
-    return f'"{actor}"' if " " in actor else actor
+    return arguments.actor_word(actor)
 
 
 def cut_text(text: str, cap: int = TEXT_CAP) -> tuple[str, list[str]]:

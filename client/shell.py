@@ -36,7 +36,7 @@ from monarch_pdb.client.arguments import (
     seconds,
     split_job,
     timeout,
-    typed_arguments,
+    typed_from_actor,
     usage,
     words_target,
 )
@@ -722,7 +722,7 @@ class DebugShell(cmd2.Cmd):
         """cast <actor> ranks(<ranks>) <pdb command>
 
         Send one pdb command to many ranks and show their answers, grouped."""
-        job, actor, selection, line = parse_target(typed_arguments(args), usage(self.do_cast))
+        job, actor, selection, line = parse_target(typed_from_actor(args, args.command), usage(self.do_cast))
         if selection is None:
             raise CommandError(usage(self.do_cast))
         if not line.strip():

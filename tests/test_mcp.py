@@ -16,7 +16,7 @@ import urllib.request
 from contextlib import asynccontextmanager, contextmanager
 
 import pytest
-from programs import debug, start_broker, stop_broker, wait_for_sessions
+from programs import NAMED_RANKS, Program, debug, start_broker, stop_broker, wait_for_lines, wait_for_sessions
 
 pytest.importorskip("mcp", reason="the MCP Python SDK (monarch-pdb[mcp]) does not install on this Python")
 
@@ -79,7 +79,7 @@ def test_the_tools_are_listed_with_valid_schemas_and_the_reading_ones_answer_fol
             stacks = await call(session, "stacks", actor="debugee")
             assert not stacks.is_error, text_of(stacks)
             assert "_debugee_actor_internal" in text_of(stacks)
-            assert stacks.structured_content["command"] == "stacks debugee --thread main"
+            assert stacks.structured_content["command"] == "stacks --thread main debugee"
 
             sampled = await call(session, "stacks", actor="debugee", samples=2, every=0.1, by="rank")
             assert not sampled.is_error, text_of(sampled)
@@ -255,6 +255,36 @@ def test_with_allow_control_a_cast_and_a_step_work_and_continue_ends_the_job(env
     anyio.run(scenario)
     code, output = example.finish()
     assert "4 of 16 ranks of debugee.to_debug raised: ranks 2,6,10,14: ValueError: bad rank" in output
+
+
+@pytest.mark.timeout(120)
+def test_every_tool_reaches_an_actor_whose_name_starts_with_a_dash(env, tmp_path):
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_RANKS)
+    program = Program(env, script, "-c,-c", "1", cwd=tmp_path)
+
+    async def scenario():
+        async with agent(env, "--allow-control") as session:
+            for tool, arguments, answer in (
+                ("stacks", {"ranks": "ranks(1)"}, "-c ranks[1] (1): 1 distinct stack\n"),
+                ("peek", {"ranks": "ranks(0)", "expression": "rank"}, "-c ranks[0] (1)\n0"),
+                ("collectives", {}, ""),
+                ("hang", {}, "== -c: "),
+                ("cast", {"ranks": "ranks(0)", "command": "p rank + 1"}, "-c ranks[0] (1)\n1"),
+                ("interrupt", {"ranks": "ranks(1)", "timeout": 10}, "Interrupted 1 rank: -c ranks[1] (1)"),
+            ):
+                called = await call(session, tool, actor="-c", **arguments)
+                assert not called.is_error and text_of(called).startswith(answer), (tool, text_of(called))
+                assert " -- -c" in called.structured_content["command"], called.structured_content["command"]
+            step = await call(session, "step", actor="-c", rank=1, how="next")
+            assert not step.is_error and step.structured_content["document"]["at"]["actor"] == "-c", text_of(step)
+
+    try:
+        wait_for_lines(program, "RUNNING", 1)
+        wait_for_sessions(env, 1)
+        anyio.run(scenario)
+    finally:
+        program.stop()
 
 
 def test_a_rank_the_agent_steps_is_held_as_the_agents_and_attach_force_takes_it_over(env, example):
