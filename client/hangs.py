@@ -426,4 +426,4 @@ class HangCommands(cmd2.CommandSet):
         columns = shell.terminal.size().columns
         pictures = [mesh.picture(names[key], by_actor[key], colour, columns) for key in sorted(by_actor)]
         docs = [mesh.document(names[key], by_actor[key]) for key in sorted(by_actor)]
-        shell.report.result("\n".join(pictures), docs[0] if len(docs) == 1 else docs)
+        shell.report.result("\n".join(pictures), docs[0] if len(docs) == 1 else docs, colour)

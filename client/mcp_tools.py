@@ -21,6 +21,7 @@ from typing import Any
 from monarch_pdb.client import arguments
 from monarch_pdb.client.arguments import CommandError, ask, split_job
 from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.reporter import Reporter, made
 from monarch_pdb.client.shell import DebugShell, json_row
 
@@ -74,20 +75,21 @@ class Captured(Reporter):
         super().start(line)
         self.text, self.doc, self.refusal = "", None, ""
 
-    def result(self, text: Any, doc: Any) -> None:
+    def result(self, text: Any, doc: Any, colours: bool = False) -> None:
         self.text += made(text)
         self.doc = made(doc)
 
-    def stream(self, text: str) -> None:
-        self.text += text
+    def stream(self, text: str, colours: bool = False) -> None:
+        self.text += visible(text, colours)
 
     def error(self, text: str, prefix: str = "") -> None:
         self.failure = self.refusal = text
 
-    def background(self, kind: str, lines: list[str]) -> None:
+    def background(self, kind: str, lines: list[str]) -> list[str]:
         """On the connection's thread: the shell's folded events, kept for the next answer."""
         with self.events_lock:
             self.events += lines
+        return lines
 
     def take_events(self) -> list[str]:
         with self.events_lock:

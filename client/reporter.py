@@ -1,6 +1,11 @@
 """Where the shell's results go: text for a person, one JSON document per command for a
 program, and optionally a transcript file for a bug report.
 
+Every text for a person passes here, so that what a rank sent (what it printed, and the names
+of its actor, job, host, files and functions in a table, a stack or an event) is shown as
+`escapes.visible` makes it: a control character in it cannot clear or retitle the terminal.
+JSON keeps the text as sent.
+
 A transcript is itself a script: commands are plain lines, and everything else (answers,
 events, time stamps) is a `#` comment, so `monarch-pdb debug --script TRANSCRIPT` replays it.
 """
@@ -13,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from monarch_pdb.client.escapes import without_colours
+from monarch_pdb.client.escapes import visible, without_colours
 
 
 def stamp() -> str:
@@ -74,10 +79,11 @@ class Reporter:
         if self.transcript is not None and line.strip():
             self.transcript.command(line)
 
-    def result(self, text: str | Callable[[], str], doc: Any) -> None:
+    def result(self, text: str | Callable[[], str], doc: Any, colours: bool = False) -> None:
         """`text` and `doc` may each be a function that makes it, so that what is not shown
-        is not made: 131,072 rows of `list` as JSON rows, or as a table."""
-        shown = made(text) if not self.as_json or self.transcript is not None else ""
+        is not made: 131,072 rows of `list` as JSON rows, or as a table. `colours`: the text
+        is coloured (the mesh's cells, pdb's source), and its colour sequences are kept."""
+        shown = visible(made(text), colours) if not self.as_json or self.transcript is not None else ""
         if self.as_json:
             self.write_out(json.dumps(made(doc), sort_keys=True) + "\n")
         elif shown:
@@ -87,8 +93,10 @@ class Reporter:
         if self.transcript is not None:
             self.transcript.note("out", shown)
 
-    def stream(self, text: str) -> None:
-        """Part of a result that arrives in pieces (what an attached rank prints)."""
+    def stream(self, text: str, colours: bool = False) -> None:
+        """Part of a result that arrives in pieces (what an attached rank prints), its colour
+        sequences kept with `colours`."""
+        text = visible(text, colours)
         if not self.as_json:
             self.write_out(text)
         if self.transcript is not None:
@@ -98,21 +106,23 @@ class Reporter:
         """The result was printed, but the command did not fully work (a rank did not answer)."""
         self.failure = text
         if self.script_line:
-            self.write_err(f"monarch-pdb: {self.script_line}: {text}\n")
+            self.write_err(f"monarch-pdb: {self.script_line}: {visible(text)}\n")
 
     def error(self, text: str, prefix: str = "Error processing command: ") -> None:
         self.failure = text
         if self.as_json:
             self.write_out(json.dumps({"error": text}) + "\n")
         if self.script_line:
-            self.write_err(f"monarch-pdb: {self.script_line}: {text}\n")
+            self.write_err(f"monarch-pdb: {self.script_line}: {visible(text)}\n")
         elif not self.as_json:
-            self.write_err(f"{prefix}{text}\n")
+            self.write_err(f"{prefix}{visible(text)}\n")
         if self.transcript is not None:
             self.transcript.note("error", text)
 
-    def background(self, kind: str, lines: list[str]) -> None:
-        """What arrived by itself (events, followed output): for the transcript only; the
-        shell shows it above the prompt."""
+    def background(self, kind: str, lines: list[str]) -> list[str]:
+        """What arrived by itself (events, followed output), as the shell shows it above the
+        prompt; the transcript notes it."""
+        shown = [visible(line) for line in lines]
         if self.transcript is not None:
-            self.transcript.note(f"{stamp()} {kind}", "\n".join(lines))
+            self.transcript.note(f"{stamp()} {kind}", "\n".join(shown))
+        return shown

@@ -247,8 +247,9 @@ class DebugShell(cmd2.Cmd):
         self.write_stderr(f"{ERROR_COLOUR}{text.rstrip(chr(10))}{PLAIN}\n" if self.colour_errors else text)
 
     def note(self, text: str) -> None:
-        """A line for the person at the terminal, not part of any result."""
-        self.write_stderr(text + "\n")
+        """A line for the person at the terminal, not part of any result; what a rank sent in
+        it (its actor's name) is escaped, as in results."""
+        self.write_stderr(visible(text) + "\n")
 
     def write_stderr(self, text: str) -> None:
         if self.captured is not None:
@@ -275,14 +276,12 @@ class DebugShell(cmd2.Cmd):
         if self.said is not None and any(e.kind == self.said[0] for e in events):
             self.said = None  # the event of the end we said came, and was left out
         if lines:
-            self.report.background("event", lines)
-            self.terminal.alert(lines)
+            self.terminal.alert(self.report.background("event", lines))
 
     def show_output(self, actor: str, rank: int, text: str) -> None:
         """Runs on the connection's thread: a followed rank's output, each line marked."""
-        lines = [f"[{actor} {rank}] {line}" for line in visible(text).rstrip("\n").split("\n")]
-        self.report.background("output", lines)
-        self.terminal.alert(lines)
+        lines = [f"[{actor} {rank}] {line}" for line in text.rstrip("\n").split("\n")]
+        self.terminal.alert(self.report.background("output", lines))
 
     def reply_came(self, msg: wire.Message) -> None:
         """Runs on the connection's thread: the held session's end reaches an idle `(Pdb)`
@@ -476,7 +475,7 @@ class DebugShell(cmd2.Cmd):
             )
         elif isinstance(msg, wire.SessionOutput):
             self.collected.append(msg.text)
-            self.report.stream(visible(msg.text, self.pdb_colours))
+            self.report.stream(msg.text, self.pdb_colours)
             if msg.paused:
                 att.paused, att.prompt = True, msg.prompt
                 self.prompt = msg.prompt or "(Pdb) "
@@ -484,7 +483,7 @@ class DebugShell(cmd2.Cmd):
             if msg.reason == wire.Ending.UNKNOWN and self.reattach(att):
                 return
             self.collected.append(msg.text)
-            self.report.stream(visible(msg.text, self.pdb_colours))
+            self.report.stream(msg.text, self.pdb_colours)
             gone = "whose session ended"
             if msg.reason == wire.Ending.LOST:
                 self.fail(f"{att.actor} {att.rank} was lost: its process or its connection is gone")
@@ -626,8 +625,9 @@ class DebugShell(cmd2.Cmd):
         )
         replay = reply.replay if full or not on_screen else self.screenful(reply.replay, job, att)
         self.report.result(
-            f"Attached to debug session for {att.label}{taken}\n{header}{visible(replay, self.pdb_colours)}",
+            f"Attached to debug session for {att.label}{taken}\n{header}{replay}",
             {"attached": att.describe(), "output": reply.replay},
+            self.pdb_colours,
         )
         if att.paused:
             self.prompt = att.prompt or "(Pdb) "
@@ -739,7 +739,8 @@ class DebugShell(cmd2.Cmd):
 
         def waiting(why: str) -> None:
             if self.terminal.keyboard:
-                self.note(f"\r({why})")
+                sys.stderr.write("\r")  # over the progress line
+                self.note(f"({why})")
 
         try:
             result = self.conn.cast(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import unicodedata
 
 from monarch_pdb.client.answers import shortened
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.hostlist import compress
 
 from monarch_pdb import wire
@@ -40,8 +41,9 @@ def session_cells(row: wire.SessionRow, with_job: bool) -> list[str]:
 
 
 def display_width(text: str) -> int:
-    """The columns a terminal gives `text`: two for a wide character (CJK, most emoji), none
-    for a combining one."""
+    """The columns a terminal gives `text` as the shell shows it (its control characters
+    escaped): two for a wide character (CJK, most emoji), none for a combining one."""
+    text = visible(text)
     if text.isascii():
         return len(text)
     return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
