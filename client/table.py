@@ -4,6 +4,8 @@ a screenful of ranks, a row per group of ranks stopped at the same place."""
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter
+from collections.abc import Iterable
 
 from monarch_pdb.client.answers import shortened
 from monarch_pdb.client.escapes import visible
@@ -16,19 +18,26 @@ GROUP_COLUMNS = ("Actor Name", "Ranks", "Coords", "Hosts", "Function", "Line No.
 CELL_SHOWN = 48
 """Characters of a group's rank set, coordinate set or host list shown; --json has every row."""
 JOB_SHOWN = 24
-"""Characters of a job's name shown in a table of sessions (torchrun's names a job by its run's
-uuid: `train-torchrun-6a76c0...`); `jobs` and --json show it whole."""
+"""Characters of a job's name shown in a table of sessions, its middle left out past them: a
+launcher's job is named by its script, then its run (torchrun's run id or port, Slurm's job id),
+so both ends tell jobs apart; `jobs` and --json show it whole."""
 
 
 def coords_text(coords: dict) -> str:
     return "{" + ", ".join(f"'{k}': {v}" for k, v in coords.items()) + "}"
 
 
-def job_text(job: str) -> str:
-    return job if len(job) <= JOB_SHOWN else job[: JOB_SHOWN - 3] + "..."
+def job_texts(jobs: Iterable[str]) -> dict[str, str]:
+    """Each job's name as the Job column shows it: past JOB_SHOWN characters, its start and its
+    end with `...` between; whole where that would leave two jobs looking alike."""
+    head = (JOB_SHOWN - 3) // 2
+    cut = {job: job if len(job) <= JOB_SHOWN else f"{job[:head]}...{job[head + 3 - JOB_SHOWN :]}" for job in jobs}
+    alike = Counter(cut.values())
+    return {job: shown if alike[shown] == 1 else job for job, shown in cut.items()}
 
 
-def session_cells(row: wire.SessionRow, with_job: bool) -> list[str]:
+def session_cells(row: wire.SessionRow, jobs: dict[str, str] | None) -> list[str]:
+    """A row's cells, after its job's as `jobs` shows it, where the table has a Job column."""
     cells = [
         row.actor,
         str(row.rank),
@@ -37,7 +46,7 @@ def session_cells(row: wire.SessionRow, with_job: bool) -> list[str]:
         row.function,
         str(row.lineno) if row.lineno else "",
     ]
-    return [job_text(row.job), *cells] if with_job else cells
+    return [jobs[row.job], *cells] if jobs is not None else cells
 
 
 def display_width(text: str) -> int:
@@ -72,9 +81,9 @@ def sessions_table(rows: list[wire.SessionRow], with_state: bool = False) -> str
     """Monarch's six columns; a Job column first when sessions come from more than one job,
     an Instance column when an engine names its actors (a Ray actor's or task's id), an Attached
     column when a shell or an editor holds some, and a State column last for `list --all`."""
-    with_job = len({r.job for r in rows}) > 1
-    header = ["Job", *COLUMNS] if with_job else list(COLUMNS)
-    cells = [session_cells(r, with_job) for r in rows]
+    jobs = job_texts({r.job for r in rows}) if len({r.job for r in rows}) > 1 else None
+    header = ["Job", *COLUMNS] if jobs is not None else list(COLUMNS)
+    cells = [session_cells(r, jobs) for r in rows]
     extra = [("Instance", "instance")] if any(r.instance for r in rows) else []
     extra += [("Attached", "attached")] if any(r.attached for r in rows) else []
     extra += [("State", "state")] if with_state else []
@@ -89,7 +98,8 @@ def groups_table(groups: list[wire.SessionGroup], with_state: bool = False) -> s
     broker grouped them: their rank set, each coordinate's values and their hosts, compactly. An
     Attached column when a shell or an editor holds some, as `sessions_table` has; a State
     column when asked for, or when states alone tell two groups apart."""
-    with_job = len({g.job for g in groups}) > 1
+    jobs = job_texts({g.job for g in groups})
+    with_job = len(jobs) > 1
     with_attached = any(g.attached for g in groups)
     with_state = with_state or len({g.state for g in groups}) > 1
     header = [
@@ -100,7 +110,7 @@ def groups_table(groups: list[wire.SessionGroup], with_state: bool = False) -> s
     ]
     cells = [
         [
-            *([job_text(g.job)] if with_job else []),
+            *([jobs[g.job]] if with_job else []),
             g.actor,
             f"{shortened(g.ranks, CELL_SHOWN)} ({g.count})",
             coords_ranges(g.coords),
