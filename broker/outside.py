@@ -4,7 +4,9 @@ frames are asked for.
 
 A read takes tens of milliseconds, so reads run on threads of their own, a few processes at
 once, and tell the broker's loop through a pipe it polls (`fileno`); the loop takes the results
-(`taken`) between two messages.
+(`taken`) between two messages. One process is read by one py-spy at a time: a second, which
+cannot stop a process the first holds stopped, would fail (two shells' `stacks`, or a shell's
+and the stall watcher's, asking at once).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,6 +57,9 @@ class OutsideReads:
         os.set_blocking(self._wake, False)
         self._done: queue.SimpleQueue[Read] = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(outside.READS_AT_ONCE, thread_name_prefix="outside read")
+        self._reading: set[int] = set()
+        """The pids being read now."""
+        self._turn = threading.Condition()
 
     def fileno(self) -> int:
         """Readable once a read is done."""
@@ -66,14 +72,21 @@ class OutsideReads:
             self._pool.submit(self._read_one, ref, peer, pid, asked, limit)
 
     def _read_one(self, ref: int, peer: bytes, pid: int, asked: Asked, limit: float) -> None:
-        left = asked.deadline - time.monotonic()
-        if left <= 0:
-            return  # the request was answered without it
+        with self._turn:
+            self._turn.wait_for(lambda: pid not in self._reading, max(0.0, asked.deadline - time.monotonic()))
+            left = asked.deadline - time.monotonic()
+            if left <= 0 or pid in self._reading:
+                return  # past the request's time: it was answered without this read
+            self._reading.add(pid)
         try:
             found = outside.read(pid, asked.every_thread, asked.native, asked.locals, min(limit, below_timeout(left)))
             self._done.put(Read(ref, peer, found))
         except outside.CannotRead as why:
             self._done.put(Read(ref, peer, None, str(why)))
+        finally:
+            with self._turn:
+                self._reading.discard(pid)
+                self._turn.notify_all()
         try:
             os.write(self._wake, b"!")
         except OSError:

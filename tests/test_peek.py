@@ -9,10 +9,15 @@ import json
 import re
 import socket
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from programs import Program, debug, wait_for_all_rows, wait_for_lines
+from monarch_pdb.client.connection import ShellConnection
+from programs import Program, debug, settings_for, wait_for_all_rows, wait_for_lines
 from shell_driver import ShellDriver
+
+from monarch_pdb import wire
 
 PEERS = textwrap.dedent("""
     import select
@@ -284,6 +289,40 @@ def test_interrupt_of_a_rank_holding_the_gil_never_says_peek_reads_it(env, tmp_p
             "only `stacks` reads it until then\n"
         ), stuck.stdout
         assert "`peek` reads" not in stuck.stdout
+    finally:
+        program.stop()
+
+
+@pytest.mark.timeout(90)
+def test_two_shells_reading_a_rank_that_holds_the_gil_at_once_both_get_its_stack(env, tmp_path):
+    """py-spy cannot read a process another py-spy holds stopped: the broker reads one process
+    once at a time, so neither shell (nor the stall watcher) is told the read failed."""
+    script = tmp_path / "gil.py"
+    script.write_text(GIL)
+    go = tmp_path / "go"
+    program = Program(env, script, str(go), "3600", cwd=tmp_path)
+    try:
+        wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
+        go.touch()
+        wait_for_lines(program, "HOLDING", 1)
+        conns = [ShellConnection.open(settings_for(env)) for _ in range(4)]
+        try:
+            together = threading.Barrier(len(conns))
+
+            def read(conn: ShellConnection) -> wire.StacksResult:
+                together.wait(timeout=30)
+                return conn.stacks("train", "ranks(0)", wire.Threads.MAIN, 30)
+
+            with ThreadPoolExecutor(len(conns)) as pool:
+                results = list(pool.map(read, conns))
+        finally:
+            for conn in conns:
+                conn.close()
+        for result in results:
+            assert result.missing == [] and [f.function for f in result.groups[0].threads[0].frames] == [
+                "<module>",
+                "hold",
+            ], result
     finally:
         program.stop()
 
