@@ -13,6 +13,7 @@ from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 
 from monarch_pdb import wire
+from monarch_pdb.ranks import counted
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.events import EventLog
@@ -86,7 +87,11 @@ class Branches:
         self.requests.lost(peer.identity, unreachable_because(peer.host))
         count = ranks_below(peer)
         self.events.add_broker(wire.EventKind.BROKER_SILENT, peer.host, count)
-        log(f"the broker below on {peer.host} (pid {peer.pid}) does not answer; its {count} ranks are unreachable")
+        are = "is" if count == 1 else "are"
+        log(
+            f"the broker below on {peer.host} (pid {peer.pid}) does not answer; "
+            f"its {counted(count, 'rank')} {are} unreachable"
+        )
 
     def lost(self, peer: Peer, reason: wire.Ending, ended: list[Session]) -> None:
         """A broker below is gone: its ranks are lost, in one event that names its host, and
@@ -101,7 +106,7 @@ class Branches:
         ranks_lost = ranks_below(peer, ended)
         stopped = "stopped answering" if reason == wire.Ending.LOST else "shut down"
         self.events.add_broker(wire.EventKind.BROKER_LOST, host, ranks_lost, stopped)
-        log(f"the broker below on {host} (pid {peer.pid}) {stopped}; {ranks_lost} ranks lost with it")
+        log(f"the broker below on {host} (pid {peer.pid}) {stopped}; {counted(ranks_lost, 'rank')} lost with it")
         self.sessions.below_changed()
 
     # --- what it tells -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.ranks import Selection, format_ranks, parse_ranks, select
+from monarch_pdb.ranks import Selection, counted, format_ranks, parse_ranks, select
 
 EXPRESSION = "__import__('monarch_pdb.rank.process_groups', fromlist=['snapshot']).snapshot()"
 """What `collectives` evaluates in each rank."""
@@ -182,7 +182,7 @@ def ranks_text(ranks: list[int]) -> str:
 def text(report: Report) -> str:
     lines = []
     for group in sorted(report.groups.values(), key=lambda g: g.name):
-        head = f"{report.actor}: group {group.name} ({group.desc + ', ' if group.desc else ''}{group.size} ranks)"
+        head = f"{report.actor}: group {group.name} ({group.desc + ', ' if group.desc else ''}{counted(group.size, 'rank')})"
         lines.append(f"{head}: {group.verdict()}")
         alike: dict[str, list[int]] = {}
         for rank, where in group.ranks.items():

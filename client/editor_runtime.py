@@ -249,7 +249,8 @@ class Runtime:
             running = sum(row.processes for row in jobs)
             self.emit(
                 Note(
-                    f"monarch-pdb: no selected rank is paused yet ({running} rank processes run"
+                    "monarch-pdb: no selected rank is paused yet "
+                    f"({ranks.counted(running, 'rank process', 'rank processes')} {'runs' if running == 1 else 'run'}"
                     f"{' in ' + self.target.job if self.target.job else ''}): each one that stops at a "
                     "breakpoint, raises or is paused becomes a thread"
                 )

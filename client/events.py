@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from monarch_pdb import wire
-from monarch_pdb.ranks import format_ranks
+from monarch_pdb.ranks import counted, format_ranks
 
 PHRASES = {
     wire.EventKind.BREAKPOINT: "stopped at {where}",
@@ -34,13 +34,14 @@ SEVERAL = {
 def broker_line(event: wire.Event) -> str:
     """An event about a broker below (`--upstream`): one line, however many ranks it has. A
     broker lost after its ranks moved to a new one (it was replaced) loses none."""
+    its = f"its {counted(event.count, 'rank')} {'is' if event.count == 1 else 'are'}"
     if event.kind == wire.EventKind.BROKER_JOINED:
         return f"the broker on {event.where} joined: its ranks are here"
     if event.kind == wire.EventKind.BROKER_SILENT:
-        return f"the broker on {event.where} does not answer: its {event.count} ranks are unreachable until it does"
+        return f"the broker on {event.where} does not answer: {its} unreachable until it does"
     if event.kind == wire.EventKind.BROKER_BACK:
         return f"the broker on {event.where} answers again: its ranks are as they were"
-    lost = f": its {event.count} ranks are lost" if event.count else " (its ranks had moved to a new broker)"
+    lost = f": {its} lost" if event.count else " (its ranks had moved to a new broker)"
     return f"the broker on {event.where} {event.detail}{lost}"
 
 

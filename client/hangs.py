@@ -37,7 +37,7 @@ from monarch_pdb.client.reporter import Reporter
 from monarch_pdb.client.terminal import Terminal
 
 from monarch_pdb import wire
-from monarch_pdb.ranks import Selection, format_ranks, parse_selector, render_selector
+from monarch_pdb.ranks import Selection, counted, format_ranks, parse_selector, render_selector
 
 INTERRUPT_TIMEOUT = 5.0
 HANG_SAMPLES = 3
@@ -239,7 +239,7 @@ class HangCommands(cmd2.CommandSet):
                 texts.append("\n".join(stack_samples.by_lines(actor, by, ordered)) + "\n")
                 docs[-1]["by"] = stack_samples.by_document(by, ordered)
             if result.missing:
-                shell.report.failed(f"{len(result.missing)} ranks of {actor} sent no stack")
+                shell.report.failed(f"{counted(len(result.missing), 'rank')} of {actor} sent no stack")
         doc = docs[0] if len(docs) == 1 else docs
         shell.report.result(json.dumps(doc, sort_keys=True) if args.json else "".join(texts), doc)
 
@@ -378,8 +378,7 @@ class HangCommands(cmd2.CommandSet):
         done = stopped(shell.conn.wait_for_rows(lambda rows: stopped(rows) == asked, args.timeout)) if asked else set()
         stuck = sorted(asked - done)
         lines = [
-            f"Interrupted {len(done)} rank{'s' if len(done) != 1 else ''}"
-            + (f": {answers.rank_set(actor, sorted(done))}" if done else "")
+            f"Interrupted {counted(len(done), 'rank')}" + (f": {answers.rank_set(actor, sorted(done))}" if done else "")
         ]
         if not asked:
             lines = [f"Every selected rank of {actor} is already stopped."]
@@ -398,7 +397,7 @@ class HangCommands(cmd2.CommandSet):
                 lines += [in_call_line(actor, *found) for found in stack_tree.in_calls(where)]
             except RequestFailed as failure:
                 lines.append(f"(no stacks: {failure})")
-            shell.report.failed(f"{len(stuck)} ranks did not stop")
+            shell.report.failed(f"{counted(len(stuck), 'rank')} did not stop")
         shell.actors.add(actor)
         shell.report.result("\n".join(lines), doc)
 

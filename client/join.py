@@ -31,7 +31,7 @@ from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
 
 from monarch_pdb import discovery, outside, wire
 from monarch_pdb import settings as settings_module
-from monarch_pdb.ranks import format_ranks
+from monarch_pdb.ranks import counted, format_ranks
 
 JOIN_TIMEOUT = 30.0
 NEEDED = (3, 14)
@@ -411,7 +411,7 @@ def joined_line(rows: dict[int, list[wire.SessionRow]], before: int) -> str:
     parts = ", ".join(f"{actor} ranks[{format_ranks(sorted(ranks))}]" for actor, ranks in by_actor.items())
     count = len(rows)
     again = f" ({before} had joined before)" if before else ""
-    return f"joined {count} process{'es' if count != 1 else ''}: {parts}{again}"
+    return f"joined {counted(count, 'process', 'processes')}: {parts}{again}"
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

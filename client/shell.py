@@ -51,7 +51,7 @@ from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
 from monarch_pdb.client.terminal import EOF, Terminal
 
 from monarch_pdb import wire
-from monarch_pdb.ranks import format_ranks, parse_selector, render_selector
+from monarch_pdb.ranks import counted, format_ranks, parse_selector, render_selector
 
 TOP_PROMPT = "monarch_dbg> "
 BANNER = (
@@ -449,7 +449,7 @@ class DebugShell(cmd2.Cmd):
         if self.terminal.typed_ahead:
             count = len(self.terminal.typed_ahead)
             return (
-                f"{self.attached.label} is running; {count} line{'s' if count != 1 else ''} typed "
+                f"{self.attached.label} is running; {counted(count, 'line')} typed "
                 f"wait{'' if count != 1 else 's'} for its prompt; Ctrl-C leaves it running"
             )
         return f"{self.attached.label} is running; type 'detach' to leave it running"
@@ -773,7 +773,7 @@ class DebugShell(cmd2.Cmd):
         released = ask(self.conn, wire.Continue(), wire.Continued).released
         total = sum(len(r.ranks) for r in released)
         parts = ", ".join(f"{r.actor} ranks[{format_ranks(r.ranks)}]" for r in released)
-        text = f"Continued {total} rank{'s' if total != 1 else ''}: {parts}" if released else "No rank is stopped."
+        text = f"Continued {counted(total, 'rank')}: {parts}" if released else "No rank is stopped."
         self.report.result(
             text, {"continued": [{"actor": r.actor, "ranks": r.ranks} for r in released], "count": total}
         )

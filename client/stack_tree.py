@@ -20,7 +20,7 @@ from monarch_pdb.client.numbers import summarize
 
 from monarch_pdb import wire
 from monarch_pdb.places import own_code, place, where
-from monarch_pdb.ranks import RankSet, format_ranks
+from monarch_pdb.ranks import RankSet, counted, format_ranks
 
 RANKS_SHOWN = 72
 """Characters of a node's rank set shown; the JSON document has every rank."""
@@ -177,7 +177,9 @@ def locals_lines(result: wire.StacksResult) -> list[str]:
             lines += [f"  {name} = {v.value}  {rank_text(v.ranks)}" for v in values[:VALUES_SHOWN]]
             if len(values) > VALUES_SHOWN:
                 rest = values[VALUES_SHOWN:]
-                lines.append(f"  {name}: {len(rest)} more values over {sum(len(v.ranks) for v in rest)} ranks")
+                lines.append(
+                    f"  {name}: {len(rest)} more values over {counted(sum(len(v.ranks) for v in rest), 'rank')}"
+                )
             summary = summarize([wire.CastGroup(v.value, "", RankSet.of(v.ranks)) for v in values])
             if summary is not None:
                 lines.append(f"  {name} {summary.line()}")
@@ -190,13 +192,11 @@ def text(result: wire.StacksResult, every_thread: bool, full: bool = False) -> s
         return missing_lines(result)
     total = sorted({r for group in result.groups for r in group.ranks})
     odd = elsewhere(result.groups)
-    head = [
-        f"{result.actor} {rank_text(total)}: {len(result.groups)} distinct stack{'s' if len(result.groups) != 1 else ''}"
-    ]
+    head = [f"{result.actor} {rank_text(total)}: {counted(len(result.groups), 'distinct stack')}"]
     head += [elsewhere_line(result.actor, ranks, place) for ranks, place in odd[:ELSEWHERE_SHOWN]]
     if len(odd) > ELSEWHERE_SHOWN:
         rest = sum(len(r) for r, _ in odd[ELSEWHERE_SHOWN:])
-        head.append(f"... and {rest} more ranks in {len(odd) - ELSEWHERE_SHOWN} other places")
+        head.append(f"... and {counted(rest, 'more rank')} in {counted(len(odd) - ELSEWHERE_SHOWN, 'other place')}")
     common = [] if full else trunk(result.groups, every_thread)
     body = draw(tree(result.groups, every_thread, common))
     return "\n".join(head + body + locals_lines(result) + outside_lines(result)) + "\n" + missing_lines(result)

@@ -12,6 +12,7 @@ from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.hostlist import compress
 
 from monarch_pdb import wire
+from monarch_pdb.ranks import counted
 
 COLUMNS = ("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.")
 GROUP_COLUMNS = ("Actor Name", "Ranks", "Coords", "Hosts", "Function", "Line No.")
@@ -123,7 +124,7 @@ def groups_table(groups: list[wire.SessionGroup], with_state: bool = False) -> s
         for g in groups
     ]
     ranks = sum(g.count for g in groups)
-    count = f"{ranks} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''}; 'list --rows' shows each rank"
+    count = f"{counted(ranks, 'rank')} in {counted(len(groups), 'group')}; 'list --rows' shows each rank"
     return grid(header, cells) + "\n" + count
 
 

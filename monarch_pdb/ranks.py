@@ -40,6 +40,7 @@ __all__ = [
     "Term",
     "dimensions",
     "format_ranks",
+    "counted",
     "named",
     "parse_ranks",
     "parse_selector",
@@ -301,6 +302,12 @@ def select(selection: Selection, candidates: Iterable[tuple[int, Mapping[str, in
         dim, wanted = dim_filter.dim, _matcher(dim_filter.term)
         kept = [(rank, coords) for rank, coords in kept if dim in coords and wanted(coords[dim])]
     return sorted(rank for rank, _ in kept)
+
+
+def counted(number: int, word: str, plural: str = "") -> str:
+    """`1 rank`, `3 ranks`: a count and its word, in the plural (`plural`, else the word and an
+    `s`) but for one."""
+    return f"{number} {word if number == 1 else plural or word + 's'}"
 
 
 def format_ranks(ranks: Iterable[int]) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from monarch_pdb.actor.point import format_coords
-from monarch_pdb.ranks import format_ranks
+from monarch_pdb.ranks import counted, format_ranks
 
 
 def name_ranks(ranks: Sequence[int]) -> str:
@@ -62,7 +62,7 @@ def _describe(call: str, total: int, errors: Sequence[RankError]) -> str:
     for error in errors:
         by_summary.setdefault(error.summary, []).append(error.rank)
     causes = "; ".join(f"{name_ranks(ranks)}: {summary}" for summary, ranks in by_summary.items())
-    text = f"{len(errors)} of {total} rank{'s' if total != 1 else ''} of {call} raised: {causes}"
+    text = f"{len(errors)} of {counted(total, 'rank')} of {call} raised: {causes}"
     first = errors[0]
     if first.traceback:
         where = f" ({format_coords(first.coords)})" if first.coords else ""

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from math import prod
 
+from monarch_pdb.ranks import counted
+
 
 def format_coords(coords: Mapping[str, int]) -> str:
     return ", ".join(f"{label}={value}" for label, value in coords.items())
@@ -37,7 +39,7 @@ class Extent:
 
     def point(self, rank: int) -> Point:
         if not 0 <= rank < self.size:
-            raise IndexError(f"rank {rank} is outside a mesh of {self.size} ranks")
+            raise IndexError(f"rank {rank} is outside a mesh of {counted(self.size, 'rank')}")
         return Point(rank, self)
 
     def coordinates(self, rank: int) -> tuple[int, ...]:
