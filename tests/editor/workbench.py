@@ -192,20 +192,28 @@ def thread_label(page: Page, rank: int, actor: str = "debugee"):
     return page.locator(".thread", has_text=re.compile(rf"^{re.escape(actor)} {rank} ·"))
 
 
-def top_frame(page: Page, rank: int):
+def top_frame(page: Page, rank: int, actor: str = "debugee"):
     """The Call Stack's top frame of rank `rank`'s thread, shown expanded."""
-    return top_frame_row(page, rank).locator(".stack-frame")
+    return top_frame_row(page, rank, actor).locator(".stack-frame")
 
 
-def top_frame_row(page: Page, rank: int):
+def top_frame_row(page: Page, rank: int, actor: str = "debugee"):
     """The Call Stack's row of the top frame of rank `rank`'s thread, shown expanded: the row
-    below the thread's (the list's rows are not nested, and only those on screen exist)."""
-    row = thread_row(page, rank)
+    below the thread's (the list's rows are not nested, and only those on screen exist). Both
+    rows are found in one look at the list, at each try: rows above move as other threads exit
+    or show the rest of their frames, and a position read before is then another row."""
+    row = thread_row(page, rank, actor)
     if row.get_attribute("aria-expanded") != "true":
         row.click()
         expect(row).to_have_attribute("aria-expanded", "true")
-    index = int(row.get_attribute("data-index"))
-    return page.locator(f".debug-call-stack .monaco-list-row[data-index='{index + 1}']")
+    rows = f"//*[{has_class('debug-call-stack')}]//*[{has_class('monaco-list-row')}]"
+    thread = f"{rows}[.//*[{has_class('thread')}][starts-with(normalize-space(), '{actor} {rank} ·')]]"
+    return page.locator(f"xpath={rows}[@data-index = {thread}/@data-index + 1]")
+
+
+def has_class(name: str) -> str:
+    """XPath's test that an element has the class `name`."""
+    return f"contains(concat(' ', normalize-space(@class), ' '), ' {name} ')"
 
 
 def variable(page: Page, view: str, name: str):
