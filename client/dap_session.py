@@ -194,7 +194,9 @@ class DebugSession:
         return {
             "supportsConfigurationDoneRequest": True,
             "supportsEvaluateForHovers": True,
-            "supportsDelayedStackTraceLoading": True,
+            # Not `supportsDelayedStackTraceLoading`: the rank reads its whole stack for each
+            # `stackTrace`, and VS Code would ask twice per stop and show the thread's old frames
+            # and a "Load More Stack Frames" row until the second answer, moving the rows below.
             "supportsSingleThreadExecutionRequests": True,
             "supportsTerminateRequest": False,
             "supportsSetVariable": True,

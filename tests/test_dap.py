@@ -62,6 +62,7 @@ def top_frame(editor: DapClient, thread: int) -> dict:
 def test_every_paused_rank_is_a_thread_named_by_actor_rank_host_and_coords(example, editor):
     capabilities = editor.attach()
     assert capabilities["supportsConfigurationDoneRequest"] and not capabilities["supportsTerminateRequest"]
+    assert "supportsDelayedStackTraceLoading" not in capabilities, "a stop's frames are asked and shown at once"
     stops = editor.take_events("stopped", 16, reason="entry")
     assert all(e["body"]["allThreadsStopped"] is False for e in stops)
     assert "preserveFocusHint" not in stops[0]["body"] and all(e["body"]["preserveFocusHint"] for e in stops[1:])
@@ -199,6 +200,36 @@ def test_continue_resumes_every_rank_and_the_raising_ones_stop_in_post_mortem(ex
     assert "in _bad_rank" in info["details"]["stackTrace"] and info["details"]["stackTrace"].endswith(
         "ValueError: bad rank\n"
     )
+
+
+def locals_of(editor: DapClient, frame: dict) -> dict[str, str]:
+    scope = editor.request("scopes", frameId=frame["id"])["scopes"][0]
+    return {
+        v["name"]: v["value"]
+        for v in editor.request("variables", variablesReference=scope["variablesReference"])["variables"]
+    }
+
+
+@pytest.mark.timeout(120)
+def test_each_frame_id_names_one_frame_of_one_ranks_stop_and_is_refused_once_it_ran(example, editor):
+    """What VS Code holds across ranks and stops: the ids of two ranks' frames never meet, and
+    a rank's ids from before its post-mortem stop are refused, never read as a frame of it now."""
+    editor.attach()
+    editor.take_events("stopped", 16, reason="entry")
+    by_rank = threads_by_rank(editor)
+    paused = {rank: editor.request("stackTrace", threadId=by_rank[rank])["stackFrames"] for rank in (2, 6)}
+    assert not {f["id"] for f in paused[2]} & {f["id"] for f in paused[6]}
+    assert [locals_of(editor, frames[0])["rank"] for frames in paused.values()] == ["2", "6"]
+    editor.request("continue", threadId=by_rank[0])
+    editor.take_events("stopped", 4, reason="exception")
+    # Paged, as an editor asks for more of a long stack.
+    top = editor.request("stackTrace", threadId=by_rank[6], startFrame=0, levels=1)["stackFrames"]
+    rest = editor.request("stackTrace", threadId=by_rank[6], startFrame=1, levels=19)["stackFrames"]
+    raised = top + rest
+    assert [(f["name"], f["line"]) for f in raised[:2]] == [("_bad_rank", 5), ("_debugee_actor_internal", 20)]
+    assert not {f["id"] for f in raised} & {f["id"] for frames in paused.values() for f in frames}
+    assert "rank" not in locals_of(editor, raised[0]) and locals_of(editor, raised[1])["rank"] == "9"
+    assert "the rank ran since it was shown" in editor.failure("scopes", frameId=paused[6][0]["id"])
 
 
 @pytest.mark.timeout(120)
