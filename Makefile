@@ -24,7 +24,7 @@ INSTALLED := $(VENV)/.installed-test
 ENGINES_VENV := .venv-engines
 ENGINES_BIN := $(ENGINES_VENV)/bin
 ENGINES_INSTALLED := $(ENGINES_VENV)/.installed-engines
-ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_ray.py tests/test_engines_monarch.py \
+ENGINE_TESTS := tests/test_engines_torchrun.py tests/test_engines_join.py tests/test_engines_ray.py tests/test_engines_monarch.py \
 	tests/test_engines_mpi.py tests/test_engines_slurm.py tests/test_two_hosts.py
 PYTHONS := $(filter-out $(SKIP_PYTHONS),3.10 3.11 3.12 3.13 3.14 3.15)
 PYTHONS_TESTS := -m each_python tests

@@ -9,12 +9,15 @@ blocked in a C call runs it once the call returns. The script imports monarch_pd
 process's own environment and calls `hooks.join`, or says why it cannot, in a file of the runtime
 directory that environment names; join then waits, within its time-out, for the broker that
 environment finds to list the process, so that `stacks` and `interrupt` reach it once join returns.
+One join of a process runs at a time (a lock file beside the script): two would write the same
+files.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -41,6 +44,7 @@ ANSWER_POLL = 0.05
 LIST_POLL = 0.2
 """Seconds at most between two lists of the broker, while it names none of them yet."""
 RESTART_HINT = "start it with PYTHONBREAKPOINT=monarch_pdb.set_trace or monarch_pdb.install()"
+WITHDRAWN = "the request is withdrawn (--wake): join it again once it runs Python code"
 
 SCRIPT = """\
 # Run by `monarch-pdb join` in process {pid}, on its main thread, at a safe point (PEP 768).
@@ -96,6 +100,10 @@ class JoinTarget:
     def answer(self) -> str:
         return os.path.join(self.settings.runtime_dir, f"join-{self.pid}.json")
 
+    @property
+    def lock(self) -> str:
+        return os.path.join(self.settings.runtime_dir, f"join-{self.pid}.lock")
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -130,6 +138,15 @@ def environment(environ: bytes) -> dict[str, str]:
 
 def _version(version: tuple[int, int]) -> str:
     return ".".join(map(str, version))
+
+
+def python_version(pid: int) -> tuple[int, int]:
+    """The Python a process runs (`python_of`), for what must be a Python process: join and
+    `stacks` both refuse any other with this CannotRead."""
+    version = python_of(pid)
+    if version is None:
+        raise outside.CannotRead("not a Python process")
+    return version
 
 
 def python_of(pid: int) -> tuple[int, int] | None:
@@ -176,8 +193,10 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
     if pid == os.getpid():
         raise CannotJoin(f"{pid} is this join itself")
     try:
-        version = python_of(pid)
+        version = python_version(pid)
         environ = read_proc(pid, "environ")
+    except outside.CannotRead as why:
+        raise CannotJoin(f"{pid} ({name}) is {why}") from None
     except PermissionError:
         raise CannotJoin(_permission(pid)) from None
     except FileNotFoundError:
@@ -192,16 +211,33 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
     return JoinTarget(pid, name, settings)
 
 
-def _check_remote_exec(pid: int, name: str, version: tuple[int, int] | None) -> None:
+def _tracer(target: JoinTarget) -> str:
+    """Why gdb cannot attach to the process, which another debugger holds (ptrace allows one),
+    or "" when none does: told before gdb would say it may not attach."""
+    found = re.search(rb"^TracerPid:\s*(\d+)", read_proc(target.pid, "status"), re.M)
+    tracer = int(found[1]) if found else 0
+    if not tracer:
+        return ""
+    try:
+        name = read_proc(tracer, "comm").decode(errors="replace").strip()
+    except OSError:
+        name = "gone"
+    return (
+        f"{target.who} is traced by process {tracer} ({name}), and ptrace allows one debugger at a time: join it "
+        "with --wake once that one has detached"
+    )
+
+
+def _check_remote_exec(pid: int, name: str, version: tuple[int, int]) -> None:
     """CannotJoin unless `sys.remote_exec` can reach the process from here: Python 3.14+ on both
     sides, the same on both."""
     ours = sys.version_info[:2]
-    if version is not None and version < NEEDED:
+    if version < NEEDED:
         raise CannotJoin(
             f"{pid} runs Python {_version(version)}; joining needs {_version(NEEDED)} or later there, or "
             f"--wake (through gdb); {RESTART_HINT}"
         )
-    if version is not None and version != ours:
+    if version != ours:
         raise CannotJoin(
             f"{pid} ({name}) runs Python {_version(version)} and join runs on Python {_version(ours)}: "
             f"sys.remote_exec needs the same Python on both sides; run join with Python {_version(version)}, "
@@ -298,40 +334,83 @@ def _refusal(target: JoinTarget, error: BaseException) -> str:
     return f"{target.who} cannot be joined: {error}"
 
 
+def lock(target: JoinTarget, deadline: float) -> int:
+    """The lock on joining the process, held by this join alone: another join of it writes the
+    same files. Waits for one that holds it until `deadline`, then CannotJoin."""
+    try:
+        discovery.ensure_runtime_dir(target.settings)
+        while True:
+            fd = os.open(target.lock, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    raise CannotJoin(f"{target.who}: another join of it is under way and has not ended") from None
+                time.sleep(ANSWER_POLL)
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(target.lock).st_ino == os.fstat(fd).st_ino:  # not removed by the join before us
+                    return fd
+            os.close(fd)
+    except (discovery.Insecure, OSError) as error:
+        raise CannotJoin(f"{target.who}: {error}") from None
+
+
+def unlock(target: JoinTarget, fd: int) -> None:
+    """Let the next join of the process go on, leaving no lock file behind."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target.lock)
+    os.close(fd)
+
+
+def forget(target: JoinTarget) -> None:
+    """Remove the files of a join of the process; the code gdb runs there says nothing if its
+    script is gone by then."""
+    for path in (target.script, target.answer, target.answer + ".tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def ask(target: JoinTarget, wake: bool = False) -> subprocess.Popen | None:
     """Ask the process to run our script at its next safe point, or with `wake` now, through
     gdb (whose process is returned, for `woken`); CannotJoin if it cannot be asked."""
     try:
-        discovery.ensure_runtime_dir(target.settings)
-        for stale in (target.answer, target.answer + ".tmp"):
-            if os.path.exists(stale):
-                os.unlink(stale)
+        if wake and (traced := _tracer(target)):
+            raise CannotJoin(traced)
+        forget(target)
         fd = os.open(target.script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(SCRIPT.format(pid=target.pid, answer=target.answer))
-    except (discovery.Insecure, OSError) as error:
+    except OSError as error:
         raise CannotJoin(f"{target.who}: {error}") from None
     try:
         if wake:
             return wake_module.start(target.pid, target.script, blocked=_state(target.pid) in ("S", "D"))
         sys.remote_exec(target.pid, target.script)  # type: ignore[attr-defined]
     except wake_module.CannotWake as why:
-        os.unlink(target.script)
+        forget(target)
         raise CannotJoin(f"{target.who}: {why}") from None
     except (OSError, RuntimeError) as error:
-        os.unlink(target.script)
+        forget(target)
         raise CannotJoin(_refusal(target, error)) from None
     return None
 
 
-def woken(target: JoinTarget, gdb: subprocess.Popen) -> None:
-    """Once gdb has run our script in the process; CannotJoin with why it could not."""
+def woken(target: JoinTarget, gdb: subprocess.Popen, deadline: float, limit: float) -> str:
+    """Once gdb has run our script in the process, or `deadline` passed: "", or a line that says
+    gdb took longer than `limit` s though the process joined; CannotJoin with why it did not."""
     try:
-        wake_module.finish(gdb)
+        wake_module.finish(gdb, deadline - time.monotonic())
+    except wake_module.TooSlow:
+        if os.path.exists(target.answer):
+            return f"{target.who}: gdb took longer than {limit:g} s (it was stopped), but the process joined"
+        forget(target)
+        raise CannotJoin(f"{target.who}: gdb did not run the joining code in it within {limit:g} s") from None
     except wake_module.CannotWake as why:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(target.script)
+        forget(target)
         raise CannotJoin(f"{target.who}: {why}") from None
+    return ""
 
 
 def answers(asked: list[JoinTarget], deadline: float) -> dict[int, Answer]:
@@ -341,9 +420,7 @@ def answers(asked: list[JoinTarget], deadline: float) -> dict[int, Answer]:
         for t in asked:
             if t.pid not in said and os.path.exists(t.answer):
                 said[t.pid] = Answer.read(t.answer)
-                for done in (t.answer, t.script):
-                    with contextlib.suppress(FileNotFoundError):  # a join of the same process beside us
-                        os.unlink(done)
+                forget(t)
         if len(said) == len(asked) or time.monotonic() >= deadline:
             return said
         time.sleep(ANSWER_POLL)
@@ -372,8 +449,9 @@ def listed(settings: settings_module.Settings, pids: set[int], deadline: float) 
         conn.close()
 
 
-def waiting_because(pid: int) -> str:
-    """Why a process asked to join has not run our script yet."""
+def waiting_because(pid: int, wake: bool = False) -> str:
+    """Why a process asked to join has not run our script yet, and when it will: by itself, or,
+    with `wake`, whose request is withdrawn, once joined again."""
     try:
         state = _state(pid)
     except OSError:
@@ -381,14 +459,13 @@ def waiting_because(pid: int) -> str:
     if state in ("Z", "X"):
         return "it exited"
     if state in ("T", "t"):
-        return "it is stopped (SIGSTOP, or a debugger holds it); it joins once it runs again"
-    where = _main_frame(pid)
-    if state in ("S", "D"):
-        return (
-            f"its main thread is blocked in a C call{where}; it joins when that call returns or a signal "
-            "arrives, or at once with --wake"
-        )
-    return f"its main thread is busy in a C call{where}; it joins when that call returns"
+        why, then = "it is stopped (SIGSTOP, or a debugger holds it)", "it joins once it runs again"
+    elif state in ("S", "D"):
+        why = f"its main thread is blocked in a C call{_main_frame(pid)}"
+        then = "it joins when that call returns or a signal arrives, or at once with --wake"
+    else:
+        why, then = f"its main thread is busy in a C call{_main_frame(pid)}", "it joins when that call returns"
+    return f"{why}; {WITHDRAWN if wake else then}"
 
 
 def _main_frame(pid: int) -> str:
@@ -435,6 +512,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         metavar="S",
         help=f"seconds to wait for each process to reach a safe point and join (default {JOIN_TIMEOUT:g})",
     )
+    parser.add_argument(
+        "--gdb-timeout",
+        type=seconds,
+        metavar="S",
+        help=f"with --wake, seconds gdb gets to run the loading in the processes (default {wake_module.GDB_TIMEOUT:g} "
+        "for each round of as many processes as there are cores)",
+    )
     return parser
 
 
@@ -466,10 +550,10 @@ def chosen_pids(args: argparse.Namespace) -> list[int]:
     return pids
 
 
-def not_joined(t: JoinTarget, answer: Answer | None, timeout: float) -> str:
+def not_joined(t: JoinTarget, answer: Answer | None, timeout: float, wake: bool = False) -> str:
     """Why a process asked to join is not loaded, or "" when it is."""
     if answer is None:
-        return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid)}"
+        return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid, wake)}"
     if answer.missing:
         return (
             f"monarch_pdb cannot be imported in {t.who}, whose Python is {answer.missing}: install it there "
@@ -510,18 +594,29 @@ def _say(problem: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    deadline = time.monotonic() + args.timeout
     try:
         pids = chosen_pids(args)
     except CannotJoin as refusal:
         _say(str(refusal))
         return 2 if not args.pids and args.children_of is None else 1
+    locks: list[tuple[JoinTarget, int]] = []
+    try:
+        return _join(pids, args, locks)
+    finally:
+        for held in locks:
+            unlock(*held)
+
+
+def _join(pids: list[int], args: argparse.Namespace, locks: list[tuple[JoinTarget, int]]) -> int:
+    """Join `pids`, each under its lock (added to `locks`); the exit status."""
     asked: list[JoinTarget] = []
     waking: list[tuple[JoinTarget, subprocess.Popen]] = []
     refused = 0
+    others_end = time.monotonic() + args.timeout
     for pid in pids:
         try:
             chosen = target(pid, args.wake)
+            locks.append((chosen, lock(chosen, others_end)))
             gdb = ask(chosen, args.wake)
             if gdb is None:
                 asked.append(chosen)
@@ -530,15 +625,24 @@ def run(args: argparse.Namespace) -> int:
         except CannotJoin as refusal:
             _say(str(refusal))
             refused += 1
+    limit = args.gdb_timeout or wake_module.time_limit(len(waking))
+    gdb_end = time.monotonic() + limit
     for chosen, gdb in waking:  # one gdb per process, side by side
         try:
-            woken(chosen, gdb)
+            slow = woken(chosen, gdb, gdb_end, limit)
+            if slow:
+                _say(slow)
             asked.append(chosen)
         except CannotJoin as refusal:
             _say(str(refusal))
             refused += 1
+    deadline = time.monotonic() + args.timeout  # from when each process was asked, however long gdb took
     said = answers(asked, deadline)
-    verdicts = {t.pid: not_joined(t, said.get(t.pid), args.timeout) for t in asked}
+    if args.wake:
+        for t in asked:
+            if t.pid not in said:
+                forget(t)
+    verdicts = {t.pid: not_joined(t, said.get(t.pid), args.timeout, args.wake) for t in asked}
     rows, unlisted = rows_of([t for t in asked if not verdicts[t.pid]], said, deadline, args.timeout)
     problems = [why for why in verdicts.values() if why] + unlisted
     for problem in problems:

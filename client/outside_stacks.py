@@ -14,7 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from monarch_pdb.client import stack_tree
 from monarch_pdb.client.cli import seconds
-from monarch_pdb.client.join import CannotJoin, chosen_pids, environment, process_arguments, python_of, read_proc
+from monarch_pdb.client.join import (
+    CannotJoin,
+    chosen_pids,
+    environment,
+    process_arguments,
+    python_version,
+    read_proc,
+)
 
 from monarch_pdb import outside, settings, wire
 from monarch_pdb.rank.identity import from_launcher, program_name
@@ -94,8 +101,7 @@ def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:
 
     def one(pid: int) -> outside.Outside | str:
         try:
-            if python_of(pid) is None:
-                return "not a Python process"
+            python_version(pid)
             return outside.read(pid, every, args.native, args.locals, limit)
         except outside.CannotRead as why:
             return str(why)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import pytest
 from monarch_pdb.client.connection import ShellConnection
 
 from monarch_pdb import settings as settings_module
@@ -345,3 +349,35 @@ def debug_launched_ranks(env: dict[str, str], shell: Callable, program: Program,
     assert "Continued 4 ranks: solver ranks[0-3]" in sh.command("continue")
     code, output = program.finish(timeout=60)
     assert code == 0 and all(f"rank {r} done" in output for r in range(4)), output
+
+
+def needs_gdb_calls() -> None:
+    """Skip the test unless gdb can run code in a process here (`join --wake`)."""
+    why = _gdb_cannot_call()
+    if why:
+        pytest.skip(why)
+
+
+@functools.cache
+def _gdb_cannot_call() -> str:
+    """Why gdb cannot run code in a process here ("" when it can): not installed, or it cannot
+    set a process's registers, which a call needs (some gdbs on CPUs with AMX)."""
+    if shutil.which("gdb") is None:
+        return "gdb is not installed (Debian: apt-get install gdb)"
+    if platform.machine() != "x86_64":
+        return ""
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        said = subprocess.run(
+            ["gdb", "-nx", "-batch", "-p", str(target.pid), "-ex=set $mxcsr ^= 1", "-ex=set $mxcsr ^= 1"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        target.kill()
+        target.wait()
+    if "Couldn't write extended state status" in said.stdout + said.stderr:
+        return "gdb cannot set a process's registers on this machine, so it cannot call a function there"
+    return ""

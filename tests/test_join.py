@@ -14,10 +14,11 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from monarch_pdb.client.join import children_of
-from programs import DEBUG_SHELL, Program, debug, wait_for_all_rows, wait_for_lines
+from programs import DEBUG_SHELL, Program, debug, needs_gdb_calls, wait_for_all_rows, wait_for_lines
 
 JOIN = [DEBUG_SHELL[0], "join"]
 JOINS = sys.version_info >= (3, 14)
@@ -428,6 +429,7 @@ needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not i
 @needs_gdb
 @pytest.mark.timeout(240)
 def test_wake_joins_processes_blocked_for_good_on_any_python_and_their_calls_go_on(env, tmp_path):
+    needs_gdb_calls()
     (tmp_path / "train.py").write_text(HUNG)
     (tmp_path / "launch.py").write_text(LAUNCHER)
     program = Program(dict(env, NAP=str(NAP)), tmp_path / "launch.py", "train.py", cwd=tmp_path)
@@ -470,6 +472,188 @@ def test_wake_without_gdb_says_so_and_leaves_the_process_as_it_was(env, tmp_path
         assert program.proc.poll() is None
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(60)
+def test_wake_refuses_what_is_not_a_python_process_before_looking_for_gdb(env):
+    program = Program(env, "3600", launcher=["sleep"])
+    try:
+        no_gdb = dict(env, PATH=os.path.dirname(sys.executable))
+        done = join(no_gdb, "--wake", str(program.proc.pid))
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1,
+            "",
+            f"monarch-pdb: {program.proc.pid} (sleep) is not a Python process\n",
+        )
+        assert program.proc.poll() is None
+    finally:
+        program.stop()
+
+
+def _tracer(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        return int(re.search(r"^TracerPid:\s*(\d+)", f.read(), re.M)[1])
+
+
+@needs_gdb
+@pytest.mark.timeout(120)
+def test_wake_of_a_process_another_debugger_holds_names_that_debugger_and_leaves_both_be(env, tmp_path):
+    (tmp_path / "idle.py").write_text(IDLE)
+    program = Program(env, tmp_path / "idle.py", cwd=tmp_path)
+    holder = None
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        pid = program.proc.pid
+        holder = subprocess.Popen(
+            ["gdb", "-nx", "-batch", "-p", str(pid), "-ex=shell read line"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while _tracer(pid) != holder.pid:
+            assert time.monotonic() < deadline and holder.poll() is None, "gdb never attached"
+            time.sleep(0.05)
+        done = join(env, "--wake", str(pid))
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1,
+            "",
+            f"monarch-pdb: {pid} (python) is traced by process {holder.pid} (gdb), and ptrace allows one debugger "
+            "at a time: join it with --wake once that one has detached\n",
+        )
+        holder.communicate("\n", timeout=60)
+        assert holder.returncode == 0 and program.proc.poll() is None
+        assert not list((tmp_path / "run").glob("join-*")), "a refused join left files"
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.communicate()
+        program.stop()
+
+
+@pytest.mark.timeout(240)
+def test_two_wake_joins_of_one_process_at_once_both_end_joined_and_print_nothing_into_it(env, tmp_path):
+    needs_gdb_calls()
+    (tmp_path / "idle.py").write_text(IDLE)
+    program = Program(env, tmp_path / "idle.py", cwd=tmp_path)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        pid = program.proc.pid
+        both = [
+            subprocess.Popen(
+                [*JOIN, "--wake", str(pid), "--timeout", PATIENCE],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        said = sorted((*one.communicate(timeout=180), one.returncode) for one in both)
+        assert said == [
+            (f"joined 1 process: idle ranks[{pid}]\n", "", 0),
+            (f"joined 1 process: idle ranks[{pid}] (1 had joined before)\n", "", 0),
+        ]
+        assert [r.pid for r in wait_for_all_rows(env, lambda rows: len(rows) == 1)] == [pid]
+        assert not list((tmp_path / "run").glob("join-*")), "a join left files"
+        os.killpg(pid, signal.SIGKILL)
+        assert not program.proc.communicate()[0].strip(), "the joined process printed something"
+    finally:
+        if program.proc.poll() is None:
+            program.stop()
+
+
+SLOW_GDB = {
+    "slower than join's time-out": (
+        "sleep 4",
+        ["--timeout", "2"],
+        "",
+    ),
+    "slower than its own time-out": (
+        "exec sleep 600",
+        ["--gdb-timeout", "2"],
+        "monarch-pdb: {pid} (python): gdb took longer than 2 s (it was stopped), but the process joined\n",
+    ),
+}
+"""How gdb is slow once it has run the loading (as one reading libtorch's symbols was): what
+follows it, join's options, and what join says of it."""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("case", list(SLOW_GDB))
+def test_a_process_joined_through_a_slow_gdb_is_joined_and_listed(env, tmp_path, case):
+    needs_gdb_calls()
+    after, options, note = SLOW_GDB[case]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "gdb").write_text(f'#!/bin/sh\n{shutil.which("gdb")} "$@"\n{after}\n')
+    (tmp_path / "bin" / "gdb").chmod(0o755)
+    (tmp_path / "idle.py").write_text(IDLE)
+    program = Program(env, tmp_path / "idle.py", cwd=tmp_path)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        pid = program.proc.pid
+        slow = dict(env, PATH=f"{tmp_path / 'bin'}:{env['PATH']}")
+        done = join(slow, "--wake", str(pid), *options)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            0,
+            f"joined 1 process: idle ranks[{pid}]\n",
+            note.format(pid=pid),
+        )
+        assert [r.pid for r in wait_for_all_rows(env, lambda rows: len(rows) == 1)] == [pid]
+        assert not list((tmp_path / "run").glob("join-*")), "a join left files"
+    finally:
+        program.stop()
+
+
+SPINNING = textwrap.dedent("""
+    import ctypes
+    import sys
+    import threading
+
+    libc = ctypes.CDLL(None)
+    lock = ctypes.c_int()
+    libc.pthread_spin_init(ctypes.byref(lock), 0)
+    libc.pthread_spin_lock(ctypes.byref(lock))
+
+
+    def release():
+        sys.stdin.readline()
+        libc.pthread_spin_unlock(ctypes.byref(lock))
+
+
+    threading.Thread(target=release).start()
+    print("WAITING", flush=True)
+    libc.pthread_spin_lock(ctypes.byref(lock))  # busy in C, without the GIL, until the test says
+    for _ in range(1000):  # bytecodes, between which a pending call runs
+        pass
+    print("DONE", sorted(name for name in sys.modules if name.startswith("monarch_pdb")), flush=True)
+""")
+"""A process whose main thread is busy in a C call (state R) until a line comes on its stdin."""
+
+
+@pytest.mark.timeout(180)
+def test_a_wake_join_that_times_out_leaves_no_files_and_its_withdrawn_request_prints_nothing(env, tmp_path):
+    needs_gdb_calls()
+    (tmp_path / "spin.py").write_text(SPINNING)
+    program = Program(env, tmp_path / "spin.py", cwd=tmp_path, stdin=subprocess.PIPE)
+    try:
+        wait_for_lines(program, "WAITING", 1)
+        pid = program.proc.pid
+        done = join(env, "--wake", str(pid), "--timeout", "2")
+        assert (done.returncode, done.stdout) == (1, "")
+        assert re.fullmatch(
+            rf"monarch-pdb: {pid} \(python\) has not joined within 2 s: its main thread is busy in a C call.*; "
+            r"the request is withdrawn \(--wake\): join it again once it runs Python code\n",
+            done.stderr,
+        ), done.stderr
+        assert not list((tmp_path / "run").glob("join-*")), "the join that timed out left files"
+        rest, _ = program.proc.communicate("\n", timeout=120)
+        assert (program.proc.returncode, rest.strip()) == (0, "DONE []"), "the withdrawn request ran, or printed"
+    finally:
+        if program.proc.poll() is None:
+            program.stop()
 
 
 @pytest.mark.timeout(90)
