@@ -53,7 +53,7 @@ class Agents:
             return
         sessions = self.sessions
         sessions.name_twins()
-        sessions.touched(sess, news, new=news)
+        sessions.touched(sess, news, new=news or msg.again)
         sessions.record_output(sess, msg.output)
         if (cast := self.casts.stopped(sess)) is not None:
             self.requests.settle(self.casts, cast)

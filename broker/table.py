@@ -184,10 +184,11 @@ class Table:
 
     def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session | None, bool]:
         """Record a session waiting for input; the flag says the stop is news for every shell:
-        a first stop, a stop after a top-level continue, or the start of post-mortem. None for
-        a prompt we already have, or one that an input we sent since will answer: an agent
-        sends what it waits with again after each handshake. CannotServe past the sessions one
-        connection may have."""
+        a first stop, a stop after a top-level continue, or the start of post-mortem. A stop an
+        agent tells again (a broker before this one heard it) is news only of a rank this broker
+        took for gone. None for a prompt we already have, or one that an input we sent since
+        will answer: an agent sends what it waits with again after each handshake. CannotServe
+        past the sessions one connection may have."""
         sess = self.session_of(peer, msg.sid)
         if sess is not None and (msg.cmd < sess.cmd or (msg.cmd == sess.cmd and sess.paused)):
             return None, False
@@ -198,13 +199,13 @@ class Table:
                 f"{self.sessions_per_connection} (MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION); "
                 "it continues without stopping"
             )
-        news = (
-            sess is None
-            or sess.state is State.RELEASED
-            or (msg.reason == wire.Stop.POST_MORTEM and sess.reason != wire.Stop.POST_MORTEM)
-        )
         if sess is None:
+            news = not msg.again or (msg.job, msg.actor, msg.rank) in self.departed
             sess = self._open(peer, msg.sid, msg, KeptOutput(self.history_limit), cmd=msg.cmd)
+        else:
+            news = sess.state is State.RELEASED or (
+                msg.reason == wire.Stop.POST_MORTEM and sess.reason != wire.Stop.POST_MORTEM
+            )
         sess.state = State.STOPPED if sess.state is State.STOPPED else State.PAUSED
         self._place(sess, msg)
         sess.prompt, sess.reason = intern(msg.prompt), msg.reason

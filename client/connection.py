@@ -34,6 +34,13 @@ ANSWER_GRACE = 5.0
 STALL_CHECK = 0.25
 """How often a wait for an answer looks whether the broker still answers."""
 NOT_ANSWERING = "the broker does not answer; waiting for it; Ctrl-C stops waiting"
+RESTARTED = "the broker restarted; its ranks join the new one by themselves, as they were"
+"""Said once when a new broker welcomes the shell where another did: the ranks paused before
+are no news (the new broker hears them again, and announces none of them)."""
+GONE_MEANWHILE = (
+    "the broker went away and restarted while this ran; run it again once the ranks have joined "
+    "the new one (they do by themselves)"
+)
 
 
 class NoBroker(Exception):
@@ -95,6 +102,12 @@ class ShellConnection:
         self.on_events = on_events
         self.on_reply: Callable[[wire.Message], None] | None = None
         """Told of each reply or session message as it arrives, on the link's thread."""
+        self.on_restart: Callable[[], None] | None = None
+        """Told, on the link's thread, when a new broker welcomes us where another did."""
+        self.restarts = 0
+        """How many times a new broker took the place of the one we talked to: a request sent
+        before one did is answered by a broker that may not know its ranks yet."""
+        self._broker_pid = 0
         self._replies: queue.SimpleQueue[wire.Message] = queue.SimpleQueue()
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_r, False)
@@ -228,8 +241,11 @@ class ShellConnection:
 
     def request(self, msg: wire.Message, *answers: type[wire.Message], timeout: float = 10.0) -> wire.Message:
         """Send a request and return its answer (or an Error)."""
+        restarts = self.restarts
         self.post(msg)
         reply = self.collect(lambda m: isinstance(m, (*answers, wire.Error)), timeout)
+        if isinstance(reply, wire.Error) and self.restarts != restarts:
+            return wire.Error(text=GONE_MEANWHILE)
         while getattr(reply, "more", False):
             part = self.collect(lambda m: type(m) is type(reply), timeout)
             if part is None:
@@ -237,7 +253,9 @@ class ShellConnection:
             assert reply is not None
             add_part(reply, part)
         if reply is None or getattr(reply, "more", False):
-            raise Timeout(f"the broker did not answer within {timeout:g} s")
+            raise Timeout(
+                GONE_MEANWHILE if self.restarts != restarts else f"the broker did not answer within {timeout:g} s"
+            )
         return reply
 
     def collect(self, wanted: Callable[[wire.Message], bool], timeout: float) -> wire.Message | None:
@@ -376,7 +394,9 @@ class ShellConnection:
         broker does not answer, for as long as its time again at most: a broker stopped or
         starved answers when it goes on, with what arrived and who did not answer, and a
         shell that gave up meanwhile would show nothing of it. A cast the broker started and
-        then lost to its restart fails at once, naming the ranks whose answers went with it."""
+        then lost to its restart fails at once, naming the ranks whose answers went with it; any
+        other request a restart met fails saying so."""
+        restarts = self.restarts
         left = patience = timeout + ANSWER_GRACE
         told = False
         result = None
@@ -400,12 +420,13 @@ class ShellConnection:
                 started = self._started[ref]
                 assert started is not None
                 raise RequestFailed(lost_answers(started, result, actor))
+            restarted = self.restarts != restarts
             if msg is None:
                 if left <= 0:
-                    raise RequestFailed(f"the broker did not {doing} in time")
+                    raise RequestFailed(GONE_MEANWHILE if restarted else f"the broker did not {doing} in time")
                 continue
             if isinstance(msg, wire.Error):
-                raise RequestFailed(msg.text)
+                raise RequestFailed(GONE_MEANWHILE if restarted else msg.text)
             if isinstance(msg, wire.CastProgress) and progress is not None:
                 progress(msg)
             elif isinstance(msg, kind):
@@ -437,7 +458,14 @@ class ShellConnection:
 
     def welcomed(self) -> list[wire.Message]:
         """A broker that does not know us: the casts the last one started will never be
-        answered (what it had not answered yet, the link sends this one)."""
+        answered (what it had not answered yet, the link sends this one). A new broker where
+        another welcomed us is a restart, said once."""
+        pid = self.link.broker_pid
+        if self._broker_pid and pid != self._broker_pid:
+            self.restarts += 1
+            if self.on_restart is not None:
+                self.on_restart()
+        self._broker_pid = pid
         started = [ref for ref, msg in list(self._started.items()) if msg is not None]
         if started:
             self._cut_short.update(started)

@@ -41,7 +41,7 @@ from monarch_pdb.client.arguments import (
     words_target,
 )
 from monarch_pdb.client.attachment import Attachment, Left
-from monarch_pdb.client.connection import ShellConnection, Timeout, readable
+from monarch_pdb.client.connection import RESTARTED, ShellConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
 from monarch_pdb.client.hangs import HangCommands
@@ -199,6 +199,7 @@ class DebugShell(cmd2.Cmd):
         )
         conn.on_events = self.show_events
         conn.on_reply = self.reply_came
+        conn.on_restart = self.show_restart
 
     def preloop(self) -> None:
         """Learn the actor names for completion before the first prompt."""
@@ -277,6 +278,11 @@ class DebugShell(cmd2.Cmd):
             self.said = None  # the event of the end we said came, and was left out
         if lines:
             self.terminal.alert(self.report.background("event", lines))
+
+    def show_restart(self) -> None:
+        """Runs on the connection's thread: a new broker took the old one's place, said once
+        above the prompt as an event is."""
+        self.terminal.alert(self.report.background("event", [RESTARTED]))
 
     def show_output(self, actor: str, rank: int, text: str) -> None:
         """Runs on the connection's thread: a followed rank's output, each line marked."""

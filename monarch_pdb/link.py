@@ -211,6 +211,11 @@ class Link:
         self._thread.start()
         atexit.register(self.close)
 
+    @property
+    def broker_pid(self) -> int:
+        """The pid of the broker that welcomed us last (0 before any did)."""
+        return self._broker_pid
+
     def post(self, msg: wire.Message | None = None) -> None:
         """Queue a message for the broker (or, with None, just wake the thread)."""
         if msg is not None:

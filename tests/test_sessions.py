@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import GONE_MEANWHILE, NOT_ANSWERING, RESTARTED, ShellConnection
 from programs import (
     EXAMPLES,
     RUNS,
@@ -970,6 +970,43 @@ def test_a_cast_whose_broker_restarts_names_the_ranks_whose_answers_were_lost(en
             sh.kill()
     finally:
         program.stop()
+        stop_broker(broker)
+
+
+@pytest.mark.timeout(120)
+def test_a_broker_restart_is_said_once_and_the_ranks_paused_before_are_no_news(env, tmp_path):
+    """The ranks are held still (SIGSTOP) while the broker restarts, so the new one does not know
+    them when it answers the cast typed meanwhile; once they rejoin it, they are listed as they
+    were, and no event calls them stopped before the next ones, of their continue."""
+    env = dict(env, MONARCH_DEBUG_SERVER_PORT=str(free_port()), MONARCH_PDB_CONNECT_TIMEOUT="60")  # as above
+    broker, _ = start_broker(env)
+    programs = [run_train(env, tmp_path, rank) for rank in (0, 1)]
+    sh = ShellDriver(env)
+    try:
+        wait_for_sessions(env, 2)
+        sh.wait_prompt()
+        broker.kill()
+        broker.wait()
+        for program in programs:
+            os.killpg(program.proc.pid, signal.SIGSTOP)
+        sh.child.sendline("cast train ranks(0:2) p loss")
+        sh.expect(re.escape(NOT_ANSWERING))
+        broker, _ = start_broker(env)
+        sh.expect(re.escape(f"Error processing command: {GONE_MEANWHILE}"))
+        sh.wait_prompt()
+        for program in programs:
+            os.killpg(program.proc.pid, signal.SIGCONT)
+        wait_for_sessions(env, 2)
+        assert "Continued 2 ranks" in sh.command("continue")
+        for _ in programs:
+            sh.expect(r"train [01] (is running again \(continued\)|finished)")  # as its process ends first or not
+        assert sh.text.count(RESTARTED) == 1, sh.text
+        assert "stopped at" not in sh.text, sh.text
+        assert [program.finish()[0] for program in programs] == [0, 0]
+    finally:
+        sh.kill()
+        for program in programs:
+            program.stop()
         stop_broker(broker)
 
 

@@ -379,8 +379,12 @@ class Agent:
         A session is forgotten here only under both locks, and its output emptied under the
         second, so a write racing with that tells the agent again."""
         with self._lock:
-            out: list[wire.Message] = [self._waiting[s] for s in self._unsent if s in self._waiting]
+            prompts = [self._waiting[s] for s in self._unsent if s in self._waiting]
             self._unsent.clear()
+            for prompt in prompts:  # told to a broker: to one that restarts since, no news
+                if not prompt.again:
+                    self._waiting[prompt.sid] = replace(prompt, again=True)
+            out: list[wire.Message] = list(prompts)
             for sid in list(self._printing):
                 source = self._sources.get(sid)
                 text, held = source.take_idle(now) if source is not None else ("", False)

@@ -46,7 +46,8 @@ class Prompt(RankRef, Message):
     last input.
 
     `cmd` is the input this answers (0 for a fresh stop). The rank travels every time, so a
-    restarted broker learns the whole session from the next prompt.
+    restarted broker learns the whole session from the next prompt; `again` says a broker was
+    told of this stop before (one that restarted since), so it is no news to shells.
     """
 
     sid: int
@@ -56,6 +57,7 @@ class Prompt(RankRef, Message):
     reason: Stop = Stop.BREAKPOINT
     exc: str = ""
     instance: str = ""
+    again: bool = False
 
 
 @message("output")
