@@ -224,9 +224,9 @@ class Unanswered:
 def unanswered(settings: Settings) -> Unanswered | None:
     """When no broker answers: what is at the broker's address (its name does not resolve,
     nothing listens there, another program does, or a ZeroMQ program whose secret we lack), else
-    None (something that speaks ZeroMQ, with a secret to try). A port a broker of this host holds a
-    lock for is not looked at: that broker may only be slow."""
-    if settings.port == 0 or broker_running(settings):
+    None (something that speaks ZeroMQ, with a secret to try). This host's broker, where it is the
+    one named, is not looked at: it may only be slow."""
+    if settings.port == 0 or (broker_running(settings) and (is_local(settings.host) or local_broker(settings))):
         return None
     host, where = bind_host(settings.host), f"{settings.host}:{settings.port}"
     unresolved = does_not_resolve(host)
@@ -252,10 +252,10 @@ def unanswered(settings: Settings) -> Unanswered | None:
         secret = secret_of(settings)
     except Insecure:
         return None
-    if secret is None and read_connection_file(settings) is None:
+    if secret is None and local_broker(settings) is None:
         return Unanswered(
             f"a ZeroMQ program listens at {where}, but there is no secret to sign with: no broker's "
-            f"file at {connection_file(settings)}",
+            f"file for it at {connection_file(settings)}",
             "Give this process the broker's secret (MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE).",
         )
     return None
@@ -328,6 +328,19 @@ def read_connection_file(settings: Settings) -> Connection | None:
         return None
 
 
+def local_broker(settings: Settings) -> Connection | None:
+    """This host's broker on the port, from its file, where one runs and the host named is where
+    it listens. A host named otherwise is another broker, whatever runs here on the same port,
+    and the file's secret is not for it."""
+    if not broker_running(settings):
+        return None
+    conn = read_connection_file(settings)
+    if conn is None:
+        return None
+    here = is_local(settings.host) or reaches_itself(f"{bare_host(settings.host)}:{settings.port}", conn.router)
+    return conn if here else None
+
+
 def new_secret() -> str:
     return secrets.token_hex(32)
 
@@ -335,16 +348,16 @@ def new_secret() -> str:
 def locate(settings: Settings, here: bool = False) -> Connection | None:
     """The broker this process should talk to, or None if none is known to be running.
 
-    A live local broker's file wins; otherwise a secret from the environment means the broker
-    at host:port signs with it (its PUB address is learned in the handshake). Where the caller
+    A live local broker's file wins where host:port names that broker (`local_broker`);
+    otherwise a secret from the environment means the broker at host:port signs with it (its PUB
+    address is learned in the handshake). Where the caller
     starts this host's broker when none runs (`here`), that is only one that listens there
     already: a secret says which key to use, not that the broker is elsewhere.
     """
     secret = secret_of(settings)
-    if broker_running(settings):
-        conn = read_connection_file(settings)
-        if conn is not None:
-            return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
+    conn = local_broker(settings)
+    if conn is not None:
+        return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
     if secret is not None and settings.port != 0 and not (here and not listens(settings)):
         return Connection(endpoint(settings.host, settings.port), "", secret, 0, settings.curve)
     return None

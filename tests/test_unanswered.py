@@ -98,3 +98,29 @@ def test_a_shell_without_the_brokers_secret_says_so_and_one_with_another_names_w
         assert wrong.stderr.strip().endswith(f"(from MONARCH_PDB_SECRET_FILE, {secret_file})"), wrong.stderr
     finally:
         stop_broker(broker)
+
+
+@pytest.mark.timeout(90)
+def test_a_host_named_is_the_one_used_though_this_hosts_broker_runs_on_the_port(impatient):
+    """This host's broker and its file are for the host it listens on: a shell told another
+    host (an unresolvable name; a loopback address where nothing listens) looks there, and says
+    what it found there, rather than listing this host's ranks with the file's secret."""
+    port = free_port()
+    served = dict(impatient, MONARCH_DEBUG_SERVER_PORT=str(port))
+    broker, _ = start_broker(served)
+    try:
+        named = run_debug(served, "--host", NOWHERE, "--port", str(port), "-c", "list")
+        assert named.returncode == 2, named.stdout + named.stderr
+        assert named.stderr.startswith(f"monarch-pdb: no debug broker answers at {NOWHERE}:{port} ({UNRESOLVED}"), (
+            named.stderr
+        )
+        assert len(named.stderr.strip().splitlines()) == 1 and not named.stdout, named.stdout + named.stderr
+        from_env = run_debug(dict(served, MONARCH_DEBUG_SERVER_HOST=NOWHERE), "-c", "list")
+        assert from_env.returncode == 2 and UNRESOLVED in from_env.stderr, from_env.stdout + from_env.stderr
+        unreached = run_debug(served, "--host", "127.0.0.2", "--wait-broker", "1", "-c", "list")
+        assert unreached.returncode == 2, unreached.stdout + unreached.stderr
+        assert f"no debug broker answers at 127.0.0.2:{port} (nothing listens at 127.0.0.2:{port}" in unreached.stderr
+        here = run_debug(served, "--host", "localhost", "-c", "list")
+        assert here.returncode == 0, here.stdout + here.stderr
+    finally:
+        stop_broker(broker)
