@@ -193,13 +193,12 @@ def _try_writing(directory: str) -> None:
 
 
 def unwritable(settings: Settings) -> str:
-    """When no broker answers: why no broker of this host can write its file here, else ""."""
-    if not os.path.isdir(settings.runtime_dir):
-        return ""
+    """When no broker answers: why no broker of this host can keep its files in the runtime
+    directory (it cannot be made or written, or is another user's), else ""."""
     try:
-        _try_writing(settings.runtime_dir)
-    except OSError as error:
-        return unusable(settings, error)
+        ensure_runtime_dir(settings)
+    except Insecure as problem:
+        return str(problem)
     return ""
 
 

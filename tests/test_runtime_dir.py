@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from programs import run_debug
+from programs import free_port, run_debug
 
 BROKEN = {"full": "No space left on device", "read-only": "Read-only file system"}
 
@@ -49,7 +49,7 @@ def broken_dir(request, tmp_path, env):
 def said(stderr: str, where, error: str) -> None:
     lines = [line for line in stderr.splitlines() if line.strip()]
     named = [line for line in lines if f"cannot use {where} as the runtime directory: {error}" in line]
-    assert named, stderr
+    assert len(named) == 1, stderr
     assert "Traceback" not in stderr, stderr
 
 
@@ -64,9 +64,8 @@ def test_the_broker_says_in_one_line_why_it_cannot_use_the_runtime_directory(bro
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-@pytest.mark.timeout(60)
-def test_a_rank_says_why_no_broker_can_start_for_it(broken_dir, env, tmp_path):
-    where, error = broken_dir
+def rank_stderr(env: dict[str, str], tmp_path) -> str:
+    """What a rank that stops at a breakpoint and finds no broker says on its stderr."""
     script = tmp_path / "stops.py"
     script.write_text(
         textwrap.dedent("""
@@ -82,8 +81,31 @@ def test_a_rank_says_why_no_broker_can_start_for_it(broken_dir, env, tmp_path):
         timeout=40,
         env=dict(env, PYTHONBREAKPOINT="monarch_pdb.set_trace", MONARCH_PDB_GIVE_UP_AFTER="1"),
     )
-    said(done.stderr, where, error)
     assert "went on" in done.stdout, done.stdout + done.stderr
+    return done.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("port", ["0", "a port named"])
+def test_a_rank_says_why_no_broker_can_start_for_it(broken_dir, env, tmp_path, port):
+    """On a port of its own, where nothing listens, too: the directory is why."""
+    where, error = broken_dir
+    env["MONARCH_DEBUG_SERVER_PORT"] = port if port == "0" else str(free_port())
+    said(rank_stderr(env, tmp_path), where, error)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("port", ["0", "a port named"])
+def test_a_runtime_directory_under_a_file_is_named_by_rank_and_shell(env, tmp_path, port):
+    (tmp_path / "afile").write_text("")
+    where = tmp_path / "afile" / "rt"
+    env.update(MONARCH_PDB_RUNTIME_DIR=str(where), MONARCH_PDB_CONNECT_TIMEOUT="1")
+    env["MONARCH_DEBUG_SERVER_PORT"] = port if port == "0" else str(free_port())
+    said(rank_stderr(env, tmp_path), where, "Not a directory")
+    done = run_debug(env, "--wait-broker", "1", "-c", "list", timeout=40)
+    assert done.returncode != 0
+    said(done.stderr, where, "Not a directory")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 @pytest.mark.timeout(60)

@@ -1126,6 +1126,9 @@ def test_a_runtime_directory_that_cannot_be_made_is_named_and_the_rank_runs_on(e
         0,
     )
     code, output = program.finish()
-    assert f"(cannot use {runtime} as the runtime directory: Not a directory; set MONARCH_PDB_RUNTIME_DIR" in output
+    assert (
+        f"and none can start on this host: cannot use {runtime} as the runtime directory: Not a directory; "
+        "set MONARCH_PDB_RUNTIME_DIR" in output
+    )
     assert "Traceback" not in output and "no broker after 1 s; continuing without stopping." in output
     assert code == 0 and "LOSS 0.25" in output

@@ -275,15 +275,17 @@ class Agent:
             return True
         where = f"{self.settings.host}:{self.settings.port}"
         found = discovery.unanswered(self.settings)
-        why = f" ({found.why})" if found is not None else self.link.problem
-        fix = (
-            found.fix
-            if found is not None and found.fix
-            else "Start one with `monarch-pdb broker` (set MONARCH_DEBUG_SERVER_HOST/PORT to match)."
-        )
+        unwritable = discovery.unwritable(self.settings) if discovery.is_local(self.settings.host) else ""
+        if found is not None and found.fix:
+            why = f" ({found.why}). {found.fix[:-1]}"
+        elif unwritable:
+            why = f", and none can start on this host: {unwritable}"
+        else:
+            why = f" ({found.why})" if found is not None else self.link.problem
+            why += ". Start one with `monarch-pdb broker` (set MONARCH_DEBUG_SERVER_HOST/PORT to match)"
         print(
             f"monarch-pdb: {who} (pid {os.getpid()}) is paused at a breakpoint, but no debug broker answers at "
-            f"{where}{why}. {fix[:-1]}; waiting.",
+            f"{where}{why}; waiting.",
             file=sys.stderr,
             flush=True,
         )
