@@ -211,6 +211,15 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
     return JoinTarget(pid, name, settings)
 
 
+def _program(pid: int) -> str:
+    """The name of the program `pid` runs: its command's, or for a program started through the
+    dynamic loader (as a gdb shipped in a Python package is), the program the loader runs."""
+    words = [w.decode(errors="replace") for w in read_proc(pid, "cmdline").split(b"\0") if w]
+    if words and os.path.basename(words[0]).startswith("ld-linux"):
+        words = [w for w in words[1:] if not w.startswith("-")]
+    return os.path.basename(words[0]) if words else read_proc(pid, "comm").decode(errors="replace").strip()
+
+
 def _tracer(target: JoinTarget) -> str:
     """Why gdb cannot attach to the process, which another debugger holds (ptrace allows one),
     or "" when none does: told before gdb would say it may not attach."""
@@ -219,7 +228,7 @@ def _tracer(target: JoinTarget) -> str:
     if not tracer:
         return ""
     try:
-        name = read_proc(tracer, "comm").decode(errors="replace").strip()
+        name = _program(tracer)
     except OSError:
         name = "gone"
     return (

@@ -23,6 +23,9 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
+
+from monarch_pdb import settings as settings_module
 
 GDB_TIMEOUT = 60.0
 """Seconds gdb gets to attach, read the Python library's symbols and run the script in a
@@ -78,9 +81,7 @@ def c_string(text: str) -> str:
 def start(pid: int, script: str, blocked: bool) -> subprocess.Popen:
     """gdb, started on `pid` to run `script` there (its main thread `blocked` in a call, or
     running); `finish` says how it went."""
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        raise CannotWake("--wake needs gdb, which is not installed here (Debian: apt-get install gdb)")
+    gdb = gdb_path(settings_module.load())
     setup = [
         "set debuginfod enabled off",
         "set auto-load off",
@@ -92,6 +93,26 @@ def start(pid: int, script: str, blocked: bool) -> subprocess.Popen:
     for command in [f"sharedlibrary {PYTHON_LIBRARY}", *gdb_commands(script, blocked), "detach", "quit"]:
         args.append(f"-ex={command}")
     return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def gdb_path(settings: settings_module.Settings) -> str:
+    """The gdb to run: MONARCH_PDB_GDB, else the one the `wake` extra installs beside this
+    Python (a gdb that can call functions on every CPU: Debian 12's gdb 13 cannot where the CPU
+    has AMX), else gdb on PATH; CannotWake naming what is missing."""
+    if settings.gdb:
+        named = shutil.which(settings.gdb)
+        if named is None:
+            raise CannotWake(f"MONARCH_PDB_GDB names {settings.gdb!r}, which is not a program here")
+        return named
+    beside = os.path.join(os.path.dirname(sys.executable), "gdb")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("gdb")
+    if found is None:
+        raise CannotWake(
+            "--wake needs gdb, which is not installed here (pip install 'monarch-pdb[wake]', or Debian: apt-get install gdb)"
+        )
+    return found
 
 
 def finish(gdb: subprocess.Popen, timeout: float) -> None:
@@ -113,7 +134,8 @@ def finish(gdb: subprocess.Popen, timeout: float) -> None:
     if CANNOT_WRITE in said:
         raise CannotWake(
             f"gdb cannot set the registers of a process on this machine (it says: {CANNOT_WRITE}), so it cannot "
-            "run the joining code there; the process is left as it was (joining without --wake needs no gdb)"
+            "run the joining code there; the process is left as it was (a newer gdb can: pip install "
+            "'monarch-pdb[wake]'; joining without --wake needs no gdb)"
         )
     if "The program being debugged was signaled" in said or "The program being debugged stopped" in said:
         raise CannotWake("it stopped while gdb ran the script in it: " + _last_line(said))

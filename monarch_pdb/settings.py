@@ -87,6 +87,9 @@ class Settings:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     """Seconds py-spy gets to read one process from outside, with a core to itself (more for
     native frames, and when several reads share a core)."""
+    gdb: str = ""
+    """The gdb `join --wake` runs (empty: the one installed beside this Python by the `wake`
+    extra, else gdb on PATH)."""
     colour: bool = True
     """Whether the shell shows pdb's colours at a terminal until `set color` says otherwise: not
     where NO_COLOR is set, PYTHON_COLORS is 0 (Python's own switch) or TERM is dumb."""
@@ -142,6 +145,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         editor_threads=_env_count(env, "MONARCH_PDB_DAP_THREADS", 1024),
         stall_after=_env_float(env, "MONARCH_PDB_STALL_AFTER", 60.0),
         read_timeout=_env_float(env, "MONARCH_PDB_READ_TIMEOUT", DEFAULT_READ_TIMEOUT),
+        gdb=env.get("MONARCH_PDB_GDB", ""),
         colour=not env.get("NO_COLOR") and env.get("PYTHON_COLORS") != "0" and env.get("TERM") != "dumb",
     )
 

@@ -7,7 +7,6 @@ import os
 import platform
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from monarch_pdb.client import wake
 from monarch_pdb.client.connection import ShellConnection
 
 from monarch_pdb import settings as settings_module
@@ -351,6 +351,14 @@ def debug_launched_ranks(env: dict[str, str], shell: Callable, program: Program,
     assert code == 0 and all(f"rank {r} done" in output for r in range(4)), output
 
 
+def gdb() -> str | None:
+    """The gdb `join --wake` runs here, or None where it finds none."""
+    try:
+        return wake.gdb_path(settings_module.load())
+    except wake.CannotWake:
+        return None
+
+
 def needs_gdb_calls() -> None:
     """Skip the test unless gdb can run code in a process here (`join --wake`)."""
     why = _gdb_cannot_call()
@@ -362,14 +370,15 @@ def needs_gdb_calls() -> None:
 def _gdb_cannot_call() -> str:
     """Why gdb cannot run code in a process here ("" when it can): not installed, or it cannot
     set a process's registers, which a call needs (some gdbs on CPUs with AMX)."""
-    if shutil.which("gdb") is None:
-        return "gdb is not installed (Debian: apt-get install gdb)"
+    found = gdb()
+    if found is None:
+        return "gdb is not installed (pip install 'monarch-pdb[wake]', or Debian: apt-get install gdb)"
     if platform.machine() != "x86_64":
         return ""
     target = subprocess.Popen(["sleep", "60"])
     try:
         said = subprocess.run(
-            ["gdb", "-nx", "-batch", "-p", str(target.pid), "-ex=set $mxcsr ^= 1", "-ex=set $mxcsr ^= 1"],
+            [found, "-nx", "-batch", "-p", str(target.pid), "-ex=set $mxcsr ^= 1", "-ex=set $mxcsr ^= 1"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

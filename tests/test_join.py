@@ -18,7 +18,7 @@ import time
 
 import pytest
 from monarch_pdb.client.join import children_of
-from programs import DEBUG_SHELL, Program, debug, needs_gdb_calls, wait_for_all_rows, wait_for_lines
+from programs import DEBUG_SHELL, Program, debug, gdb, needs_gdb_calls, wait_for_all_rows, wait_for_lines
 
 JOIN = [DEBUG_SHELL[0], "join"]
 JOINS = sys.version_info >= (3, 14)
@@ -423,7 +423,7 @@ call that never returns (rank 0's sleep ends, late, then it blocks too)."""
 NAP = 15.0
 
 
-needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (Debian: apt-get install gdb)")
+needs_gdb = pytest.mark.skipif(gdb() is None, reason="gdb is not installed (pip install 'monarch-pdb[wake]')")
 
 
 @needs_gdb
@@ -456,18 +456,18 @@ def test_wake_joins_processes_blocked_for_good_on_any_python_and_their_calls_go_
 
 
 @pytest.mark.timeout(60)
-def test_wake_without_gdb_says_so_and_leaves_the_process_as_it_was(env, tmp_path):
+def test_wake_without_its_gdb_says_so_and_leaves_the_process_as_it_was(env, tmp_path):
     (tmp_path / "idle.py").write_text(IDLE)
     program = Program(env, tmp_path / "idle.py", cwd=tmp_path)
     try:
         wait_for_lines(program, "WAITING", 1)
-        no_gdb = dict(env, PATH=os.path.dirname(sys.executable))
+        no_gdb = dict(env, MONARCH_PDB_GDB="no-such-gdb")
         done = join(no_gdb, "--wake", str(program.proc.pid))
         assert (done.returncode, done.stdout, done.stderr) == (
             1,
             "",
-            f"monarch-pdb: {program.proc.pid} (python): --wake needs gdb, which is not installed here "
-            "(Debian: apt-get install gdb)\n",
+            f"monarch-pdb: {program.proc.pid} (python): MONARCH_PDB_GDB names 'no-such-gdb', which is not a "
+            "program here\n",
         )
         assert program.proc.poll() is None
     finally:
@@ -505,7 +505,7 @@ def test_wake_of_a_process_another_debugger_holds_names_that_debugger_and_leaves
         wait_for_lines(program, "WAITING", 1)
         pid = program.proc.pid
         holder = subprocess.Popen(
-            ["gdb", "-nx", "-batch", "-p", str(pid), "-ex=shell read line"],
+            [gdb(), "-nx", "-batch", "-p", str(pid), "-ex=shell read line"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -586,15 +586,15 @@ follows it, join's options, and what join says of it."""
 def test_a_process_joined_through_a_slow_gdb_is_joined_and_listed(env, tmp_path, case):
     needs_gdb_calls()
     after, options, note = SLOW_GDB[case]
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "gdb").write_text(f'#!/bin/sh\n{shutil.which("gdb")} "$@"\n{after}\n')
-    (tmp_path / "bin" / "gdb").chmod(0o755)
+    slow_gdb = tmp_path / "gdb"
+    slow_gdb.write_text(f'#!/bin/sh\n{gdb()} "$@"\n{after}\n')
+    slow_gdb.chmod(0o755)
     (tmp_path / "idle.py").write_text(IDLE)
     program = Program(env, tmp_path / "idle.py", cwd=tmp_path)
     try:
         wait_for_lines(program, "WAITING", 1)
         pid = program.proc.pid
-        slow = dict(env, PATH=f"{tmp_path / 'bin'}:{env['PATH']}")
+        slow = dict(env, MONARCH_PDB_GDB=str(slow_gdb))
         done = join(slow, "--wake", str(pid), *options)
         assert (done.returncode, done.stdout, done.stderr) == (
             0,
