@@ -298,7 +298,9 @@ def test_collectives_names_the_collective_a_rank_never_entered_and_where_it_is(e
 
 HOLDS = textwrap.dedent("""
     import ctypes
+    import os
     import sys
+    import time
 
     import torch
     import torch.distributed as dist
@@ -310,6 +312,8 @@ HOLDS = textwrap.dedent("""
 
     def next_batch(rank, step):
         if rank == 3 and step == 2:
+            while not os.path.exists(sys.argv[1]):  # until the test has seen every rank join
+                time.sleep(0.1)
             sys.stdout.write("HOLDING\\n")
             sys.stdout.flush()
             ctypes.PyDLL(None).sleep(3600)  # C code that never lets go of the GIL
@@ -336,11 +340,14 @@ answer, so the ranks that did agree on the collective they entered."""
 def test_collectives_and_hang_name_the_rank_that_holds_the_gil_and_never_say_every_rank_entered(env, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(HOLDS)
-    program = Program(dict(env, TORCH_FR_BUFFER_SIZE="2000"), script, cwd=tmp_path, launcher=TORCHRUN)
+    go = tmp_path / "go"
+    program = Program(dict(env, TORCH_FR_BUFFER_SIZE="2000"), script, str(go), cwd=tmp_path, launcher=TORCHRUN)
     rows = []
     try:
-        wait_for_lines(program, "HOLDING", 1, timeout=150)
+        wait_for_lines(program, "STEP", 4 * 2, timeout=150)  # every rank past its second step
         rows = wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")] * 4)
+        go.touch()
+        wait_for_lines(program, "HOLDING", 1)
         silent = "ranks[3] (1) did not answer: holds the GIL in C code (its process sent nothing in time)"
         seen = debug(env, "collectives train").stdout
         assert seen.splitlines()[0] == f"train: group 0 (world, 4 ranks): ranks[0-2] (3) entered #3; {silent}", seen
