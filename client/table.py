@@ -30,11 +30,16 @@ def coords_text(coords: dict) -> str:
 
 def job_texts(jobs: Iterable[str]) -> dict[str, str]:
     """Each job's name as the Job column shows it: past JOB_SHOWN characters, its start and its
-    end with `...` between; whole where that would leave two jobs looking alike."""
+    end with `...` between; where that leaves two jobs alike, its start; where that does too,
+    whole."""
     head = (JOB_SHOWN - 3) // 2
-    cut = {job: job if len(job) <= JOB_SHOWN else f"{job[:head]}...{job[head + 3 - JOB_SHOWN :]}" for job in jobs}
-    alike = Counter(cut.values())
-    return {job: shown if alike[shown] == 1 else job for job, shown in cut.items()}
+    cuts = (lambda job: f"{job[:head]}...{job[head + 3 - JOB_SHOWN :]}", lambda job: job[: JOB_SHOWN - 3] + "...")
+    shown: dict[str, str | None] = {job: job if len(job) <= JOB_SHOWN else None for job in jobs}
+    for cut in cuts:
+        tried = {job: cut(job) for job, text in shown.items() if text is None}
+        alike = Counter([*(text for text in shown.values() if text is not None), *tried.values()])
+        shown.update({job: text for job, text in tried.items() if alike[text] == 1})
+    return {job: text or job for job, text in shown.items()}
 
 
 def session_cells(row: wire.SessionRow, jobs: dict[str, str] | None) -> list[str]:
