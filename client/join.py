@@ -31,6 +31,7 @@ from typing import cast
 
 from monarch_pdb.client import wake as wake_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
+from monarch_pdb.client.escapes import visible
 
 from monarch_pdb import discovery, outside, wire
 from monarch_pdb import settings as settings_module
@@ -599,7 +600,7 @@ def rows_of(
 
 
 def _say(problem: str) -> None:
-    print(f"monarch-pdb: {problem}", file=sys.stderr, flush=True)
+    print(f"monarch-pdb: {visible(problem)}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -657,5 +658,5 @@ def _join(pids: list[int], args: argparse.Namespace, locks: list[tuple[JoinTarge
     for problem in problems:
         _say(problem)
     if rows:
-        print(joined_line(rows, sum(said[pid].before for pid in rows)), flush=True)
+        print(visible(joined_line(rows, sum(said[pid].before for pid in rows))), flush=True)
     return 1 if refused or problems else 0

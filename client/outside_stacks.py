@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from monarch_pdb.client import stack_tree
 from monarch_pdb.client.cli import seconds
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.join import (
     CannotJoin,
     chosen_pids,
@@ -141,5 +142,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(stack_tree.document(result, every, args.full), sort_keys=True))
     else:
-        sys.stdout.write(stack_tree.text(result, every, args.full))
+        sys.stdout.write(visible(stack_tree.text(result, every, args.full)))
     return 1 if not result.groups else 0

@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+from monarch_pdb.client import hang_report
+from monarch_pdb.client.stack_samples import Motion
 from monarch_pdb.client.table import JOB_SHOWN
 from programs import (
     DEBUG_SHELL,
@@ -24,7 +26,8 @@ from programs import (
     wait_for_sessions,
 )
 
-from monarch_pdb.ranks import counted
+from monarch_pdb import wire
+from monarch_pdb.ranks import RankSet, counted
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J"
 """A terminal title (OSC) and a clear-screen: what a file name may hold."""
@@ -52,6 +55,10 @@ def test_escape_sequences_in_a_scripts_file_name_are_shown_escaped_in_list_stack
         assert mesh.startswith(f"evil{SHOWN}: ranks, 16 a row"), mesh
         for raw in ("\x1b]0;", "\x1b[2J", "pwned\x07"):
             assert raw not in sh.raw, f"{raw!r} reached the terminal"
+        outside = subprocess.run(
+            [DEBUG_SHELL[0], "stacks", str(program.proc.pid)], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert f"evil{SHOWN}.py:" in outside.stdout and "\x1b" not in outside.stdout, "read from outside too"
         documents = debug(env, "list --all", flags=("--json",))
         assert [row["actor"] for row in json.loads(documents.stdout)] == [f"evil{ESCAPES}"], (
             "--json has the name as sent"
@@ -163,3 +170,23 @@ def test_a_count_of_one_rank_is_singular(env, tmp_path, shell):
         program.stop()
     assert [counted(n, "rank") for n in (0, 1, 2)] == ["0 ranks", "1 rank", "2 ranks"]
     assert counted(1, "process", "processes") == "1 process" and counted(3, "process", "processes") == "3 processes"
+
+
+def test_hang_suggests_attaching_a_rank_the_actor_has_when_its_ranks_are_process_ids():
+    stacks = wire.StacksResult(
+        ref=0,
+        actor="-c",
+        groups=[
+            wire.StackGroup(
+                [wire.ThreadStack("MainThread", [wire.Frame("solo.py", 1, "<module>")])], RankSet.of([4242, 5151])
+            )
+        ],
+        missing=[],
+    )
+    story = hang_report.Hang("-c", stacks, Motion(3, 0.5, [], []), None, None)
+    assert [command for command, _ in hang_report.next_commands(story)] == [
+        "stacks --locals -- -c ranks(:)",
+        "peek -- -c ranks(:) <expression>",
+        "interrupt -- -c ranks(:)",
+    ]
+    assert "then `attach -- -c 4242`" in hang_report.text(story)
