@@ -138,8 +138,8 @@ def program_name(script: str) -> str:
     """The name a Python process goes under (its actor, and the start of its job's name), from
     its program as `sys.argv[0]` gives it: the script's file name without its suffix;
     `python-c` for `python -c`, whose `-c` would read as a command's option; `python` for a
-    program read from standard input or typed at a prompt. `join` and outside `stacks` name a
-    process by its command line the same way."""
+    program read from standard input or typed at a prompt. Outside `stacks` names a process
+    from its command line with it too, so `list`, `join` and `stacks PID` agree."""
     if script == "-c":
         return "python-c"
     stem = os.path.splitext(os.path.basename(script))[0] if script != "-" else ""
