@@ -94,7 +94,7 @@ def expression_only(text: str) -> str:
             compile(text, "<peek>", "exec")
         except SyntaxError:
             raise CommandError(f"peek needs a Python expression: {error.msg} in {text!r}") from None
-    raise CommandError(f"peek evaluates an expression, not a statement ({text!r}): it changes nothing in the ranks")
+    raise CommandError(f"peek evaluates an expression, not a statement ({text!r}): it assigns nothing in the ranks")
 
 
 def peek_target(typed: str, usage_line: str) -> tuple[str, str, Selection, str]:
@@ -265,8 +265,8 @@ class HangCommands(cmd2.CommandSet):
         Evaluate a Python expression in running ranks without stopping them, and show the
         answers grouped as a cast's. It is read in the frame of the program's own code where
         `stacks` shows each rank (a paused rank: where it stopped); --frame FUNC the innermost
-        frame of FUNC, --up N that many frames further out. An expression only: nothing of the
-        rank changes. One still running after --timeout seconds (default 5) is answered as
+        frame of FUNC, --up N that many frames further out. An expression only, not a statement
+        (what it calls runs in the rank: `mcp` without --allow-control refuses calls). One still running after --timeout seconds (default 5) is answered as
         such and finishes on its own; a rank whose C code holds the GIL is named."""
         shell = self.shell
         job, actor, selection, expression = peek_target(typed_from_actor(args, args.expression), usage(self.do_peek))

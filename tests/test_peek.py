@@ -201,7 +201,7 @@ def test_peek_answers_what_raises_cuts_what_runs_long_and_changes_nothing(env, j
     assert outputs.count("| running |") == 4
 
     for statement, why in (
-        ("rank = 5", "peek evaluates an expression, not a statement ('rank = 5'): it changes nothing"),
+        ("rank = 5", "peek evaluates an expression, not a statement ('rank = 5'): it assigns nothing"),
         ("import os", "peek evaluates an expression, not a statement ('import os')"),
         ("loss +", "peek needs a Python expression: invalid syntax in 'loss +'"),
     ):
