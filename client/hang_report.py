@@ -101,7 +101,10 @@ def next_commands(hang: Hang) -> list[tuple[str, str]]:
 def text(hang: Hang) -> str:
     moved = "ranks moved" if hang.motion.moved else "no rank moved"
     span = (hang.motion.samples - 1) * hang.motion.every
-    lines = [f"== {hang.actor}: {moved} in {span:g} s; where they are:"]
+    if stack_samples.read_nothing(hang.motion):
+        lines = [f"== {hang.actor}: no rank's stack was read:"]
+    else:
+        lines = [f"== {hang.actor}: {moved} in {span:g} s; where they are:"]
     lines += stack_tree.text(hang.stacks, False).rstrip("\n").splitlines()
     if hang.collectives is not None:
         lines.append("== collectives:")

@@ -117,12 +117,15 @@ def running_actors(shell: Shell) -> list[tuple[str, str]]:
 
 
 def sampled(count: int, every_s: float, take: Callable[[], wire.StacksResult]) -> list[wire.StacksResult]:
-    """`count` stacks, `every_s` seconds apart."""
+    """`count` stacks, `every_s` seconds apart; only the first where it read no rank at all (no
+    reader, or every rank silent), since more samples of nothing tell nothing and cost seconds."""
     results = []
     for sample in range(count):
         if sample:
             time.sleep(every_s)  # the samples' pace, which the user chose
         results.append(take())
+        if not results[-1].groups:
+            break
     return results
 
 

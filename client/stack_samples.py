@@ -51,7 +51,14 @@ def motion(results: list[wire.StacksResult], every: float) -> Motion:
     )
 
 
+def read_nothing(m: Motion) -> bool:
+    """Whether the samples read no rank's stack, so that they say nothing of who moved."""
+    return not m.moved and not m.still
+
+
 def motion_lines(actor: str, m: Motion) -> list[str]:
+    if read_nothing(m):
+        return [f"{actor}: no rank's stack was read, so nothing tells which ranks move"]
     span = (m.samples - 1) * m.every
     lines = [f"{actor}: {m.samples} samples {m.every:g} s apart ({span:g} s):"]
     if m.moved:

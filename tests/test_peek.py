@@ -355,3 +355,29 @@ def test_the_frame_read_and_the_expression_run_in_it_change_nothing_in_process()
     assert evaluate("x = 1", frame).startswith("*** SyntaxError: invalid syntax"), (
         "a statement sent anyway is refused there too"
     )
+
+
+@pytest.mark.timeout(90)
+def test_samples_of_a_rank_nothing_can_read_stop_at_the_first_and_never_say_it_stood_still(env, tmp_path):
+    """A rank whose C call holds the GIL and that its broker cannot read from outside (here: no
+    time for py-spy) gives no stack: `stacks --samples` and `hang` take one sample, not three of
+    nothing, and say that nothing was read instead of "no rank moved"."""
+    script = tmp_path / "gil.py"
+    script.write_text(GIL)
+    go = tmp_path / "go"
+    program = Program(dict(env, MONARCH_PDB_READ_TIMEOUT="0.001"), script, str(go), "3600", cwd=tmp_path)
+    try:
+        wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
+        go.touch()
+        wait_for_lines(program, "HOLDING", 1)
+        sampled = debug(env, "stacks train --samples 3 --json")
+        assert sampled.returncode == 1, sampled.stdout + sampled.stderr
+        motion = json.loads(sampled.stdout)["motion"]
+        assert (motion["samples"], motion["moved"], motion["still"]) == (1, [], []), motion
+        said = debug(env, "stacks train --samples 3")
+        assert said.stdout.endswith("train: no rank's stack was read, so nothing tells which ranks move\n"), said.stdout
+        story = debug(env, "hang train")
+        assert story.stdout.startswith("== train: no rank's stack was read:\n"), story.stdout
+        assert "moved" not in story.stdout
+    finally:
+        program.stop()
