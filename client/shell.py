@@ -379,11 +379,16 @@ class DebugShell(cmd2.Cmd):
                 "nothing was run (lines typed while attached have no such limit)"
             )
         else:
-            if self.terminal.alerts_above_prompt:  # what happened before the command was typed goes before its answer
-                self.conn.hand_over_events()
-                self.terminal.show_alerts()
+            self.show_news()  # what happened before the command was typed goes before its answer
             return super().onecmd_plus_hooks(line, **kwargs)
         return False
+
+    def show_news(self) -> None:
+        """Between lines, or before an answer: the events heard before now, at once rather
+        than when their fold is due, and every line that waits to be shown."""
+        if self.terminal.alerts_above_prompt:
+            self.conn.hand_over_events()
+            self.terminal.show_alerts()
 
     def settle_aside(self) -> None:
         """Act on what the broker said while no command was asking (a held rank ended, say)."""
@@ -684,6 +689,7 @@ class DebugShell(cmd2.Cmd):
             )
 
         seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= args.count, args.timeout))
+        self.show_news()  # the stops counted are told before the count
         what = f"ranks of {name}" if actor else "ranks"
         if seen < args.count:
             raise CommandError(f"waited {args.timeout:g} s: {seen} of {args.count} {what} stopped")

@@ -176,3 +176,19 @@ def test_what_a_shell_heard_before_a_command_was_typed_is_shown_before_its_answe
         assert stop and stop.start() < screen.rindex("many ranks[0] (1)\n0\n"), screen[-2000:]
     finally:
         program.stop()
+
+
+@pytest.mark.timeout(120)
+def test_wait_tells_every_stop_it_counted_before_it_says_they_all_stopped(env, tmp_path, broker, shell):
+    script = tmp_path / "trickle.py"
+    script.write_text(TRICKLE)
+    sh = shell()
+    program = Program(env, script, cwd=tmp_path)
+    try:
+        out = sh.command("wait many 40 --timeout 60", timeout=70)
+        told, said, after = out.partition("40 ranks of many stopped\n")
+        assert said and "stopped at" not in after, out
+        counts = re.findall(r"^many (?:\d+|ranks\[[^]]*\] \((\d+)\)) stopped at trickle\.py:\d+$", told, re.M)
+        assert sum(int(n) if n else 1 for n in counts) == 40, out
+    finally:
+        program.stop()
