@@ -7,6 +7,7 @@ shell tells it what to print and what to do at the prompt.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import re
@@ -14,9 +15,11 @@ import select
 import shutil
 import signal
 import sys
+import termios
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import TextIO
 
 from cmd2 import rl_utils
@@ -42,11 +45,12 @@ CPython's input() begins one; that line accepted or ended; a key being acted on 
 completing) or the screen being drawn."""
 ALERT_SIGNAL = signal.SIGUSR1
 """How the connection's thread asks the shell's own to print lines above the prompt: readline's
-wait for a key ends on a signal, and its handler runs on readline's thread, between two keys."""
+wait for a key ends on a signal, and its handler runs on readline's thread, between two keys.
+A Ctrl-C that readline has not acted on is pressed home with it too."""
 RETRY_ALERT_AFTER = 0.05
-"""Seconds until lines still waiting at a free prompt are signalled again: a signal that lands
-while readline acts on a key, or just before it waits, is handled only once Python runs again
-on its thread."""
+"""Seconds until the shell's thread is signalled again, while lines wait at a free prompt or a
+Ctrl-C waits for its handler: a signal that lands while readline acts on a key, or just before
+it waits, is handled only once Python runs again on its thread."""
 
 
 @dataclass
@@ -169,6 +173,18 @@ class Terminal:
         self.alerts: list[str] = []
         self.alerts_lock = threading.Lock()
         self.alerts_retry: threading.Timer | None = None
+        self.signals_heard = -1
+        """The pipe Python writes the number of each signal it catches to (set_wakeup_fd)."""
+        self.interrupt_lock = threading.RLock()
+        self.interrupt_taken = threading.Event()
+        """Clear from a Ctrl-C heard on `signals_heard` until it is taken."""
+        self.at_prompt = False
+        """`read_line` waits for a line."""
+        self.interrupt_owed = False
+        """A Ctrl-C came at the prompt; the alert signal's handler raises its KeyboardInterrupt."""
+        self.interrupting = False
+        """The KeyboardInterrupt of a Ctrl-C at the prompt is on its way to `read_line`: no more
+        signals meanwhile."""
         self.news = False
         """The shell must act at the prompt (`settle`) before the lines that wait are shown."""
         self.typed_ahead: list[str] = []
@@ -186,9 +202,8 @@ class Terminal:
         if self.readline:
             readline.parse_and_bind("set enable-bracketed-paste on")
             signal.signal(signal.SIGTSTP, self.suspend)
-        if self.alerts_above_prompt:
-            readline.set_pre_input_hook(self.print_alerts)
-            signal.signal(ALERT_SIGNAL, lambda signum, frame: self.print_alerts())
+            signal.signal(ALERT_SIGNAL, self.signalled)
+            self.watch_interrupts()
         self.interactive = True
 
     def size(self) -> os.terminal_size:
@@ -245,12 +260,13 @@ class Terminal:
             self.alert([])
 
     def print_alerts(self) -> None:
-        """On the shell's thread (readline's pre-input hook, or the alert signal's handler):
-        the lines that wait go above the prompt while readline waits for a key. Before it has
-        drawn the prompt they wait for its hook, once it has accepted the line for the command's
-        end, and while it acts on a key, the next try. The signal waits meanwhile, so that its
-        handler cannot print inside the hook's printing."""
-        if not (self.alerts or self.news):
+        """On the shell's thread (the alert signal's handler): the lines that wait go above the
+        prompt while readline waits for a key. Before it has drawn the prompt, and while it acts
+        on a key, they wait for the next try; once it has accepted the line, for the command's
+        end. The signal waits meanwhile, so that its handler cannot print inside this printing.
+        (Not from readline's pre-input hook: readline drops what a hook raises, a Ctrl-C's
+        KeyboardInterrupt too.)"""
+        if not (self.alerts_above_prompt and (self.alerts or self.news)):
             return
         signal.pthread_sigmask(signal.SIG_BLOCK, {ALERT_SIGNAL})
         try:
@@ -300,6 +316,79 @@ class Terminal:
 
     # --- keys ------------------------------------------------------------------------------
 
+    def watch_interrupts(self) -> None:
+        """Ctrl-C at a prompt drops the line at once, however busy readline is. A SIGINT that
+        lands while readline acts on a key is only noted by Python: readline goes on to wait for
+        the next key, and the KeyboardInterrupt would come once the line is accepted, which
+        would then run as nothing at all. So a thread reads of each SIGINT on Python's signal
+        pipe and sends the alert signal, which ends readline's wait, until `read_line` (or a
+        command) has the interrupt."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        self.signals_heard = read_end
+        self.interrupt_taken.set()
+        handler = signal.getsignal(signal.SIGINT)
+
+        def on_sigint(signum: int, frame: FrameType | None) -> None:
+            if not self.at_prompt:
+                self.take_interrupt()
+                if callable(handler):
+                    handler(signum, frame)
+            elif not self.interrupting:
+                self.interrupt_owed = True
+                signal.pthread_kill(threading.get_ident(), ALERT_SIGNAL)
+
+        signal.signal(signal.SIGINT, on_sigint)
+        threading.Thread(target=self.chase_interrupts, name="ctrl-c", daemon=True).start()
+
+    def chase_interrupts(self) -> None:
+        """On a thread of its own: signal the shell's thread after each SIGINT until it is taken
+        (what was drained from the pipe before was taken already)."""
+        ident = threading.main_thread().ident
+        assert ident is not None
+        while True:
+            readable([self.signals_heard], None)
+            with self.interrupt_lock:
+                if signal.SIGINT not in self.heard_signals():
+                    continue
+                self.interrupt_taken.clear()
+            while not self.interrupt_taken.wait(RETRY_ALERT_AFTER):
+                if not self.interrupting:
+                    signal.pthread_kill(ident, ALERT_SIGNAL)
+
+    def take_interrupt(self) -> None:
+        """On the shell's thread, once a command or `read_line` has the KeyboardInterrupt, or
+        the line was accepted first: those Python caught before now need no more signals."""
+        self.interrupt_owed = self.interrupting = False
+        if self.signals_heard < 0:
+            return
+        with self.interrupt_lock:
+            self.heard_signals()
+            self.interrupt_taken.set()
+
+    def heard_signals(self) -> set[int]:
+        """The signals Python caught since the last look (their numbers, read off its pipe)."""
+        heard: set[int] = set()
+        try:
+            while chunk := os.read(self.signals_heard, 512):
+                heard.update(chunk)
+        except BlockingIOError:
+            pass
+        return heard
+
+    def signalled(self, signum: int, frame: FrameType | None) -> None:
+        """The alert signal's handler, on the shell's thread: a Ctrl-C at the prompt, else the
+        lines that wait. The Ctrl-C's KeyboardInterrupt is raised here, not in SIGINT's own
+        handler: Python runs the handlers in the order of their signals' numbers, and one still
+        waiting when the exception ends readline's wait would run with it set, and fail. SIGINT's
+        handler sends this signal, so that this handler, the last, raises in the same pass."""
+        if self.interrupt_owed and not readline_state() & RL_STATE_ACTING:
+            self.interrupt_owed, self.interrupting = False, True
+            raise KeyboardInterrupt
+        self.print_alerts()
+
     def suspend(self, signum: int, frame: object) -> None:
         """Ctrl-Z: stop, as any program does. At a prompt, the terminal is first set back as it
         was before readline took it (the shell that resumes us does not set it again), and on
@@ -341,9 +430,17 @@ class Terminal:
         as its SIGHUP does, whichever of the two the kernel delivers first: the end of input is
         not Ctrl-D, and there is no terminal left to say goodbye on."""
         while True:
+            if self.alerts_above_prompt:
+                self.show_alerts()  # what came since the last line, before the prompt is drawn
+                if self.news:
+                    self.alert([])  # acted on at the prompt, which it may change
+            self.at_prompt = True
             try:
-                return read()
+                with self.keys_kept_on_interrupt():
+                    return read()
             except KeyboardInterrupt:
+                if self.readline:
+                    termios.tcflush(self.stdin.fileno(), termios.TCIFLUSH)  # the line's keys not read yet
                 interrupted()
                 with self.lock:
                     self.write("\n")
@@ -351,6 +448,29 @@ class Terminal:
                 if self.keyboard and hung_up(self.stdin.fileno()):
                     sys.exit(128 + signal.SIGHUP)
                 raise
+            finally:
+                self.at_prompt = False
+                self.take_interrupt()  # one still owed as the line was accepted came too late for it
+
+    @contextlib.contextmanager
+    def keys_kept_on_interrupt(self) -> Iterator[None]:
+        """While readline reads a line, the terminal keeps the keys not read yet when Ctrl-C is
+        pressed (NOFLSH), and `read_line` throws them away once it has the interrupt: else
+        readline, told by select() that a key waits, may read after the terminal threw it away
+        and wait there for the next key, where no signal ends its wait."""
+        if not self.readline:
+            yield
+            return
+        fd = self.stdin.fileno()
+        before = termios.tcgetattr(fd)
+        kept = list(before)
+        kept[3] |= termios.NOFLSH
+        termios.tcsetattr(fd, termios.TCSANOW, kept)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(termios.error):  # the terminal has gone (its window closed)
+                termios.tcsetattr(fd, termios.TCSANOW, before)
 
     def next_typed(self, prompt: str) -> str:
         """The next line typed ahead, shown after `prompt` as if typed at it."""

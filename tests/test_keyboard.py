@@ -123,6 +123,28 @@ def test_ctrl_c_at_an_idle_prompt_drops_the_line_for_a_fresh_prompt_below_it(exa
     assert sh.command("jobs").startswith("+")
 
 
+CURSOR_MOVES = "\x01\x05" * 1000
+"""Ctrl-A, Ctrl-E: keys that leave the line as it is, enough of them to keep readline reading
+keys for a while, as a busy machine keeps it behind the keys typed."""
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_keys_are_still_being_read_drops_the_line_at_once_for_a_fresh_prompt(example, shell):
+    """Ctrl-C that comes while readline still reads the keys typed before it (those not read yet
+    are thrown away): the half-typed line is dropped at once, not when the next line is accepted
+    in its place, and the next line runs by itself."""
+    sh = shell()
+    for _ in range(10):
+        sh.seen = len(sh.text)
+        sh.child.send("lis" + CURSOR_MOVES)
+        sh.child.sendintr()
+        sh.expect(r"\nmonarch_dbg> \Z")
+        out = sh.command("list")
+        assert out.startswith("+---"), f"'list' typed after Ctrl-C printed {out!r}"
+    assert "lilist" not in sh.text and "lislist" not in sh.text
+    assert sh.command("lilist") == "Error processing command: unknown command 'lilist'; enter 'help' for the list\n"
+
+
 @pytest.mark.timeout(90)
 def test_a_pasted_block_runs_each_of_its_lines_in_turn(example, shell):
     sh = shell()
