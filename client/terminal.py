@@ -46,7 +46,10 @@ completing) or the screen being drawn."""
 ALERT_SIGNAL = signal.SIGUSR1
 """How the connection's thread asks the shell's own to print lines above the prompt: readline's
 wait for a key ends on a signal, and its handler runs on readline's thread, between two keys.
-A Ctrl-C that readline has not acted on is pressed home with it too."""
+A Ctrl-C that readline has not acted on is pressed home with it too. The calls it interrupts
+are restarted (SA_RESTART), but for select(), which never is, and which is readline's wait for
+a key: else a write of readline's to a terminal that reads slowly fails with EINTR, the C
+library drops what it held, and a key typed as a line comes shows nowhere."""
 RETRY_ALERT_AFTER = 0.05
 """Seconds until the shell's thread is signalled again, while lines wait at a free prompt or a
 Ctrl-C waits for its handler: a signal that lands while readline acts on a key, or just before
@@ -203,6 +206,7 @@ class Terminal:
             readline.parse_and_bind("set enable-bracketed-paste on")
             signal.signal(signal.SIGTSTP, self.suspend)
             signal.signal(ALERT_SIGNAL, self.signalled)
+            signal.siginterrupt(ALERT_SIGNAL, False)
             self.watch_interrupts()
         self.interactive = True
 
