@@ -242,7 +242,8 @@ class Terminal:
             self.lock.release()
             ident = threading.main_thread().ident
             assert ident is not None
-            signal.pthread_kill(ident, ALERT_SIGNAL)
+            if not self.interrupting:  # else the next try: see `signalled`
+                signal.pthread_kill(ident, ALERT_SIGNAL)
             with self.alerts_lock:
                 if self.alerts_retry is None:
                     self.alerts_retry = threading.Timer(RETRY_ALERT_AFTER, self.retry_alerts)
