@@ -98,7 +98,7 @@ class Ranks:
             prompt=PROMPT,
         )
 
-    def welcomed(self) -> list[wire.Message]:
+    def welcomed(self, broker_pid: int) -> list[wire.Message]:
         return [self.prompt(i, "") for i, cmd in enumerate(self.cmds) if cmd >= 0]
 
     def received(self, msg: wire.Message) -> None:

@@ -86,7 +86,7 @@ class Upstream:
 
     # --- the link's callbacks, on its thread: hand over and wake the broker ---------------
 
-    def welcomed(self) -> list[wire.Message]:
+    def welcomed(self, broker_pid: int) -> list[wire.Message]:
         self._put(JOINED)
         return []
 

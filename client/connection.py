@@ -456,16 +456,15 @@ class ShellConnection:
 
     # --- link.LinkOwner, on the link's thread -----------------------------------------------
 
-    def welcomed(self) -> list[wire.Message]:
+    def welcomed(self, broker_pid: int) -> list[wire.Message]:
         """A broker that does not know us: the casts the last one started will never be
         answered (what it had not answered yet, the link sends this one). A new broker where
         another welcomed us is a restart, said once."""
-        pid = self.link.broker_pid
-        if self._broker_pid and pid != self._broker_pid:
+        if self._broker_pid and broker_pid != self._broker_pid:
             self.restarts += 1
             if self.on_restart is not None:
                 self.on_restart()
-        self._broker_pid = pid
+        self._broker_pid = broker_pid
         started = [ref for ref, msg in list(self._started.items()) if msg is not None]
         if started:
             self._cut_short.update(started)

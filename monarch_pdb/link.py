@@ -41,8 +41,9 @@ CONNECTION_MESSAGES = frozenset({"hello", "heartbeat", "bye", "catch_up"})
 class LinkOwner(Protocol):
     """What the owner of a link does with it; every method runs on the link's thread."""
 
-    def welcomed(self) -> list[wire.Message]:
-        """Messages to send after each handshake (a new broker must learn what the old knew)."""
+    def welcomed(self, broker_pid: int) -> list[wire.Message]:
+        """Messages to send after each handshake (a new broker must learn what the old knew);
+        `broker_pid` tells one broker from the next."""
 
     def received(self, msg: wire.Message) -> None: ...
 
@@ -210,11 +211,6 @@ class Link:
         self._thread = threading.Thread(target=self._run, name=f"monarch-pdb-{role}", daemon=True)
         self._thread.start()
         atexit.register(self.close)
-
-    @property
-    def broker_pid(self) -> int:
-        """The pid of the broker that welcomed us last (0 before any did)."""
-        return self._broker_pid
 
     def post(self, msg: wire.Message | None = None) -> None:
         """Queue a message for the broker (or, with None, just wake the thread)."""
@@ -476,7 +472,7 @@ class Link:
                 if not self.ready.is_set():  # else it answers a hello we said again: no news
                     self.ready.set()
                     if not msg.known:  # a broker that knew us has all we told it
-                        replies.extend(self.peer.welcomed())
+                        replies.extend(self.peer.welcomed(msg.broker_pid))
                     replies.extend(self._resend)
                     self._resend = []
             elif self.events and isinstance(msg, wire.Events):

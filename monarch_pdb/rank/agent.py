@@ -302,7 +302,7 @@ class Agent:
 
     # --- the link's thread (link.LinkOwner) -------------------------------------------------
 
-    def welcomed(self) -> list[wire.Message]:
+    def welcomed(self, broker_pid: int) -> list[wire.Message]:
         with self._lock:
             self._unsent = list(self._waiting)
         self.presence.welcomed()
