@@ -24,6 +24,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from monarch_pdb import settings as settings_module
 
@@ -98,14 +99,15 @@ def start(pid: int, script: str, blocked: bool) -> subprocess.Popen:
 def gdb_path(settings: settings_module.Settings) -> str:
     """The gdb to run: MONARCH_PDB_GDB, else the one the `wake` extra installs beside this
     Python (a gdb that can call functions on every CPU: Debian 12's gdb 13 cannot where the CPU
-    has AMX), else gdb on PATH; CannotWake naming what is missing."""
+    has AMX) where it can start, which needs this Python's shared libpython, else gdb on PATH;
+    CannotWake naming what is missing."""
     if settings.gdb:
         named = shutil.which(settings.gdb)
         if named is None:
             raise CannotWake(f"MONARCH_PDB_GDB names {settings.gdb!r}, which is not a program here")
         return named
     beside = os.path.join(os.path.dirname(sys.executable), "gdb")
-    if os.access(beside, os.X_OK):
+    if os.access(beside, os.X_OK) and sysconfig.get_config_var("Py_ENABLE_SHARED"):
         return beside
     found = shutil.which("gdb")
     if found is None:
