@@ -23,7 +23,7 @@ INTERRUPTED = 130
 
 def seconds(text: str) -> float:
     """The value of --wait-broker, checked as the shell checks every time limit."""
-    from monarch_pdb.client.arguments import seconds as time_limit
+    from monarch_pdb.client.commands.words import seconds as time_limit
 
     return time_limit(text)
 

@@ -349,7 +349,7 @@ class DebugSession:
             thread = self.frame(args)[0]
             here = editor_commands.Here(thread.job, thread.actor)
         assert self.runtime.conn is not None
-        return editor_commands.run(self.runtime.conn, *command, here).rstrip("\n")
+        return editor_commands.answer(self.runtime.conn, *command, here).rstrip("\n")
 
     def on_setBreakpoints(self, args: dict) -> dict:
         """The file's breakpoints in every selected rank: pdb's in each paused one (and in each

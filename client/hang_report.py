@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monarch_pdb.client import collectives, stack_samples, stack_tree
-from monarch_pdb.client.arguments import actor_word
+from monarch_pdb.client.commands.words import actor_word
 
 from monarch_pdb import wire
 from monarch_pdb.places import place

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import hmac
 import inspect
-import shlex
 import signal
 import socket
 import sys
@@ -23,12 +22,12 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from monarch_pdb.client import mcp_tools, read_only
-from monarch_pdb.client.arguments import ACTOR_HELP, SELECTOR_HELP
-from monarch_pdb.client.hangs import INTERRUPT_TIMEOUT, PEEK_TIMEOUT, HangCommands
+from monarch_pdb.client import commands, mcp_tools, read_only
+from monarch_pdb.client.commands.cast import PEEK_TIMEOUT
+from monarch_pdb.client.commands.hangs import INTERRUPT_TIMEOUT
+from monarch_pdb.client.commands.words import ACTOR_HELP, SELECTOR_HELP
 from monarch_pdb.client.listen import listen_address
-from monarch_pdb.client.mcp_tools import Answer, Debugger, Refusal, actor_word, one_line
-from monarch_pdb.client.shell import DebugShell
+from monarch_pdb.client.mcp_tools import Debugger, Refusal, ToolResult, one_line
 
 from monarch_pdb import __version__, discovery, wire
 from monarch_pdb import settings as settings_module
@@ -67,8 +66,8 @@ Seconds = Annotated[float, Field(description="seconds a rank may take to answer"
 
 
 class Structured(TypedDict):
-    """A tool's structured result: the shell line it ran, the `--json` document, why it did
-    not fully work, the events since the last call, and what was cut to fit."""
+    """A tool's structured result: the shell line that gives the same answer, the `--json`
+    document, why it did not fully work, the events since the last call, and what was cut to fit."""
 
     command: str
     document: Any
@@ -80,7 +79,7 @@ class Structured(TypedDict):
 Result = Annotated[mcp_types.CallToolResult, Structured]
 
 
-def result(answer: Answer) -> mcp_types.CallToolResult:
+def result(answer: ToolResult) -> mcp_types.CallToolResult:
     """The answer, cut to fit: the shell's text to read, the document as structured content."""
     answer = mcp_tools.shaped(answer)
     text = answer.text.rstrip("\n")
@@ -100,14 +99,9 @@ def result(answer: Answer) -> mcp_types.CallToolResult:
     )
 
 
-def line(*words: str) -> str:
-    """A shell line of these words, those left empty left out."""
-    return " ".join(word for word in words if word)
-
-
-def about(do: Callable) -> str:
-    """A shell command's help without its usage line: the description of the tool that runs it."""
-    return inspect.cleandoc((do.__doc__ or "").partition("\n")[2])
+def about(name: str) -> str:
+    """A command's help without its usage line: the description of the tool that runs it."""
+    return commands.COMMANDS[name].about
 
 
 def uri_of(row: wire.SessionRow) -> str:
@@ -140,7 +134,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
 
     server = Server("monarch-pdb", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    def answered(run: Callable[[], Answer]) -> mcp_types.CallToolResult:
+    def answered(run: Callable[[], ToolResult]) -> mcp_types.CallToolResult:
         try:
             return result(run())
         except Refusal as refusal:
@@ -164,18 +158,18 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
             )
         return expression
 
-    @server.tool(name="list", description=about(DebugShell.do_list))
+    @server.tool(name="list", description=about("list"))
     def list_ranks(
         all: Annotated[bool, Field(description="every rank known, running ones too")] = False,
         rows: Annotated[bool, Field(description="a row per rank however many")] = False,
     ) -> Result:
-        return answered(lambda: debugger.run(line("list", "--all" if all else "", "--rows" if rows else "")))
+        return answered(lambda: debugger.run(commands.List(all=all, rows=rows)))
 
-    @server.tool(name="jobs", description=about(DebugShell.do_jobs))
+    @server.tool(name="jobs", description=about("jobs"))
     def jobs() -> Result:
-        return answered(lambda: debugger.run("jobs"))
+        return answered(lambda: debugger.run(commands.Jobs()))
 
-    @server.tool(name="stacks", description=about(HangCommands.do_stacks))
+    @server.tool(name="stacks", description=about("stacks"))
     def stacks(
         actor: Annotated[str, Field(description=ACTOR_HELP + " (empty: every running actor)")] = "",
         ranks: Annotated[str, Field(description=SELECTOR_HELP + " (empty: all)")] = "",
@@ -189,26 +183,26 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
             str, Field(description="an expression read in each rank (step) to order the groups by." + READS_ONLY)
         ] = "",
     ) -> Result:
-        def run() -> Answer:
+        def run() -> ToolResult:
             if ranks and not actor:
                 raise Refusal("ranks needs an actor")
             return debugger.run(
-                line(
-                    "stacks",
-                    f"--thread {thread}",
-                    "--full" if full else "",
-                    "--locals" if locals else "",
-                    "--native" if native else "",
-                    f"--samples {samples} --every {every:g}" if samples > 1 else "",
-                    f"--by {shlex.quote(reading('by', one_line('by', by)))}" if by else "",
-                    actor_word(actor) if actor else "",
-                    one_line("ranks", ranks),
+                commands.Stacks(
+                    actor or None,
+                    ranks,
+                    wire.Threads(thread),
+                    full,
+                    locals,
+                    native,
+                    samples,
+                    every if samples > 1 else 1.0,
+                    by=reading("by", by) if by else "",
                 )
             )
 
         return answered(run)
 
-    @server.tool(name="peek", description=about(HangCommands.do_peek) + READS_ONLY)
+    @server.tool(name="peek", description=about("peek") + READS_ONLY)
     def peek(
         actor: Actor,
         expression: Annotated[str, Field(description="a Python expression, evaluated in each rank")],
@@ -217,29 +211,19 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         up: Annotated[int, Field(description="that many frames further out", ge=0)] = 0,
         timeout: Seconds = PEEK_TIMEOUT,
     ) -> Result:
-        def run() -> Answer:
-            return debugger.run(
-                line(
-                    "peek",
-                    f"--frame {one_line('frame', frame)}" if frame else "",
-                    f"--up {up} --timeout {timeout:g}",
-                    actor_word(actor),
-                    one_line("ranks", ranks),
-                    reading("the expression", one_line("expression", expression)),
-                )
-            )
+        def run() -> ToolResult:
+            expression_read = reading("the expression", one_line("expression", expression))
+            return debugger.run(commands.Peek(actor, ranks, expression_read, timeout, frame, up))
 
         return answered(run)
 
-    @server.tool(name="hang", description=about(HangCommands.do_hang))
+    @server.tool(name="hang", description=about("hang"))
     def hang(actor: Annotated[str, Field(description=ACTOR_HELP + " (empty: every running actor)")] = "") -> Result:
-        return answered(lambda: debugger.run(line("hang", actor_word(actor) if actor else "")))
+        return answered(lambda: debugger.run(commands.Hang(actor or None)))
 
-    @server.tool(name="collectives", description=about(HangCommands.do_collectives))
+    @server.tool(name="collectives", description=about("collectives"))
     def collectives(actor: Actor, ranks: Selector = "ranks(:)", timeout: Seconds = PEEK_TIMEOUT) -> Result:
-        return answered(
-            lambda: debugger.run(f"collectives --timeout {timeout:g} {actor_word(actor)} {one_line('ranks', ranks)}")
-        )
+        return answered(lambda: debugger.run(commands.Collectives(actor, ranks, timeout)))
 
     @server.tool(name="source", description=inspect.cleandoc(mcp_tools.Debugger.source.__doc__ or ""))
     def source(
@@ -249,32 +233,28 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
     ) -> Result:
         return answered(lambda: debugger.source(actor, rank, around))
 
-    @server.tool(name="cast", description=about(DebugShell.do_cast) + " Needs --allow-control.")
+    @server.tool(name="cast", description=about("cast") + " Needs --allow-control.")
     def cast(
         actor: Actor,
         ranks: Selector,
         command: Annotated[str, Field(description="the pdb command, sent as typed (p loss, n, w)")],
     ) -> Result:
         control("cast")
-        return answered(
-            lambda: debugger.run(f"cast {actor_word(actor)} {one_line('ranks', ranks)} {one_line('command', command)}")
-        )
+        return answered(lambda: debugger.run(commands.Cast(actor, ranks, one_line("command", command))))
 
-    @server.tool(name="continue", description=about(DebugShell.do_continue) + " Needs --allow-control.")
+    @server.tool(name="continue", description=about("continue") + " Needs --allow-control.")
     def continue_ranks() -> Result:
         control("continue")
-        return answered(lambda: debugger.run("continue"))
+        return answered(lambda: debugger.run(commands.Continue()))
 
-    @server.tool(name="interrupt", description=about(HangCommands.do_interrupt) + " Needs --allow-control.")
+    @server.tool(name="interrupt", description=about("interrupt") + " Needs --allow-control.")
     def interrupt(
         actor: Actor,
         ranks: Selector,
         timeout: Annotated[float, Field(description="seconds to wait for them to stop", gt=0)] = INTERRUPT_TIMEOUT,
     ) -> Result:
         control("interrupt")
-        return answered(
-            lambda: debugger.run(f"interrupt --timeout {timeout:g} {actor_word(actor)} {one_line('ranks', ranks)}")
-        )
+        return answered(lambda: debugger.run(commands.Interrupt(actor, ranks, timeout)))
 
     @server.tool(name="step", description=inspect.cleandoc(Debugger.step.__doc__ or "") + " Needs --allow-control.")
     def step(

@@ -1,8 +1,8 @@
-"""What `monarch-pdb mcp`'s tools do, without the protocol: each runs the shell's own command
-(the line `monarch-pdb debug -c` would run) in a shell that keeps both what a person reads
-and the `--json` document, so that agent, shell and script cannot disagree; what the shell has
-no command for (a rank's source, stepping a rank it holds as the editor holds its threads) is
-here, over the same connection.
+"""What `monarch-pdb mcp`'s tools do, without the protocol: each runs a command of the command
+layer, the one the shell runs, and keeps both what a person reads and the `--json` document,
+so that agent, shell and script cannot disagree; what the shell has no command for (a rank's
+source, stepping a rank it holds as the editor holds its threads) is here, over the same
+connection.
 
 An answer is folded as the shell folds it (grouped ranks, merged stacks, numbers summarized),
 then cut to fit an agent's context: its text to `TEXT_CAP` characters and its document to
@@ -11,19 +11,17 @@ then cut to fit an agent's context: its text to `TEXT_CAP` characters and its do
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from monarch_pdb.client import arguments
-from monarch_pdb.client.arguments import CommandError, ask, split_job
-from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
-from monarch_pdb.client.escapes import visible
-from monarch_pdb.client.reporter import Reporter, made
-from monarch_pdb.client.shell import DebugShell, json_row
+from monarch_pdb.client.commands import FAILURES, Cast, ask, json_row, run, with_settings
+from monarch_pdb.client.commands.spec import SPECS
+from monarch_pdb.client.commands.words import split_job
+from monarch_pdb.client.connection import RESTARTED, NoBroker, ShellConnection, Timeout
+from monarch_pdb.client.events import describe_events
 
 from monarch_pdb import wire
 from monarch_pdb.settings import Settings
@@ -47,10 +45,10 @@ class Refusal(Exception):
 
 
 @dataclass(frozen=True)
-class Answer:
-    """A tool's answer: the shell line it ran, the text the shell shows for it (folded), its
-    `--json` document, why it did not fully work (ranks that did not answer), the events
-    announced since the last answer, and what was cut to fit."""
+class ToolResult:
+    """A tool's result: the shell line that gives the same answer, the text the shell shows for
+    it (folded), its `--json` document, why it did not fully work (ranks that did not answer),
+    the events announced since the last result, and what was cut to fit."""
 
     command: str
     text: str
@@ -60,60 +58,11 @@ class Answer:
     cut: list[str] = field(default_factory=list)
 
 
-@dataclass
-class Captured(Reporter):
-    """The shell's reporter for a tool: keeps the text and the document of a command both (the
-    shell prints one of them), its refusal, and the events, none of it printed."""
-
-    text: str = ""
-    doc: Any = None
-    refusal: str = ""
-    events: list[str] = field(default_factory=list)
-    events_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self, line: str) -> None:
-        super().start(line)
-        self.text, self.doc, self.refusal = "", None, ""
-
-    def result(self, text: Any, doc: Any, colours: bool = False) -> None:
-        self.text += made(text)
-        self.doc = made(doc)
-
-    def stream(self, text: str, colours: bool = False) -> None:
-        self.text += visible(text, colours)
-
-    def error(self, text: str, prefix: str = "") -> None:
-        self.failure = self.refusal = text
-
-    def background(self, kind: str, lines: list[str]) -> list[str]:
-        """On the connection's thread: the shell's folded events, kept for the next answer."""
-        with self.events_lock:
-            self.events += lines
-        return lines
-
-    def take_events(self) -> list[str]:
-        with self.events_lock:
-            lines, self.events = self.events, []
-        if len(lines) > EVENT_LINES:
-            return [f"({len(lines) - EVENT_LINES} earlier events left out)", *lines[-EVENT_LINES:]]
-        return lines
-
-
 def one_line(name: str, value: str) -> str:
-    """An argument that goes into a shell line: one line, since the shell runs each line of
-    what it is given as a command of its own."""
+    """An argument that a rank reads as one line (a pdb command), or that the agent meant as one."""
     if "\n" in value or "\r" in value:
         raise Refusal(f"{name} must be one line")
     return value
-
-
-def actor_word(actor: str) -> str:
-    """An actor's name (`job:actor`) as the shell reads it after a command's options, whatever
-    the name (`arguments.actor_word`)."""
-    one_line("actor", actor)
-    if not actor.strip() or '"' in actor:
-        raise Refusal(f"actor must be an actor's name (list shows them), not {actor!r}")
-    return arguments.actor_word(actor)
 
 
 def cut_text(text: str, cap: int = TEXT_CAP) -> tuple[str, list[str]]:
@@ -179,23 +128,25 @@ def fit(doc: Any, cap: int = DOCUMENT_CAP) -> tuple[Any, list[str]]:
     return root[0], lines if len(lines) <= CUT_LINES else [*lines[:CUT_LINES], f"... and {len(lines) - CUT_LINES} more"]
 
 
-def shaped(answer: Answer) -> Answer:
+def shaped(answer: ToolResult) -> ToolResult:
     """`answer` cut to fit an agent's context."""
     text, text_cut = cut_text(answer.text)
     doc, doc_cut = fit(answer.document)
-    return Answer(answer.command, text, doc, answer.failure, answer.events, [*text_cut, *doc_cut])
+    return ToolResult(answer.command, text, doc, answer.failure, answer.events, [*text_cut, *doc_cut])
 
 
 class Debugger:
-    """One connection to the broker, as an agent's (`list` says `agent` of what it holds), and
-    the shell whose commands the tools run on it, one tool at a time."""
+    """One connection to the broker, as an agent's (`list` says `agent` of what it holds), on
+    which the tools run their commands, one tool at a time; the events it hears, folded as the
+    shell folds them, wait for the next result."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.conn = ShellConnection(settings, client=wire.Client.AGENT)
-        self.shell = DebugShell(self.conn, stdin=io.StringIO(), stdout=io.StringIO())
-        self.report = Captured(self.shell.write_out, self.shell.write_err)
-        self.shell.report = self.report
+        self.events: list[str] = []
+        self.events_lock = threading.Lock()
+        self.conn.on_events = lambda events: self.heard(describe_events(events, None, None))
+        self.conn.on_restart = lambda: self.heard([RESTARTED])
         self.lock = threading.Lock()
         self.refs = itertools.count(1)
         self.held: set[int] = set()
@@ -225,20 +176,33 @@ class Debugger:
             if isinstance(msg, wire.SessionEnded):
                 self.held.discard(msg.session)
 
-    def run(self, line: str) -> Answer:
-        """The shell's command `line`, as its `-c` runs it."""
+    def heard(self, lines: list[str]) -> None:
+        """On the connection's thread: events, kept for the next result."""
+        with self.events_lock:
+            self.events += lines
+
+    def take_events(self) -> list[str]:
+        with self.events_lock:
+            lines, self.events = self.events, []
+        if len(lines) > EVENT_LINES:
+            return [f"({len(lines) - EVENT_LINES} earlier events left out)", *lines[-EVENT_LINES:]]
+        return lines
+
+    def run(self, args: Any) -> ToolResult:
+        """The command whose record `args` is, as the shell runs it."""
         with self.lock:
             self.ready()
-            return self.command(line)
+            return self.command(args)
 
-    def command(self, line: str) -> Answer:
-        self.shell.onecmd_plus_hooks(line)
-        report = self.report
-        if report.refusal:
-            raise Refusal(report.refusal)
-        return Answer(line, report.text, report.doc, report.failure, report.take_events())
+    def command(self, args: Any) -> ToolResult:
+        args = with_settings(args, list_rows=self.settings.list_rows)
+        try:
+            answer = run(self.conn, args)
+        except FAILURES as error:
+            raise Refusal(str(error)) from None
+        return ToolResult(SPECS[type(args)].line(args), answer.shown, answer.doc, answer.failure, self.take_events())
 
-    def step(self, actor: str, rank: int, how: str) -> Answer:
+    def step(self, actor: str, rank: int, how: str) -> ToolResult:
         """pdb's `how` (next, step, return) in one paused rank, which the agent holds from then
         on as an editor holds its threads; where it stopped, as `list` has it."""
         if how not in STEPS:
@@ -248,13 +212,13 @@ class Debugger:
             self.ready()
             try:
                 attached = ask(self.conn, wire.Attach(actor=name, rank=rank, job=job), wire.Attached)
-            except (CommandError, Timeout) as error:
+            except FAILURES as error:
                 raise Refusal(str(error)) from None
             self.held.add(attached.session)
-            answer = self.command(f"cast {actor_word(actor)} ranks({rank}) {how}")
+            answer = self.command(Cast(actor, f"ranks({rank})", how))
             at = self.stop_of(attached.job, attached.actor, rank)
         document = {**answer.document, "at": None if at is None else json_row(at)}
-        return Answer(answer.command, answer.text, document, answer.failure, answer.events)
+        return ToolResult(answer.command, answer.text, document, answer.failure, answer.events)
 
     def stop_of(self, job: str, actor: str, rank: int) -> wire.SessionRow | None:
         """The paused rank's row of `list`, None when it is not paused."""
@@ -266,7 +230,7 @@ class Debugger:
             self.ready()
             return ask(self.conn, wire.ListSessions(), wire.SessionList).rows
 
-    def source(self, actor: str, rank: int, around: int = SOURCE_AROUND) -> Answer:
+    def source(self, actor: str, rank: int, around: int = SOURCE_AROUND) -> ToolResult:
         """The lines around where a paused rank stopped, as the rank itself reads its file (pdb's
         `l .`, asked of the paused thread without sending its pdb a line)."""
         job, name = split_job(actor)
@@ -290,7 +254,7 @@ class Debugger:
             answer = self.conn.collect(
                 lambda m: isinstance(m, wire.Inspection) and m.ref == ref, self.settings.connect_timeout
             )
-            events = self.report.take_events()
+            events = self.take_events()
         if not isinstance(answer, wire.Inspection):
             raise Refusal(f"{name} {rank} did not answer within {self.settings.connect_timeout:g} s")
         if answer.error or not answer.items:
@@ -301,4 +265,4 @@ class Debugger:
         head = f"{row.actor} {row.rank} stopped in {row.function} at {row.filename}:{row.lineno}\n"
         text = head + "".join(f"{n:4d}{' ->' if n == row.lineno else '   '}\t{code}\n" for n, code in shown)
         document = {**json_row(row), "lines": [{"line": n, "text": code} for n, code in shown]}
-        return Answer(f"source {actor} {rank}", text, document, events=events)
+        return ToolResult(f"source {actor} {rank}", text, document, events=events)

@@ -18,36 +18,28 @@ import functools
 import os
 import sys
 import time
-from dataclasses import asdict
+from typing import Any
 
 import cmd2
-from monarch_pdb.client import answers
-from monarch_pdb.client.arguments import (
+from monarch_pdb.client.arguments import command, shell_command, usage
+from monarch_pdb.client.attachment import Attachment, Left
+from monarch_pdb.client.commands import COMMANDS, CommandError, Spec, ask, run, with_settings
+from monarch_pdb.client.commands.cast import CAST_OUTPUTS, CAST_TIMEOUT
+from monarch_pdb.client.commands.words import (
     ACTOR_HELP,
     SELECTOR_HELP,
-    CommandError,
     argument,
-    ask,
-    command,
-    count_number,
     natural,
-    parse_target,
     rank_number,
     seconds,
     split_job,
-    timeout,
-    typed_from_actor,
-    usage,
     words_target,
 )
-from monarch_pdb.client.attachment import Attachment, Left
 from monarch_pdb.client.connection import RESTARTED, ShellConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.events import STOPS, describe_events
-from monarch_pdb.client.hangs import HangCommands
 from monarch_pdb.client.pager import Pager, checked
 from monarch_pdb.client.reporter import Reporter, Transcript
-from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
 from monarch_pdb.client.terminal import EOF, Terminal
 
 from monarch_pdb import wire
@@ -63,8 +55,6 @@ ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"
 QUIT_COMMANDS = frozenset({"quit"} | {alias for alias, command in ALIASES.items() if command == "quit"})
 HIDDEN = ["alias", "edit", "macro", "run_pyscript", "shell", "shortcuts"]
 RUNNING_HINT_AFTER = 1.0
-CAST_OUTPUTS = ("grouped", "raw")
-WAIT_TIMEOUT = 60.0
 ERROR_COLOUR, PLAIN = "\x1b[91m", "\x1b[0m"
 MAX_COMMAND_LINE = 65536
 """cmd2 splits a command into words in time that grows with the square of its length: a
@@ -81,24 +71,6 @@ class OutputClosed(BaseException):
     """Whoever read the results stopped reading (`monarch-pdb debug -c list | head`): the run
     ends, quietly. Not an Exception, so that no command's error handling (cmd2 prints every
     Exception with its traceback hint) takes it for a failed command."""
-
-
-def json_row(row: wire.SessionRow) -> dict:
-    """A `list` row as docs/scripts.md's JSON schema names its fields."""
-    return {
-        "job": row.job,
-        "actor": row.actor,
-        "rank": row.rank,
-        "coords": row.coords,
-        "host": row.host,
-        "pid": row.pid,
-        "function": row.function,
-        "file": row.filename,
-        "line": row.lineno,
-        "state": row.state,
-        "instance": row.instance,
-        "attached": row.attached,
-    }
 
 
 @functools.cache
@@ -133,7 +105,6 @@ class DebugShell(cmd2.Cmd):
             terminators=[],
             persistent_history_file=history_file,
             shortcuts={"?": "help", "@": "run_script", "@@": "_relative_run_script"},
-            command_sets=[HangCommands()],
             **kwargs,
         )
         self.conn = conn
@@ -162,7 +133,7 @@ class DebugShell(cmd2.Cmd):
         self.said: tuple[wire.EventKind, str, str, int] | None = None
         """The end of the rank we held that we said already (taken over, lost): its event is left out."""
         self.cast_output = "grouped"
-        self.cast_timeout = 10.0
+        self.cast_timeout = CAST_TIMEOUT
         self.add_settable(
             cmd2.Settable("cast_output", str, "how cast shows answers: grouped or raw", self, choices=CAST_OUTPUTS)
         )
@@ -549,46 +520,54 @@ class DebugShell(cmd2.Cmd):
 
     # --- commands ----------------------------------------------------------------------
 
-    @command(
-        argument("--all", action="store_true", help="every rank known, running ones too"),
-        argument(
-            "--rows",
-            action="store_true",
-            help="a row per rank however many (past list_rows ranks, a row per group of ranks by default)",
-        ),
-    )
-    def do_list(self, args: argparse.Namespace) -> None:
-        """list [--all] [--rows]
+    def answer(self, spec: Spec, args: Any) -> None:
+        """Run a command of the layer with the shell's settings, and show its answer."""
+        args = with_settings(
+            args,
+            cast_timeout=self.cast_timeout,
+            output=self.cast_output,
+            list_rows=None if self.report.as_json else self.list_rows,
+            colour=self.stdout.isatty() and not self.report.as_json,
+            columns=self.terminal.size().columns,
+        )
+        shown = False
 
-        Show every rank stopped at a breakpoint, or with --all every rank known, running too.
-        Past list_rows ranks, a row per group of ranks stopped at the same place, as the broker
-        groups them (JSON has every row)."""
-        above = None if args.rows or self.report.as_json else self.list_rows
-        question = wire.ListAll(groups_above=above) if args.all else wire.ListSessions(groups_above=above)
-        reply = ask(self.conn, question, wire.SessionList, wire.SessionGroups)
-        if isinstance(reply, wire.SessionGroups):
-            self.actors.update(g.actor for g in reply.groups)
-            # --json asks for every row; these go to `mcp`, whose answers are folded as the shell's are.
-            doc = [asdict(g) for g in reply.groups]
-            self.report.result(functools.partial(groups_table, reply.groups, with_state=args.all), doc)
-            return
-        assert isinstance(reply, wire.SessionList)
-        rows = reply.rows
-        self.actors.update(r.actor for r in rows)
-        text: str | functools.partial[str]
-        if not rows:
-            text = "No rank is known to the broker." if args.all else "No active breakpoints."
-        else:
-            text = functools.partial(sessions_table, rows, with_state=args.all)
-        self.report.result(text, lambda: [json_row(r) for r in rows])
+        def progress(msg: wire.CastProgress) -> None:
+            nonlocal shown
+            sys.stderr.write(f"\ranswered {msg.answered}/{msg.total}")
+            sys.stderr.flush()
+            shown = True
 
-    @command(refusal="jobs takes no arguments")
-    def do_jobs(self, args: argparse.Namespace) -> None:
-        """jobs
+        def waiting(why: str) -> None:
+            sys.stderr.write("\r")  # over the progress line
+            self.note(f"({why})")
 
-        Show the jobs whose ranks the broker knows."""
-        rows = ask(self.conn, wire.ListJobs(), wire.JobList).rows
-        self.report.result(jobs_table(rows) if rows else "No job is connected.", [asdict(r) for r in rows])
+        if self.terminal.keyboard:
+            args = with_settings(args, progress=progress, waiting=waiting)
+        try:
+            answer = run(self.conn, args)
+        finally:
+            if shown:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+            if spec.news_first:
+                self.show_news()
+        self.actors.update(answer.actors)
+        self.report.result(answer.text, answer.document, answer.colours)
+        if answer.failure:
+            self.report.failed(answer.failure)
+
+    do_list = shell_command(COMMANDS["list"])
+    do_jobs = shell_command(COMMANDS["jobs"])
+    do_mesh = shell_command(COMMANDS["mesh"])
+    do_wait = shell_command(COMMANDS["wait"])
+    do_cast = shell_command(COMMANDS["cast"])
+    do_continue = shell_command(COMMANDS["continue"])
+    do_stacks = shell_command(COMMANDS["stacks"])
+    do_peek = shell_command(COMMANDS["peek"])
+    do_collectives = shell_command(COMMANDS["collectives"])
+    do_hang = shell_command(COMMANDS["hang"])
+    do_interrupt = shell_command(COMMANDS["interrupt"])
 
     @command(
         argument("actor", help=ACTOR_HELP),
@@ -661,41 +640,6 @@ class DebugShell(cmd2.Cmd):
         )
 
     @command(
-        argument("actor", nargs="?", help=ACTOR_HELP),
-        argument("--any", action="store_true", help="ranks of any actor, instead of one actor's"),
-        argument("count", type=count_number, help="how many of its ranks must be stopped"),
-        argument(
-            "--timeout",
-            type=timeout,
-            default=WAIT_TIMEOUT,
-            metavar="S",
-            help=f"seconds to wait (default {WAIT_TIMEOUT:g})",
-        ),
-    )
-    def do_wait(self, args: argparse.Namespace) -> None:
-        """wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]
-
-        Block until enough ranks of an actor, or of any actor, are stopped."""
-        if args.any == (args.actor is not None):
-            raise CommandError(usage(self.do_wait))
-        name = "--any" if args.any else args.actor
-        job, actor = ("", "") if args.any else split_job(args.actor)
-
-        def stopped(rows: list[wire.SessionRow]) -> int:
-            return sum(
-                1
-                for r in rows
-                if r.state != wire.RankState.RUNNING and (not actor or r.actor == actor) and (not job or r.job == job)
-            )
-
-        seen = stopped(self.conn.wait_for_rows(lambda rows: stopped(rows) >= args.count, args.timeout))
-        self.show_news()  # the stops counted are told before the count
-        what = f"ranks of {name}" if actor else "ranks"
-        if seen < args.count:
-            raise CommandError(f"waited {args.timeout:g} s: {seen} of {args.count} {what} stopped")
-        self.report.result(f"{seen} {what} stopped", {"wait": name, "wanted": args.count, "stopped": seen})
-
-    @command(
         argument("actor", help=ACTOR_HELP + "; off stops following"),
         argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)"),
     )
@@ -720,75 +664,8 @@ class DebugShell(cmd2.Cmd):
         )
 
     complete_follow = complete_actor
-
-    @command(
-        argument("actor", help=ACTOR_HELP),
-        argument(
-            "command",
-            nargs=argparse.REMAINDER,
-            metavar="ranks(<ranks>) <pdb command>",
-            help=SELECTOR_HELP + ", then the pdb command, sent as typed",
-        ),
-    )
-    def do_cast(self, args: argparse.Namespace) -> None:
-        """cast <actor> ranks(<ranks>) <pdb command>
-
-        Send one pdb command to many ranks and show their answers, grouped."""
-        job, actor, selection, line = parse_target(typed_from_actor(args, args.command), usage(self.do_cast))
-        if selection is None:
-            raise CommandError(usage(self.do_cast))
-        if not line.strip():
-            raise CommandError("cast needs a pdb command after the selector")
-        if self.cast_output not in CAST_OUTPUTS:
-            raise CommandError(f"cast_output must be one of {', '.join(CAST_OUTPUTS)}")
-        shown = False
-
-        def progress(msg: wire.CastProgress) -> None:
-            nonlocal shown
-            sys.stderr.write(f"\ranswered {msg.answered}/{msg.total}")
-            sys.stderr.flush()
-            shown = True
-
-        def waiting(why: str) -> None:
-            if self.terminal.keyboard:
-                sys.stderr.write("\r")  # over the progress line
-                self.note(f"({why})")
-
-        try:
-            result = self.conn.cast(
-                actor,
-                render_selector(selection),
-                line,
-                self.cast_timeout,
-                job,
-                progress if self.terminal.keyboard else None,
-                waiting,
-            )
-        except KeyboardInterrupt:
-            raise CommandError(f"stopped waiting (Ctrl-C); the ranks carry on with {line.strip()!r}") from None
-        finally:
-            if shown:
-                sys.stderr.write("\r\033[K")
-                sys.stderr.flush()
-        render = answers.raw if self.cast_output == "raw" else answers.grouped
-        self.report.result(functools.partial(render, result), functools.partial(answers.document, result))
-        if result.missing:
-            self.report.failed(f"{len(result.missing)} of the selected ranks did not answer")
-
-    complete_cast = complete_actor
-
-    @command(refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
-    def do_continue(self, args: argparse.Namespace) -> None:
-        """continue
-
-        Clear the breakpoints set with b/tbreak and continue every stopped rank."""
-        released = ask(self.conn, wire.Continue(), wire.Continued).released
-        total = sum(len(r.ranks) for r in released)
-        parts = ", ".join(f"{r.actor} ranks[{format_ranks(r.ranks)}]" for r in released)
-        text = f"Continued {counted(total, 'rank')}: {parts}" if released else "No rank is stopped."
-        self.report.result(
-            text, {"continued": [{"actor": r.actor, "ranks": r.ranks} for r in released], "count": total}
-        )
+    complete_cast = complete_peek = complete_stacks = complete_collectives = complete_actor
+    complete_hang = complete_interrupt = complete_mesh = complete_actor
 
     @command(refusal="detach takes no arguments")
     def do_detach(self, args: argparse.Namespace) -> None:
