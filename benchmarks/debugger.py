@@ -16,11 +16,11 @@ import threading
 import time
 from pathlib import Path
 
-from monarch_pdb.client.connection import ShellConnection
 from timing import timed
 
 from monarch_pdb import discovery, wire
 from monarch_pdb import settings as settings_module
+from monarch_pdb.client.connection import ShellConnection
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "debugging.py"
 RANKS = 16

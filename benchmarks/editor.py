@@ -15,8 +15,9 @@ from pathlib import Path
 
 import debugger
 import terminal
-from monarch_pdb.client.dap import encode, read_message
 from timing import timed
+
+from monarch_pdb.client.editor.dap import encode, read_message
 
 STEPPER = Path(__file__).resolve().parent / "stepper.py"
 DAP = [str(Path(sys.executable).parent / "monarch-pdb"), "dap"]

@@ -27,13 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import report
-from monarch_pdb.client import collectives, outside_stacks
-from monarch_pdb.client.connection import ShellConnection
-from monarch_pdb.client.join import children_of
 from report import Result, Target, say
 from timing import timed
 
 from monarch_pdb import outside, settings
+from monarch_pdb.client.commands import collectives_report
+from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.outside import host_stacks
+from monarch_pdb.client.outside.join import children_of
 
 RESULTS = Path(__file__).resolve().parent / "results" / "hang.json"
 PROCESSES = 64
@@ -130,7 +131,7 @@ def free_port() -> int:
 
 def stacks_outside(pids: list[int]) -> None:
     args = argparse.Namespace(thread="main", native=False, locals=False)
-    result = outside_stacks.read_all(pids, args)
+    result = host_stacks.read_all(pids, args)
     if result.missing or sum(len(g.ranks) for g in result.groups) != len(pids):
         raise RuntimeError(f"stacks read {len(result.groups)} groups, missing {result.missing[:3]}")
 
@@ -171,7 +172,9 @@ def main() -> int:
         stack.callback(conn.close)
 
         def snapshot() -> None:
-            report_ = collectives.fold(conn.peek("train", "ranks(:)", collectives.EXPRESSION, ANSWER_TIMEOUT))
+            report_ = collectives_report.fold(
+                conn.peek("train", "ranks(:)", collectives_report.EXPRESSION, ANSWER_TIMEOUT)
+            )
             group = report_.groups.get("0")
             if group is None or len(group.ranks) != PROCESSES or group.disagreement() is None:
                 raise RuntimeError("collectives did not name the rank behind")

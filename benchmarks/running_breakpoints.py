@@ -17,11 +17,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from monarch_pdb.client.connection import ShellConnection
 from report import Result, Target
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 ITERATIONS = 20_000
 """Loop iterations in one timed sample (about a millisecond)."""

@@ -32,12 +32,12 @@ from pathlib import Path
 
 import floors
 import report
-from monarch_pdb.client import stack_tree, table
-from monarch_pdb.client.connection import RequestFailed, ShellConnection
 from report import Result, Target
 
 from monarch_pdb import discovery, wire
 from monarch_pdb import settings as settings_module
+from monarch_pdb.client.commands import listing, stack_tree
+from monarch_pdb.client.connection import RequestFailed, ShellConnection
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
 WIRE_EMULATOR = EMULATOR.with_name("wire_ranks.py")
@@ -657,14 +657,14 @@ def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut
             raise RuntimeError(f"list showed {len(rows)} sessions, not {n}")
 
     def shown() -> None:
-        """`list` at the shell's default screenful: the broker's groups, drawn as a table."""
+        """`list` at the shell's default screenful: the broker's groups, drawn as a listing."""
         reply = conn.request(
             wire.ListSessions(groups_above=conn.settings.list_rows), wire.SessionGroups, timeout=timeout
         )
         grouped = sum(group.count for group in getattr(reply, "groups", []))
         if grouped != n:
             raise RuntimeError(f"list grouped {grouped} sessions, not {n}")
-        table.groups_table(reply.groups)
+        listing.groups_table(reply.groups)
 
     def floor() -> None:
         fan_out.round_trips(0, 1)

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from monarch_pdb import wire
 from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.routes import Routes
-
-from monarch_pdb import wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.requests import Requests

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
 from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
-
-from monarch_pdb import ranks, wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit

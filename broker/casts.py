@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request, below_timeout
 from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
-
-from monarch_pdb import ranks, wire
 from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:

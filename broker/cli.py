@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from monarch_pdb.broker import server
-
 from monarch_pdb import settings as settings_module
+from monarch_pdb.broker import server
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from monarch_pdb.broker.routes import Routes
-
 from monarch_pdb import wire
+from monarch_pdb.broker.routes import Routes
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.records import Peer, Session

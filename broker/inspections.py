@@ -8,9 +8,8 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import TypeVar
 
-from monarch_pdb.broker.upstream import UPSTREAM
-
 from monarch_pdb import wire
+from monarch_pdb.broker.upstream import UPSTREAM
 
 KEPT = 4096
 """The most questions waiting for an answer; past it the oldest is forgotten (its asker has a

@@ -11,9 +11,8 @@ from itertools import chain, groupby
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
-from monarch_pdb.broker.inflight import in_parts
-
 from monarch_pdb import wire
+from monarch_pdb.broker.inflight import in_parts
 from monarch_pdb.ranks import RankSet, format_ranks
 
 if TYPE_CHECKING:

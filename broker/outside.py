@@ -19,9 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from monarch_pdb.broker.inflight import below_timeout
-
 from monarch_pdb import outside
+from monarch_pdb.broker.inflight import below_timeout
 
 
 @dataclass(frozen=True)

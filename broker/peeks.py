@@ -12,10 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from monarch_pdb import wire
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
 from monarch_pdb.broker.routes import Routes
-
-from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:

@@ -9,10 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
+from monarch_pdb import ranks, wire
 from monarch_pdb.broker.records import LIVE, CannotServe, LiveRank, Peer, Session
 from monarch_pdb.broker.table import Table
-
-from monarch_pdb import ranks, wire
 
 
 @dataclass

@@ -8,11 +8,10 @@ import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
+from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import InFlight, Request
 from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import no_match
-
-from monarch_pdb import ranks, wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.registry import Registry

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import TextIO, cast
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from monarch_pdb import curve, discovery, wire
 from monarch_pdb.broker.agents import Agents
 from monarch_pdb.broker.audit import Audit
 from monarch_pdb.broker.branches import Branches
@@ -42,9 +45,6 @@ from monarch_pdb.broker.shells import Shells
 from monarch_pdb.broker.stacks import Stacks
 from monarch_pdb.broker.stalls import STALLS, Stalls
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, NoUpstream, Upstream
-from zmq.utils.monitor import recv_monitor_message
-
-from monarch_pdb import curve, discovery, wire
 from monarch_pdb.link import zmtp_heartbeats
 from monarch_pdb.settings import Settings
 

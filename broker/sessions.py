@@ -11,13 +11,12 @@ from collections.abc import Callable
 from sys import intern
 from typing import TYPE_CHECKING
 
+from monarch_pdb import wire
 from monarch_pdb.broker.casts import Casts
 from monarch_pdb.broker.events import EventLog
 from monarch_pdb.broker.log import log
 from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.upstream import UPSTREAM, NoUpstream
-
-from monarch_pdb import wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.records import Session

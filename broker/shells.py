@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inspections import Inspections
 from monarch_pdb.broker.records import CannotServe, State
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes, Table
-
-from monarch_pdb import ranks, wire
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from monarch_pdb import ranks, wire
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
 from monarch_pdb.broker.outside import Asked, OutsideReads
 from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
-
-from monarch_pdb import ranks, wire
 from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:

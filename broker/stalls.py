@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from monarch_pdb import wire
 from monarch_pdb.broker.events import EventLog
 from monarch_pdb.broker.registry import Registry
-
-from monarch_pdb import wire
 from monarch_pdb.places import place
 from monarch_pdb.ranks import format_ranks
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from sys import intern
 
+from monarch_pdb import wire
 from monarch_pdb.broker.records import (
     CALL_ENDED,
     NO_OUTPUT,
@@ -29,8 +30,6 @@ from monarch_pdb.broker.records import (
     process_gone,
     rank_row,
 )
-
-from monarch_pdb import wire
 
 Found = Session | wire.SessionRow | tuple[Peer, tuple] | None
 """What stands for a rank in `list --all`: its session, its row from below, the process that

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import zmq
-from monarch_pdb.broker.inflight import in_parts, row_parts, row_weight
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.broker.inflight import in_parts, row_parts, row_weight
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 

@@ -17,9 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from monarch_pdb.client.follow import Deliver, Follower
-
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.follow import Deliver, Follower
 from monarch_pdb.link import Link
 from monarch_pdb.ranks import format_ranks
 from monarch_pdb.settings import Settings

@@ -16,8 +16,10 @@ import sys
 
 import rich.console
 from IPython.display import display
-from monarch_pdb.client import cli, mesh
-from monarch_pdb.client.shell import ALIASES
+
+from monarch_pdb.client.commands import mesh
+from monarch_pdb.client.shell import command_line
+from monarch_pdb.client.shell.debug_shell import ALIASES
 
 COMMANDS = ("list", "cast", "continue", "stacks", "peek", "mesh", "jobs", "wait", "interrupt")
 TERMINAL_ONLY = ("attach", "follow")
@@ -54,13 +56,13 @@ def monarch_debug(line: str, cell: str | None = None) -> None:
 
 def run(command: str, line: tuple[str, int, str]) -> int:
     """Run one line as the shell runs a script's; `list` and `mesh` shown as text and HTML at once."""
-    args = cli.build_parser().parse_args([])
+    args = command_line.build_parser().parse_args([])
     with plain_consoles():
         if command not in ("list", "mesh"):
-            return cli.run(args, [line])
+            return command_line.run(args, [line])
         shown = io.StringIO()
         with contextlib.redirect_stdout(shown):
-            failed = cli.run(args, [line])
+            failed = command_line.run(args, [line])
     if shown.getvalue():
         display(
             {"text/plain": shown.getvalue().rstrip("\n"), "text/html": as_html(command, shown.getvalue())}, raw=True

@@ -52,15 +52,15 @@ def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
         return 2
     chosen: _Command
     if argv[0] == "debug":
-        from monarch_pdb.client import cli as chosen
+        from monarch_pdb.client.shell import command_line as chosen
     elif argv[0] == "join":
-        from monarch_pdb.client import join as chosen
+        from monarch_pdb.client.outside import join as chosen
     elif argv[0] == "stacks":
-        from monarch_pdb.client import outside_stacks as chosen
+        from monarch_pdb.client.outside import host_stacks as chosen
     elif argv[0] == "dap":
-        from monarch_pdb.client import dap as chosen
+        from monarch_pdb.client.editor import dap as chosen
     elif argv[0] == "mcp":
-        from monarch_pdb.client import mcp_server as chosen
+        from monarch_pdb.client.agents import mcp_server as chosen
     else:
         from monarch_pdb.broker import cli as chosen
     sub = chosen.build_parser(argparse.ArgumentParser(prog=f"{prog} {argv[0]}"))

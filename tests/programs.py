@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from monarch_pdb.client import wake
-from monarch_pdb.client.connection import ShellConnection
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.outside import wake
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PDB_STOPS_ON_BREAKPOINT = sys.version_info >= (3, 13)

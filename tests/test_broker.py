@@ -12,10 +12,10 @@ import sys
 
 import pytest
 import zmq
-from monarch_pdb.client.connection import ShellConnection
 from programs import BrokerLog, Program, settings_for, start_broker, wait_for_all_rows, wait_for_sessions
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.ranks import RankSet
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]

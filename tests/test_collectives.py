@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from monarch_pdb.broker.peeks import HOLDS_THE_GIL
-from monarch_pdb.client import collectives, hang_report
 
 from monarch_pdb import wire
+from monarch_pdb.broker.peeks import HOLDS_THE_GIL
+from monarch_pdb.client.commands import collectives_report, hang_report
 from monarch_pdb.rank.process_groups import NO_TORCH
 from monarch_pdb.ranks import RankSet, parse_selector
 
@@ -35,11 +35,11 @@ def test_without_the_flight_recorder_sequence_numbers_name_who_is_behind_and_how
         ],
         missing=[],
     )
-    assert collectives.text(collectives.fold(result)).splitlines() == [
+    assert collectives_report.text(collectives_report.fold(result)).splitlines() == [
         "train: group 0 (world, 4 ranks): ranks[3] (1) never entered #1043, which ranks[0-2] (3) entered",
         "  ranks[0-2] (3): entered #1043; at train.py:17 main",
         "  ranks[3] (1): entered #1042; at train.py:41 next_batch",
-        collectives.RECORDER_OFF,
+        collectives_report.RECORDER_OFF,
     ]
 
 
@@ -55,16 +55,16 @@ def test_ranks_in_step_and_ranks_without_torch_are_each_one_line():
         ],
         missing=[wire.Missing(5, "no answer in time")],
     )
-    report = collectives.fold(result)
-    assert collectives.text(report).splitlines() == [
+    report = collectives_report.fold(result)
+    assert collectives_report.text(report).splitlines() == [
         "train: group 0 (world, 2 ranks): every rank entered #7",
         "  ranks[0,1] (2): entered #7",
         f"train ranks[2,3] (2): {NO_TORCH}",
         "train ranks[4] (1): NameError: name 'torch' is not defined",
-        collectives.RECORDER_OFF,
+        collectives_report.RECORDER_OFF,
         "no answer from train rank 5: no answer in time",
     ]
-    assert collectives.document(report)["groups"][0]["disagreement"] is None
+    assert collectives_report.document(report)["groups"][0]["disagreement"] is None
 
 
 @pytest.mark.timeout(10)
@@ -79,7 +79,7 @@ def test_ranks_waiting_in_one_collective_fold_into_one_line_however_long_ago_eac
         groups=[answer([0, 2], waiting(0.4)), answer([1], waiting(0.3)), answer([3], waiting(0.3))],
         missing=[],
     )
-    assert collectives.text(collectives.fold(result)).splitlines() == [
+    assert collectives_report.text(collectives_report.fold(result)).splitlines() == [
         "train: group 0 (world, 4 ranks): every rank entered #3",
         "  ranks[0-3] (4): #3 all_reduce [[8]], scheduled 0.3-0.4 s ago, not completed; at train.py:25 main",
     ]
@@ -106,18 +106,18 @@ def test_members_that_did_not_answer_are_named_with_why_and_every_rank_entered_i
     result = wire.PeekResult(
         ref=1, actor="train", groups=[in_all_reduce([0, 1])], missing=[wire.Missing(2, HOLDS_THE_GIL)]
     )
-    report = collectives.fold(result)
-    lines = collectives.text(report).splitlines()
+    report = collectives_report.fold(result)
+    lines = collectives_report.text(report).splitlines()
     assert lines == [
         f"train: group 0 (world, 4 ranks): ranks[0,1] (2) entered #4; ranks[2] (1) did not answer: {HOLDS_THE_GIL}; "
-        f"ranks[3] (1) did not answer: {collectives.NOT_KNOWN}",
+        f"ranks[3] (1) did not answer: {collectives_report.NOT_KNOWN}",
         "  ranks[0,1] (2): #4 all_reduce [[8]], scheduled 2 s ago, not completed; at train.py:25 main",
     ], "each member named once, in its group"
-    group = collectives.document(report)["groups"][0]
+    group = collectives_report.document(report)["groups"][0]
     assert group["every_rank_entered"] is None and group["disagreement"] is None
     assert group["did_not_answer"] == [
         {"ranks": [2], "count": 1, "reason": HOLDS_THE_GIL},
-        {"ranks": [3], "count": 1, "reason": collectives.NOT_KNOWN},
+        {"ranks": [3], "count": 1, "reason": collectives_report.NOT_KNOWN},
     ]
 
     stacks = stacks_at({0: (25, "main"), 1: (25, "main"), 2: (41, "next_batch")})
@@ -127,7 +127,7 @@ def test_members_that_did_not_answer_are_named_with_why_and_every_rank_entered_i
     assert f"== collectives:\n{lines[0]}\n" in told, told
     assert (
         f"== least progressed: train ranks[2,3] (2) at train.py:41 next_batch: did not answer in group 0: "
-        f"{HOLDS_THE_GIL}; {collectives.NOT_KNOWN}\n"
+        f"{HOLDS_THE_GIL}; {collectives_report.NOT_KNOWN}\n"
     ) in told, told
     doc = hang_report.document(story)
     assert doc["collectives"]["groups"][0]["verdict"] == lines[0].partition("4 ranks): ")[2], "JSON and text agree"
@@ -137,23 +137,23 @@ def test_members_that_did_not_answer_are_named_with_why_and_every_rank_entered_i
 @pytest.mark.timeout(10)
 def test_only_when_every_member_answered_is_every_rank_said_to_have_entered():
     every = wire.PeekResult(ref=1, actor="train", groups=[in_all_reduce([0, 1, 2, 3])], missing=[])
-    assert collectives.text(collectives.fold(every)).startswith(
+    assert collectives_report.text(collectives_report.fold(every)).startswith(
         "train: group 0 (world, 4 ranks): every rank entered #4\n"
     )
-    assert collectives.document(collectives.fold(every))["groups"][0]["every_rank_entered"] == 4
+    assert collectives_report.document(collectives_report.fold(every))["groups"][0]["every_rank_entered"] == 4
 
     some = wire.PeekResult(ref=1, actor="train", groups=[in_all_reduce([0, 1])], missing=[])
-    asked = collectives.fold(some, parse_selector("ranks(0,1)"))
-    assert collectives.text(asked).startswith(
+    asked = collectives_report.fold(some, parse_selector("ranks(0,1)"))
+    assert collectives_report.text(asked).startswith(
         "train: group 0 (world, 4 ranks): ranks[0,1] (2) entered #4; ranks[2,3] (2) not asked\n"
     ), "ranks the selection left out did not fail to answer"
-    assert collectives.document(asked)["groups"][0]["not_asked"] == [2, 3]
+    assert collectives_report.document(asked)["groups"][0]["not_asked"] == [2, 3]
 
 
 @pytest.mark.timeout(10)
 def test_members_torch_numbers_otherwise_than_the_job_are_counted_when_they_cannot_be_named():
     result = wire.PeekResult(ref=1, actor="train", groups=[in_all_reduce([10, 11])], missing=[])
-    assert collectives.text(collectives.fold(result)).startswith(
+    assert collectives_report.text(collectives_report.fold(result)).startswith(
         "train: group 0 (world, 4 ranks): ranks[10,11] (2) entered #4; "
-        f"2 did not answer ({collectives.OTHERWISE_NUMBERED})\n"
+        f"2 did not answer ({collectives_report.OTHERWISE_NUMBERED})\n"
     )

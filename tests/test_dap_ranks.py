@@ -10,11 +10,11 @@ import time
 import pytest
 from conftest import MARKER, processes_with_marker
 from dap_client import DapClient
-from monarch_pdb.client import answers
 from programs import EXAMPLES, stop_line
 from test_dap import BREAK_LINES, EXAMPLE, loops, threads_by_rank  # noqa: F401 (loops: the fixture)
 
 from monarch_pdb import wire
+from monarch_pdb.client.commands import answers
 
 
 @pytest.fixture

@@ -8,13 +8,13 @@ import queue
 import time
 
 import pytest
-from monarch_pdb.client import editor_runtime as rt
-from monarch_pdb.client.connection import readable
 from programs import stop_line
 from test_dap import loops  # noqa: F401 (the fixture of two looping ranks)
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
+from monarch_pdb.client.connection import readable
+from monarch_pdb.client.editor import runtime as rt
 
 BREAK_LINES = {0: 11, 1: 15, 2: 19, 3: 23}
 

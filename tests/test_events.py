@@ -7,12 +7,12 @@ import textwrap
 import threading
 
 import pytest
-from monarch_pdb.broker.events import EventLog
-from monarch_pdb.client.connection import ShellConnection
-from monarch_pdb.client.events import describe_events
 from programs import EXAMPLES, Program, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
+from monarch_pdb.broker.events import EventLog
+from monarch_pdb.client.commands.event_lines import describe_events
+from monarch_pdb.client.connection import ShellConnection
 
 
 @pytest.mark.timeout(60)

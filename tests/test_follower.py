@@ -8,9 +8,9 @@ same output reaching a shell.
 from __future__ import annotations
 
 import pytest
-from monarch_pdb.client.follow import Follower
 
 from monarch_pdb import wire
+from monarch_pdb.client.follow import Follower
 
 pytestmark = pytest.mark.timeout(10)
 

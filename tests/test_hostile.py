@@ -15,11 +15,11 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from monarch_pdb.client.connection import ShellConnection
 from programs import EXAMPLES, Program, settings_for, start_broker, stop_broker, wait_for_sessions
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.connection import ShellConnection
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 INTS = st.integers(min_value=-(2**63), max_value=2**64 - 1)

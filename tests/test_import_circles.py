@@ -87,3 +87,19 @@ def test_no_module_of_the_broker_imports_one_that_imports_it_back_even_for_types
     modules = set(files)
     graph = {name: all_imports(ast.parse(path.read_text()), modules) - {name} for name, path in files.items()}
     assert circles(graph) == []
+
+
+@pytest.mark.timeout(10)
+def test_no_module_of_the_clients_imports_one_that_imports_it_back() -> None:
+    import monarch_pdb.client
+
+    folder = Path(monarch_pdb.client.__file__).parent
+
+    def name(path: Path) -> str:
+        parts = ("monarch_pdb", "client", *path.relative_to(folder).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    files = {name(path): path for path in folder.rglob("*.py")}
+    modules = set(files)
+    graph = {name: imports(ast.parse(path.read_text()), modules) - {name} for name, path in files.items()}
+    assert circles(graph) == []

@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from monarch_pdb import wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
 from monarch_pdb.broker.records import Peer, Session
 from monarch_pdb.broker.registry import Registry
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import UPSTREAM
-
-from monarch_pdb import wire
 from monarch_pdb.ranks import RankSet
 
 pytestmark = pytest.mark.timeout(10)

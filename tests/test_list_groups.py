@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from monarch_pdb import wire
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.records import STOP_STATES, Peer
 from monarch_pdb.broker.registry import Registry
-
-from monarch_pdb import wire
 
 pytestmark = pytest.mark.timeout(10)
 

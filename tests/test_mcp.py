@@ -26,7 +26,8 @@ import jsonschema  # noqa: E402
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from monarch_pdb.client.mcp_tools import DOCUMENT_CAP, TEXT_CAP, cut_text, fit  # noqa: E402
+
+from monarch_pdb.client.agents.mcp_tools import DOCUMENT_CAP, TEXT_CAP, cut_text, fit  # noqa: E402
 
 MONARCH_PDB = os.path.join(os.path.dirname(sys.executable), "monarch-pdb")
 READING = {"list", "jobs", "stacks", "peek", "hang", "collectives", "source"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from monarch_pdb.client import answers
-from monarch_pdb.client.numbers import number, summarize
 
 from monarch_pdb import wire
+from monarch_pdb.client.commands import answers
+from monarch_pdb.client.commands.numbers import number, summarize
 
 
 @pytest.mark.parametrize(

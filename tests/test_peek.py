@@ -13,11 +13,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from monarch_pdb.client.connection import ShellConnection
 from programs import Program, debug, settings_for, wait_for_all_rows, wait_for_lines
 from shell_driver import ShellDriver
 
 from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 PEERS = textwrap.dedent("""
     import select

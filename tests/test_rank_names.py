@@ -12,9 +12,6 @@ import subprocess
 import sys
 
 import pytest
-from monarch_pdb.client import hang_report
-from monarch_pdb.client.stack_samples import Motion
-from monarch_pdb.client.table import JOB_SHOWN
 from programs import (
     DEBUG_SHELL,
     NAMED_RANKS,
@@ -27,6 +24,9 @@ from programs import (
 )
 
 from monarch_pdb import wire
+from monarch_pdb.client.commands import hang_report
+from monarch_pdb.client.commands.listing import JOB_SHOWN
+from monarch_pdb.client.commands.stack_samples import Motion
 from monarch_pdb.ranks import RankSet, counted
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J"

@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from monarch_pdb.broker.records import CannotServe, KeptOutput, Peer, Session
-from monarch_pdb.broker.registry import Registry
 
 from monarch_pdb import wire
+from monarch_pdb.broker.records import CannotServe, KeptOutput, Peer, Session
+from monarch_pdb.broker.registry import Registry
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -6,10 +6,10 @@ import textwrap
 import threading
 
 import pytest
-from monarch_pdb.client.connection import ShellConnection
 from programs import Program, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 EMULATED = textwrap.dedent("""
     import sys

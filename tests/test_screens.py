@@ -9,10 +9,11 @@ import re
 import textwrap
 
 import pytest
-from monarch_pdb.client.hostlist import compress
 from programs import NAMED_RANKS, Program, run_debug, stop_line, wait_for_sessions
 from rich.cells import cell_len
 from shell_driver import ShellDriver
+
+from monarch_pdb.client.commands.hostlist import compress
 
 MANY = textwrap.dedent("""
     import dataclasses

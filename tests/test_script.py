@@ -11,7 +11,6 @@ import subprocess
 import textwrap
 
 import pytest
-from monarch_pdb.client.connection import ShellConnection
 from programs import (
     DEBUG_SHELL,
     EXAMPLES,
@@ -24,6 +23,8 @@ from programs import (
 )
 from programs import run_debug as shell
 from shell_driver import ShellDriver
+
+from monarch_pdb.client.connection import ShellConnection
 
 SCRIPT = textwrap.dedent("""\
     # what every rank of the job is doing

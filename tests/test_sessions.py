@@ -13,7 +13,6 @@ import time
 
 import pytest
 from conftest import MARKER, processes_with_marker, wait_for_exit
-from monarch_pdb.client.connection import GONE_MEANWHILE, NOT_ANSWERING, RESTARTED, ShellConnection
 from programs import (
     EXAMPLES,
     RUNS,
@@ -33,6 +32,7 @@ from programs import (
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.connection import GONE_MEANWHILE, NOT_ANSWERING, RESTARTED, ShellConnection
 
 NESTED = textwrap.dedent("""
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from monarch_pdb.client.commands.words import CommandError, parse_target, whole_number
 from programs import NAMED_RANKS, Program, debug, wait_for_lines, wait_for_sessions
+
+from monarch_pdb.client.commands.arguments import CommandError, parse_target, whole_number
 
 WORDS = st.sampled_from(
     [

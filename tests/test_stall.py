@@ -10,8 +10,9 @@ import textwrap
 
 import pytest
 from conftest import MARKER, processes_with_marker
-from monarch_pdb.client.connection import ANSWER_GRACE
 from programs import Program, wait_for_sessions
+
+from monarch_pdb.client.connection import ANSWER_GRACE
 
 FOUR = textwrap.dedent("""
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host

@@ -8,12 +8,12 @@ import re
 import textwrap
 
 import pytest
-from monarch_pdb.broker.events import EventLog
-from monarch_pdb.broker.stalls import Stalls
-from monarch_pdb.client.events import describe_events
 from programs import Program, debug, wait_for_lines
 
 from monarch_pdb import wire
+from monarch_pdb.broker.events import EventLog
+from monarch_pdb.broker.stalls import Stalls
+from monarch_pdb.client.commands.event_lines import describe_events
 from monarch_pdb.ranks import RankSet
 
 STALLING = textwrap.dedent("""

@@ -9,10 +9,10 @@ import textwrap
 from fractions import Fraction
 
 import pytest
-from monarch_pdb.client.connection import ShellConnection
 from programs import Program, run_debug, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 PROGRAM = textwrap.dedent("""
     import os

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import zmq
 from conftest import wait_for_exit
-from monarch_pdb.client.connection import ShellConnection
 from namespaces import BROKER_ADDRESS, HOSTS, in_namespace, named
 from programs import (
     DEBUG_SHELL,
@@ -41,6 +40,7 @@ from programs import (
 )
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.ranks import RankSet
 
 RANK = textwrap.dedent("""

@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from monarch_pdb.client.connection import ShellConnection
 from programs import (
     BrokerLog,
     Program,
@@ -32,6 +31,7 @@ from programs import (
 )
 
 from monarch_pdb import wire
+from monarch_pdb.client.connection import ShellConnection
 
 RANKS = textwrap.dedent("""
     import sys

@@ -14,7 +14,7 @@ from typing import Any
 from monarch_pdb.client.commands.answer import FAILURES, Answer, CommandError, UsageError, ask
 from monarch_pdb.client.commands.cast import Cast, Peek
 from monarch_pdb.client.commands.hangs import Collectives, Hang, Interrupt, Stacks
-from monarch_pdb.client.commands.sessions import Continue, Jobs, List, Mesh, Wait, json_row
+from monarch_pdb.client.commands.roster import Continue, Jobs, List, Mesh, Wait, json_row
 from monarch_pdb.client.commands.spec import COMMANDS, Spec, run, usage, with_settings
 
 __all__ = [

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
-
 from monarch_pdb import wire
+from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
 
 Reply = TypeVar("Reply", bound=wire.Message)
 

@@ -9,10 +9,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from monarch_pdb.client import answers
+from monarch_pdb import wire
+from monarch_pdb.client.commands import answers
 from monarch_pdb.client.commands.answer import Answer, CommandError
-from monarch_pdb.client.commands.spec import command, usage
-from monarch_pdb.client.commands.words import (
+from monarch_pdb.client.commands.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
     argument,
@@ -23,9 +23,8 @@ from monarch_pdb.client.commands.words import (
     split_job,
     timeout,
 )
+from monarch_pdb.client.commands.spec import command, usage
 from monarch_pdb.client.connection import ShellConnection
-
-from monarch_pdb import wire
 from monarch_pdb.ranks import render_selector
 
 CAST_TIMEOUT = 10.0

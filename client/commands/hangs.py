@@ -10,17 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from monarch_pdb.client import answers, collectives, hang_report, stack_samples, stack_tree
+from monarch_pdb import wire
+from monarch_pdb.client.commands import answers, collectives_report, hang_report, stack_samples, stack_tree
 from monarch_pdb.client.commands.answer import Answer, CommandError, ask
-from monarch_pdb.client.commands.cast import (
-    CAST_TIMEOUT,
-    PEEK_TIMEOUT,
-    RANK_ANSWERS_WITHIN,
-    expression_only,
-    not_answered,
-)
-from monarch_pdb.client.commands.spec import command, usage
-from monarch_pdb.client.commands.words import (
+from monarch_pdb.client.commands.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
     actor_and_ranks,
@@ -32,9 +25,15 @@ from monarch_pdb.client.commands.words import (
     threads,
     timeout,
 )
+from monarch_pdb.client.commands.cast import (
+    CAST_TIMEOUT,
+    PEEK_TIMEOUT,
+    RANK_ANSWERS_WITHIN,
+    expression_only,
+    not_answered,
+)
+from monarch_pdb.client.commands.spec import command, usage
 from monarch_pdb.client.connection import RequestFailed, ShellConnection
-
-from monarch_pdb import wire
 from monarch_pdb.ranks import counted, format_ranks, render_selector
 
 INTERRUPT_TIMEOUT = 5.0
@@ -235,10 +234,10 @@ class Collectives:
 def collectives_of(conn: ShellConnection, args: Collectives) -> Answer:
     job, actor = split_job(args.actor)
     selection = ranks_of(args.ranks or EVERY_RANK)
-    result = conn.peek(actor, render_selector(selection), collectives.EXPRESSION, args.timeout, job=job)
-    report = collectives.fold(result, selection if args.ranks else None)
-    doc = collectives.document(report)
-    text = json.dumps(doc, sort_keys=True) if args.json else collectives.text(report)
+    result = conn.peek(actor, render_selector(selection), collectives_report.EXPRESSION, args.timeout, job=job)
+    report = collectives_report.fold(result, selection if args.ranks else None)
+    doc = collectives_report.document(report)
+    text = json.dumps(doc, sort_keys=True) if args.json else collectives_report.text(report)
     return Answer(text, doc, not_answered(result), actors=frozenset({actor}))
 
 
@@ -267,7 +266,7 @@ def hang(conn: ShellConnection, args: Hang) -> Answer:
     for job, actor in targets:
         take = functools.partial(conn.stacks, actor, EVERY_RANK, wire.Threads.MAIN, args.cast_timeout, job)
         samples_taken = sampled(HANG_SAMPLES, HANG_EVERY, take)
-        snapshots = conn.peek(actor, EVERY_RANK, collectives.EXPRESSION, PEEK_TIMEOUT, job=job)
+        snapshots = conn.peek(actor, EVERY_RANK, collectives_report.EXPRESSION, PEEK_TIMEOUT, job=job)
         story = hang_report.fold(actor, samples_taken, HANG_EVERY, snapshots)
         texts.append(hang_report.text(story))
         docs.append(hang_report.document(story))

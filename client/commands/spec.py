@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 from monarch_pdb.client.commands.answer import Answer
-from monarch_pdb.client.commands.words import Argument, Parser, actor_word, split_words
+from monarch_pdb.client.commands.arguments import Argument, Parser, actor_word, split_words
 from monarch_pdb.client.connection import ShellConnection
 
 Record = TypeVar("Record")

@@ -7,11 +7,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
-from monarch_pdb.client.answers import shortened
-from monarch_pdb.client.escapes import visible
-from monarch_pdb.client.hostlist import compress
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands.answers import shortened
+from monarch_pdb.client.commands.hostlist import compress
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.ranks import counted
 
 COLUMNS = ("Actor Name", "Rank", "Coords", "Hostname", "Function", "Line No.")

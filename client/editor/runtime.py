@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from monarch_pdb.client.connection import NoBroker, RequestFailed, ShellConnection, Timeout
-
 from monarch_pdb import ranks, wire
+from monarch_pdb.client.connection import NoBroker, RequestFailed, ShellConnection, Timeout
 from monarch_pdb.settings import Settings
 
 STEP_TIMEOUT = 24 * 3600.0

@@ -12,10 +12,10 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from monarch_pdb.client import stack_tree
-from monarch_pdb.client.cli import seconds
+from monarch_pdb import outside, settings, wire
+from monarch_pdb.client.commands import stack_tree
 from monarch_pdb.client.escapes import visible
-from monarch_pdb.client.join import (
+from monarch_pdb.client.outside.join import (
     CannotJoin,
     chosen_pids,
     environment,
@@ -23,8 +23,7 @@ from monarch_pdb.client.join import (
     python_version,
     read_proc,
 )
-
-from monarch_pdb import outside, settings, wire
+from monarch_pdb.client.shell.command_line import seconds
 from monarch_pdb.rank.identity import from_launcher, program_name
 from monarch_pdb.ranks import RankSet
 

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import cmd2
+
 from monarch_pdb.client.commands import FAILURES, Spec
-from monarch_pdb.client.commands.words import Argument, Parser
+from monarch_pdb.client.commands.arguments import Argument, Parser
 
 CATEGORY = "Debugger"
 """The heading of our commands in `help`, above cmd2's own."""

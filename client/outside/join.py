@@ -29,12 +29,11 @@ import time
 from dataclasses import dataclass, fields
 from typing import cast
 
-from monarch_pdb.client import wake as wake_module
-from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
-from monarch_pdb.client.escapes import visible
-
 from monarch_pdb import discovery, outside, wire
 from monarch_pdb import settings as settings_module
+from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
+from monarch_pdb.client.escapes import visible
+from monarch_pdb.client.outside import wake as wake_module
 from monarch_pdb.ranks import counted, format_ranks
 
 JOIN_TIMEOUT = 30.0
@@ -502,7 +501,7 @@ def joined_line(rows: dict[int, list[wire.SessionRow]], before: int) -> str:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from monarch_pdb.client.cli import seconds
+    from monarch_pdb.client.shell.command_line import seconds
 
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb join")
     parser.description = (

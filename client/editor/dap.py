@@ -3,7 +3,7 @@ adapter), or on a TCP port (`--listen HOST:PORT`) for editors that connect to on
 
 This module is the protocol's framing (a `Content-Length` header, a blank line, a JSON body)
 and its loop; what each request does is `dap_session.DebugSession`'s, over
-`editor_runtime.Runtime`. One thread reads the editor's messages, the connection's thread
+`runtime.Runtime`. One thread reads the editor's messages, the connection's thread
 delivers the broker's events, and the adapter's own thread handles both in order, so the
 session is never touched by two threads (a launched job's output and exit are only sent, under
 the writer's lock, by the threads that read them). Nothing the
@@ -26,13 +26,12 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from monarch_pdb.client.connection import readable
-from monarch_pdb.client.dap_session import DebugSession
-from monarch_pdb.client.editor_runtime import Refused
-from monarch_pdb.client.listen import listen_address
-
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
+from monarch_pdb.client.connection import readable
+from monarch_pdb.client.editor.dap_session import DebugSession
+from monarch_pdb.client.editor.runtime import Refused
+from monarch_pdb.client.listen import listen_address
 from monarch_pdb.settings import Settings
 
 MAX_BODY = 16 * 1024 * 1024

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monarch_pdb.client import collectives, stack_samples, stack_tree
-from monarch_pdb.client.commands.words import actor_word
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands import collectives_report, stack_samples, stack_tree
+from monarch_pdb.client.commands.arguments import actor_word
 from monarch_pdb.places import place
 from monarch_pdb.ranks import format_ranks
 
@@ -35,13 +34,13 @@ class Hang:
     actor: str
     stacks: wire.StacksResult
     motion: stack_samples.Motion
-    collectives: collectives.Report | None
+    collectives: collectives_report.Report | None
     """None where no rank has a torch.distributed process group."""
     behind: Behind | None
 
 
 def least_progressed(
-    stacks: wire.StacksResult, motion: stack_samples.Motion, report: collectives.Report | None
+    stacks: wire.StacksResult, motion: stack_samples.Motion, report: collectives_report.Report | None
 ) -> Behind | None:
     at: dict[int, str] = {}
     for stack in stacks.groups:
@@ -74,7 +73,7 @@ def least_progressed(
 
 
 def fold(actor: str, samples: list[wire.StacksResult], every: float, snapshots: wire.PeekResult) -> Hang:
-    report = collectives.fold(snapshots)
+    report = collectives_report.fold(snapshots)
     torch = report if report.groups else None
     motion = stack_samples.motion(samples, every)
     return Hang(actor, samples[-1], motion, torch, least_progressed(samples[-1], motion, torch))
@@ -108,11 +107,11 @@ def text(hang: Hang) -> str:
     lines += stack_tree.text(hang.stacks, False).rstrip("\n").splitlines()
     if hang.collectives is not None:
         lines.append("== collectives:")
-        lines += collectives.text(hang.collectives).rstrip("\n").splitlines()
+        lines += collectives_report.text(hang.collectives).rstrip("\n").splitlines()
     if hang.behind is not None:
         b = hang.behind
         there = f" at {b.where}" if b.where else ""
-        lines.append(f"== least progressed: {hang.actor} {collectives.ranks_text(b.ranks)}{there}: {b.why}")
+        lines.append(f"== least progressed: {hang.actor} {collectives_report.ranks_text(b.ranks)}{there}: {b.why}")
     else:
         lines.append(f"== least progressed: none stands out in {hang.actor}")
     lines.append("== next:")
@@ -127,7 +126,7 @@ def document(hang: Hang) -> dict:
         "actor": hang.actor,
         "stacks": stack_tree.document(hang.stacks),
         "motion": stack_samples.motion_document(hang.motion),
-        "collectives": collectives.document(hang.collectives) if hang.collectives else None,
+        "collectives": collectives_report.document(hang.collectives) if hang.collectives else None,
         "least_progressed": None
         if hang.behind is None
         else {"ranks": hang.behind.ranks, "where": hang.behind.where, "why": hang.behind.why},

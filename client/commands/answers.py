@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from monarch_pdb.client.escapes import visible
-from monarch_pdb.client.numbers import Summary, summarize
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands.numbers import Summary, summarize
+from monarch_pdb.client.escapes import visible
 from monarch_pdb.ranks import format_ranks
 
 NUMBER_LINES = 16

@@ -8,9 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from monarch_pdb.client.stack_tree import rank_text
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands.stack_tree import rank_text
 from monarch_pdb.places import place
 
 

@@ -3,7 +3,7 @@
 At the top level each line is a command. While attached, every line goes verbatim to the
 rank's pdb (only `detach` stays here), and the prompt is the one pdb asked with. Events from
 the broker (a rank stopped, finished, was lost) are printed above the prompt as they come
-(`terminal.py` prints them). The commands for a job that hangs are in `hangs.py`.
+(`terminal.py` prints them). The commands themselves are the command layer's (`client/commands/`).
 
 Lines are read by GNU readline, as pdb reads them: cmd2 3.5. The two prompts keep their own
 readline history and completion, swapped when the shell attaches or detaches, so a line costs
@@ -21,11 +21,10 @@ import time
 from typing import Any
 
 import cmd2
-from monarch_pdb.client.arguments import command, shell_command, usage
-from monarch_pdb.client.attachment import Attachment, Left
+
+from monarch_pdb import wire
 from monarch_pdb.client.commands import COMMANDS, CommandError, Spec, ask, run, with_settings
-from monarch_pdb.client.commands.cast import CAST_OUTPUTS, CAST_TIMEOUT
-from monarch_pdb.client.commands.words import (
+from monarch_pdb.client.commands.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
     argument,
@@ -35,14 +34,15 @@ from monarch_pdb.client.commands.words import (
     split_job,
     words_target,
 )
+from monarch_pdb.client.commands.cast import CAST_OUTPUTS, CAST_TIMEOUT
+from monarch_pdb.client.commands.event_lines import STOPS, describe_events
 from monarch_pdb.client.connection import RESTARTED, ShellConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
-from monarch_pdb.client.events import STOPS, describe_events
-from monarch_pdb.client.pager import Pager, checked
-from monarch_pdb.client.reporter import Reporter, Transcript
-from monarch_pdb.client.terminal import EOF, Terminal
-
-from monarch_pdb import wire
+from monarch_pdb.client.shell.attachment import Attachment, Left
+from monarch_pdb.client.shell.cmd2_commands import command, shell_command, usage
+from monarch_pdb.client.shell.pager import Pager, checked
+from monarch_pdb.client.shell.reporter import Reporter, Transcript
+from monarch_pdb.client.shell.terminal import EOF, Terminal
 from monarch_pdb.ranks import counted, format_ranks, parse_selector, render_selector
 
 TOP_PROMPT = "monarch_dbg> "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from monarch_pdb.client.commands import COMMANDS as LAYER
 from monarch_pdb.client.commands import FAILURES, Stacks, run
 from monarch_pdb.client.connection import ShellConnection
-from monarch_pdb.client.editor_runtime import Refused
+from monarch_pdb.client.editor.runtime import Refused
 
 PREFIX = "!"
 COMMANDS = ("cast", "peek", "stacks")

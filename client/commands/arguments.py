@@ -14,9 +14,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from monarch_pdb.client.commands.answer import CommandError, UsageError
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands.answer import CommandError, UsageError
 from monarch_pdb.ranks import Selection, SelectorError, parse_selector, render_selector, split_selector
 
 ACTOR_HELP = "the actor's name, or job:actor where several jobs have one"

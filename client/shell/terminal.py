@@ -33,6 +33,7 @@ from cmd2.rl_utils import (
     rl_type,
 )
 from cmd2.terminal_utils import async_alert_str
+
 from monarch_pdb.client.connection import readable
 
 EOF = "eof"

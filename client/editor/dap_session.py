@@ -2,7 +2,7 @@
 each of the runtime's happenings sent as DAP's event.
 
 As vscode-mock-debug's `MockDebugSession` over its `MockRuntime`: the `on_*` methods read and
-write DAP's JSON only; what the ranks do and how the broker is asked is `editor_runtime`'s.
+write DAP's JSON only; what the ranks do and how the broker is asked is `runtime`'s.
 DAP's numbers for frames and values, the editor's paths and its sources are kept here.
 """
 
@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from monarch_pdb.client import editor_commands, editor_launch, hostlist, stack_tree, table
-from monarch_pdb.client import editor_runtime as rt
-from monarch_pdb.client.connection import ShellConnection
-from monarch_pdb.client.editor_runtime import Debuggee, Refused, Runtime, Thread
-
 from monarch_pdb import ranks, wire
+from monarch_pdb.client.commands import hostlist, listing, stack_tree
+from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.editor import console, launch
+from monarch_pdb.client.editor import runtime as rt
+from monarch_pdb.client.editor.runtime import Debuggee, Refused, Runtime, Thread
 from monarch_pdb.settings import Settings
 
 UNCAUGHT = "uncaught"
@@ -95,7 +95,7 @@ class DebugSession:
         self.send_event = send_event
         self.settings = settings
         self.runtime = Runtime(self.happened, hand_over, settings)
-        self.launched: editor_launch.Launched | None = None
+        self.launched: launch.Launched | None = None
         self.paths = PathMap()
         self.just_my_code = True
         self.frames = Handles()
@@ -228,14 +228,14 @@ class DebugSession:
 
     def on_launch(self, args: dict) -> None:
         """Start the job's command with a broker of its own and debug its ranks; the session's
-        end ends the job (see `editor_launch`)."""
+        end ends the job (see `launch`)."""
         if self.conn is not None:
             raise Refused("launch: this session is attached already; launch in a debug session of its own")
         options = self.options("launch", args)
         try:
-            command = editor_launch.Command.parse(args)
-            self.launched = editor_launch.Launched(command, self.settings, self.job_printed, self.job_ended)
-        except editor_launch.LaunchError as error:
+            command = launch.Command.parse(args)
+            self.launched = launch.Launched(command, self.settings, self.job_printed, self.job_ended)
+        except launch.LaunchError as error:
             raise Refused(str(error)) from None
         self.console(f"monarch-pdb: started {' '.join(command.argv)} (process group {self.launched.job.pid})")
         self.runtime.connect(self.launched.settings, options)
@@ -324,7 +324,7 @@ class DebugSession:
         expression = args.get("expression")
         if not isinstance(expression, str):
             raise Refused("evaluate: the expression must be a string")
-        command = editor_commands.command_of(expression) if args.get("context") == "repl" else None
+        command = console.command_of(expression) if args.get("context") == "repl" else None
         if command is not None:
             return {"result": self.shell_command(command, args), "variablesReference": 0}
         if "frameId" not in args:
@@ -344,12 +344,12 @@ class DebugSession:
         """`!cast`, `!peek` or `!stacks` in the Debug Console, answered as the shell answers it;
         an actor left out is the one of the rank the console is at."""
         target = self.runtime.target
-        here = editor_commands.Here(target.job, target.actor)
+        here = console.Here(target.job, target.actor)
         if isinstance(args.get("frameId"), int) and args["frameId"] in self.frames.table:
             thread = self.frame(args)[0]
-            here = editor_commands.Here(thread.job, thread.actor)
+            here = console.Here(thread.job, thread.actor)
         assert self.runtime.conn is not None
-        return editor_commands.answer(self.runtime.conn, *command, here).rstrip("\n")
+        return console.answer(self.runtime.conn, *command, here).rstrip("\n")
 
     def on_setBreakpoints(self, args: dict) -> dict:
         """The file's breakpoints in every selected rank: pdb's in each paused one (and in each
@@ -459,7 +459,7 @@ class DebugSession:
                     "state": str(group.state),
                     "ranks": group.ranks,
                     "count": group.count,
-                    "coords": table.coords_ranges(group.coords),
+                    "coords": listing.coords_ranges(group.coords),
                     "hosts": hostlist.compress(group.hosts),
                     "attached": group.attached,
                     "threadId": threads[0].id if threads else 0,

@@ -15,10 +15,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monarch_pdb.client.answers import missing_lines, shortened
-from monarch_pdb.client.numbers import summarize
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands.answers import missing_lines, shortened
+from monarch_pdb.client.commands.numbers import summarize
 from monarch_pdb.places import own_code, place, where
 from monarch_pdb.ranks import RankSet, counted, format_ranks
 

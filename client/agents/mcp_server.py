@@ -22,15 +22,15 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from monarch_pdb.client import commands, mcp_tools, read_only
-from monarch_pdb.client.commands.cast import PEEK_TIMEOUT
-from monarch_pdb.client.commands.hangs import INTERRUPT_TIMEOUT
-from monarch_pdb.client.commands.words import ACTOR_HELP, SELECTOR_HELP
-from monarch_pdb.client.listen import listen_address
-from monarch_pdb.client.mcp_tools import Debugger, Refusal, ToolResult, one_line
-
 from monarch_pdb import __version__, discovery, wire
 from monarch_pdb import settings as settings_module
+from monarch_pdb.client import commands
+from monarch_pdb.client.agents import mcp_tools, read_only
+from monarch_pdb.client.agents.mcp_tools import Debugger, Refusal, ToolResult, one_line
+from monarch_pdb.client.commands.arguments import ACTOR_HELP, SELECTOR_HELP
+from monarch_pdb.client.commands.cast import PEEK_TIMEOUT
+from monarch_pdb.client.commands.hangs import INTERRUPT_TIMEOUT
+from monarch_pdb.client.listen import listen_address
 
 NEEDS_SDK = "monarch-pdb mcp needs the MCP Python SDK: pip install 'monarch-pdb[mcp]'"
 try:

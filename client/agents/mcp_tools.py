@@ -17,13 +17,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from monarch_pdb.client.commands import FAILURES, Cast, ask, json_row, run, with_settings
-from monarch_pdb.client.commands.spec import SPECS
-from monarch_pdb.client.commands.words import split_job
-from monarch_pdb.client.connection import RESTARTED, NoBroker, ShellConnection, Timeout
-from monarch_pdb.client.events import describe_events
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands import FAILURES, Cast, ask, json_row, run, with_settings
+from monarch_pdb.client.commands.arguments import split_job
+from monarch_pdb.client.commands.event_lines import describe_events
+from monarch_pdb.client.commands.spec import SPECS
+from monarch_pdb.client.connection import RESTARTED, NoBroker, ShellConnection, Timeout
 from monarch_pdb.settings import Settings
 
 TEXT_CAP = 20_000

@@ -5,14 +5,13 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass
 
-from monarch_pdb.client import mesh
-from monarch_pdb.client.commands.answer import Answer, CommandError, ask
-from monarch_pdb.client.commands.spec import command, usage
-from monarch_pdb.client.commands.words import ACTOR_HELP, argument, count_number, split_job, timeout
-from monarch_pdb.client.connection import ShellConnection
-from monarch_pdb.client.table import groups_table, jobs_table, sessions_table
-
 from monarch_pdb import wire
+from monarch_pdb.client.commands import mesh
+from monarch_pdb.client.commands.answer import Answer, CommandError, ask
+from monarch_pdb.client.commands.arguments import ACTOR_HELP, argument, count_number, split_job, timeout
+from monarch_pdb.client.commands.listing import groups_table, jobs_table, sessions_table
+from monarch_pdb.client.commands.spec import command, usage
+from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.ranks import counted, format_ranks
 
 WAIT_TIMEOUT = 60.0

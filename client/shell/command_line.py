@@ -9,10 +9,9 @@ import os
 import signal
 import sys
 
-from monarch_pdb.client.connection import NoBroker, ShellConnection
-from monarch_pdb.client.reporter import Transcript
-
 from monarch_pdb import settings as settings_module
+from monarch_pdb.client.connection import NoBroker, ShellConnection
+from monarch_pdb.client.shell.reporter import Transcript
 
 WAIT_BROKER = 60.0
 """Seconds a script waits for a broker by default, as `wait` waits for ranks."""
@@ -23,7 +22,7 @@ INTERRUPTED = 130
 
 def seconds(text: str) -> float:
     """The value of --wait-broker, checked as the shell checks every time limit."""
-    from monarch_pdb.client.commands.words import seconds as time_limit
+    from monarch_pdb.client.commands.arguments import seconds as time_limit
 
     return time_limit(text)
 
@@ -81,8 +80,8 @@ def shorten(text: str, width: int = 200) -> str:
 
 def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = None) -> int:
     """The shell, or the lines of args' scripts and -c; or the `given` lines (a notebook's magic)."""
-    from monarch_pdb.client.shell import QUIT_COMMANDS, DebugShell, OutputClosed
-    from monarch_pdb.client.terminal import TypedAhead
+    from monarch_pdb.client.shell.debug_shell import QUIT_COMMANDS, DebugShell, OutputClosed
+    from monarch_pdb.client.shell.terminal import TypedAhead
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
     interactive = given is None and not (args.script or args.commands)

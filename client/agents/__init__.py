@@ -1,0 +1,1 @@
+"""Coding agents' side: `monarch-pdb mcp`, the Model Context Protocol over the command layer."""

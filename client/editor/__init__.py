@@ -1,0 +1,1 @@
+"""The editor's side: `monarch-pdb dap`, the Debug Adapter Protocol over the broker."""
