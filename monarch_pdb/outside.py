@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from monarch_pdb import wire
 from monarch_pdb.places import program_frame
+from monarch_pdb.processes import CannotRead
 from monarch_pdb.settings import DEFAULT_READ_TIMEOUT
 
 READS_AT_ONCE = 8
@@ -30,10 +31,6 @@ READS_AT_ONCE = 8
 LOCAL_WIDTH = 80
 """Characters of one local's value shown; the agent's `stacks --locals` cuts at the same width."""
 ADDRESS = re.compile(r"0x[0-9a-f]+")
-
-
-class CannotRead(Exception):
-    """Why a process's stack cannot be read from outside, in a few words."""
 
 
 @dataclass(frozen=True)

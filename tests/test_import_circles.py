@@ -103,3 +103,21 @@ def test_no_module_of_the_clients_imports_one_that_imports_it_back() -> None:
     modules = set(files)
     graph = {name: imports(ast.parse(path.read_text()), modules) - {name} for name, path in files.items()}
     assert circles(graph) == []
+
+
+RANK_MODULES = {module_name(path) for path in (PACKAGE / "rank").rglob("*.py")}
+
+
+@pytest.mark.timeout(10)
+def test_no_client_module_imports_the_agents_modules() -> None:
+    """What a client reads of a process from outside is `monarch_pdb.processes`, which the agent
+    uses too: a client never loads the agent's own modules."""
+    import monarch_pdb.client
+
+    folder = Path(monarch_pdb.client.__file__).parent
+    importers = sorted(
+        str(path.relative_to(folder))
+        for path in folder.rglob("*.py")
+        if any(name.startswith("monarch_pdb.rank") for name in all_imports(ast.parse(path.read_text()), RANK_MODULES))
+    )
+    assert importers == []

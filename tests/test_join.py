@@ -19,7 +19,7 @@ import time
 import pytest
 from programs import DEBUG_SHELL, Program, debug, gdb, needs_gdb_calls, wait_for_all_rows, wait_for_lines
 
-from monarch_pdb.client.outside.join import children_of
+from monarch_pdb.processes import children_of
 
 JOIN = [DEBUG_SHELL[0], "join"]
 JOINS = sys.version_info >= (3, 14)

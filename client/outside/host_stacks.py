@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from monarch_pdb import outside, settings, wire
+from monarch_pdb import outside, processes, settings, wire
 from monarch_pdb.client.commands import stack_tree
+from monarch_pdb.client.commands.arguments import seconds
 from monarch_pdb.client.escapes import visible
-from monarch_pdb.client.outside.join import (
-    CannotJoin,
-    chosen_pids,
-    environment,
-    process_arguments,
-    python_version,
-    read_proc,
-)
-from monarch_pdb.client.shell.command_line import seconds
-from monarch_pdb.rank.identity import from_launcher, program_name
+from monarch_pdb.client.outside.chosen import NoProcess, chosen_pids, process_arguments
 from monarch_pdb.ranks import RankSet
 
 
@@ -56,41 +47,16 @@ def named(pids: list[int]) -> tuple[str, dict[int, int]]:
     ranks = {}
     for pid in pids:
         try:
-            detected = from_launcher(environment(read_proc(pid, "environ")))
+            detected = processes.launched(pid)
         except OSError:
             break
         if detected is None:
             break
         ranks[pid] = detected.rank
-    script = script_of(pids[0])
+    script = processes.script_of(pids[0])
     if len(ranks) == len(pids) and len(set(ranks.values())) == len(pids):
         return script, ranks
     return f"{script} pids", {pid: pid for pid in pids}
-
-
-OPTIONS_WITH_VALUES = ("-W", "-X", "--check-hash-based-pycs")
-"""Python's options whose value is the next word, which is no script."""
-
-
-def script_of(pid: int) -> str:
-    """The name a Python process goes under, as `list` names its actor (`program_name`), from
-    its command line: `python-c` for `-c`, the module's last part for `-m`; "processes" for
-    what is no Python."""
-    try:
-        words = [w.decode(errors="replace") for w in read_proc(pid, "cmdline").split(b"\0") if w]
-    except OSError:
-        return program_name("")
-    if not words or "python" not in os.path.basename(words[0]):
-        return "processes"
-    values = iter(words[1:])
-    for word in values:
-        if word == "-m":
-            return program_name(next(values, "").rpartition(".")[2])
-        if word in OPTIONS_WITH_VALUES:
-            next(values, "")
-        elif word == "-c" or not word.startswith("-"):
-            return program_name(word)
-    return program_name("")
 
 
 def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:
@@ -101,9 +67,9 @@ def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:
 
     def one(pid: int) -> outside.Outside | str:
         try:
-            python_version(pid)
+            processes.python_version(pid)
             return outside.read(pid, every, args.native, args.locals, limit)
-        except outside.CannotRead as why:
+        except processes.CannotRead as why:
             return str(why)
         except FileNotFoundError:
             return "no such process"
@@ -133,7 +99,7 @@ def read_all(pids: list[int], args: argparse.Namespace) -> wire.StacksResult:
 def run(args: argparse.Namespace) -> int:
     try:
         pids = chosen_pids(args)
-    except CannotJoin as problem:
+    except NoProcess as problem:
         print(f"monarch-pdb: {problem}", file=sys.stderr)
         return 2
     result = read_all(pids, args)

@@ -29,11 +29,12 @@ import time
 from dataclasses import dataclass, fields
 from typing import cast
 
-from monarch_pdb import discovery, outside, wire
+from monarch_pdb import discovery, outside, processes, wire
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.outside import wake as wake_module
+from monarch_pdb.client.outside.chosen import NoProcess, chosen_pids, process_arguments
 from monarch_pdb.ranks import counted, format_ranks
 
 JOIN_TIMEOUT = 30.0
@@ -126,38 +127,8 @@ class Answer:
         return cls(**{field.name: said[field.name] for field in fields(cls) if field.name in said})
 
 
-def read_proc(pid: int, name: str) -> bytes:
-    with open(f"/proc/{pid}/{name}", "rb") as f:
-        return f.read()
-
-
-def environment(environ: bytes) -> dict[str, str]:
-    """A process's environment as it started, from its /proc `environ`."""
-    return dict(item.decode(errors="replace").partition("=")[::2] for item in environ.split(b"\0") if b"=" in item)
-
-
 def _version(version: tuple[int, int]) -> str:
     return ".".join(map(str, version))
-
-
-def python_version(pid: int) -> tuple[int, int]:
-    """The Python a process runs (`python_of`), for what must be a Python process: join and
-    `stacks` both refuse any other with this CannotRead."""
-    version = python_of(pid)
-    if version is None:
-        raise outside.CannotRead("not a Python process")
-    return version
-
-
-def python_of(pid: int) -> tuple[int, int] | None:
-    """The Python a process runs, from its executable's name or the libpython it maps; None
-    when neither names one (not a Python process, as far as /proc tells)."""
-    found: re.Match[str] | re.Match[bytes] | None = re.search(
-        r"python(\d+)\.(\d+)", os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-    )
-    if found is None:
-        found = re.search(rb"libpython(\d+)\.(\d+)", read_proc(pid, "maps"))
-    return (int(found[1]), int(found[2])) if found is not None else None
 
 
 def _permission(pid: int) -> str:
@@ -177,8 +148,8 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
     """The process `pid`, if /proc shows nothing that rules out joining it (by `sys.remote_exec`,
     or with `wake` through gdb, which any Python allows); CannotJoin otherwise."""
     try:
-        status = read_proc(pid, "status").decode(errors="replace")
-        name = read_proc(pid, "comm").decode(errors="replace").strip()
+        status = processes.read_proc(pid, "status").decode(errors="replace")
+        name = processes.read_proc(pid, "comm").decode(errors="replace").strip()
     except FileNotFoundError:
         raise CannotJoin(f"{pid}: no such process") from None
     uid = re.search(r"^Uid:\s*(\d+)", status, re.M)
@@ -193,9 +164,9 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
     if pid == os.getpid():
         raise CannotJoin(f"{pid} is this join itself")
     try:
-        version = python_version(pid)
-        environ = read_proc(pid, "environ")
-    except outside.CannotRead as why:
+        version = processes.python_version(pid)
+        environ = processes.read_proc(pid, "environ")
+    except processes.CannotRead as why:
         raise CannotJoin(f"{pid} ({name}) is {why}") from None
     except PermissionError:
         raise CannotJoin(_permission(pid)) from None
@@ -203,7 +174,7 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
         raise CannotJoin(f"{pid} ({name}) exited") from None
     if not wake:
         _check_remote_exec(pid, name, version)
-    env = environment(environ)
+    env = processes.environment(environ)
     try:
         settings = settings_module.load(env)
     except SystemExit as error:
@@ -211,24 +182,15 @@ def target(pid: int, wake: bool = False) -> JoinTarget:
     return JoinTarget(pid, name, settings)
 
 
-def _program(pid: int) -> str:
-    """The name of the program `pid` runs: its command's, or for a program started through the
-    dynamic loader (as a gdb shipped in a Python package is), the program the loader runs."""
-    words = [w.decode(errors="replace") for w in read_proc(pid, "cmdline").split(b"\0") if w]
-    if words and os.path.basename(words[0]).startswith("ld-linux"):
-        words = [w for w in words[1:] if not w.startswith("-")]
-    return os.path.basename(words[0]) if words else read_proc(pid, "comm").decode(errors="replace").strip()
-
-
 def _tracer(target: JoinTarget) -> str:
     """Why gdb cannot attach to the process, which another debugger holds (ptrace allows one),
     or "" when none does: told before gdb would say it may not attach."""
-    found = re.search(rb"^TracerPid:\s*(\d+)", read_proc(target.pid, "status"), re.M)
+    found = re.search(rb"^TracerPid:\s*(\d+)", processes.read_proc(target.pid, "status"), re.M)
     tracer = int(found[1]) if found else 0
     if not tracer:
         return ""
     try:
-        name = _program(tracer)
+        name = processes.program(tracer)
     except OSError:
         name = "gone"
     return (
@@ -257,60 +219,6 @@ def _check_remote_exec(pid: int, name: str, version: tuple[int, int]) -> None:
             f"join runs on Python {_version(ours)}; loading code into a running process (sys.remote_exec) "
             f"needs Python {_version(NEEDED)} or later, or --wake (through gdb)"
         )
-
-
-FORK_SERVER = b"monarch_pdb.actor.forkserver"
-"""How the fork server of our actor runtime's workers is started (`python -m`)."""
-
-
-def children_of(pid: int) -> list[int]:
-    """The Python processes that a launcher (torchrun, mpirun, an srun step) runs below `pid`: the
-    first Python process down each branch, so a worker's own children (data-loader workers,
-    compilers) are not taken for ranks. The fork server of our actor runtime is no rank: its
-    workers are."""
-    below: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = _parent_of(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-            below.setdefault(parent, []).append(int(entry))
-    found, todo = [], sorted(below.get(pid, []))
-    while todo:
-        child = todo.pop(0)
-        try:
-            python = python_of(child) is not None and not _is_fork_server(child)
-        except OSError:
-            python = False
-        if python:
-            found.append(child)
-        else:
-            todo += sorted(below.get(child, []))
-    return sorted(found)
-
-
-def _is_fork_server(pid: int) -> bool:
-    """Whether `pid` is our actor runtime's fork server: its workers, forked, show its command
-    line too, but their parent is the fork server."""
-    command = read_proc(pid, "cmdline")
-    if FORK_SERVER not in command:
-        return False
-    return read_proc(_parent_of(pid), "cmdline") != command
-
-
-def _stat(pid: int) -> list[bytes]:
-    """The fields of /proc/PID/stat after the command's name (which may hold spaces)."""
-    return read_proc(pid, "stat").rsplit(b")", 1)[1].split()
-
-
-def _state(pid: int) -> str:
-    """The state of the process's main thread: R running, S or D blocked in a call, T stopped..."""
-    return _stat(pid)[0].decode()
-
-
-def _parent_of(pid: int) -> int:
-    return int(_stat(pid)[1])
 
 
 def _causes(error: BaseException | None):
@@ -395,7 +303,7 @@ def ask(target: JoinTarget, wake: bool = False) -> subprocess.Popen | None:
         raise CannotJoin(f"{target.who}: {error}") from None
     try:
         if wake:
-            return wake_module.start(target.pid, target.script, blocked=_state(target.pid) in ("S", "D"))
+            return wake_module.start(target.pid, target.script, blocked=processes.state(target.pid) in ("S", "D"))
         sys.remote_exec(target.pid, target.script)  # type: ignore[attr-defined]
     except wake_module.CannotWake as why:
         forget(target)
@@ -462,7 +370,7 @@ def waiting_because(pid: int, wake: bool = False) -> str:
     """Why a process asked to join has not run our script yet, and when it will: by itself, or,
     with `wake`, whose request is withdrawn, once joined again."""
     try:
-        state = _state(pid)
+        state = processes.state(pid)
     except OSError:
         state = "Z"
     if state in ("Z", "X"):
@@ -501,7 +409,7 @@ def joined_line(rows: dict[int, list[wire.SessionRow]], before: int) -> str:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from monarch_pdb.client.shell.command_line import seconds
+    from monarch_pdb.client.commands.arguments import seconds
 
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb join")
     parser.description = (
@@ -529,34 +437,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "for each round of as many processes as there are cores)",
     )
     return parser
-
-
-def process_arguments(parser: argparse.ArgumentParser, command: str, verb: str) -> None:
-    """The processes `command` takes to `verb` (join, read): PIDs, or a launcher's below it."""
-    parser.set_defaults(command=command)
-    parser.add_argument("pids", type=int, nargs="*", metavar="PID", help=f"a process to {verb}")
-    parser.add_argument(
-        "--children-of",
-        type=int,
-        metavar="PID",
-        help=f"{verb} the Python processes a launcher (torchrun, mpirun, an srun step) runs below PID",
-    )
-
-
-def chosen_pids(args: argparse.Namespace) -> list[int]:
-    """The processes named, then those below --children-of; CannotJoin (what the command cannot
-    do, whichever it is) when there are none."""
-    pids = list(dict.fromkeys(args.pids))
-    if args.children_of is not None:
-        if not os.path.exists(f"/proc/{args.children_of}"):
-            raise CannotJoin(f"{args.children_of}: no such process")
-        below = children_of(args.children_of)
-        if not below:
-            raise CannotJoin(f"{args.children_of} runs no Python process below it")
-        pids += [pid for pid in below if pid not in pids]
-    if not pids:
-        raise CannotJoin(f"{args.command} needs a PID, or --children-of PID")
-    return pids
 
 
 def not_joined(t: JoinTarget, answer: Answer | None, timeout: float, wake: bool = False) -> str:
@@ -605,7 +485,7 @@ def _say(problem: str) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         pids = chosen_pids(args)
-    except CannotJoin as refusal:
+    except NoProcess as refusal:
         _say(str(refusal))
         return 2 if not args.pids and args.children_of is None else 1
     locks: list[tuple[JoinTarget, int]] = []

@@ -10,6 +10,7 @@ import signal
 import sys
 
 from monarch_pdb import settings as settings_module
+from monarch_pdb.client.commands.arguments import seconds
 from monarch_pdb.client.connection import NoBroker, ShellConnection
 from monarch_pdb.client.shell.reporter import Transcript
 
@@ -18,13 +19,6 @@ WAIT_BROKER = 60.0
 QUIT_KEYS = "Ctrl-C, Ctrl-D or quit leaves; other lines typed meanwhile run once it answers."
 INTERRUPTED = 130
 """The exit status of a program a SIGINT (Ctrl-C) ended."""
-
-
-def seconds(text: str) -> float:
-    """The value of --wait-broker, checked as the shell checks every time limit."""
-    from monarch_pdb.client.commands.arguments import seconds as time_limit
-
-    return time_limit(text)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from monarch_pdb import settings
+from monarch_pdb import processes, settings
+from monarch_pdb.processes import Detected, program_name
 
 
 @dataclass(frozen=True)
@@ -47,18 +48,6 @@ class CallContext:
     rank: int
     coords: dict[str, int]
     session: Any = None
-
-
-@dataclass(frozen=True)
-class Detected:
-    """What one source knows; `job` is empty when the source has no name for the whole job."""
-
-    actor: str
-    rank: int
-    coords: dict[str, int]
-    job: str = ""
-    instance: str = ""
-    """The engine's own id for the actor or task (Ray's), so a row can be matched with its tools."""
 
 
 current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
@@ -134,18 +123,6 @@ def _script_stem() -> str:
     return program_name(sys.argv[0] if sys.argv else "")
 
 
-def program_name(script: str) -> str:
-    """The name a Python process goes under (its actor, and the start of its job's name), from
-    its program as `sys.argv[0]` gives it: the script's file name without its suffix;
-    `python-c` for `python -c`, whose `-c` would read as a command's option; `python` for a
-    program read from standard input or typed at a prompt. Outside `stacks` names a process
-    from its command line with it too, so `list`, `join` and `stacks PID` agree."""
-    if script == "-c":
-        return "python-c"
-    stem = os.path.splitext(os.path.basename(script))[0] if script != "-" else ""
-    return stem or "python"
-
-
 def job_name(detected: Detected | None = None) -> str:
     """MONARCH_PDB_JOB, else the name the detected launcher gives the whole job (`detected`,
     when the caller has it already), else the main script's name and this process's pid."""
@@ -153,56 +130,17 @@ def job_name(detected: Detected | None = None) -> str:
     return process.job or (detected or detect()).job or f"{process.stem}-{process.pid}"
 
 
-def _int(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name, "")
-    return int(raw) if raw.isascii() and raw.isdigit() else None
-
-
-def _host_and_local(env: Mapping[str, str], rank: int, host: str, local: str, local_size: str) -> dict[str, int]:
-    """{host, gpu}: the node's index (or rank // ranks per node) and the rank within the node."""
-    local_rank, per_node, node = _int(env, local), _int(env, local_size), _int(env, host) if host else None
-    if node is None and per_node:
-        node = rank // per_node
-    return {"host": node, "gpu": local_rank} if node is not None and local_rank is not None else {}
-
-
 def from_launcher(env: Mapping[str, str]) -> Detected | None:
     """torchrun, Slurm, Open MPI or PMI (MPICH, Intel MPI), in that order, from their variables."""
     stem = _script_stem()
-    actor = settings.naming().actor or stem
-    if (rank := _int(env, "RANK")) is not None:
-        run = env.get("TORCHELASTIC_RUN_ID", "")
-        token = run if run and run != "none" else env.get("MASTER_PORT", "")
-        coords = _host_and_local(env, rank, "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-        return Detected(actor, rank, coords, f"{stem}-torchrun-{token}" if token else "")
-    if (rank := _int(env, "SLURM_PROCID")) is not None:
-        # Slurm sets SLURM_NODEID wherever it sets SLURM_PROCID: the host needs no ranks per node.
-        coords = _host_and_local(env, rank, "SLURM_NODEID", "SLURM_LOCALID", "")
-        step = env.get("SLURM_STEP_ID", "")
-        return Detected(actor, rank, coords, f"{stem}-slurm-{env.get('SLURM_JOB_ID', '')}{'.' + step if step else ''}")
-    if (rank := _int(env, "OMPI_COMM_WORLD_RANK")) is not None:
-        coords = _host_and_local(env, rank, "", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
-        jobid = env.get("OMPI_MCA_ess_base_jobid", "")
-        return Detected(actor, rank, coords, f"{stem}-mpi-{jobid}" if jobid else "")
-    if (rank := _int(env, "PMI_RANK")) is not None:
-        coords = _host_and_local(env, rank, "", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-        kvs = env.get("PMI_KVSNAME", "") or _hydra_control_port()
-        return Detected(actor, rank, coords, f"{stem}-mpi-{kvs}" if kvs else "")
-    return None
+    return processes.from_launcher(env, stem, settings.naming().actor or stem, _parent_args)
 
 
-def _hydra_control_port() -> str:
-    """The `host:port` of the mpiexec that started this rank, which all its ranks share.
-
-    Hydra (MPICH, Intel MPI) names the job in no variable: only its proxy, this process's
-    parent, carries the launcher's address on its command line.
-    """
+def _parent_args() -> list[str]:
     try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            args = f.read().decode(errors="replace").split("\0")
+        return processes.command_line(os.getppid())
     except OSError:
-        return ""
-    return args[args.index("--control-port") + 1] if "--control-port" in args[:-1] else ""
+        return []
 
 
 def in_monarch_proc() -> bool:
