@@ -30,11 +30,11 @@ import report
 from report import Result, Target, say
 from timing import timed
 
-from monarch_pdb import outside, settings
+from monarch_pdb import outside, settings, wire
 from monarch_pdb.client.commands import collectives_report
 from monarch_pdb.client.connection import ShellConnection
 from monarch_pdb.client.outside import host_stacks
-from monarch_pdb.client.outside.join import children_of
+from monarch_pdb.processes import children_of
 
 RESULTS = Path(__file__).resolve().parent / "results" / "hang.json"
 PROCESSES = 64
@@ -173,7 +173,7 @@ def main() -> int:
 
         def snapshot() -> None:
             report_ = collectives_report.fold(
-                conn.peek("train", "ranks(:)", collectives_report.EXPRESSION, ANSWER_TIMEOUT)
+                conn.peek("train", "ranks(:)", "", ANSWER_TIMEOUT, reading=wire.Reading.COLLECTIVES)
             )
             group = report_.groups.get("0")
             if group is None or len(group.ranks) != PROCESSES or group.disagreement() is None:

@@ -79,6 +79,7 @@ class Peeks:
                 function=msg.function,
                 up=msg.up,
                 job=chosen[0].job,
+                reading=msg.reading,
             )
             self.start(shell, msg.ref, chosen, absent, ask, msg.limit + wire.PEEK_MARGIN)
 
@@ -105,7 +106,8 @@ class Peeks:
         for live in chosen:
             request.waiting.setdefault(live.peer, []).append(live.rank)
         self.requests.skip_unreachable(request)
-        self.audit.record(shell, ask.job, ask.actor, [live.rank for live in chosen], f"peek {ask.expression}")
+        said = f"peek {ask.expression}" if ask.reading == wire.Reading.EXPRESSION else f"peek ({ask.reading})"
+        self.audit.record(shell, ask.job, ask.actor, [live.rank for live in chosen], said)
         for peer, asked in request.waiting.items():
             self.requests.send(
                 peer,
@@ -119,6 +121,7 @@ class Peeks:
                     up=ask.up,
                     job=ask.job,
                     timeout=below_timeout(window),
+                    reading=ask.reading,
                 ),
             )
         self.requests.settle(self.table, request)

@@ -359,10 +359,19 @@ class ShellConnection:
         return self._parts(ref, wire.StacksResult, timeout, "gather the stacks")
 
     def peek(
-        self, actor: str, selector: str, expression: str, limit: float, function: str = "", up: int = 0, job: str = ""
+        self,
+        actor: str,
+        selector: str,
+        expression: str,
+        limit: float,
+        function: str = "",
+        up: int = 0,
+        job: str = "",
+        reading: wire.Reading = wire.Reading.EXPRESSION,
     ) -> wire.PeekResult:
-        """An expression's value in each selected live rank, read without stopping it, every
-        part of a large result joined. Raises RequestFailed with the broker's one-line reason."""
+        """An expression's value in each selected live rank (or what `reading` names), read
+        without stopping it, every part of a large result joined. Raises RequestFailed with the
+        broker's one-line reason."""
         ref = next(self._refs)
         self.post(
             wire.Peek(
@@ -374,6 +383,7 @@ class ShellConnection:
                 function=function,
                 up=up,
                 job=job,
+                reading=reading,
             )
         )
         return self._parts(ref, wire.PeekResult, limit + wire.PEEK_MARGIN, "finish the peek")

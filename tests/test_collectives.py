@@ -17,7 +17,7 @@ from monarch_pdb.ranks import RankSet, parse_selector
 
 
 def answer(ranks: list[int], snapshot: dict) -> wire.CastGroup:
-    return wire.CastGroup(repr(json.dumps(snapshot)), "", RankSet.of(ranks))
+    return wire.CastGroup(json.dumps(snapshot), "", RankSet.of(ranks))
 
 
 def world(entered: int) -> dict:

@@ -8,7 +8,6 @@ The job's ranks are taken to be torch's global ranks, as the launchers number th
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,8 +15,6 @@ from typing import Any
 from monarch_pdb import wire
 from monarch_pdb.ranks import Selection, counted, format_ranks, parse_ranks, select
 
-EXPRESSION = "__import__('monarch_pdb.rank.process_groups', fromlist=['snapshot']).snapshot()"
-"""What `collectives` evaluates in each rank."""
 RECORDER_OFF = (
     "torch's Flight Recorder is off in this job: with TORCH_FR_BUFFER_SIZE=2000 (gloo) or "
     "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (NCCL) in its environment each collective is named"
@@ -165,13 +162,13 @@ def fold(result: wire.PeekResult, asked: Selection | None = None) -> Report:
 
 
 def _snapshot(output: str) -> dict[str, Any]:
-    """A rank's snapshot from what peek printed of it (its repr), or why there is none."""
+    """A rank's snapshot from what it answered (`wire.Reading.COLLECTIVES`), or why there is none."""
     text = output.strip()
     if text.startswith("***"):
         return {"error": text.removeprefix("*** ")}
     try:
-        return json.loads(ast.literal_eval(text))
-    except (ValueError, SyntaxError, TypeError):
+        return json.loads(text)
+    except ValueError:
         return {"error": f"not a snapshot: {text[:80]}"}
 
 

@@ -234,7 +234,7 @@ class Collectives:
 def collectives_of(conn: ShellConnection, args: Collectives) -> Answer:
     job, actor = split_job(args.actor)
     selection = ranks_of(args.ranks or EVERY_RANK)
-    result = conn.peek(actor, render_selector(selection), collectives_report.EXPRESSION, args.timeout, job=job)
+    result = conn.peek(actor, render_selector(selection), "", args.timeout, job=job, reading=wire.Reading.COLLECTIVES)
     report = collectives_report.fold(result, selection if args.ranks else None)
     doc = collectives_report.document(report)
     text = json.dumps(doc, sort_keys=True) if args.json else collectives_report.text(report)
@@ -266,7 +266,7 @@ def hang(conn: ShellConnection, args: Hang) -> Answer:
     for job, actor in targets:
         take = functools.partial(conn.stacks, actor, EVERY_RANK, wire.Threads.MAIN, args.cast_timeout, job)
         samples_taken = sampled(HANG_SAMPLES, HANG_EVERY, take)
-        snapshots = conn.peek(actor, EVERY_RANK, collectives_report.EXPRESSION, PEEK_TIMEOUT, job=job)
+        snapshots = conn.peek(actor, EVERY_RANK, "", PEEK_TIMEOUT, job=job, reading=wire.Reading.COLLECTIVES)
         story = hang_report.fold(actor, samples_taken, HANG_EVERY, snapshots)
         texts.append(hang_report.text(story))
         docs.append(hang_report.document(story))

@@ -434,8 +434,14 @@ class Agent:
             clipped = {rank: self.clip(text) for rank, text in answers.items()}
             return wire.PeekReport(ref=msg.ref, groups=peek.grouped(clipped, late, msg.limit))
 
+        if msg.reading == wire.Reading.COLLECTIVES:
+            reads = [(rank, peek.collectives) for rank in msg.ranks]
+        else:
+            reads = [
+                (rank, partial(peek.peek, running[rank], msg.expression, msg.function, msg.up)) for rank in msg.ranks
+            ]
         self.evaluations.start(
-            [(rank, partial(peek.peek, running[rank], msg.expression, msg.function, msg.up)) for rank in msg.ranks],
+            reads,
             msg.limit,
             report,
             time.monotonic(),

@@ -95,6 +95,17 @@ def peek(running: Running, expression: str, function: str, up: int) -> str:
     return frame if isinstance(frame, str) else evaluate(expression, frame)
 
 
+def collectives() -> str:
+    """What `collectives` reads in a rank (`process_groups.snapshot`), or the error it raised,
+    as an expression's is told."""
+    from monarch_pdb.rank import process_groups
+
+    try:
+        return process_groups.snapshot()
+    except BaseException as exc:  # noqa: B902 - as an expression's, whatever it raised is its answer
+        return f"*** {type(exc).__name__}: {exc}"
+
+
 def short(value: Any) -> str:
     """A value on one short line."""
     try:

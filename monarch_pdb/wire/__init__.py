@@ -161,6 +161,7 @@ if TYPE_CHECKING:
         EventKind,
         Query,
         RankState,
+        Reading,
         Role,
         Stop,
         Threads,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from monarch_pdb import ranks
 from monarch_pdb.wire.records import CastGroup, RankRef, Spot, StackGroup
 from monarch_pdb.wire.schema import Message, Record, message, record
-from monarch_pdb.wire.words import Ending, Stop, Threads
+from monarch_pdb.wire.words import Ending, Reading, Stop, Threads
 
 
 @record
@@ -164,6 +164,7 @@ class PeekRanks(Message):
     up: int = 0
     job: str = ""
     timeout: float = 0.0
+    reading: Reading = Reading.EXPRESSION
 
 
 @message("peek_report")

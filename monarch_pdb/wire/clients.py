@@ -10,7 +10,7 @@ from dataclasses import field
 from monarch_pdb import ranks
 from monarch_pdb.wire.records import CastGroup, JobRow, SessionRow, Spot, StackGroup
 from monarch_pdb.wire.schema import Message, Record, message, record
-from monarch_pdb.wire.words import EventKind, Query, RankState, Threads
+from monarch_pdb.wire.words import EventKind, Query, RankState, Reading, Threads
 
 EVENT_TOPIC = b"event"
 OUTPUT_TOPIC = b"out"
@@ -469,7 +469,8 @@ holds the GIL) is named by the broker."""
 class Peek(Message):
     """Shell to broker: evaluate an expression in a frame of each selected live rank without
     stopping it, for at most `limit` seconds; answered with `PeekResult`. The frame is the
-    innermost of the program's own code, or of `function`, then `up` frames further out."""
+    innermost of the program's own code, or of `function`, then `up` frames further out.
+    `reading` says what is read: the expression, or what the rank knows of itself."""
 
     ref: int
     actor: str
@@ -479,6 +480,7 @@ class Peek(Message):
     function: str = ""
     up: int = 0
     job: str = ""
+    reading: Reading = Reading.EXPRESSION
 
 
 @message("peek_result")

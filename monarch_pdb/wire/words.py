@@ -46,6 +46,16 @@ class Threads(Word):
     ALL = "all"
 
 
+class Reading(Word):
+    """What a `Peek` reads in each rank."""
+
+    EXPRESSION = "expression"
+    """Its expression's value, as pdb's `p` prints it."""
+    COLLECTIVES = "collectives"
+    """The rank's torch.distributed process groups and where its main thread stands, as JSON
+    (`monarch_pdb.rank.process_groups`); the expression is left empty."""
+
+
 class Stop(Word):
     """Why a session waits for input."""
 
