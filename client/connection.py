@@ -23,6 +23,8 @@ from monarch_pdb.link import Link
 from monarch_pdb.ranks import format_ranks
 from monarch_pdb.settings import Settings
 
+WAIT_BROKER = 60.0
+"""Seconds a script (or a notebook's cell) waits for a broker by default, as `wait` waits for ranks."""
 EVENT_QUIET = 0.1
 REJECTION_CHECK = 0.05
 EVENT_FOLD_LIMIT = 1.0

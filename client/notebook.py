@@ -1,25 +1,25 @@
 """The debugger in a notebook: `%load_ext monarch_pdb` adds the line magic `%monarch_debug
 COMMAND` and the cell magic `%%monarch_debug` (a command a line, as in a `--script` file).
 
-Each line runs through the shell's own commands, as `monarch-pdb debug -c` runs it, so a cell
-shows what the shell prints; `list` and `mesh` come as HTML tables too, for front ends that draw
-HTML. Only commands that need no typing loop run here: `attach` needs a terminal. Imported by
-IPython only, through `monarch_pdb.load_ipython_extension`.
+Each line is read and run by the command layer, as the shell runs it, so a cell shows what the
+shell prints; `list` and `mesh` come as HTML tables too, for front ends that draw HTML. Only
+commands that need no typing loop run here: `attach` needs a terminal. Imported by IPython
+only, through `monarch_pdb.load_ipython_extension`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import html
-import io
+import shutil
 import sys
 
-import rich.console
 from IPython.display import display
 
+from monarch_pdb import settings as settings_module
+from monarch_pdb.client import commands
 from monarch_pdb.client.commands import mesh
-from monarch_pdb.client.shell import command_line
-from monarch_pdb.client.shell.debug_shell import ALIASES
+from monarch_pdb.client.connection import WAIT_BROKER, NoBroker, ShellConnection
+from monarch_pdb.client.escapes import visible
 
 COMMANDS = ("list", "cast", "continue", "stacks", "peek", "mesh", "jobs", "wait", "interrupt")
 TERMINAL_ONLY = ("attach", "follow")
@@ -36,53 +36,56 @@ def monarch_debug(line: str, cell: str | None = None) -> None:
     list, cast, continue, stacks, peek, mesh, jobs, wait and interrupt (attach: `monarch debug`
     in a terminal). The lines run in order; the first that fails ends the cell."""
     texts = [line] if cell is None else cell.split("\n")
-    lines = [
-        (WHERE, n, text.strip())
-        for n, text in enumerate(texts, 1)
-        if text.strip() and not text.lstrip().startswith("#")
-    ]
+    lines = [(n, text.strip()) for n, text in enumerate(texts, 1) if text.strip() and not text.lstrip().startswith("#")]
     if not lines:
         print(f"usage: %monarch_debug COMMAND, where COMMAND is one of {', '.join(COMMANDS)}", file=sys.stderr)
         return
-    for where, number, text in lines:
+    for number, text in lines:
         word = text.split()[0]
-        command = ALIASES.get(word, word)
+        command = commands.ALIASES.get(word, word)
         if command not in COMMANDS:
             print(f"{WHERE}: line {number}: {refusal(command)}", file=sys.stderr)
             return
-        if run(command, (where, number, text)):
-            return
-
-
-def run(command: str, line: tuple[str, int, str]) -> int:
-    """Run one line as the shell runs a script's; `list` and `mesh` shown as text and HTML at once."""
-    args = command_line.build_parser().parse_args([])
-    with plain_consoles():
-        if command not in ("list", "mesh"):
-            return command_line.run(args, [line])
-        shown = io.StringIO()
-        with contextlib.redirect_stdout(shown):
-            failed = command_line.run(args, [line])
-    if shown.getvalue():
-        display(
-            {"text/plain": shown.getvalue().rstrip("\n"), "text/html": as_html(command, shown.getvalue())}, raw=True
-        )
-    return failed
-
-
-@contextlib.contextmanager
-def plain_consoles():
-    """The shell's rich consoles (cmd2's, formatting its commands' help) write text, as at a
-    terminal: in a kernel, rich would show each console's buffer as an empty HTML output."""
-    detect = getattr(rich.console, "_is_jupyter", None)
-    if detect is None:  # another rich: at worst an empty output more
-        yield
-        return
-    rich.console._is_jupyter = lambda: False
+    settings = settings_module.load()
+    conn = ShellConnection(settings)
     try:
-        yield
+        conn.wait_for_broker(WAIT_BROKER)
+    except NoBroker as error:
+        conn.close()
+        print(f"monarch-pdb: {error}", file=sys.stderr)
+        return
+    try:
+        for number, text in lines:
+            if not run(conn, settings, number, text):
+                return
     finally:
-        rich.console._is_jupyter = detect
+        conn.close()
+
+
+def run(conn: ShellConnection, settings: settings_module.Settings, number: int, text: str) -> bool:
+    """Run one line as the shell runs a script's; `list` and `mesh` shown as text and HTML at
+    once. False when it failed, which ends the cell."""
+    where = f"monarch-pdb: {WHERE}:{number}: {text}"
+    try:
+        args = commands.parse(text)
+        answer = commands.run(
+            conn,
+            commands.with_settings(args, list_rows=settings.list_rows, columns=shutil.get_terminal_size().columns),
+        )
+    except commands.FAILURES as error:
+        print(f"{where}: {visible(str(error))}", file=sys.stderr)
+        return False
+    shown = visible(answer.shown)
+    shown = shown if shown.endswith("\n") or not shown else shown + "\n"
+    command = commands.ALIASES.get(text.split()[0], text.split()[0])
+    if command in ("list", "mesh") and shown:
+        display({"text/plain": shown.rstrip("\n"), "text/html": as_html(command, shown)}, raw=True)
+    else:
+        sys.stdout.write(shown)
+    if answer.failure:
+        print(f"{where}: {visible(answer.failure)}", file=sys.stderr)
+        return False
+    return True
 
 
 def refusal(command: str) -> str:

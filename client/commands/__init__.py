@@ -15,9 +15,10 @@ from monarch_pdb.client.commands.answer import FAILURES, Answer, CommandError, U
 from monarch_pdb.client.commands.cast import Cast, Peek
 from monarch_pdb.client.commands.hangs import Collectives, Hang, Interrupt, Stacks
 from monarch_pdb.client.commands.roster import Continue, Jobs, List, Mesh, Wait, json_row
-from monarch_pdb.client.commands.spec import COMMANDS, Spec, run, usage, with_settings
+from monarch_pdb.client.commands.spec import ALIASES, COMMANDS, Spec, run, usage, with_settings
 
 __all__ = [
+    "ALIASES",
     "COMMANDS",
     "FAILURES",
     "Answer",
@@ -48,7 +49,7 @@ def parse(line: str) -> Any:
     """The record of a whole command line (`peek trainer ranks(:) step`); CommandError naming
     what is wrong, an unknown command among it."""
     word, _, rest = line.strip().partition(" ")
-    spec = COMMANDS.get(word)
+    spec = COMMANDS.get(ALIASES.get(word, word))
     if spec is None:
         raise CommandError(f"unknown command {word!r}")
     return spec.parse(rest)

@@ -116,6 +116,9 @@ def usage(record: type) -> str:
     return "usage: " + (record.__doc__ or "").partition("\n")[0].strip()
 
 
+ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"}
+"""The one-letter names Monarch's shell gives its commands, which every front end that reads
+typed lines takes too."""
 COMMANDS: dict[str, Spec] = {}
 """Every command, by name."""
 SPECS: dict[type, Spec] = {}

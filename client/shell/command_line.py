@@ -11,11 +11,9 @@ import sys
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.commands.arguments import seconds
-from monarch_pdb.client.connection import NoBroker, ShellConnection
+from monarch_pdb.client.connection import WAIT_BROKER, NoBroker, ShellConnection
 from monarch_pdb.client.shell.reporter import Transcript
 
-WAIT_BROKER = 60.0
-"""Seconds a script waits for a broker by default, as `wait` waits for ranks."""
 QUIT_KEYS = "Ctrl-C, Ctrl-D or quit leaves; other lines typed meanwhile run once it answers."
 INTERRUPTED = 130
 """The exit status of a program a SIGINT (Ctrl-C) ended."""
@@ -72,14 +70,14 @@ def shorten(text: str, width: int = 200) -> str:
     return text if len(text) <= width else f"{text[:width]}... ({len(text):,} characters)"
 
 
-def run(args: argparse.Namespace, given: list[tuple[str, int, str]] | None = None) -> int:
-    """The shell, or the lines of args' scripts and -c; or the `given` lines (a notebook's magic)."""
+def run(args: argparse.Namespace) -> int:
+    """The shell, or the lines of args' scripts and -c."""
     from monarch_pdb.client.shell.debug_shell import QUIT_COMMANDS, DebugShell, OutputClosed
     from monarch_pdb.client.shell.terminal import TypedAhead
 
     settings = settings_module.load().with_overrides(host=args.host, port=args.port)
-    interactive = given is None and not (args.script or args.commands)
-    lines = script_lines(args) if given is None else given
+    interactive = not (args.script or args.commands)
+    lines = script_lines(args)
     if not (interactive or lines):
         return 0  # only blank lines and comments: nothing to do, and no broker to wait for
     keyboard = sys.stdin.fileno() if interactive and sys.stdin.isatty() else None

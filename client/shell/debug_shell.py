@@ -23,7 +23,7 @@ from typing import Any
 import cmd2
 
 from monarch_pdb import wire
-from monarch_pdb.client.commands import COMMANDS, CommandError, Spec, ask, run, with_settings
+from monarch_pdb.client.commands import ALIASES, COMMANDS, CommandError, Spec, ask, run, with_settings
 from monarch_pdb.client.commands.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
@@ -51,7 +51,6 @@ BANNER = (
     "Enter 'help' for a list of commands.\n"
     "Enter 'list' to show all active breakpoints.\n"
 )
-ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"}
 QUIT_COMMANDS = frozenset({"quit"} | {alias for alias, command in ALIASES.items() if command == "quit"})
 HIDDEN = ["alias", "edit", "macro", "run_pyscript", "shell", "shortcuts"]
 RUNNING_HINT_AFTER = 1.0
