@@ -1,7 +1,7 @@
 """The product's round trips: a real broker, and the guide's example paused at 16 breakpoints.
 
 The example starts exactly as the tests start it (private runtime dir, port 0, loopback), so
-its embedded broker belongs to this run alone. The shell side is `ShellConnection` without a
+its embedded broker belongs to this run alone. The shell side is `BrokerConnection` without a
 terminal: what is timed is the shell's connection, the wire, the broker and the agents, not
 cmd2 or a pseudo-terminal.
 """
@@ -20,7 +20,7 @@ from timing import timed
 
 from monarch_pdb import discovery, wire
 from monarch_pdb import settings as settings_module
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "debugging.py"
 RANKS = 16
@@ -50,7 +50,7 @@ class Example:
             }
         )
         self.proc: subprocess.Popen | None = None
-        self.conn: ShellConnection | None = None
+        self.conn: BrokerConnection | None = None
         self.changed = threading.Event()
 
     def __enter__(self) -> Example:
@@ -76,7 +76,7 @@ class Example:
                 start_new_session=True,
             )
         settings = self._settings().with_overrides(connect_timeout=START_TIMEOUT)
-        self.conn = ShellConnection.open(settings, on_events=lambda events: self.changed.set())
+        self.conn = BrokerConnection.open(settings, on_events=lambda events: self.changed.set())
         self._wait_for_sessions()
 
     def _settings(self) -> settings_module.Settings:

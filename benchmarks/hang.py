@@ -32,7 +32,7 @@ from timing import timed
 
 from monarch_pdb import outside, settings, wire
 from monarch_pdb.client.commands import collectives_report
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.client.outside import host_stacks
 from monarch_pdb.processes import children_of
 
@@ -168,7 +168,7 @@ def main() -> int:
         waiters.wait_for(b"WAITING", PROCESSES)
         pids = children_of(waiters.proc.pid)
         trainers.wait_for(b"HUNG", 1)
-        conn = ShellConnection.open(settings.load(env).with_overrides(connect_timeout=START_TIMEOUT))
+        conn = BrokerConnection.open(settings.load(env).with_overrides(connect_timeout=START_TIMEOUT))
         stack.callback(conn.close)
 
         def snapshot() -> None:

@@ -21,7 +21,7 @@ from report import Result, Target
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 ITERATIONS = 20_000
 """Loop iterations in one timed sample (about a millisecond)."""
@@ -77,7 +77,7 @@ class Loops:
             }
         )
         self.procs: dict[str, subprocess.Popen] = {}
-        self.conn: ShellConnection | None = None
+        self.conn: BrokerConnection | None = None
 
     def __enter__(self) -> Loops:
         try:
@@ -94,7 +94,7 @@ class Loops:
             for proc in self.procs.values():
                 assert proc.stdout.readline() == "READY\n", "a loop process did not start"
             settings = settings_module.load(self.env).with_overrides(connect_timeout=START_TIMEOUT)
-            self.conn = ShellConnection.open(settings)
+            self.conn = BrokerConnection.open(settings)
             self.set_breakpoint()
         except BaseException:
             self.__exit__()

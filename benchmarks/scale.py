@@ -37,7 +37,7 @@ from report import Result, Target
 from monarch_pdb import discovery, wire
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.commands import listing, stack_tree
-from monarch_pdb.client.connection import RequestFailed, ShellConnection
+from monarch_pdb.client.connection import BrokerConnection, RequestFailed
 
 EMULATOR = Path(__file__).resolve().parent / "emulated.py"
 WIRE_EMULATOR = EMULATOR.with_name("wire_ranks.py")
@@ -354,7 +354,7 @@ class Emulators:
     def peak_rss_mb(self) -> float:
         return round(sum(peak_rss_kb(proc.pid) for proc in self.procs) / 1024, 1)
 
-    def release(self, conn: ShellConnection, timeout: float) -> None:
+    def release(self, conn: BrokerConnection, timeout: float) -> None:
         """Continue every rank and wait for the processes to end; kill them if they do not."""
         conn.request(wire.Continue(), wire.Continued, timeout=timeout)
         deadline = time.monotonic() + timeout
@@ -475,13 +475,13 @@ class Measures:
         return round(table[name] / count * 1e3, 1) if count else None
 
 
-def paused_sessions(conn: ShellConnection, timeout: float) -> int:
+def paused_sessions(conn: BrokerConnection, timeout: float) -> int:
     """How many paused sessions the broker counts (a few job rows, not a row per session)."""
     reply = conn.request(wire.ListJobs(), wire.JobList, timeout=timeout)
     return sum(row.paused for row in getattr(reply, "rows", []))
 
 
-def wait_for_paused(conn: ShellConnection, enough: Callable[[int], bool], timeout: float) -> int:
+def wait_for_paused(conn: BrokerConnection, enough: Callable[[int], bool], timeout: float) -> int:
     """Until `enough` of the count of paused sessions, counted again after every event (and
     every second); the last count when `timeout` passes first."""
     deadline = time.monotonic() + timeout
@@ -526,7 +526,7 @@ def measure_shape(shape: Shape, workdir: Path, say, profile: Path | None = None)
         else:
             floor_peers = floors.FanOut(shape.processes, shape.per_process)
         with floor_peers as fan_out:
-            conn = ShellConnection.open(root.settings.with_overrides(connect_timeout=floors.START_TIMEOUT))
+            conn = BrokerConnection.open(root.settings.with_overrides(connect_timeout=floors.START_TIMEOUT))
             try:
                 empty_kb = root.rss_kb()
                 for storm in range(STORMS.get(n, 1)):
@@ -637,7 +637,7 @@ def _peaks(brokers: Brokers, emulators: Emulators) -> dict:
     }
 
 
-def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut, n: int, shape: Shape) -> None:
+def _alternate(conn: BrokerConnection, measures: Measures, fan_out: floors.FanOut, n: int, shape: Shape) -> None:
     """Floor, casts and list one at a time in turn, so they share the machine's drift."""
     timeout = shape.answer_timeout
 
@@ -679,7 +679,7 @@ def _alternate(conn: ShellConnection, measures: Measures, fan_out: floors.FanOut
         measures.take("grouped", shown, warmup)
 
 
-def _stacks(conn: ShellConnection, n: int, timeout: float) -> None:
+def _stacks(conn: BrokerConnection, n: int, timeout: float) -> None:
     """`stacks emu`: every rank's stack taken by its agent's thread, gathered by the broker,
     merged into one tree and printed (to nothing) by the shell's own code."""
     with open(os.devnull, "w") as sink:

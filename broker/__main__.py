@@ -2,6 +2,6 @@
 
 import sys
 
-from monarch_pdb.broker.cli import main
+from monarch_pdb.broker.main import main
 
 sys.exit(main(sys.argv[1:]))

@@ -8,15 +8,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
+from monarch_pdb.broker.entries import LIVE
 from monarch_pdb.broker.log import log
-from monarch_pdb.broker.records import LIVE
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.ranks import counted
 
 if TYPE_CHECKING:
+    from monarch_pdb.broker.entries import Peer, Session
     from monarch_pdb.broker.events import EventLog
-    from monarch_pdb.broker.records import Peer, Session
     from monarch_pdb.broker.requests import Requests
     from monarch_pdb.broker.sessions import Sessions
 

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
+from monarch_pdb.broker.entries import CannotServe
 from monarch_pdb.broker.inflight import InFlight, Request, below_timeout
-from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
-    from monarch_pdb.broker.records import LiveRank
+    from monarch_pdb.broker.entries import LiveRank
     from monarch_pdb.broker.requests import Requests
 
 NO_ANSWER = "its process sent no answer in time"

@@ -17,8 +17,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
+from monarch_pdb.broker.entries import CannotServe
 from monarch_pdb.broker.inflight import PICKED_THERE, InFlight, Request, below_timeout
-from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes
@@ -27,7 +27,7 @@ from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
-    from monarch_pdb.broker.records import Session
+    from monarch_pdb.broker.entries import Session
     from monarch_pdb.broker.requests import Requests
 
 PROGRESS_EVERY = 0.25

@@ -14,10 +14,10 @@ from monarch_pdb import wire
 from monarch_pdb.broker.routes import Routes
 
 if TYPE_CHECKING:
-    from monarch_pdb.broker.records import Peer, Session
+    from monarch_pdb.broker.entries import Peer, Session
 
 
-class Following:
+class Followers:
     def __init__(
         self,
         publish: Callable[[wire.Message], None],

@@ -16,7 +16,7 @@ from monarch_pdb.broker.inflight import in_parts
 from monarch_pdb.ranks import RankSet, format_ranks
 
 if TYPE_CHECKING:
-    from monarch_pdb.broker.records import Session
+    from monarch_pdb.broker.entries import Session
 
 KEY = attrgetter("job", "actor", "function", "lineno", "state", "attached")
 """What the ranks of one group share."""

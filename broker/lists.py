@@ -8,9 +8,9 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
+from monarch_pdb.broker.entries import STOP_STATES
 from monarch_pdb.broker.inflight import row_parts
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
-from monarch_pdb.broker.records import STOP_STATES
 from monarch_pdb.broker.routes import Routes
 
 if TYPE_CHECKING:

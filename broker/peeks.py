@@ -19,7 +19,7 @@ from monarch_pdb.ranks import RankSet
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
-    from monarch_pdb.broker.records import LiveRank
+    from monarch_pdb.broker.entries import LiveRank
     from monarch_pdb.broker.requests import Requests
 
 HOLDS_THE_GIL = "holds the GIL in C code (its process sent nothing in time)"

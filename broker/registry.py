@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from monarch_pdb import ranks, wire
-from monarch_pdb.broker.records import LIVE, CannotServe, LiveRank, Peer, Session
+from monarch_pdb.broker.entries import LIVE, CannotServe, LiveRank, Peer, Session
 from monarch_pdb.broker.table import Table
 
 

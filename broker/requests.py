@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from monarch_pdb import ranks, wire
+from monarch_pdb.broker.entries import CannotServe
 from monarch_pdb.broker.inflight import InFlight, Request
-from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import no_match
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.broker.records import Peer
+from monarch_pdb.broker.entries import Peer
 
 Handler = Callable[[bytes, Any], None]
 Table = dict[type, Handler]

@@ -25,24 +25,24 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from monarch_pdb import curve, discovery, wire
-from monarch_pdb.broker.agents import Agents
 from monarch_pdb.broker.audit import Audit
 from monarch_pdb.broker.branches import Branches
 from monarch_pdb.broker.breakpoints import BreakpointRequests
 from monarch_pdb.broker.casts import CastInFlight, CastRequests, Casts
+from monarch_pdb.broker.entries import Peer, Session, process_gone
 from monarch_pdb.broker.events import HISTORY, EventLog
-from monarch_pdb.broker.following import Following
+from monarch_pdb.broker.following import Followers
+from monarch_pdb.broker.from_agents import Agents
 from monarch_pdb.broker.inflight import Request
 from monarch_pdb.broker.lists import Lists
 from monarch_pdb.broker.log import log
 from monarch_pdb.broker.peeks import Peeks
-from monarch_pdb.broker.records import Peer, Session, process_gone
 from monarch_pdb.broker.registry import Registry
 from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.routes import Routes, sender
 from monarch_pdb.broker.sessions import Sessions
 from monarch_pdb.broker.shells import Shells
-from monarch_pdb.broker.stacks import Stacks
+from monarch_pdb.broker.stacks import StackRequests
 from monarch_pdb.broker.stalls import STALLS, Stalls
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, NoUpstream, Upstream
 from monarch_pdb.link import zmtp_heartbeats
@@ -104,13 +104,13 @@ class Broker:
         self.requests = Requests(self.registry, self.send, self.settled)
         audit = Audit(self.registry, self.audit)
         casts = Casts(part_size=part_size)
-        self.following = Following(
+        self.following = Followers(
             self.publish_output, self.send, self.registry.branches, lambda sess, text: self.upstream.printed(sess, text)
         )
         self.sessions = Sessions(self.registry, self.events, self.requests, casts, self.following.printed)
         self.breakpoints = BreakpointRequests(self.requests, audit, part_size)
         self.casts = CastRequests(self.requests, casts, audit, self.sessions.forward, self.sessions.tell_holders)
-        self.stacks = Stacks(self.requests, part_size, self.settings.read_timeout)
+        self.stacks = StackRequests(self.requests, part_size, self.settings.read_timeout)
         self.stalls = Stalls(
             self.registry,
             self.events,
@@ -165,13 +165,13 @@ class Broker:
 
     # --- life cycle --------------------------------------------------------------------
 
-    def bind(self) -> discovery.Connection:
+    def bind(self) -> discovery.BrokerAddress:
         host = discovery.bind_host(self.settings.host)
         self.router.bind(discovery.endpoint(host, self.settings.port))
         self.pub.bind(discovery.endpoint(host, 0))
         router = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         pub = self.pub_endpoint = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
-        return discovery.Connection(
+        return discovery.BrokerAddress(
             router=router, pub=pub, secret=self.secret, pid=os.getpid(), curve=self.settings.curve
         )
 

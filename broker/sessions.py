@@ -19,7 +19,7 @@ from monarch_pdb.broker.requests import Requests
 from monarch_pdb.broker.upstream import UPSTREAM, NoUpstream
 
 if TYPE_CHECKING:
-    from monarch_pdb.broker.records import Session
+    from monarch_pdb.broker.entries import Session
     from monarch_pdb.broker.registry import Registry
     from monarch_pdb.broker.upstream import Upstream
 

@@ -8,14 +8,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
+from monarch_pdb.broker.entries import CannotServe, State
 from monarch_pdb.broker.inspections import Inspections
-from monarch_pdb.broker.records import CannotServe, State
 from monarch_pdb.broker.requests import unreachable_because
 from monarch_pdb.broker.routes import Routes, Table
 
 if TYPE_CHECKING:
     from monarch_pdb.broker.audit import Audit
-    from monarch_pdb.broker.records import LiveRank, Session
+    from monarch_pdb.broker.entries import LiveRank, Session
     from monarch_pdb.broker.requests import Requests
     from monarch_pdb.broker.sessions import Sessions
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from monarch_pdb import ranks, wire
+from monarch_pdb.broker.entries import CannotServe
+from monarch_pdb.broker.host_reads import Asked, OutsideReads
 from monarch_pdb.broker.inflight import AskedOfEach, InFlight, below_timeout
-from monarch_pdb.broker.outside import Asked, OutsideReads
-from monarch_pdb.broker.records import CannotServe
 from monarch_pdb.broker.registry import Picked
 from monarch_pdb.broker.routes import Routes
 from monarch_pdb.broker.upstream import UPSTREAM
@@ -130,7 +130,7 @@ class StacksInFlight(AskedOfEach[wire.StackGroup]):
         ]
 
 
-class Stacks:
+class StackRequests:
     """The stack requests in flight through one broker, and the handlers of their messages."""
 
     def __init__(self, requests: Requests, part_size: int, read_timeout: float) -> None:

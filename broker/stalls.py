@@ -73,7 +73,7 @@ class Stalls:
         self.registry = registry
         self.events = events
         self.ask = ask
-        """Sends a `wire.Stacks` as if from a shell: the Stacks handler's `on_stacks`."""
+        """Sends a `wire.Stacks` as if from a shell: the StackRequests handler's `on_stacks`."""
         self.stall_after = stall_after
         self.next_at = time.monotonic() + stall_after / SAMPLES_PER_STALL
         self.refs = itertools.count(1)

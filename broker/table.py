@@ -17,7 +17,7 @@ from operator import attrgetter
 from sys import intern
 
 from monarch_pdb import wire
-from monarch_pdb.broker.records import (
+from monarch_pdb.broker.entries import (
     CALL_ENDED,
     NO_OUTPUT,
     STOPS,

@@ -33,7 +33,7 @@ from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
 
 if TYPE_CHECKING:
-    from monarch_pdb.broker.records import Session
+    from monarch_pdb.broker.entries import Session
     from monarch_pdb.broker.registry import Registry
 
 UPSTREAM = b"\x00upstream"
@@ -61,7 +61,7 @@ class Upstream:
         self.send = send
         self.part_size = settings.max_message // 2
         self.ranks_every = max(0.05, settings.heartbeat_interval / 2)
-        parent = discovery.Connection(
+        parent = discovery.BrokerAddress(
             router=discovery.endpoint(*address.rsplit(":", 1)), pub="", secret=secret, pid=0, curve=settings.curve
         )
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()

@@ -92,7 +92,7 @@ def lost_answers(
     )
 
 
-class ShellConnection:
+class BrokerConnection:
     def __init__(
         self,
         settings: Settings,
@@ -138,7 +138,7 @@ class ShellConnection:
         settings: Settings,
         on_events: Callable[[list[wire.Event]], None] | None = None,
         client: wire.Client = wire.Client.SHELL,
-    ) -> ShellConnection:
+    ) -> BrokerConnection:
         """A connection a broker welcomed within the connect time-out; NoBroker otherwise."""
         conn = cls(settings, on_events, client)
         try:

@@ -18,7 +18,7 @@ from IPython.display import display
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client import commands
 from monarch_pdb.client.commands import mesh
-from monarch_pdb.client.connection import WAIT_BROKER, NoBroker, ShellConnection
+from monarch_pdb.client.connection import WAIT_BROKER, BrokerConnection, NoBroker
 from monarch_pdb.client.escapes import visible
 
 COMMANDS = ("list", "cast", "continue", "stacks", "peek", "mesh", "jobs", "wait", "interrupt")
@@ -47,7 +47,7 @@ def monarch_debug(line: str, cell: str | None = None) -> None:
             print(f"{WHERE}: line {number}: {refusal(command)}", file=sys.stderr)
             return
     settings = settings_module.load()
-    conn = ShellConnection(settings)
+    conn = BrokerConnection(settings)
     try:
         conn.wait_for_broker(WAIT_BROKER)
     except NoBroker as error:
@@ -62,7 +62,7 @@ def monarch_debug(line: str, cell: str | None = None) -> None:
         conn.close()
 
 
-def run(conn: ShellConnection, settings: settings_module.Settings, number: int, text: str) -> bool:
+def run(conn: BrokerConnection, settings: settings_module.Settings, number: int, text: str) -> bool:
     """Run one line as the shell runs a script's; `list` and `mesh` shown as text and HTML at
     once. False when it failed, which ends the cell."""
     where = f"monarch-pdb: {WHERE}:{number}: {text}"

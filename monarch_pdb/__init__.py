@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from monarch_pdb.rank.endpoint import endpoint_call
+    from monarch_pdb.rank.endpoint_call import endpoint_call
 
 __version__ = "0.1.0"
 __all__ = ["endpoint_call", "install", "pm", "post_mortem", "set_identity", "set_trace"]
@@ -36,7 +36,7 @@ def set_identity(
 ) -> None:
     """Name this process's sessions explicitly; overrides every detected value given."""
     from monarch_pdb.rank import identity
-    from monarch_pdb.rank.endpoint import process_agent_if_started
+    from monarch_pdb.rank.endpoint_call import process_agent_if_started
 
     identity.set_identity(actor=actor, rank=rank, coords=coords, job=job)
     agent = process_agent_if_started()
@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
     so it is the real one from then on, not a wrapper)."""
     if name != "endpoint_call":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from monarch_pdb.rank.endpoint import endpoint_call
+    from monarch_pdb.rank.endpoint_call import endpoint_call
 
     globals()[name] = endpoint_call
     return endpoint_call

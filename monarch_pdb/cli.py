@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
     elif argv[0] == "mcp":
         from monarch_pdb.client.agents import mcp_server as chosen
     else:
-        from monarch_pdb.broker import cli as chosen
+        from monarch_pdb.broker import main as chosen
     sub = chosen.build_parser(argparse.ArgumentParser(prog=f"{prog} {argv[0]}"))
     return chosen.run(sub.parse_args(argv[1:]))
 

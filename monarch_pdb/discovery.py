@@ -32,7 +32,7 @@ ZMTP_FIRST_BYTE = b"\xff"
 
 
 @dataclass(frozen=True)
-class Connection:
+class BrokerAddress:
     """Where a broker listens and the key its messages are signed with."""
 
     router: str
@@ -287,7 +287,7 @@ def take_broker_lock(settings: Settings) -> int | None:
     return fd
 
 
-def write_connection(settings: Settings, conn: Connection) -> None:
+def write_connection(settings: Settings, conn: BrokerAddress) -> None:
     path = connection_file(settings)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
@@ -303,7 +303,7 @@ def write_connection(settings: Settings, conn: Connection) -> None:
         raise Insecure(unusable(settings, error)) from None
 
 
-def remove_connection(settings: Settings, conn: Connection) -> None:
+def remove_connection(settings: Settings, conn: BrokerAddress) -> None:
     """Remove the file only if it is still ours (a newer broker may have replaced it)."""
     if read_connection_file(settings) == conn:
         try:
@@ -312,11 +312,11 @@ def remove_connection(settings: Settings, conn: Connection) -> None:
             pass
 
 
-def read_connection_file(settings: Settings) -> Connection | None:
+def read_connection_file(settings: Settings) -> BrokerAddress | None:
     """The connection file's contents; Insecure if others could read it, None if unusable."""
     try:
         data = json.loads(read_private(connection_file(settings)))
-        return Connection(
+        return BrokerAddress(
             router=data["router"],
             pub=data["pub"],
             secret=data["secret"],
@@ -327,7 +327,7 @@ def read_connection_file(settings: Settings) -> Connection | None:
         return None
 
 
-def local_broker(settings: Settings) -> Connection | None:
+def local_broker(settings: Settings) -> BrokerAddress | None:
     """This host's broker on the port, from its file, where one runs and the host named is where
     it listens. A host named otherwise is another broker, whatever runs here on the same port,
     and the file's secret is not for it."""
@@ -344,7 +344,7 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-def locate(settings: Settings, here: bool = False) -> Connection | None:
+def locate(settings: Settings, here: bool = False) -> BrokerAddress | None:
     """The broker this process should talk to, or None if none is known to be running.
 
     A live local broker's file wins where host:port names that broker (`local_broker`);
@@ -356,9 +356,9 @@ def locate(settings: Settings, here: bool = False) -> Connection | None:
     secret = secret_of(settings)
     conn = local_broker(settings)
     if conn is not None:
-        return conn if secret is None else Connection(conn.router, conn.pub, secret, conn.pid, conn.curve)
+        return conn if secret is None else BrokerAddress(conn.router, conn.pub, secret, conn.pid, conn.curve)
     if secret is not None and settings.port != 0 and not (here and not listens(settings)):
-        return Connection(endpoint(settings.host, settings.port), "", secret, 0, settings.curve)
+        return BrokerAddress(endpoint(settings.host, settings.port), "", secret, 0, settings.curve)
     return None
 
 
@@ -371,7 +371,7 @@ def listens(settings: Settings) -> bool:
     return True
 
 
-def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> Connection | None:
+def start_embedded_broker(settings: Settings, timeout: float = 10.0) -> BrokerAddress | None:
     """Start a background broker for this host unless one runs, and wait for its file.
 
     When many ranks stop at once, the one holding the spawn lock starts the broker and the

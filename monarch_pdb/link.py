@@ -160,7 +160,7 @@ class Link:
         settings: Settings,
         role: wire.Role,
         peer: LinkOwner,
-        locate: Callable[[], discovery.Connection | None],
+        locate: Callable[[], discovery.BrokerAddress | None],
         events: bool = False,
         context: zmq.Context | None = None,
         job: str = "",
@@ -185,7 +185,7 @@ class Link:
         self.ready = threading.Event()
         self.rejected = threading.Event()
         self.rejection = ""
-        self.connection: discovery.Connection | None = None
+        self.connection: discovery.BrokerAddress | None = None
         self.problem = ""
         self._own_context = context is None
         self.context = context or zmq.Context()
@@ -308,7 +308,7 @@ class Link:
             except queue.Empty:
                 return out
 
-    def _converse(self, conn: discovery.Connection) -> None:
+    def _converse(self, conn: discovery.BrokerAddress) -> None:
         """Talk to one broker until it goes silent or we stop."""
         codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
         self._subscribed = ""
@@ -429,7 +429,7 @@ class Link:
                 self.ready.clear()
                 self.problem = " (the connection to the broker dropped)"
 
-    def _still_located(self, conn: discovery.Connection) -> bool:
+    def _still_located(self, conn: discovery.BrokerAddress) -> bool:
         """Whether a silent broker is still the one to talk to. One that only stalls (stopped,
         starved) keeps our connection, and with it what we sent and say meanwhile, in order:
         on a new one we would be a stranger whose old socket still speaks for us."""
@@ -446,7 +446,7 @@ class Link:
         self._unanswered = []
 
     def _receive_all(
-        self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket | None, conn: discovery.Connection
+        self, dealer: zmq.Socket, codec: wire.Codec, sub: zmq.Socket | None, conn: discovery.BrokerAddress
     ) -> list[wire.Message]:
         replies: list[wire.Message] = []
         for msg in _messages(dealer, codec):

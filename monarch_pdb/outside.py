@@ -7,7 +7,7 @@ native frames and locals.
 py-spy was chosen over pystack because it reads every CPython from 3.10 on from a single static
 binary in its wheel, with no debug symbols and no gdb needed, in tens of milliseconds.
 
-The broker reads the processes of its own host (broker/outside.py), `join` names where a
+The broker reads the processes of its own host (broker/host_reads.py), `join` names where a
 process it waits for is, and `monarch-pdb stacks` reads processes that never joined.
 """
 

@@ -55,7 +55,7 @@ def native_name(name: str, width: int = NATIVE_WIDTH) -> str:
     return short if len(short) <= width else "..." + short[3 - width :]
 
 
-def own_code(frame: wire.Frame) -> bool:
+def by_program(frame: wire.Frame) -> bool:
     """Whether a frame is the program's own rather than Python's, a package's, ours or a native
     library's."""
     return not (frame.native or frame.file.startswith("<") or LIBRARY.search(frame.file))
@@ -63,7 +63,7 @@ def own_code(frame: wire.Frame) -> bool:
 
 def program_frame(frames: list[wire.Frame]) -> wire.Frame:
     """The innermost frame of the program itself: where a rank is, in its author's words."""
-    return next((frame for frame in reversed(frames) if own_code(frame)), frames[-1])
+    return next((frame for frame in reversed(frames) if by_program(frame)), frames[-1])
 
 
 def place(frames: list[wire.Frame]) -> str:

@@ -22,7 +22,7 @@ import pytest
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.client.outside import wake
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -136,7 +136,7 @@ def wait_for_sessions(
 
     The shell's own `wait` mechanism: it re-lists whenever the broker publishes an event.
     """
-    conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
+    conn = BrokerConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
 
         def chosen(rows: list[wire.SessionRow]) -> list[wire.SessionRow]:
@@ -158,7 +158,7 @@ def wait_for_all_rows(
 ) -> list:
     """`list --all` rows (or those of another list: `ask` and its `answer`) once `enough(rows)`;
     asked again after every event, or a moment later."""
-    conn = ShellConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
+    conn = BrokerConnection.open(settings_for(env).with_overrides(connect_timeout=timeout))
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -15,7 +15,7 @@ import zmq
 from programs import BrokerLog, Program, settings_for, start_broker, wait_for_all_rows, wait_for_sessions
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.ranks import RankSet
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
@@ -116,7 +116,7 @@ def test_a_process_that_opens_and_closes_many_connections_keeps_no_descriptor_of
         return len(os.listdir("/proc/self/fd"))
 
     def open_and_close() -> None:
-        conn = ShellConnection.open(settings_for(env))
+        conn = BrokerConnection.open(settings_for(env))
         conn.close()
         conn.link.join(10)
 
@@ -131,7 +131,7 @@ class RawPeer:
     """A peer of the broker as the agent's and the shell's links are on the wire: a DEALER
     that says hello and is welcomed, then sends and receives signed messages."""
 
-    def __init__(self, ctx: zmq.Context, conn: discovery.Connection, hello: wire.Hello) -> None:
+    def __init__(self, ctx: zmq.Context, conn: discovery.BrokerAddress, hello: wire.Hello) -> None:
         self.sock, self.codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
         self.sock.connect(conn.router)
         self.say(hello)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from monarch_pdb import wire
 from monarch_pdb.client import commands
-from monarch_pdb.client.commands import CommandError, Stacks
+from monarch_pdb.client.commands import CommandError, StacksArgs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIME_LIMITS = ("-5", "0", "nan", "inf", "soon")
@@ -23,28 +23,28 @@ TIME_LIMITS = ("-5", "0", "nan", "inf", "soon")
 @pytest.mark.parametrize(
     "line, record",
     [
-        ("list", commands.List()),
-        ("list --all --rows", commands.List(all=True, rows=True)),
-        ("jobs", commands.Jobs()),
-        ("continue", commands.Continue()),
-        ("wait --any 3", commands.Wait(3, any=True)),
-        ("wait job:train 2 --timeout 1.5", commands.Wait(2, "job:train", timeout=1.5)),
-        ("mesh", commands.Mesh()),
-        ("mesh train", commands.Mesh("train")),
-        ('cast "has space" ranks(0, 2)  p  x + 1', commands.Cast("has space", "ranks(0,2)", "p  x + 1")),
-        ("cast -- -c ranks(1) n", commands.Cast("-c", "ranks(1)", "n")),
-        ("peek --up 2 --json train ranks(:) x[0]", commands.Peek("train", "ranks(:)", "x[0]", up=2, json=True)),
-        ("peek --frame step train ranks(1) loss", commands.Peek("train", "ranks(1)", "loss", function="step")),
-        ("stacks", Stacks()),
-        ("stacks train --json ranks(0:4)", Stacks("train", "ranks(0:4)", json=True)),
+        ("list", commands.ListArgs()),
+        ("list --all --rows", commands.ListArgs(all=True, rows=True)),
+        ("jobs", commands.JobsArgs()),
+        ("continue", commands.ContinueArgs()),
+        ("wait --any 3", commands.WaitArgs(3, any=True)),
+        ("wait job:train 2 --timeout 1.5", commands.WaitArgs(2, "job:train", timeout=1.5)),
+        ("mesh", commands.MeshArgs()),
+        ("mesh train", commands.MeshArgs("train")),
+        ('cast "has space" ranks(0, 2)  p  x + 1', commands.CastArgs("has space", "ranks(0,2)", "p  x + 1")),
+        ("cast -- -c ranks(1) n", commands.CastArgs("-c", "ranks(1)", "n")),
+        ("peek --up 2 --json train ranks(:) x[0]", commands.PeekArgs("train", "ranks(:)", "x[0]", up=2, json=True)),
+        ("peek --frame step train ranks(1) loss", commands.PeekArgs("train", "ranks(1)", "loss", function="step")),
+        ("stacks", StacksArgs()),
+        ("stacks train --json ranks(0:4)", StacksArgs("train", "ranks(0:4)", json=True)),
         (
             "stacks --thread all --native --samples 3 --every 0.5 --by step train",
-            Stacks("train", thread=wire.Threads.ALL, native=True, samples=3, every=0.5, by="step"),
+            StacksArgs("train", thread=wire.Threads.ALL, native=True, samples=3, every=0.5, by="step"),
         ),
-        ("collectives train", commands.Collectives("train")),
-        ("collectives train ranks(3) --timeout 2", commands.Collectives("train", "ranks(3)", 2.0)),
-        ("hang --json", commands.Hang(json=True)),
-        ("interrupt train ranks(1,3)", commands.Interrupt("train", "ranks(1,3)")),
+        ("collectives train", commands.CollectivesArgs("train")),
+        ("collectives train ranks(3) --timeout 2", commands.CollectivesArgs("train", "ranks(3)", 2.0)),
+        ("hang --json", commands.HangArgs(json=True)),
+        ("interrupt train ranks(1,3)", commands.InterruptArgs("train", "ranks(1,3)")),
     ],
 )
 def test_a_typed_line_becomes_its_record_and_back(line, record):

@@ -113,7 +113,7 @@ def test_a_console_line_that_did_not_run_the_rank_tells_nothing_and_one_that_did
     thread = driven.by_rank()[9]
     thread.stop = driven.runtime.inspect(thread, wire.Query.STACK).stop
     assert driven.runtime.pdb_line(thread, "p rank") == "9"
-    assert not driven.taken(rt.Stopped) and not driven.taken(rt.Printed), "its answer is the line's result only"
+    assert not driven.taken(rt.Stopped) and not driven.taken(rt.PrintedByRank), "its answer is the line's result only"
     line = driven.line(thread)
     driven.runtime.pdb_line(thread, "n")
     assert [(s.thread, s.reason, s.own) for s in driven.taken(rt.Stopped)] == [(thread, "step", True)]
@@ -129,7 +129,7 @@ def test_continue_all_runs_every_thread_and_the_broker_news_is_told_once_each(ex
     assert sorted(r.thread.rank for r in driven.taken(rt.Ran)) == list(range(16))
     raising = [rank for rank in range(16) if rank % 4 == 2]
     stops = driven.wait(rt.Stopped, len(raising), reason="exception")
-    exited = driven.wait(rt.Exited, 16 - len(raising))
+    exited = driven.wait(rt.ThreadExited, 16 - len(raising))
     assert sorted(s.thread.rank for s in stops) == raising
     assert sorted(e.thread.rank for e in exited) == [rank for rank in range(16) if rank not in raising]
     assert sorted(driven.by_rank()) == raising and not driven.taken(rt.Ran), "no rank was told running twice"

@@ -12,7 +12,7 @@ from programs import EXAMPLES, Program, settings_for, wait_for_sessions
 from monarch_pdb import wire
 from monarch_pdb.broker.events import EventLog
 from monarch_pdb.client.commands.event_lines import describe_events
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 
 @pytest.mark.timeout(60)
@@ -21,7 +21,7 @@ def test_every_stop_is_delivered_once_in_order_and_can_be_asked_for_again(env):
     got: list[wire.Event] = []
     try:
         wait_for_sessions(env, 1)
-        conn = ShellConnection.open(settings_for(env), on_events=got.extend)
+        conn = BrokerConnection.open(settings_for(env), on_events=got.extend)
         try:
             wait_for_sessions(env, 16)
             conn.request(wire.Continue(), wire.Continued)
@@ -42,7 +42,7 @@ def test_every_stop_is_delivered_once_in_order_and_can_be_asked_for_again(env):
             if late[-1].seq >= seqs[-1]:
                 caught_up.set()
 
-        conn = ShellConnection.open(settings_for(env), on_events=collect_late)
+        conn = BrokerConnection.open(settings_for(env), on_events=collect_late)
         try:
             conn.link._seq = 0  # as if its subscription had started before the first event
             assert caught_up.wait(10), "the next tick reveals the gap and the shell catches up"

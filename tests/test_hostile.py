@@ -19,7 +19,7 @@ from programs import EXAMPLES, Program, settings_for, start_broker, stop_broker,
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 DEBUG = [os.path.join(os.path.dirname(sys.executable), "monarch-pdb"), "debug"]
 INTS = st.integers(min_value=-(2**63), max_value=2**64 - 1)
@@ -76,7 +76,7 @@ def live(env):
     try:
         wait_for_sessions(env, 16)
         conn = discovery.read_connection_file(settings_for(env))
-        shell = ShellConnection.open(settings_for(env))
+        shell = BrokerConnection.open(settings_for(env))
         yield broker, conn, ctx, shell
         shell.close()
     finally:
@@ -104,7 +104,7 @@ def throw(ctx: zmq.Context, router: str, batches: list[list[bytes]], key: bytes 
     sock.close(linger=2000)
 
 
-def still_answers(shell: ShellConnection) -> None:
+def still_answers(shell: BrokerConnection) -> None:
     result = shell.cast("debugee", "ranks(::5)", "p rank", timeout=10)
     assert [(g.output, list(g.ranks)) for g in result.groups] == [
         (f"{r}\n", [r]) for r in (0, 5, 10, 15)

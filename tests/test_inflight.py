@@ -9,8 +9,8 @@ import pytest
 
 from monarch_pdb import wire
 from monarch_pdb.broker.casts import CastInFlight, Casts
+from monarch_pdb.broker.entries import Peer, Session
 from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
-from monarch_pdb.broker.records import Peer, Session
 from monarch_pdb.broker.registry import Registry
 from monarch_pdb.broker.stacks import StacksInFlight
 from monarch_pdb.broker.upstream import UPSTREAM

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from monarch_pdb import wire
+from monarch_pdb.broker.entries import STOP_STATES, Peer
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
-from monarch_pdb.broker.records import STOP_STATES, Peer
 from monarch_pdb.broker.registry import Registry
 
 pytestmark = pytest.mark.timeout(10)

@@ -17,7 +17,7 @@ from programs import Program, debug, settings_for, wait_for_all_rows, wait_for_l
 from shell_driver import ShellDriver
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 PEERS = textwrap.dedent("""
     import select
@@ -305,11 +305,11 @@ def test_two_shells_reading_a_rank_that_holds_the_gil_at_once_both_get_its_stack
         wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
         go.touch()
         wait_for_lines(program, "HOLDING", 1)
-        conns = [ShellConnection.open(settings_for(env)) for _ in range(4)]
+        conns = [BrokerConnection.open(settings_for(env)) for _ in range(4)]
         try:
             together = threading.Barrier(len(conns))
 
-            def read(conn: ShellConnection) -> wire.StacksResult:
+            def read(conn: BrokerConnection) -> wire.StacksResult:
                 together.wait(timeout=30)
                 return conn.stacks("train", "ranks(0)", wire.Threads.MAIN, 30)
 

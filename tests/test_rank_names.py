@@ -183,7 +183,7 @@ def test_hang_suggests_attaching_a_rank_the_actor_has_when_its_ranks_are_process
         ],
         missing=[],
     )
-    story = hang_report.Hang("-c", stacks, Motion(3, 0.5, [], []), None, None)
+    story = hang_report.HangStory("-c", stacks, Motion(3, 0.5, [], []), None, None)
     assert [command for command, _ in hang_report.next_commands(story)] == [
         "stacks --locals -- -c ranks(:)",
         "peek -- -c ranks(:) <expression>",

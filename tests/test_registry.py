@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from monarch_pdb import wire
-from monarch_pdb.broker.records import CannotServe, KeptOutput, Peer, Session
+from monarch_pdb.broker.entries import CannotServe, KeptOutput, Peer, Session
 from monarch_pdb.broker.registry import Registry
 
 pytestmark = pytest.mark.timeout(10)

@@ -9,7 +9,7 @@ import pytest
 from programs import Program, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 EMULATED = textwrap.dedent("""
     import sys
@@ -52,7 +52,7 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
     programs = [Program(job, script, str(p * PER_PROCESS), str(PER_PROCESS), cwd=tmp_path) for p in range(PROCESSES)]
     try:
         wait_for_sessions(env, RANKS, timeout=120)
-        follower = ShellConnection.open(settings_for(env))
+        follower = BrokerConnection.open(settings_for(env))
         followed: dict[int, list[str]] = {}
         both_heard: set[int] = set()
         all_followed = threading.Event()
@@ -71,7 +71,7 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
         results: dict[str, object] = {}
 
         def cast_from(name: str) -> None:
-            conn = ShellConnection.open(settings_for(env))
+            conn = BrokerConnection.open(settings_for(env))
             try:
                 results[name] = conn.cast("emu", "ranks(:)", COMMAND, timeout=120)
             except Exception as error:  # the assertion below shows which shell failed and how
@@ -98,7 +98,7 @@ def test_two_shells_casting_to_4096_sessions_and_a_third_following_get_every_byt
         wrong = [r for r, parts in followed.items() if "".join(parts) != 2 * expected(r)]
         assert not wrong, f"the following shell heard rank {wrong[0]} say {''.join(followed[wrong[0]])[:80]!r}..."
 
-        conn = ShellConnection.open(settings_for(env))
+        conn = BrokerConnection.open(settings_for(env))
         try:
             conn.request(wire.Continue(), wire.Continued, timeout=60)
         finally:

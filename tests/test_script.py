@@ -24,7 +24,7 @@ from programs import (
 from programs import run_debug as shell
 from shell_driver import ShellDriver
 
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 SCRIPT = textwrap.dedent("""\
     # what every rank of the job is doing
@@ -155,7 +155,7 @@ def test_a_rank_named_in_a_cast_and_absent_is_missing_and_fails_the_script(env, 
     assert absent.stderr.splitlines()[-1].endswith("1 of the selected ranks did not answer")
     [row] = [r for r in wait_for_sessions(env, 16) if r.rank == 3]
     os.kill(row.pid, signal.SIGKILL)
-    conn = ShellConnection.open(settings_for(env))
+    conn = BrokerConnection.open(settings_for(env))
     try:
         conn.wait_for_rows(lambda rows: all(r.rank != 3 for r in rows), timeout=30)
     finally:

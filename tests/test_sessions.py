@@ -32,7 +32,7 @@ from programs import (
 from shell_driver import ShellDriver
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.client.connection import GONE_MEANWHILE, NOT_ANSWERING, RESTARTED, ShellConnection
+from monarch_pdb.client.connection import GONE_MEANWHILE, NOT_ANSWERING, RESTARTED, BrokerConnection
 
 NESTED = textwrap.dedent("""
     from monarch_pdb.actor import Actor, current_rank, endpoint, this_host
@@ -292,7 +292,7 @@ def test_a_list_past_the_rows_a_shell_shows_is_answered_as_groups_by_the_broker(
     program = run_script(env, tmp_path, "threads.py", THREADS)
     try:
         rows = wait_for_sessions(env, 64)
-        conn = ShellConnection.open(settings_for(env))
+        conn = BrokerConnection.open(settings_for(env))
         try:
             few = conn.request(wire.ListSessions(groups_above=64), wire.SessionList, wire.SessionGroups)
             assert isinstance(few, wire.SessionList) and [r.rank for r in few.rows] == list(range(64))
@@ -517,7 +517,7 @@ def test_a_rank_that_quit_is_listed_as_quit_until_its_next_call(env, tmp_path):
         assert run_debug(env, "-c", "continue").returncode == 0
         assert program.proc.stdout.readline() == "FIRST CALL FAILED ActorError\n"
         assert sorted(program.proc.stdout.readline() for _ in range(2)) == ["STEP 1 rank 0\n", "STEP 1 rank 1\n"]
-        conn = ShellConnection.open(settings_for(env))
+        conn = BrokerConnection.open(settings_for(env))
         try:
             deadline = time.monotonic() + 10  # presence makes no event: ask until the broker has it
             while conn.request(wire.ListAll(), wire.SessionList).rows[0].state != "running":
@@ -833,7 +833,7 @@ def test_a_request_sent_to_a_broker_that_just_died_is_answered_by_the_next(env, 
     program = run_train(env, tmp_path, 6)
     try:
         wait_for_sessions(env, 1)
-        conn = ShellConnection.open(settings_for(env))
+        conn = BrokerConnection.open(settings_for(env))
         try:
             [(pid, _)] = [(p, c) for p, c in processes_with_marker(env[MARKER]) if "monarch_pdb.broker" in c]
             os.kill(pid, signal.SIGKILL)

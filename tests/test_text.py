@@ -12,7 +12,7 @@ import pytest
 from programs import Program, run_debug, settings_for, wait_for_sessions
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 PROGRAM = textwrap.dedent("""
     import os
@@ -91,7 +91,7 @@ def test_a_path_with_an_undecodable_byte_is_listed_and_shown_escaped(big, shell)
 
 @pytest.mark.timeout(60)
 def test_a_message_that_cannot_be_encoded_is_one_line_on_stderr_and_the_link_goes_on(env, broker, capfd):
-    conn = ShellConnection.open(settings_for(env))
+    conn = BrokerConnection.open(settings_for(env))
     try:
         conn.post(wire.Input(sid=1, cmd=1, line=Fraction(1, 3)))
         assert conn.request(wire.ListAll(), wire.SessionList).rows == []

@@ -40,7 +40,7 @@ from programs import (
 )
 
 from monarch_pdb import discovery, wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.ranks import RankSet
 
 RANK = textwrap.dedent("""
@@ -915,7 +915,7 @@ def test_a_host_broker_whose_host_vanishes_without_closing_its_connection_is_los
 def test_a_cast_whose_shell_shows_no_progress_hears_none_from_the_root_or_the_brokers_below(tree, env):
     """A script's cast (no terminal to show `answered 2/4` on) costs no broker a word of progress."""
     tree.two_hosts()
-    conn = ShellConnection.open(settings_for(env))
+    conn = BrokerConnection.open(settings_for(env))
     try:
         for shown in (True, False):
             heard: list[wire.CastProgress] = []

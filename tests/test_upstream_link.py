@@ -31,7 +31,7 @@ from programs import (
 )
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 RANKS = textwrap.dedent("""
     import sys
@@ -79,7 +79,7 @@ class Tree:
         self.events: list[wire.Event] = []
         self.programs: list[Program] = []
         self.host_gone = threading.Event()
-        self.conn = ShellConnection.open(settings_for(self.root_env), on_events=self.seen)
+        self.conn = BrokerConnection.open(settings_for(self.root_env), on_events=self.seen)
 
     def seen(self, batch: list[wire.Event]) -> None:
         self.events.extend(batch)
@@ -209,7 +209,7 @@ def test_a_rank_with_an_upstream_starts_its_hosts_broker_which_registers_with_th
     program = Program(rank_env, script, cwd=tmp_path)
     try:
         assert [r.rank for r in wait_for_sessions(root_env, 1)] == [7]
-        conn = ShellConnection.open(settings_for(root_env))
+        conn = BrokerConnection.open(settings_for(root_env))
         try:
             assert conn.request(wire.Continue(), wire.Continued).released == [wire.Released("solo", [7])]
         finally:
@@ -254,7 +254,7 @@ def test_a_broker_whose_upstream_is_itself_serves_as_the_root(env, tmp_path):
     program = Program(root_env, script, "2", "0", cwd=tmp_path)
     try:
         wait_for_sessions(root_env, 2)
-        conn = ShellConnection.open(settings_for(root_env))
+        conn = BrokerConnection.open(settings_for(root_env))
         try:
             result = conn.cast("storm", "ranks(:)", "p rank", timeout=10)
             assert [(g.output, list(g.ranks)) for g in result.groups] == [("0\n", [0]), ("1\n", [1])]

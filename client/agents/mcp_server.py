@@ -163,11 +163,11 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         all: Annotated[bool, Field(description="every rank known, running ones too")] = False,
         rows: Annotated[bool, Field(description="a row per rank however many")] = False,
     ) -> Result:
-        return answered(lambda: debugger.run(commands.List(all=all, rows=rows)))
+        return answered(lambda: debugger.run(commands.ListArgs(all=all, rows=rows)))
 
     @server.tool(name="jobs", description=about("jobs"))
     def jobs() -> Result:
-        return answered(lambda: debugger.run(commands.Jobs()))
+        return answered(lambda: debugger.run(commands.JobsArgs()))
 
     @server.tool(name="stacks", description=about("stacks"))
     def stacks(
@@ -187,7 +187,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
             if ranks and not actor:
                 raise Refusal("ranks needs an actor")
             return debugger.run(
-                commands.Stacks(
+                commands.StacksArgs(
                     actor or None,
                     ranks,
                     wire.Threads(thread),
@@ -213,17 +213,17 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
     ) -> Result:
         def run() -> ToolResult:
             expression_read = reading("the expression", one_line("expression", expression))
-            return debugger.run(commands.Peek(actor, ranks, expression_read, timeout, frame, up))
+            return debugger.run(commands.PeekArgs(actor, ranks, expression_read, timeout, frame, up))
 
         return answered(run)
 
     @server.tool(name="hang", description=about("hang"))
     def hang(actor: Annotated[str, Field(description=ACTOR_HELP + " (empty: every running actor)")] = "") -> Result:
-        return answered(lambda: debugger.run(commands.Hang(actor or None)))
+        return answered(lambda: debugger.run(commands.HangArgs(actor or None)))
 
     @server.tool(name="collectives", description=about("collectives"))
     def collectives(actor: Actor, ranks: Selector = "ranks(:)", timeout: Seconds = PEEK_TIMEOUT) -> Result:
-        return answered(lambda: debugger.run(commands.Collectives(actor, ranks, timeout)))
+        return answered(lambda: debugger.run(commands.CollectivesArgs(actor, ranks, timeout)))
 
     @server.tool(name="source", description=inspect.cleandoc(mcp_tools.Debugger.source.__doc__ or ""))
     def source(
@@ -240,12 +240,12 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         command: Annotated[str, Field(description="the pdb command, sent as typed (p loss, n, w)")],
     ) -> Result:
         control("cast")
-        return answered(lambda: debugger.run(commands.Cast(actor, ranks, one_line("command", command))))
+        return answered(lambda: debugger.run(commands.CastArgs(actor, ranks, one_line("command", command))))
 
     @server.tool(name="continue", description=about("continue") + " Needs --allow-control.")
     def continue_ranks() -> Result:
         control("continue")
-        return answered(lambda: debugger.run(commands.Continue()))
+        return answered(lambda: debugger.run(commands.ContinueArgs()))
 
     @server.tool(name="interrupt", description=about("interrupt") + " Needs --allow-control.")
     def interrupt(
@@ -254,7 +254,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         timeout: Annotated[float, Field(description="seconds to wait for them to stop", gt=0)] = INTERRUPT_TIMEOUT,
     ) -> Result:
         control("interrupt")
-        return answered(lambda: debugger.run(commands.Interrupt(actor, ranks, timeout)))
+        return answered(lambda: debugger.run(commands.InterruptArgs(actor, ranks, timeout)))
 
     @server.tool(name="step", description=inspect.cleandoc(Debugger.step.__doc__ or "") + " Needs --allow-control.")
     def step(

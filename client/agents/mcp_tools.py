@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monarch_pdb import wire
-from monarch_pdb.client.commands import FAILURES, Cast, ask, json_row, run, with_settings
+from monarch_pdb.client.commands import FAILURES, CastArgs, ask, json_row, run, with_settings
 from monarch_pdb.client.commands.arguments import split_job
 from monarch_pdb.client.commands.event_lines import describe_events
 from monarch_pdb.client.commands.spec import SPECS
-from monarch_pdb.client.connection import RESTARTED, NoBroker, ShellConnection, Timeout
+from monarch_pdb.client.connection import RESTARTED, BrokerConnection, NoBroker, Timeout
 from monarch_pdb.settings import Settings
 
 TEXT_CAP = 20_000
@@ -141,7 +141,7 @@ class Debugger:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.conn = ShellConnection(settings, client=wire.Client.AGENT)
+        self.conn = BrokerConnection(settings, client=wire.Client.AGENT)
         self.events: list[str] = []
         self.events_lock = threading.Lock()
         self.conn.on_events = lambda events: self.heard(describe_events(events, None, None))
@@ -164,7 +164,7 @@ class Debugger:
             self.conn.close()
 
     def ready(self) -> None:
-        """Wait, up to the connect time-out, for the broker; take in what it said meanwhile of
+        """WaitArgs, up to the connect time-out, for the broker; take in what it said meanwhile of
         the sessions held (ended, taken over by `attach --force`)."""
         try:
             self.conn.wait_for_broker(self.settings.connect_timeout)
@@ -214,7 +214,7 @@ class Debugger:
             except FAILURES as error:
                 raise Refusal(str(error)) from None
             self.held.add(attached.session)
-            answer = self.command(Cast(actor, f"ranks({rank})", how))
+            answer = self.command(CastArgs(actor, f"ranks({rank})", how))
             at = self.stop_of(attached.job, attached.actor, rank)
         document = {**answer.document, "at": None if at is None else json_row(at)}
         return ToolResult(answer.command, answer.text, document, answer.failure, answer.events)

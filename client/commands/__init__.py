@@ -3,7 +3,7 @@ editor's Debug Console, the agent server and the notebook fill a command's recor
 `run`; the answer is the same text and document for all of them (see `spec.py`).
 
     from monarch_pdb.client import commands
-    answer = commands.run(conn, commands.Peek("trainer", "ranks(:)", "step"))
+    answer = commands.run(conn, commands.PeekArgs("trainer", "ranks(:)", "step"))
     answer = commands.run(conn, commands.parse("peek trainer ranks(:) step"))
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from monarch_pdb.client.commands.answer import FAILURES, Answer, CommandError, UsageError, ask
-from monarch_pdb.client.commands.cast import Cast, Peek
-from monarch_pdb.client.commands.hangs import Collectives, Hang, Interrupt, Stacks
-from monarch_pdb.client.commands.roster import Continue, Jobs, List, Mesh, Wait, json_row
+from monarch_pdb.client.commands.cast import CastArgs, PeekArgs
+from monarch_pdb.client.commands.hangs import CollectivesArgs, HangArgs, InterruptArgs, StacksArgs
+from monarch_pdb.client.commands.roster import ContinueArgs, JobsArgs, ListArgs, MeshArgs, WaitArgs, json_row
 from monarch_pdb.client.commands.spec import ALIASES, COMMANDS, Spec, run, usage, with_settings
 
 __all__ = [
@@ -22,20 +22,20 @@ __all__ = [
     "COMMANDS",
     "FAILURES",
     "Answer",
-    "Cast",
-    "Collectives",
+    "CastArgs",
+    "CollectivesArgs",
     "CommandError",
-    "Continue",
-    "Hang",
-    "Interrupt",
-    "Jobs",
-    "List",
-    "Mesh",
-    "Peek",
+    "ContinueArgs",
+    "HangArgs",
+    "InterruptArgs",
+    "JobsArgs",
+    "ListArgs",
+    "MeshArgs",
+    "PeekArgs",
     "Spec",
-    "Stacks",
+    "StacksArgs",
     "UsageError",
-    "Wait",
+    "WaitArgs",
     "ask",
     "json_row",
     "parse",

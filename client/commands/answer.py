@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from monarch_pdb import wire
-from monarch_pdb.client.connection import RequestFailed, ShellConnection, Timeout
+from monarch_pdb.client.connection import BrokerConnection, RequestFailed, Timeout
 
 Reply = TypeVar("Reply", bound=wire.Message)
 
@@ -58,7 +58,7 @@ class Answer:
         return made(self.document)
 
 
-def ask(conn: ShellConnection, msg: wire.Message, *replies: type[Reply]) -> Reply:
+def ask(conn: BrokerConnection, msg: wire.Message, *replies: type[Reply]) -> Reply:
     """The broker's answer to `msg`, one of `replies`; its refusal becomes the command's
     one-line error."""
     reply = conn.request(msg, *replies)

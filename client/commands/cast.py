@@ -24,7 +24,7 @@ from monarch_pdb.client.commands.arguments import (
     timeout,
 )
 from monarch_pdb.client.commands.spec import command, usage
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.ranks import render_selector
 
 CAST_TIMEOUT = 10.0
@@ -61,7 +61,7 @@ def not_answered(result: wire.CastResult | wire.PeekResult | wire.StacksResult) 
 
 
 @dataclass(frozen=True)
-class Cast:
+class CastArgs:
     """cast <actor> ranks(<ranks>) <pdb command>
 
     Send one pdb command to many ranks and show their answers, grouped."""
@@ -79,7 +79,7 @@ class Cast:
     """Told, once, when the broker stops answering meanwhile."""
 
     @classmethod
-    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> Cast:
+    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> CastArgs:
         job, actor, selection, line = parse_target(from_actor(typed, words, parsed.command), usage(cls))
         if selection is None:
             raise CommandError(usage(cls))
@@ -87,7 +87,7 @@ class Cast:
 
 
 @command(
-    Cast,
+    CastArgs,
     argument("actor", help=ACTOR_HELP),
     argument(
         "command",
@@ -96,7 +96,7 @@ class Cast:
         help=SELECTOR_HELP + ", then the pdb command, sent as typed",
     ),
 )
-def cast(conn: ShellConnection, args: Cast) -> Answer:
+def cast(conn: BrokerConnection, args: CastArgs) -> Answer:
     job, actor = split_job(args.actor)
     selector = render_selector(ranks_of(args.ranks))
     if not args.line.strip():
@@ -129,7 +129,7 @@ def expression_only(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class Peek:
+class PeekArgs:
     """peek [--frame FUNC | --up N] [--timeout S] [--json] <actor> ranks(<ranks>) <expression>
 
     Evaluate a Python expression in running ranks without stopping them, and show the
@@ -149,7 +149,7 @@ class Peek:
     output: str = "grouped"
 
     @classmethod
-    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> Peek:
+    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> PeekArgs:
         job, actor, selection, expression = parse_target(from_actor(typed, words, parsed.expression), usage(cls))
         if selection is None or not expression.strip():
             raise CommandError(usage(cls))
@@ -165,7 +165,7 @@ class Peek:
 
 
 @command(
-    Peek,
+    PeekArgs,
     argument("--frame", dest="function", default="", metavar="FUNC", help="the innermost frame of FUNC"),
     argument("--up", type=frames_up, default=0, metavar="N", help="that many frames further out"),
     RANK_ANSWERS_WITHIN,
@@ -179,7 +179,7 @@ class Peek:
     ),
     names_options=True,
 )
-def peek(conn: ShellConnection, args: Peek) -> Answer:
+def peek(conn: BrokerConnection, args: PeekArgs) -> Answer:
     job, actor = split_job(args.actor)
     selector = render_selector(ranks_of(args.ranks))
     expression = expression_only(args.expression.strip())

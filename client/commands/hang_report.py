@@ -30,7 +30,7 @@ class Behind:
 
 
 @dataclass(frozen=True)
-class Hang:
+class HangStory:
     actor: str
     stacks: wire.StacksResult
     motion: stack_samples.Motion
@@ -72,14 +72,14 @@ def least_progressed(
     return None
 
 
-def fold(actor: str, samples: list[wire.StacksResult], every: float, snapshots: wire.PeekResult) -> Hang:
+def fold(actor: str, samples: list[wire.StacksResult], every: float, snapshots: wire.PeekResult) -> HangStory:
     report = collectives_report.fold(snapshots)
     torch = report if report.groups else None
     motion = stack_samples.motion(samples, every)
-    return Hang(actor, samples[-1], motion, torch, least_progressed(samples[-1], motion, torch))
+    return HangStory(actor, samples[-1], motion, torch, least_progressed(samples[-1], motion, torch))
 
 
-def next_commands(hang: Hang) -> list[tuple[str, str]]:
+def next_commands(hang: HangStory) -> list[tuple[str, str]]:
     """What to type next, and what it does, for the ranks behind (or all, where none is), as the
     shell reads them whatever the actor's name (options before the `--` a name that starts with
     `-` needs)."""
@@ -97,7 +97,7 @@ def next_commands(hang: Hang) -> list[tuple[str, str]]:
     ]
 
 
-def text(hang: Hang) -> str:
+def text(hang: HangStory) -> str:
     moved = "ranks moved" if hang.motion.moved else "no rank moved"
     span = (hang.motion.samples - 1) * hang.motion.every
     if stack_samples.read_nothing(hang.motion):
@@ -121,7 +121,7 @@ def text(hang: Hang) -> str:
     return "\n".join(lines) + "\n"
 
 
-def document(hang: Hang) -> dict:
+def document(hang: HangStory) -> dict:
     return {
         "actor": hang.actor,
         "stacks": stack_tree.document(hang.stacks),

@@ -33,7 +33,7 @@ from monarch_pdb.client.commands.cast import (
     not_answered,
 )
 from monarch_pdb.client.commands.spec import command, usage
-from monarch_pdb.client.connection import RequestFailed, ShellConnection
+from monarch_pdb.client.connection import BrokerConnection, RequestFailed
 from monarch_pdb.ranks import counted, format_ranks, render_selector
 
 INTERRUPT_TIMEOUT = 5.0
@@ -55,7 +55,7 @@ def in_call_line(actor: str, in_call: list[int], place: str, holds_gil: bool) ->
     )
 
 
-def running_actors(conn: ShellConnection, job: str = "") -> list[tuple[str, str]]:
+def running_actors(conn: BrokerConnection, job: str = "") -> list[tuple[str, str]]:
     """Every (job, actor) with a rank neither lost nor finished (of `job`, where one is named):
     what `stacks` and `hang` look at when no actor is named."""
     rows = ask(conn, wire.ListAll(), wire.SessionList).rows
@@ -89,7 +89,7 @@ def one_or_all(docs: list) -> object:
 
 
 @dataclass(frozen=True)
-class Stacks:
+class StacksArgs:
     """stacks [actor] [ranks(<ranks>)] [--thread main|all] [--full] [--locals] [--native] [--samples N [--every S]] [--timeout S] [--by EXPR] [--json]
 
     Merged Python stacks of running ranks, without stopping them. A rank whose agent does
@@ -117,7 +117,7 @@ class Stacks:
     """Where no actor is named, the running actors of this job only ("": of every job)."""
 
     @classmethod
-    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> Stacks:
+    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> StacksArgs:
         actor, ranks = (
             (None, "") if parsed.actor is None else actor_and_ranks(parsed.actor, parsed.selector, usage(cls))
         )
@@ -128,7 +128,7 @@ class Stacks:
 
 
 @command(
-    Stacks,
+    StacksArgs,
     argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)"),
     argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)"),
     argument(
@@ -177,7 +177,7 @@ class Stacks:
     ),
     argument("--json", action="store_true", help="the merged stacks as JSON"),
 )
-def stacks(conn: ShellConnection, args: Stacks) -> Answer:
+def stacks(conn: BrokerConnection, args: StacksArgs) -> Answer:
     selector = render_selector(ranks_of(args.ranks or EVERY_RANK))
     by = expression_only(args.by) if args.by else ""
     targets = [split_job(args.actor)] if args.actor is not None else running_actors(conn, args.job)
@@ -206,7 +206,7 @@ def stacks(conn: ShellConnection, args: Stacks) -> Answer:
 
 
 @dataclass(frozen=True)
-class Collectives:
+class CollectivesArgs:
     """collectives <actor> [ranks(<ranks>)] [--timeout S] [--json]
 
     What each rank's torch.distributed process groups last did, read without stopping
@@ -220,18 +220,18 @@ class Collectives:
     json: bool = False
 
     @classmethod
-    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> Collectives:
+    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> CollectivesArgs:
         return cls(*actor_and_ranks(parsed.actor, parsed.selector, usage(cls)), parsed.timeout, parsed.json)
 
 
 @command(
-    Collectives,
+    CollectivesArgs,
     argument("actor", help=ACTOR_HELP),
     argument("selector", nargs="*", metavar="ranks(<ranks>)", help=SELECTOR_HELP + " (default: all)"),
     RANK_ANSWERS_WITHIN,
     argument("--json", action="store_true", help="the groups and their ranks as JSON"),
 )
-def collectives_of(conn: ShellConnection, args: Collectives) -> Answer:
+def collectives_of(conn: BrokerConnection, args: CollectivesArgs) -> Answer:
     job, actor = split_job(args.actor)
     selection = ranks_of(args.ranks or EVERY_RANK)
     result = conn.peek(actor, render_selector(selection), "", args.timeout, job=job, reading=wire.Reading.COLLECTIVES)
@@ -242,7 +242,7 @@ def collectives_of(conn: ShellConnection, args: Collectives) -> Answer:
 
 
 @dataclass(frozen=True)
-class Hang:
+class HangArgs:
     """hang [actor] [--json]
 
     The whole story of a job that hangs, on one screen, stopping nothing: where the ranks
@@ -256,11 +256,11 @@ class Hang:
 
 
 @command(
-    Hang,
+    HangArgs,
     argument("actor", nargs="?", help=ACTOR_HELP + " (default: every running actor)"),
     argument("--json", action="store_true", help="the whole story as JSON"),
 )
-def hang(conn: ShellConnection, args: Hang) -> Answer:
+def hang(conn: BrokerConnection, args: HangArgs) -> Answer:
     targets = [split_job(args.actor)] if args.actor is not None else running_actors(conn)
     texts, docs = [], []
     for job, actor in targets:
@@ -276,7 +276,7 @@ def hang(conn: ShellConnection, args: Hang) -> Answer:
 
 
 @dataclass(frozen=True)
-class Interrupt:
+class InterruptArgs:
     """interrupt <actor> ranks(<ranks>) [--timeout S]
 
     Stop running ranks where they are, as sessions."""
@@ -288,13 +288,13 @@ class Interrupt:
     """The front end's: the time limit of reading the stacks of ranks that did not stop."""
 
     @classmethod
-    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> Interrupt:
+    def from_words(cls, parsed: argparse.Namespace, typed: str, words: int) -> InterruptArgs:
         actor, ranks = actor_and_ranks(parsed.actor, parsed.selector, usage(cls), usage(cls))
         return cls(actor, ranks, parsed.timeout)
 
 
 @command(
-    Interrupt,
+    InterruptArgs,
     argument("actor", help=ACTOR_HELP),
     argument("selector", nargs="+", metavar="ranks(<ranks>)", help=SELECTOR_HELP),
     argument(
@@ -305,7 +305,7 @@ class Interrupt:
         help=f"seconds to wait for them to stop (default {INTERRUPT_TIMEOUT:g})",
     ),
 )
-def interrupt(conn: ShellConnection, args: Interrupt) -> Answer:
+def interrupt(conn: BrokerConnection, args: InterruptArgs) -> Answer:
     job, actor = split_job(args.actor)
     selector = render_selector(ranks_of(args.ranks))
     reply = ask(conn, wire.Interrupt(actor=actor, selector=selector, job=job), wire.Interrupting)

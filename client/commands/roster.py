@@ -11,7 +11,7 @@ from monarch_pdb.client.commands.answer import Answer, CommandError, ask
 from monarch_pdb.client.commands.arguments import ACTOR_HELP, argument, count_number, split_job, timeout
 from monarch_pdb.client.commands.listing import groups_table, jobs_table, sessions_table
 from monarch_pdb.client.commands.spec import command, usage
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.ranks import counted, format_ranks
 
 WAIT_TIMEOUT = 60.0
@@ -36,7 +36,7 @@ def json_row(row: wire.SessionRow) -> dict:
 
 
 @dataclass(frozen=True)
-class List:
+class ListArgs:
     """list [--all] [--rows]
 
     Show every rank stopped at a breakpoint, or with --all every rank known, running too.
@@ -50,7 +50,7 @@ class List:
 
 
 @command(
-    List,
+    ListArgs,
     argument("--all", action="store_true", help="every rank known, running ones too"),
     argument(
         "--rows",
@@ -58,7 +58,7 @@ class List:
         help="a row per rank however many (past list_rows ranks, a row per group of ranks by default)",
     ),
 )
-def list_ranks(conn: ShellConnection, args: List) -> Answer:
+def list_ranks(conn: BrokerConnection, args: ListArgs) -> Answer:
     above = None if args.rows else args.list_rows
     question = wire.ListAll(groups_above=above) if args.all else wire.ListSessions(groups_above=above)
     reply = ask(conn, question, wire.SessionList, wire.SessionGroups)
@@ -79,20 +79,20 @@ def list_ranks(conn: ShellConnection, args: List) -> Answer:
 
 
 @dataclass(frozen=True)
-class Jobs:
+class JobsArgs:
     """jobs
 
     Show the jobs whose ranks the broker knows."""
 
 
-@command(Jobs, refusal="jobs takes no arguments")
-def jobs(conn: ShellConnection, args: Jobs) -> Answer:
+@command(JobsArgs, refusal="jobs takes no arguments")
+def jobs(conn: BrokerConnection, args: JobsArgs) -> Answer:
     rows = ask(conn, wire.ListJobs(), wire.JobList).rows
     return Answer(jobs_table(rows) if rows else "No job is connected.", [asdict(r) for r in rows])
 
 
 @dataclass(frozen=True)
-class Mesh:
+class MeshArgs:
     """mesh [actor]
 
     A picture of the mesh, each rank's state in its cell."""
@@ -104,8 +104,8 @@ class Mesh:
     """The front end's: the width the picture fits."""
 
 
-@command(Mesh, argument("actor", nargs="?", help=ACTOR_HELP + " (default: every actor)"))
-def mesh_picture(conn: ShellConnection, args: Mesh) -> Answer:
+@command(MeshArgs, argument("actor", nargs="?", help=ACTOR_HELP + " (default: every actor)"))
+def mesh_picture(conn: BrokerConnection, args: MeshArgs) -> Answer:
     job, actor = split_job(args.actor) if args.actor is not None else ("", "")
     rows = ask(conn, wire.ListAll(), wire.SessionList).rows
     by_actor: dict[tuple[str, str], list[wire.SessionRow]] = {}
@@ -124,7 +124,7 @@ def mesh_picture(conn: ShellConnection, args: Mesh) -> Answer:
 
 
 @dataclass(frozen=True)
-class Wait:
+class WaitArgs:
     """wait <actor> <count> [--timeout S] | wait --any <count> [--timeout S]
 
     Block until enough ranks of an actor, or of any actor, are stopped."""
@@ -136,7 +136,7 @@ class Wait:
 
 
 @command(
-    Wait,
+    WaitArgs,
     argument("actor", nargs="?", help=ACTOR_HELP),
     argument("--any", action="store_true", help="ranks of any actor, instead of one actor's"),
     argument("count", type=count_number, help="how many of its ranks must be stopped"),
@@ -149,9 +149,9 @@ class Wait:
     ),
     news_first=True,
 )
-def wait(conn: ShellConnection, args: Wait) -> Answer:
+def wait(conn: BrokerConnection, args: WaitArgs) -> Answer:
     if args.any == (args.actor is not None):
-        raise CommandError(usage(Wait))
+        raise CommandError(usage(WaitArgs))
     name = "--any" if args.any or args.actor is None else args.actor
     job, actor = ("", "") if args.actor is None else split_job(args.actor)
 
@@ -170,14 +170,14 @@ def wait(conn: ShellConnection, args: Wait) -> Answer:
 
 
 @dataclass(frozen=True)
-class Continue:
+class ContinueArgs:
     """continue
 
     Clear the breakpoints set with b/tbreak and continue every stopped rank."""
 
 
-@command(Continue, refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
-def continue_all(conn: ShellConnection, args: Continue) -> Answer:
+@command(ContinueArgs, refusal="continue takes no arguments (to continue some ranks: cast <actor> ranks(...) c)")
+def continue_all(conn: BrokerConnection, args: ContinueArgs) -> Answer:
     released = ask(conn, wire.Continue(), wire.Continued).released
     total = sum(len(r.ranks) for r in released)
     parts = ", ".join(f"{r.actor} ranks[{format_ranks(r.ranks)}]" for r in released)

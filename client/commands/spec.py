@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 from monarch_pdb.client.commands.answer import Answer
 from monarch_pdb.client.commands.arguments import Argument, Parser, actor_word, split_words
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 
 Record = TypeVar("Record")
-Run = Callable[[ShellConnection, Any], Answer]
+Run = Callable[[BrokerConnection, Any], Answer]
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def command(
     return register
 
 
-def run(conn: ShellConnection, args: Any) -> Answer:
+def run(conn: BrokerConnection, args: Any) -> Answer:
     """Run the command whose record `args` is; it raises one of `answer.FAILURES` when it
     cannot answer."""
     return SPECS[type(args)].run(conn, args)

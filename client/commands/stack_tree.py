@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from monarch_pdb import wire
 from monarch_pdb.client.commands.answers import missing_lines, shortened
 from monarch_pdb.client.commands.numbers import summarize
-from monarch_pdb.places import own_code, place, where
+from monarch_pdb.places import by_program, place, where
 from monarch_pdb.ranks import RankSet, counted, format_ranks
 
 RANKS_SHOWN = 72
@@ -94,7 +94,7 @@ def trunk(groups: list[wire.StackGroup], every_thread: bool) -> list[wire.Frame]
         return []
     first = stacks[0]
     if all(frames == first for frames in stacks):
-        shared = next((depth for depth, frame in enumerate(first) if own_code(frame)), len(first) - 1)
+        shared = next((depth for depth, frame in enumerate(first) if by_program(frame)), len(first) - 1)
     else:
         shared = 0
         while all(len(frames) > shared and frames[shared] == first[shared] for frames in stacks):

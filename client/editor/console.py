@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass, replace
 
 from monarch_pdb.client.commands import COMMANDS as LAYER
-from monarch_pdb.client.commands import FAILURES, Stacks, run
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.commands import FAILURES, StacksArgs, run
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.client.editor.runtime import Refused
 
 PREFIX = "!"
@@ -23,7 +23,7 @@ COMMANDS = ("cast", "peek", "stacks")
 
 
 @dataclass(frozen=True)
-class Here:
+class ConsoleAt:
     """Where the console is: the actor (and its job) a line without one means."""
 
     job: str = ""
@@ -38,7 +38,7 @@ def command_of(line: str) -> tuple[str, str] | None:
     return (word, rest) if word in COMMANDS else None
 
 
-def with_actor(rest: str, here: Here) -> str:
+def with_actor(rest: str, here: ConsoleAt) -> str:
     """The line with the console's actor before a selector that comes first."""
     if not rest.lstrip().startswith("ranks(") or not here.actor:
         return rest
@@ -46,12 +46,12 @@ def with_actor(rest: str, here: Here) -> str:
     return f"{shlex.quote(name)} {rest.lstrip()}"
 
 
-def answer(conn: ShellConnection, word: str, rest: str, here: Here) -> str:
+def answer(conn: BrokerConnection, word: str, rest: str, here: ConsoleAt) -> str:
     """Command `word`'s answer as the shell shows it; Refused with the shell's one line, its
     usage as the console's `!` command's."""
     try:
         args = LAYER[word].parse(with_actor(rest, here))
-        if isinstance(args, Stacks) and args.actor is None:
+        if isinstance(args, StacksArgs) and args.actor is None:
             args = replace(args, job=here.job)
         return run(conn, args).shown
     except FAILURES as error:

@@ -16,7 +16,7 @@ from typing import Any
 
 from monarch_pdb import ranks, wire
 from monarch_pdb.client.commands import hostlist, listing, stack_tree
-from monarch_pdb.client.connection import ShellConnection
+from monarch_pdb.client.connection import BrokerConnection
 from monarch_pdb.client.editor import console, launch
 from monarch_pdb.client.editor import runtime as rt
 from monarch_pdb.client.editor.runtime import Debuggee, Refused, Runtime, Thread
@@ -111,7 +111,7 @@ class DebugSession:
         """Each `sourceReference`'s text, once a rank gave it."""
 
     @property
-    def conn(self) -> ShellConnection | None:
+    def conn(self) -> BrokerConnection | None:
         return self.runtime.conn
 
     @property
@@ -145,12 +145,12 @@ class DebugSession:
             self.forget(what.thread)
             if what.told:
                 self.send_event("continued", {"threadId": what.thread.id, "allThreadsContinued": False})
-        elif isinstance(what, rt.Started):
+        elif isinstance(what, rt.ThreadStarted):
             self.send_event("thread", {"reason": "started", "threadId": what.thread.id})
-        elif isinstance(what, rt.Exited):
+        elif isinstance(what, rt.ThreadExited):
             self.forget(what.thread)
             self.send_event("thread", {"reason": "exited", "threadId": what.thread.id})
-        elif isinstance(what, rt.Printed):
+        elif isinstance(what, rt.PrintedByRank):
             if what.log:
                 self.send_event("output", {"category": "console", "output": f"{what.actor} {what.rank}: {what.text}\n"})
             else:  # each line marked with the rank as the shell's `follow` marks it
@@ -344,10 +344,10 @@ class DebugSession:
         """`!cast`, `!peek` or `!stacks` in the Debug Console, answered as the shell answers it;
         an actor left out is the one of the rank the console is at."""
         target = self.runtime.target
-        here = console.Here(target.job, target.actor)
+        here = console.ConsoleAt(target.job, target.actor)
         if isinstance(args.get("frameId"), int) and args["frameId"] in self.frames.table:
             thread = self.frame(args)[0]
-            here = console.Here(thread.job, thread.actor)
+            here = console.ConsoleAt(thread.job, thread.actor)
         assert self.runtime.conn is not None
         return console.answer(self.runtime.conn, *command, here).rstrip("\n")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from monarch_pdb import ranks, wire
-from monarch_pdb.client.connection import NoBroker, RequestFailed, ShellConnection, Timeout
+from monarch_pdb.client.connection import BrokerConnection, NoBroker, RequestFailed, Timeout
 from monarch_pdb.settings import Settings
 
 STEP_TIMEOUT = 24 * 3600.0
@@ -123,17 +123,17 @@ class Ran:
 
 
 @dataclass(frozen=True)
-class Started:
+class ThreadStarted:
     thread: Thread
 
 
 @dataclass(frozen=True)
-class Exited:
+class ThreadExited:
     thread: Thread
 
 
 @dataclass(frozen=True)
-class Printed:
+class PrintedByRank:
     """What a rank printed; `log`: a log point's message."""
 
     actor: str
@@ -167,7 +167,7 @@ class Changed:
     """The broker told of ranks that stopped, ran or went: a view of the ranks is out of date."""
 
 
-Happening = Stopped | Ran | Started | Exited | Printed | Note | Verified | Finished | Changed
+Happening = Stopped | Ran | ThreadStarted | ThreadExited | PrintedByRank | Note | Verified | Finished | Changed
 Emit = Callable[[Happening], None]
 News = list | wire.Message
 """What `heard` takes: a list of the broker's folded events, or a reply nobody waited for."""
@@ -194,7 +194,7 @@ class Runtime:
         self.emit = emit
         self.hand_over = hand_over
         self.settings = settings
-        self.conn: ShellConnection | None = None
+        self.conn: BrokerConnection | None = None
         self.options = Options()
         self.threads: dict[tuple[str, str, int], Thread] = {}
         self.thread_ids = itertools.count(1)
@@ -225,7 +225,7 @@ class Runtime:
         self.close()
         self.options = options
         try:
-            self.conn = ShellConnection.open(settings, self.hand_over, wire.Client.EDITOR)
+            self.conn = BrokerConnection.open(settings, self.hand_over, wire.Client.EDITOR)
         except NoBroker as error:
             raise Refused(f"attach: {error}") from None
 
@@ -270,7 +270,7 @@ class Runtime:
             else:
                 self.pending.append(news)
         elif isinstance(news, wire.Logged):
-            self.emit(Printed(news.actor, news.rank, news.text, log=True))
+            self.emit(PrintedByRank(news.actor, news.rank, news.text, log=True))
         elif isinstance(news, (wire.SessionOutput, wire.Resumed, wire.SessionEnded)):
             self.held_news(news)
         elif isinstance(news, wire.Attached):
@@ -342,7 +342,7 @@ class Runtime:
             return
         mine = thread.own > 0 or (thread.echo and (isinstance(msg, wire.SessionEnded) or msg.paused))
         if not mine and msg.text:
-            self.emit(Printed(thread.actor, thread.rank, msg.text))
+            self.emit(PrintedByRank(thread.actor, thread.rank, msg.text))
         if isinstance(msg, wire.SessionEnded):
             if msg.reason == wire.Ending.TAKEN:
                 self.emit(
@@ -426,7 +426,7 @@ class Runtime:
                 )
                 new.append(thread)
                 if self.configured:
-                    self.emit(Started(thread))
+                    self.emit(ThreadStarted(thread))
                 self.jobs.add(row.job)
                 for path, spots in self.breakpoints.items():
                     self.taken(path, spots, self.apply_breakpoints([thread], path, spots)[0])
@@ -470,7 +470,7 @@ class Runtime:
     def gone(self, thread: Thread) -> None:
         if self.threads.pop((thread.job, thread.actor, thread.rank), None) is not None:
             self.held.pop(thread.session, None)
-            self.emit(Exited(thread))
+            self.emit(ThreadExited(thread))
 
     def thread_by_id(self, thread_id: int) -> Thread:
         for thread in self.threads.values():

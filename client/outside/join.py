@@ -31,7 +31,7 @@ from typing import cast
 
 from monarch_pdb import discovery, outside, processes, wire
 from monarch_pdb import settings as settings_module
-from monarch_pdb.client.connection import NoBroker, ShellConnection, Timeout
+from monarch_pdb.client.connection import BrokerConnection, NoBroker, Timeout
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.outside import wake as wake_module
 from monarch_pdb.client.outside.chosen import NoProcess, chosen_pids, process_arguments
@@ -107,7 +107,7 @@ class JoinTarget:
 
 
 @dataclass(frozen=True)
-class Answer:
+class JoinAnswer:
     """What the script said from inside the process: whom it joined as, or why it could not."""
 
     actor: str = ""
@@ -121,7 +121,7 @@ class Answer:
     """What went wrong while monarch-pdb loaded."""
 
     @classmethod
-    def read(cls, path: str) -> Answer:
+    def read(cls, path: str) -> JoinAnswer:
         with open(path, encoding="utf-8") as f:
             said = json.load(f)
         return cls(**{field.name: said[field.name] for field in fields(cls) if field.name in said})
@@ -330,13 +330,13 @@ def woken(target: JoinTarget, gdb: subprocess.Popen, deadline: float, limit: flo
     return ""
 
 
-def answers(asked: list[JoinTarget], deadline: float) -> dict[int, Answer]:
+def answers(asked: list[JoinTarget], deadline: float) -> dict[int, JoinAnswer]:
     """What each process's script said, for those that ran it before `deadline`."""
-    said: dict[int, Answer] = {}
+    said: dict[int, JoinAnswer] = {}
     while True:
         for t in asked:
             if t.pid not in said and os.path.exists(t.answer):
-                said[t.pid] = Answer.read(t.answer)
+                said[t.pid] = JoinAnswer.read(t.answer)
                 forget(t)
         if len(said) == len(asked) or time.monotonic() >= deadline:
             return said
@@ -347,7 +347,7 @@ def listed(settings: settings_module.Settings, pids: set[int], deadline: float) 
     """The broker's rows of each of `pids` (processes of this host), once it lists them all or
     `deadline` passes."""
     host = socket.gethostname()
-    conn = ShellConnection(settings)
+    conn = BrokerConnection(settings)
     try:
         conn.wait_for_broker(max(0.0, deadline - time.monotonic()))
         while True:
@@ -439,7 +439,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def not_joined(t: JoinTarget, answer: Answer | None, timeout: float, wake: bool = False) -> str:
+def not_joined(t: JoinTarget, answer: JoinAnswer | None, timeout: float, wake: bool = False) -> str:
     """Why a process asked to join is not loaded, or "" when it is."""
     if answer is None:
         return f"{t.who} has not joined within {timeout:g} s: {waiting_because(t.pid, wake)}"
@@ -454,7 +454,7 @@ def not_joined(t: JoinTarget, answer: Answer | None, timeout: float, wake: bool 
 
 
 def rows_of(
-    loaded: list[JoinTarget], said: dict[int, Answer], deadline: float, timeout: float
+    loaded: list[JoinTarget], said: dict[int, JoinAnswer], deadline: float, timeout: float
 ) -> tuple[dict[int, list[wire.SessionRow]], list[str]]:
     """Each loaded process's rows in the broker its environment names, and a line for each that
     broker does not list by `deadline`."""

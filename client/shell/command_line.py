@@ -11,7 +11,7 @@ import sys
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.commands.arguments import seconds
-from monarch_pdb.client.connection import WAIT_BROKER, NoBroker, ShellConnection
+from monarch_pdb.client.connection import WAIT_BROKER, BrokerConnection, NoBroker
 from monarch_pdb.client.shell.reporter import Transcript
 
 QUIT_KEYS = "Ctrl-C, Ctrl-D or quit leaves; other lines typed meanwhile run once it answers."
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         # sets its own handler there), even when whoever started us ignores SIGINT (a
         # script's background job does).
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    conn = ShellConnection(settings)
+    conn = BrokerConnection(settings)
     transcript = None
     ahead = TypedAhead(QUIT_COMMANDS)
     try:

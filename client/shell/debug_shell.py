@@ -36,7 +36,7 @@ from monarch_pdb.client.commands.arguments import (
 )
 from monarch_pdb.client.commands.cast import CAST_OUTPUTS, CAST_TIMEOUT
 from monarch_pdb.client.commands.event_lines import STOPS, describe_events
-from monarch_pdb.client.connection import RESTARTED, ShellConnection, Timeout, readable
+from monarch_pdb.client.connection import RESTARTED, BrokerConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.shell.attachment import Attachment, Left
 from monarch_pdb.client.shell.cmd2_commands import command, shell_command, usage
@@ -87,7 +87,7 @@ def pdb_completions(text: str) -> list[str]:
 class DebugShell(cmd2.Cmd):
     def __init__(
         self,
-        conn: ShellConnection,
+        conn: BrokerConnection,
         history_file: str = "",
         as_json: bool = False,
         transcript: Transcript | None = None,

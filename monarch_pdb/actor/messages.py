@@ -49,7 +49,7 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Stop:
+class StopWorker:
     """Finish the current call, then exit."""
 
 
@@ -63,4 +63,4 @@ class Reply:
     error: RankError | None = None
 
 
-Request = Boot | Spawn | Call | Stop
+Request = Boot | Spawn | Call | StopWorker

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from monarch_pdb.actor import transport
 from monarch_pdb.actor.errors import RankError, WorkerExited
 from monarch_pdb.actor.future import Future
-from monarch_pdb.actor.messages import Reply, Stop
+from monarch_pdb.actor.messages import Reply, StopWorker
 from monarch_pdb.actor.point import Point, format_coords
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 STOP_GRACE = 2.0  # seconds a stopping worker gets to finish its call before it is killed
 
-_STOP = transport.dumps(Stop(), "Stop")
+_STOP = transport.dumps(StopWorker(), "StopWorker")
 _live: set[WorkerProcess] = set()
 _live_lock = threading.Lock()
 _launches: queue.SimpleQueue | None = None

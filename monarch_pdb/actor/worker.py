@@ -29,7 +29,7 @@ import monarch_pdb
 from monarch_pdb.actor import main_module, transport
 from monarch_pdb.actor.context import running_at
 from monarch_pdb.actor.errors import RankError, type_name
-from monarch_pdb.actor.messages import Boot, Call, Reply, Request, Spawn, Stop
+from monarch_pdb.actor.messages import Boot, Call, Reply, Request, Spawn, StopWorker
 from monarch_pdb.actor.point import Point
 
 _PR_SET_PDEATHSIG = 1
@@ -103,7 +103,7 @@ def _serve(conn: Connection, inbox: queue.SimpleQueue, point: Point) -> None:
     actors: dict[int, _Hosted] = {}
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    while not isinstance(request := inbox.get(), Stop):
+    while not isinstance(request := inbox.get(), StopWorker):
         if isinstance(request, Spawn):
             work = functools.partial(_construct, request, actors, point)
         else:

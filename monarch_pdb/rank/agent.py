@@ -173,7 +173,7 @@ class Agent:
                 self._parts[part] = make()
             return self._parts[part]
 
-    def _locate(self) -> discovery.Connection | None:
+    def _locate(self) -> discovery.BrokerAddress | None:
         """The broker: one elsewhere, or this host's, started if need be (with the secret of
         the environment, if any). A rank with an upstream (MONARCH_PDB_UPSTREAM) has its host's
         broker, which takes the secret it carries to register with the broker above."""

@@ -24,7 +24,7 @@ from monarch_pdb.rank import collectives
 from monarch_pdb.rank.agent import OUTPUT_IDLE, Agent, Line
 from monarch_pdb.rank.identity import CallContext, Identity, current, current_call
 from monarch_pdb.rank.inspection import EditorBreakpoints, Inspector
-from monarch_pdb.rank.sources import PACKAGE_DIR, own_code, source_file
+from monarch_pdb.rank.sources import PACKAGE_DIR, package_code, source_file
 
 PDB_TAKES_EXCEPTIONS = sys.version_info >= (3, 13)
 """pdb's interaction takes an exception, and its chain, rather than a traceback from 3.13 on."""
@@ -199,7 +199,7 @@ class ConfinedPdb(pdb.Pdb):
         """pdb's stack, without this package's frames between the program's (the wrapper of
         an engine's call)."""
         stack, index = super().get_stack(f, t)
-        kept = [n for n, (frame, _) in enumerate(stack) if n == index or not own_code(frame.f_code.co_filename)]
+        kept = [n for n, (frame, _) in enumerate(stack) if n == index or not package_code(frame.f_code.co_filename)]
         return [stack[n] for n in kept], kept.index(index) if stack else index
 
     def format_stack_entry(self, frame_lineno: tuple, lprefix: str = ": ") -> str:

@@ -33,7 +33,7 @@ from monarch_pdb.rank.breakpoint_hook import (
     set_trace_async,
     stop_signalled,
 )
-from monarch_pdb.rank.endpoint import end_call, endpoint_call, stop_after_raise, wants_post_mortem
+from monarch_pdb.rank.endpoint_call import end_call, endpoint_call, stop_after_raise, wants_post_mortem
 from monarch_pdb.rank.file_loads import OneImport, spec_behind
 from monarch_pdb.rank.identity import CallContext, current_call
 

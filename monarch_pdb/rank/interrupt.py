@@ -28,7 +28,7 @@ from monarch_pdb.rank import main_thread_signal
 from monarch_pdb.rank.identity import Identity
 from monarch_pdb.rank.line_events import LineEvents
 from monarch_pdb.rank.rank_threads import Running
-from monarch_pdb.rank.sources import debugger_code, own_code, program_code
+from monarch_pdb.rank.sources import debugger_code, package_code, program_code
 from monarch_pdb.rank.thread_stacks import awaited_frames, program_frames, waits_in_await
 
 PATIENCE = 30.0
@@ -57,7 +57,7 @@ def inside_agent(frame) -> bool:
     """The interrupted code is this package's (the debugger, which may hold the agent's locks
     or be paused already, or the wrapper of an engine's call): the session must wait until
     the program's code runs."""
-    if own_code(frame.f_code.co_filename):
+    if package_code(frame.f_code.co_filename):
         return True
     while frame is not None:
         if debugger_code(frame.f_code.co_filename):

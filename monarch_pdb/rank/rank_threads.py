@@ -34,7 +34,7 @@ class Running:
 
 
 @dataclass(eq=False, slots=True)
-class Call:
+class EngineCall:
     """An engine call running a rank's code, on `thread`, in `coroutine` when it is one's;
     compared by identity, so two calls of one rank (an async actor's, running at once) stay
     apart. Never changed once made, as `Running`; one object a call, the cheapest to make."""
@@ -65,19 +65,19 @@ class RankThreads:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: list[Call] = []
+        self._calls: list[EngineCall] = []
         """Oldest first: the newest call of a rank is the one it runs now."""
         self._paused: dict[int, tuple[tuple[str, int], Running]] = {}
         """By session id: the rank it belongs to, and the thread and frame it is paused in."""
 
-    def started(self, identity: Identity, coroutine: Any = None) -> Call:
+    def started(self, identity: Identity, coroutine: Any = None) -> EngineCall:
         """The calling thread (in `coroutine`, or its asyncio task's) runs `identity`'s code
         until `ended`."""
-        call = Call(identity, threading.get_ident(), task_coroutine() if coroutine is None else coroutine)
+        call = EngineCall(identity, threading.get_ident(), task_coroutine() if coroutine is None else coroutine)
         self._calls.append(call)
         return call
 
-    def ended(self, call: Call) -> None:
+    def ended(self, call: EngineCall) -> None:
         self._calls.remove(call)
 
     @contextmanager

@@ -33,15 +33,15 @@ def source_file(frame) -> str:
     return named if path == SHIPPED_CODE and isinstance(named, str) else path
 
 
-def own_code(filename: str) -> bool:
-    """This package's code (the mesh runtime under actor/ is the program's): never shown."""
+def package_code(filename: str) -> bool:
+    """This package's own code (its mesh runtime under actor/ is the program's): never shown."""
     return filename.startswith(PACKAGE_DIR) and not filename.startswith(RUNTIME_DIR)
 
 
 def debugger_code(filename: str) -> bool:
     """pdb's or this package's code that pauses or inspects a thread: what runs below it is
     the debugger's, not the program's (unlike a wrapper's, which calls the program)."""
-    return filename in DEBUGGER_FILES or (own_code(filename) and filename not in WRAPPERS)
+    return filename in DEBUGGER_FILES or (package_code(filename) and filename not in WRAPPERS)
 
 
 def program_code(filename: str) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 from monarch_pdb import wire
 from monarch_pdb.rank.rank_threads import Running
-from monarch_pdb.rank.sources import debugger_code, own_code, source_file
+from monarch_pdb.rank.sources import debugger_code, package_code, source_file
 from monarch_pdb.ranks import RankSet
 
 ASYNCIO_DIR = os.path.join(os.path.dirname(threading.__file__), "asyncio", "")
@@ -33,7 +33,7 @@ def program_frames(frame) -> list:
         filename = frame.f_code.co_filename
         if debugger_code(filename):
             out.clear()
-        elif not own_code(filename):
+        elif not package_code(filename):
             out.append(frame)
         frame = frame.f_back
     return out
@@ -57,7 +57,7 @@ def post_mortem_frames(frame, raised) -> list[wire.Frame]:
     caught the exception (a context manager's exit), which is no place of the program's."""
     passed: list[tuple[Any, int]] = []
     while raised is not None:
-        if not own_code(raised.tb_frame.f_code.co_filename):
+        if not package_code(raised.tb_frame.f_code.co_filename):
             passed.append((raised.tb_frame, raised.tb_lineno))
         raised = raised.tb_next
     running = list(reversed(program_frames(frame)))
@@ -80,7 +80,7 @@ def awaited_frames(coro: Any) -> Iterator:
     a frame (compiled ones) are passed through, and this package's own are left out."""
     while coro is not None:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is not None and not own_code(frame.f_code.co_filename):
+        if frame is not None and not package_code(frame.f_code.co_filename):
             yield frame
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
-from monarch_pdb.broker.records import CannotServe
+from monarch_pdb.broker.entries import CannotServe
 from monarch_pdb.broker.routes import Routes
 
 if TYPE_CHECKING:
