@@ -25,7 +25,7 @@ class Audit:
         is evaluated there), and who sent it; nothing without a file."""
         if self.file is None:
             return
-        shell = self.registry.peer(identity)
+        shell = self.registry.table.peer(identity)
         who = shell.describe() if shell is not None else "unknown shell"
         when = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         there = f" and {below} below" if below else ""

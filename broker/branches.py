@@ -112,10 +112,10 @@ class Branches:
 
     def on_branch_sessions(self, branch: bytes, msg: wire.BranchSessions) -> None:
         for item in msg.sessions:
-            known = self.registry.session_of(branch, item.id) is not None
+            known = self.registry.table.session_of(branch, item.id) is not None
             if not known:
                 self.forget_moved(item.row)
-            sess = self.registry.mirror(branch, item)
+            sess = self.registry.table.mirror(branch, item)
             if item.news and sess.paused:
                 self.sessions.publish(wire.EventKind(sess.reason), sess, item.detail)
             self.sessions.touched(sess, item.news, new=not known)
@@ -126,21 +126,21 @@ class Branches:
         same process: the rank moved (its host broker was replaced before the old one was
         declared lost). The old session is forgotten without an event, and a shell attached to
         it attaches again. Another process's is the rank started twice (`Registry._stand`)."""
-        old = self.registry.session_for(row.job, row.actor, row.rank)
-        if old is None or not self.registry.is_branch(old.peer) or (old.host, old.pid) != (row.host, row.pid):
+        old = self.registry.table.session_for(row.job, row.actor, row.rank)
+        if old is None or not self.registry.table.is_branch(old.peer) or (old.host, old.pid) != (row.host, row.pid):
             return
         if old.holder is not None:
             self.send(old.holder, wire.SessionEnded(session=old.id, text="", reason=wire.Ending.UNKNOWN))
         self.sessions.upstream.forget(old)
-        self.registry.end(old, wire.Ending.RECONNECTED)
+        self.registry.table.end(old, wire.Ending.RECONNECTED)
 
     def on_branch_ranks(self, branch: bytes, msg: wire.BranchRanks) -> None:
-        self.registry.set_below(branch, msg.rows, msg.jobs, msg.added)
+        self.registry.table.set_below(branch, msg.rows, msg.jobs, msg.added)
         self.started(branch)
         self.sessions.below_changed()
 
     def on_branch_ended(self, branch: bytes, msg: wire.BranchEnded) -> None:
-        sess = self.registry.session_of(branch, msg.id)
+        sess = self.registry.table.session_of(branch, msg.id)
         if sess is not None:
             self.sessions.end(sess, msg.output, msg.reason)
 
@@ -148,7 +148,7 @@ class Branches:
         self.sessions.announce_lost(msg.job, msg.actor, msg.ranks)
 
     def on_branch_output(self, branch: bytes, msg: wire.BranchOutput) -> None:
-        sess = self.registry.session_of(branch, msg.id)
+        sess = self.registry.table.session_of(branch, msg.id)
         if sess is not None:
             self.sessions.record_output(sess, msg.text)
 
@@ -158,7 +158,7 @@ class Branches:
         if not waiting:
             return
         shell, sess_id, taken_from = waiting.popleft()
-        sess = self.registry.session_of(branch, msg.session)
+        sess = self.registry.table.session_of(branch, msg.session)
         if sess is None or sess.id != sess_id or sess.holder != shell:
             self.send(branch, wire.Detach(session=msg.session))
             return
@@ -183,11 +183,11 @@ class Branches:
         waiting = self.attaching.get(branch)
         if waiting:
             shell, sess_id, _ = waiting.popleft()
-            self.registry.release(shell, sess_id)
+            self.registry.table.release(shell, sess_id)
             self.send(shell, msg)
 
     def on_session_output(self, branch: bytes, msg: wire.SessionOutput) -> None:
-        sess = self.registry.session_of(branch, msg.session)
+        sess = self.registry.table.session_of(branch, msg.session)
         if sess is not None:
             self.sessions.to_holder(
                 sess, wire.SessionOutput(session=sess.id, text=msg.text, paused=msg.paused, prompt=msg.prompt)
@@ -196,8 +196,8 @@ class Branches:
     def on_session_ended(self, branch: bytes, msg: wire.SessionEnded) -> None:
         """A session taken from us below (attach --force there): our shell holds it no more.
         A session that ended is told by `BranchEnded`."""
-        sess = self.registry.session_of(branch, msg.session)
+        sess = self.registry.table.session_of(branch, msg.session)
         if sess is not None and sess.holder is not None and msg.reason in (wire.Ending.TAKEN, wire.Ending.UNKNOWN):
             holder = sess.holder
-            self.registry.release(holder, sess.id)
+            self.registry.table.release(holder, sess.id)
             self.send(holder, wire.SessionEnded(session=sess.id, text=msg.text, reason=msg.reason, by=msg.by))

@@ -141,9 +141,13 @@ class BreakpointRequests:
                 if registry.live_ranks(msg.job, msg.actor):
                     raise
                 return []
-        actors = {a for peer in registry.peers.values() for j, a, *_ in peer.present if not msg.job or j == msg.job}
-        actors |= {s.actor for s in registry.sessions.values() if not msg.job or s.job == msg.job}
-        actors |= {row.actor for peer in registry.branches() for row in peer.below if not msg.job or row.job == msg.job}
+        actors = {
+            a for peer in registry.table.peers.values() for j, a, *_ in peer.present if not msg.job or j == msg.job
+        }
+        actors |= {s.actor for s in registry.table.sessions.values() if not msg.job or s.job == msg.job}
+        actors |= {
+            row.actor for peer in registry.table.branches() for row in peer.below if not msg.job or row.job == msg.job
+        }
         found = []
         for actor in sorted(actors):
             try:
@@ -184,14 +188,14 @@ class BreakpointRequests:
         )
         registry = self.registry
         for live in chosen:
-            if not msg.path or not registry.is_paused(live.job, live.actor, live.rank):
+            if not msg.path or not registry.table.is_paused(live.job, live.actor, live.rank):
                 request.waiting.setdefault(live.peer, []).append((live.actor, live.rank))
         selecting = {live.peer for live in chosen}
         before = self.standing.get(standing_key(msg))
         for peer in before.asked if before is not None else ():
-            if registry.peer(peer) is not None:  # had the last ones: its ranks may all be paused now
+            if registry.table.peer(peer) is not None:  # had the last ones: its ranks may all be paused now
                 request.waiting.setdefault(peer, [])
-                if registry.is_branch(peer):
+                if registry.table.is_branch(peer):
                     selecting.add(peer)  # a broker below clears its own processes
         self.requests.skip_unreachable(request)
         self.audit.record(shell, msg.job, msg.actor, [live.rank for live in chosen], audited(msg))
@@ -203,7 +207,7 @@ class BreakpointRequests:
     def ask_of(self, peer: bytes, ref: int, msg: wire.Breakpoints, owner: bytes) -> wire.Message:
         """The request as a process is asked (for all its code), or a broker below (which
         selects its own ranks)."""
-        if self.registry.is_branch(peer):
+        if self.registry.table.is_branch(peer):
             return replace(msg, ref=ref, owner=owner, timeout=below_timeout(msg.timeout))
         return wire.BreakRanks(ref=ref, path=msg.path, spots=msg.spots, uncaught=msg.uncaught, owner=owner)
 
@@ -232,7 +236,7 @@ class BreakpointRequests:
                     live
                     for live in self.chosen(wish.ask)
                     if live.peer == identity
-                    and not (wish.ask.path and registry.is_paused(live.job, live.actor, live.rank))
+                    and not (wish.ask.path and registry.table.is_paused(live.job, live.actor, live.rank))
                 ]
             except (CannotServe, ranks.SelectorError):
                 continue
@@ -273,7 +277,7 @@ class BreakpointRequests:
             return False
         self.setters.discard(owner)
         self.standing = {key: wish for key, wish in self.standing.items() if wish.owner != owner}
-        for peer in list(self.registry.peers.values()):
+        for peer in list(self.registry.table.peers.values()):
             if peer.role in (wire.Role.AGENT, wire.Role.BROKER):
                 self.send(peer.identity, wire.EditorGone(owner=owner))
         return True
@@ -283,5 +287,5 @@ class BreakpointRequests:
         still connected."""
         if msg.owner.startswith(UPSTREAM):
             self.send(UPSTREAM, replace(msg, owner=msg.owner[len(UPSTREAM) :]))
-        elif self.registry.peer(msg.owner) is not None:
+        elif self.registry.table.peer(msg.owner) is not None:
             self.send(msg.owner, msg)

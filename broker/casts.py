@@ -392,7 +392,7 @@ class CastRequests:
             else now + (max(PROGRESS_UP_EVERY, progress_every) if shell == UPSTREAM else PROGRESS_EVERY),
         )
         if evaluated_below:
-            branches = {peer.identity: peer for peer in self.registry.branches()}
+            branches = {peer.identity: peer for peer in self.registry.table.branches()}
             cast.picked_there = lambda branch: self.registry.picked_below(
                 branches[branch], job, actor, picked.selection
             )
@@ -401,7 +401,7 @@ class CastRequests:
         for sess in self.casts.start(cast, line, picked.sessions):
             self.forward(sess, line)
         for branch, asked in picked.below.items():
-            peer = self.registry.peer(branch)
+            peer = self.registry.table.peer(branch)
             assert peer is not None
             cast.owe(branch, peer.host, asked)
             if peer.silent:

@@ -43,7 +43,7 @@ class Agents:
 
     def on_prompt(self, agent: bytes, msg: wire.Prompt) -> None:
         try:
-            sess, news = self.registry.prompt(agent, msg)
+            sess, news = self.registry.table.prompt(agent, msg)
         except CannotServe as refusal:
             self.send(agent, wire.Dismiss(sid=msg.sid, text=str(refusal)))
             self.refused(TOO_MANY)
@@ -63,18 +63,18 @@ class Agents:
             sessions.forward(sess, line)
 
     def on_output(self, agent: bytes, msg: wire.Output) -> None:
-        sess = self.registry.session_of(agent, msg.sid)
+        sess = self.registry.table.session_of(agent, msg.sid)
         if sess is None:
             return
         self.sessions.record_output(sess, msg.text)
         self.sessions.to_holder(sess, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
 
     def on_ended(self, agent: bytes, msg: wire.Ended) -> None:
-        sess = self.registry.session_of(agent, msg.sid)
+        sess = self.registry.table.session_of(agent, msg.sid)
         if sess is not None:
             self.sessions.end(sess, msg.output, msg.reason)
 
     def on_present(self, agent: bytes, msg: wire.Present) -> None:
-        self.registry.set_present(agent, msg.ranks, msg.added)
+        self.registry.table.set_present(agent, msg.ranks, msg.added)
         self.started(agent)
         self.sessions.below_changed()

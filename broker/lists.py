@@ -8,6 +8,7 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from monarch_pdb import wire
+from monarch_pdb.broker import table_rows
 from monarch_pdb.broker.entries import STOP_STATES
 from monarch_pdb.broker.inflight import row_parts
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
@@ -35,17 +36,17 @@ class Lists:
         """`list`: its rows, or past `groups_above` sessions their groups, made straight
         from the sessions."""
         if msg.groups_above is not None:
-            paused = self.registry.paused()
+            paused = self.registry.table.paused()
             if len(paused) > msg.groups_above:
                 self.send_groups(shell, group_sessions(paused, STOP_STATES))
                 return
-        self.send_list(shell, self.registry.rows(), msg.groups_above)
+        self.send_list(shell, table_rows.rows(self.registry.table), msg.groups_above)
 
     def on_list_all(self, shell: bytes, msg: wire.ListAll) -> None:
-        self.send_list(shell, self.registry.all_rows(), msg.groups_above)
+        self.send_list(shell, table_rows.all_rows(self.registry.table), msg.groups_above)
 
     def on_jobs(self, shell: bytes, msg: wire.ListJobs) -> None:
-        self.send_parts(shell, [wire.JobList(rows=self.registry.job_rows())])
+        self.send_parts(shell, [wire.JobList(rows=table_rows.job_rows(self.registry.table))])
 
     def send_groups(self, shell: bytes, groups: list[wire.SessionGroup]) -> None:
         self.send_parts(

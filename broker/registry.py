@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from monarch_pdb import ranks, wire
+from monarch_pdb.broker import table_rows
 from monarch_pdb.broker.entries import LIVE, CannotServe, LiveRank, Peer, Session
 from monarch_pdb.broker.table import Table
 
@@ -29,13 +30,15 @@ class Picked:
     """The sessions of the actor below, where it is evaluated there: the most it may pick."""
 
 
-@dataclass
-class Registry(Table):
+class Registry:
     """The table, and finding sessions and live ranks in it by name and by selector."""
+
+    def __init__(self, table: Table | None = None) -> None:
+        self.table = table if table is not None else Table()
 
     def actor_sessions(self, job: str, actor: str) -> list[Session]:
         """Every session of one actor in one job, with Monarch's wording when there is none."""
-        found = [s for s in self.sessions.values() if s.actor == actor and (not job or s.job == job)]
+        found = [s for s in self.table.sessions.values() if s.actor == actor and (not job or s.job == job)]
         if not found:
             raise CannotServe(f"No debug sessions for actor {actor}")
         named = {s.job for s in found}
@@ -47,7 +50,7 @@ class Registry(Table):
         processes all ran on this host and are gone (killed, their connections not yet timed
         out) does not count: a job started again names its actor alone at once."""
         if len(jobs) > 1:
-            jobs = jobs - self.dead_jobs(jobs)
+            jobs = jobs - self.table.dead_jobs(jobs)
         if len(jobs) > 1:
             raise CannotServe(
                 f"actor {actor} exists in {len(jobs)} jobs ({', '.join(sorted(jobs))}); name it as job:{actor}"
@@ -57,7 +60,7 @@ class Registry(Table):
     def find(self, job: str, actor: str, rank: int) -> Session:
         """The session of actor/rank, with Monarch's wording when there is none."""
         job = self.actor_sessions(job, actor)[0].job
-        sess = self.session_for(job, actor, rank)
+        sess = self.table.session_for(job, actor, rank)
         if sess is None:
             raise CannotServe(f"No debug session for rank {rank} for actor {actor}")
         return sess
@@ -83,7 +86,7 @@ class Registry(Table):
         ranks it names, not with the sessions below: a slice or filter goes down as it is, and
         each broker below evaluates it over its own sessions. CannotServe as `select` refuses, where
         that can be told here (an unknown dimension; named ranks none of which has a session)."""
-        branches = self.branches()
+        branches = self.table.branches()
         if not branches:
             chosen, absent = self.select(job, actor, selector)
             return Picked(chosen[0].job, chosen, absent, {}, ranks.parse_selector(selector))
@@ -91,11 +94,11 @@ class Registry(Table):
             selection = ranks.parse_selector(selector)
         except ranks.SelectorError as error:
             raise CannotServe(str(error)) from None
-        jobs = {j for j, a in self.by_rank if a == actor and (not job or j == job)}
+        jobs = {j for j, a in self.table.by_rank if a == actor and (not job or j == job)}
         if not jobs:
             raise CannotServe(f"No debug sessions for actor {actor}")
         (job,) = self.in_one_job(actor, jobs)
-        of_actor = self.by_rank[(job, actor)]
+        of_actor = self.table.by_rank[(job, actor)]
         names = ranks.named(selection)
         if names:
             here: list[Session] = []
@@ -104,7 +107,7 @@ class Registry(Table):
                 sess = of_actor.get(rank)
                 if sess is None:
                     continue
-                if self.is_branch(sess.peer):
+                if self.table.is_branch(sess.peer):
                     below.setdefault(sess.peer, []).append(rank)
                 else:
                     here.append(sess)
@@ -118,12 +121,12 @@ class Registry(Table):
                 {branch: ranks.RankSet.of(asked) for branch, asked in below.items()},
                 selection,
             )
-        known = {dim for dims in self.dims for dim in dims}
+        known = {dim for dims in self.table.dims for dim in dims}
         if any(dim not in known for dim in ranks.dimensions(selection)):
             raise CannotServe(no_match(actor, selection, self.actor_sessions(job, actor), "with a session"))
         own = [
             s
-            for peer in self.peers.values()
+            for peer in self.table.peers.values()
             if peer.role == wire.Role.AGENT
             for s in peer.owned.values()
             if s.actor == actor and s.job == job
@@ -146,7 +149,7 @@ class Registry(Table):
         by_coords = bool(ranks.dimensions(selection))
         picked = (
             found
-            if selection.threads or ranks.named(selection) or not self.thread_sessions
+            if selection.threads or ranks.named(selection) or not self.table.thread_sessions
             else [r for r in found if not wire.is_thread(r.instance)]
         )
         candidates = ((r.rank, r.coords if by_coords else {}) for r in picked)
@@ -162,11 +165,11 @@ class Registry(Table):
         rank order: a rank with a session is its session, which has all a live rank has (no
         copy of each of a million sessions)."""
         found: dict[tuple[str, int], LiveRank] = {}
-        for peer in self.peers.values():
+        for peer in self.table.peers.values():
             found.update(self._present_live(peer, job, actor))
-        for peer in self.branches():
+        for peer in self.table.branches():
             found.update(self._rows_live(peer, job, actor))
-        for sess in self.sessions.values():
+        for sess in self.table.sessions.values():
             if sess.actor == actor and (not job or sess.job == job):
                 found.setdefault((sess.job, sess.rank), sess)
         if not found:
@@ -177,13 +180,13 @@ class Registry(Table):
     def running(self) -> dict[tuple[str, str], set[int]]:
         """The ranks that run without a session, by job and actor, here and below: where a
         stall is looked for (a session stands still on purpose)."""
-        paused = {(s.job, s.actor, s.rank) for s in self.sessions.values()}
+        paused = {(s.job, s.actor, s.rank) for s in self.table.sessions.values()}
         found: dict[tuple[str, str], set[int]] = {}
-        for peer in self.peers.values():
+        for peer in self.table.peers.values():
             for job, actor, rank, *_ in peer.present:
                 if (job, actor, rank) not in paused:
                     found.setdefault((job, actor), set()).add(rank)
-        for branch in self.branches():
+        for branch in self.table.branches():
             for row in branch.below:
                 if row.state == wire.RankState.RUNNING:
                     found.setdefault((row.job, row.actor), set()).add(row.rank)
@@ -191,7 +194,7 @@ class Registry(Table):
 
     def watched(self) -> bool:
         """Whether a shell or an editor is connected: someone to tell what happens."""
-        return any(peer.role == wire.Role.SHELL for peer in self.peers.values())
+        return any(peer.role == wire.Role.SHELL for peer in self.table.peers.values())
 
     def _present_live(self, peer: Peer, job: str, actor: str) -> dict[tuple[str, int], LiveRank]:
         """The ranks of one actor a process says it runs."""
@@ -220,19 +223,19 @@ class Registry(Table):
             selection = ranks.parse_selector(selector)
         except ranks.SelectorError as error:
             raise CannotServe(str(error)) from None
-        branches = self.branches()
+        branches = self.table.branches()
         if not branches or ranks.named(selection):
             chosen, absent = self.select(job, actor, selector, live=True)
             return Picked(chosen[0].job, chosen, absent, {}, selection)
-        jobs = {j for j, a in self.by_rank if a == actor}
-        jobs.update(j for peer in self.peers.values() for j, a, *_ in peer.present if a == actor)
+        jobs = {j for j, a in self.table.by_rank if a == actor}
+        jobs.update(j for peer in self.table.peers.values() for j, a, *_ in peer.present if a == actor)
         jobs.update(row.job for peer in branches for row in peer.below if row.actor == actor and row.state in LIVE)
         jobs = {j for j in jobs if not job or j == job}
         if not jobs:
             raise CannotServe(f"No running rank of actor {actor} is known to the broker")
         (job,) = self.in_one_job(actor, jobs)
         own: dict[tuple[str, int], LiveRank] = {}
-        for peer in self.peers.values():
+        for peer in self.table.peers.values():
             if peer.role == wire.Role.AGENT:
                 own.update(self._present_live(peer, job, actor))
                 for sess in peer.owned.values():
@@ -257,20 +260,22 @@ class Registry(Table):
     def without_session(self, job: str, actor: str, wanted: list[int]) -> list[wire.Missing]:
         """A `Missing` for each of `wanted` that has no session: it runs, its process is gone
         (lost or finished), or the broker never heard of it."""
-        running = {rank for peer in self.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor}
+        running = {
+            rank for peer in self.table.peers.values() for j, a, rank, *_ in peer.present if j == job and a == actor
+        }
         below = {
             row.rank: row.state
-            for peer in self.branches()
+            for peer in self.table.branches()
             for row in peer.below
             if row.job == job and row.actor == actor
         }
         found = []
         for rank in wanted:
-            gone = self.departed.get((job, actor, rank))
+            gone = self.table.departed.get((job, actor, rank))
             found.append(
                 wire.Missing(
                     rank,
-                    self.running_state((job, actor, rank))
+                    table_rows.running_state(self.table, (job, actor, rank))
                     if rank in running
                     else below[rank]
                     if rank in below

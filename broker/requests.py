@@ -72,7 +72,7 @@ class Requests:
 
     def skip_unreachable(self, request: Request) -> None:
         """Ask nothing of a broker below that does not answer: its ranks are named at once."""
-        for branch in self.registry.branches():
+        for branch in self.registry.table.branches():
             if branch.silent:
                 request.lost(branch.identity, unreachable_because(branch.host))
 

@@ -10,25 +10,22 @@ a role that may not send it gets is one line in the log's summary of refusals.
 from __future__ import annotations
 
 import gc
-import getpass
 import math
 import os
-import resource
 import signal
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TextIO, cast
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from monarch_pdb import curve, discovery, wire
 from monarch_pdb.broker.audit import Audit
 from monarch_pdb.broker.branches import Branches
 from monarch_pdb.broker.breakpoints import BreakpointRequests
 from monarch_pdb.broker.casts import CastInFlight, CastRequests, Casts
+from monarch_pdb.broker.connections import Connections, Refusals
 from monarch_pdb.broker.entries import Peer, Session, process_gone
 from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.following import Followers
@@ -44,14 +41,13 @@ from monarch_pdb.broker.sessions import Sessions
 from monarch_pdb.broker.shells import Shells
 from monarch_pdb.broker.stacks import StackRequests
 from monarch_pdb.broker.stalls import STALLS, Stalls
+from monarch_pdb.broker.table import Table
 from monarch_pdb.broker.upstream import JOINED, UPSTREAM, NoUpstream, Upstream
-from monarch_pdb.link import zmtp_heartbeats
+from monarch_pdb.link import codec_for, zmtp_heartbeats
 from monarch_pdb.settings import Settings
 
 FREEZE_AFTER = 65536
 """New sessions since the broker last froze what it holds that make it freeze again."""
-TOLD_UNSIGNED = 4096
-REFUSALS_LOGGED_EVERY = 10.0
 DRAIN_AT_ONCE = 1024
 PIPES_SETTLE = 0.1
 """Seconds after a connection drops before the ROUTER is asked whether its peer can be reached:
@@ -67,16 +63,7 @@ class Broker:
     audit: TextIO | None = None
     events: EventLog = field(default_factory=EventLog)
     outbox: dict[bytes, list[wire.Message]] = field(default_factory=dict)
-    told_unsigned: OrderedDict = field(default_factory=OrderedDict)
-    """Peers already told that their signatures fail: each is told once."""
-    unnamed: OrderedDict = field(default_factory=OrderedDict)
-    """Those of them whose address is not yet known, and since when (see `drain`)."""
-    refused_addresses: set = field(default_factory=set)
-    """Addresses named in the log as sending what our secret did not sign: each is named once."""
     pub_endpoint: str = ""
-    refused_logged: int = 0
-    refusals_logged_at: float = float("-inf")
-    latest_refusal: str = ""
     stopping: bool = False
     listening_since: float = float("-inf")
     """When the poll loop last came back from a pause longer than a heartbeat."""
@@ -84,28 +71,26 @@ class Broker:
     """The link to the broker above (`start_upstream`); one that does nothing where there is none."""
     frozen_sessions: int = 0
     """How many sessions the broker held when it last froze what it holds (`freeze_long_lived`)."""
-    unmapped: dict[int, float] = field(default_factory=dict)
-    """Connections accepted whose peer is not yet known, by descriptor, and since when (see `drain`)."""
-    peer_of_fd: dict[int, bytes] = field(default_factory=dict)
-    fd_of_peer: dict[bytes, int] = field(default_factory=dict)
-    unplaced: set = field(default_factory=set)
-    """Peers that said hello on a connection not known by its descriptor (its first message came
-    before the monitor said it was accepted): any connection dropped unnamed may be theirs."""
-    dropped: dict[bytes, float] = field(default_factory=dict)
-    """Peers whose connection dropped, and when: lost unless they reconnect (see `check_dropped`)."""
+    connections: Connections = field(default_factory=Connections)
 
     def __post_init__(self) -> None:
-        self.codec = wire.Codec(self.secret.encode(), max_body=self.settings.max_message, max_age=self.settings.max_age)
+        self.codec = codec_for(self.secret.encode(), self.settings)
+        self.refusals = Refusals(self.codec.refused)
         self.registry = Registry(
-            history_limit=self.settings.session_history,
-            sessions_per_connection=self.settings.max_sessions_per_connection,
+            Table(
+                history_limit=self.settings.session_history,
+                sessions_per_connection=self.settings.max_sessions_per_connection,
+            )
         )
         part_size = self.settings.max_message // 2
         self.requests = Requests(self.registry, self.send, self.settled)
         audit = Audit(self.registry, self.audit)
         casts = Casts(part_size=part_size)
         self.following = Followers(
-            self.publish_output, self.send, self.registry.branches, lambda sess, text: self.upstream.printed(sess, text)
+            self.publish_output,
+            self.send,
+            self.registry.table.branches,
+            lambda sess, text: self.upstream.printed(sess, text),
         )
         self.sessions = Sessions(self.registry, self.events, self.requests, casts, self.following.printed)
         self.breakpoints = BreakpointRequests(self.requests, audit, part_size)
@@ -128,7 +113,7 @@ class Broker:
             }
         )
         for more in (
-            Agents(self.requests, self.sessions, self.refused, self.breakpoints.started),
+            Agents(self.requests, self.sessions, self.refusals.count, self.breakpoints.started),
             Shells(self.requests, self.sessions, audit, self.breakpoints.setters),
             Lists(self.registry, self.send_parts, self.settings.max_message),
             self.following,
@@ -208,7 +193,7 @@ class Broker:
             if self.pub in ready:
                 self.note_subscriptions()
             if self.monitor in ready:
-                self.note_connections()
+                self.connections.note(self.monitor)
             if self.router in ready:
                 self.drain()
             if self.stacks.outside.fileno() in ready:
@@ -224,15 +209,15 @@ class Broker:
                 self.reap(now)
                 self.check_dropped(now)
                 self.freeze_long_lived()
-                self.forget_unnamed(now)
-                self.forget_unmapped(now)
-                self.summarize_refusals(now)
+                self.refusals.forget_unnamed(now)
+                self.connections.forget_unmapped(now)
+                self.refusals.summarize(now)
                 self.stalls.tick(now, self.registry.watched())
                 if trouble := self.upstream.trouble(now):
                     log(trouble)
                 self.pub.send_multipart([wire.EVENT_TOPIC, *self.codec.encode(wire.Tick(seq=self.events.seq))])
             self.flush(now, ticked)
-            if self.registry.connected():
+            if self.registry.table.connected():
                 idle_since = now
             elif self.idle_exit and now - idle_since > self.idle_exit:
                 log(f"idle for {self.idle_exit:g} s, exiting")
@@ -240,7 +225,7 @@ class Broker:
         signal.set_wakeup_fd(-1)
         os.close(woken)
         os.close(wake)
-        self.summarize_refusals(time.monotonic(), final=True)
+        self.refusals.summarize(time.monotonic(), final=True)
         self.upstream.close()
         self.stacks.outside.close()
         self.router.disable_monitor()
@@ -273,7 +258,7 @@ class Broker:
         collector's sight (`gc.freeze`): sessions live until their ranks go on and hold no cycles,
         and one full collection over 1,048,576 of them costs the root of a tree half a second, in
         whichever cast it falls. Their memory is still freed when they end."""
-        count = len(self.registry.sessions)
+        count = len(self.registry.table.sessions)
         if count - self.frozen_sessions >= FREEZE_AFTER:
             gc.freeze()
         if count - self.frozen_sessions >= FREEZE_AFTER or count < self.frozen_sessions:
@@ -292,28 +277,6 @@ class Broker:
     def publish_output(self, msg: wire.Message) -> None:
         self.pub.send_multipart([wire.OUTPUT_TOPIC, *self.codec.encode(msg)])
 
-    def note_connections(self) -> None:
-        """Connections come and go (the socket monitor's events, each in order before anything
-        the new connection sends): a dropped one is looked at by `check_dropped`. A connection
-        is known by its descriptor until its peer's first message names it (`drain`)."""
-        while True:
-            try:
-                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            fd = event["value"]
-            if event["event"] == zmq.EVENT_ACCEPTED:
-                self.unmapped[fd] = time.monotonic()
-                continue
-            self.unmapped.pop(fd, None)
-            identity = self.peer_of_fd.pop(fd, None)
-            if identity is None:
-                for unplaced in self.unplaced:
-                    self.dropped.setdefault(unplaced, time.monotonic())
-            elif self.fd_of_peer.get(identity) == fd:
-                del self.fd_of_peer[identity]
-                self.dropped[identity] = time.monotonic()
-
     def check_dropped(self, now: float) -> None:
         """A rank, shell or broker below whose connection dropped is lost (a broker below with
         its ranks), at once where its process is gone from this host, else once it has not come
@@ -321,84 +284,48 @@ class Broker:
         was stopped finds every connection dropped by the peers' heartbeats, and each peer back.
         Busy peers keep their connections: libzmq answers heartbeats without the GIL."""
         grace = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        for identity, since in list(self.dropped.items()):
-            peer = self.registry.peer(identity)
-            if peer is None or identity in self.fd_of_peer:
-                del self.dropped[identity]
+        for identity, since in list(self.connections.dropped.items()):
+            peer = self.registry.table.peer(identity)
+            if peer is None or identity in self.connections.fd_of_peer:
+                del self.connections.dropped[identity]
                 if peer is None:
-                    self.unplaced.discard(identity)
-            elif peer.host == self.registry.host and process_gone(peer.pid):
-                del self.dropped[identity]
+                    self.connections.unplaced.discard(identity)
+            elif peer.host == self.registry.table.host and process_gone(peer.pid):
+                del self.connections.dropped[identity]
                 self.drop(identity, wire.Ending.LOST)
             elif now - since < PIPES_SETTLE:
                 continue
             elif self.connected(identity):
-                del self.dropped[identity]  # reconnected (or never the one that dropped)
+                del self.connections.dropped[identity]  # reconnected (or never the one that dropped)
             elif now - since > grace:
-                del self.dropped[identity]
+                del self.connections.dropped[identity]
                 self.drop(identity, wire.Ending.LOST)
-
-    def learn_connection(self, identity: bytes, frame: zmq.Frame) -> None:
-        """The peer on a connection not yet known, from its first message."""
-        try:
-            fd = frame.get(zmq.SRCFD)
-        except zmq.ZMQError:  # a message that carries no descriptor (its connection is gone)
-            return
-        if self.unmapped.pop(fd, None) is not None:
-            self.peer_of_fd[fd] = identity
-            self.fd_of_peer[identity] = fd
-            self.dropped.pop(identity, None)
-            self.unplaced.discard(identity)
-
-    def forget_unmapped(self, now: float) -> None:
-        """A connection that said nothing for a while (a port probe that stays) stays unknown."""
-        while self.unmapped and now - next(iter(self.unmapped.values())) > REFUSALS_LOGGED_EVERY:
-            self.unmapped.pop(next(iter(self.unmapped)))
 
     def drain(self) -> None:
         """Handle what has arrived, a bounded number at a time, so that answers go out between
         the bounds even while a flood comes in."""
         for _ in range(DRAIN_AT_ONCE):
             try:
-                if self.unnamed or self.unmapped:
+                if self.refusals.unnamed or self.connections.unmapped:
                     parts = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
                     frames = [part.bytes for part in parts]
-                    if self.unmapped:
-                        self.learn_connection(frames[0], parts[0])
-                    if self.unnamed:
-                        self.name_refused(frames[0], parts[-1])
+                    if self.connections.unmapped:
+                        self.connections.learn(frames[0], parts[0])
+                    if self.refusals.unnamed:
+                        self.refusals.name(frames[0], parts[-1])
                 else:
                     frames = self.router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self.handle(frames)
 
-    def name_refused(self, identity: bytes, frame: zmq.Frame) -> None:
-        """Name, once, the address of a peer whose signature failed, from its next message:
-        a message carries its connection's address only as a frame, which costs more than bytes
-        to receive, so frames are taken only while some refused peer is still unnamed."""
-        if self.unnamed.pop(identity, None) is None:
-            return
-        try:
-            address = frame.get("Peer-Address")
-        except zmq.ZMQError:
-            return
-        if address not in self.refused_addresses and len(self.refused_addresses) < TOLD_UNSIGNED:
-            self.refused_addresses.add(address)
-            log(f"refused a peer at {address}: what it sends is not signed with our secret (is the secret the same?)")
-
     def handle(self, frames: list[bytes]) -> None:
         identity = frames[0]
         try:
             msgs = self.codec.decode(frames[1:])
         except wire.Dropped as refusal:
-            self.note_refusal(str(refusal))
-            if str(refusal) == "bad signature" and identity not in self.told_unsigned:
-                self.told_unsigned[identity] = None
-                self.unnamed[identity] = time.monotonic()
-                for table in (self.told_unsigned, self.unnamed):
-                    if len(table) > TOLD_UNSIGNED:
-                        table.popitem(last=False)
+            self.refusals.note(str(refusal))
+            if str(refusal) == "bad signature" and self.refusals.unsigned(identity):
                 self.router.send_multipart([identity, *wire.AUTH_FAILED])
             return
         self.dispatch(identity, msgs)
@@ -421,14 +348,14 @@ class Broker:
             if handler is not None:
                 handler(identity, msg)
             else:
-                self.refused(NOT_YOURS, f"a {type(msg).__name__} from {sender(peer)}, which may not send it")
-        for gone in self.registry.take_found_gone():
+                self.refusals.count(NOT_YOURS, f"a {type(msg).__name__} from {sender(peer)}, which may not send it")
+        for gone in self.registry.table.take_found_gone():
             self.drop(gone, wire.Ending.LOST)
 
     def heard(self, identity: bytes, now: float) -> Peer | None:
         """A peer spoke (None for a stranger); a broker that was silent answers again, its
         sessions and ranks as they were."""
-        peer = self.registry.heard(identity, now)
+        peer = self.registry.table.heard(identity, now)
         if peer is not None and peer.silent:
             peer.silent = False
             if peer.role == wire.Role.PARENT:
@@ -455,7 +382,7 @@ class Broker:
 
     def parent_joined(self) -> None:
         self.drop(UPSTREAM, wire.Ending.RECONNECTED)
-        self.registry.join(
+        self.registry.table.join(
             Peer(
                 identity=UPSTREAM,
                 role=wire.Role.PARENT,
@@ -475,12 +402,11 @@ class Broker:
         if msg.role not in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
-        if identity not in self.fd_of_peer:
-            self.unplaced.add(identity)
-        joined = not self.registry.knows(identity, msg.role, msg.link)
+        self.connections.said_hello(identity)
+        joined = not self.registry.table.knows(identity, msg.role, msg.link)
         if joined:
             self.drop(identity, wire.Ending.RECONNECTED)
-            first_of_job = self.registry.join(
+            first_of_job = self.registry.table.join(
                 Peer(
                     identity=identity,
                     role=msg.role,
@@ -520,31 +446,6 @@ class Broker:
     def on_catch_up(self, identity: bytes, msg: wire.CatchUp) -> None:
         self.send(identity, wire.Events(rows=self.events.since(msg.since)))
 
-    # --- refusals ----------------------------------------------------------------------
-
-    def refused(self, reason: str, detail: str = "") -> None:
-        """Count a message refused for `reason`, for the log's summary (which names `detail`)."""
-        self.codec.refused[reason] += 1
-        self.note_refusal(detail or reason)
-
-    def note_refusal(self, reason: str) -> None:
-        """At most one summary line every REFUSALS_LOGGED_EVERY seconds, never one per message."""
-        self.latest_refusal = reason
-        self.summarize_refusals(time.monotonic())
-
-    def forget_unnamed(self, now: float) -> None:
-        """CannotServe peers that said nothing more within a summary's time stay unnamed."""
-        while self.unnamed and now - next(iter(self.unnamed.values())) > REFUSALS_LOGGED_EVERY:
-            self.unnamed.popitem(last=False)
-
-    def summarize_refusals(self, now: float, final: bool = False) -> None:
-        total = sum(self.codec.refused.values())
-        if total == self.refused_logged or (now - self.refusals_logged_at < REFUSALS_LOGGED_EVERY and not final):
-            return
-        self.refused_logged, self.refusals_logged_at = total, now
-        counts = ", ".join(f"{n} {why}" for why, n in self.codec.refused.most_common())
-        log(f"dropped {total} bad messages so far ({counts}); latest: {self.latest_refusal}")
-
     def reap(self, now: float) -> None:
         """Mark every broker (below, and the parent) silent for a few heartbeats while we
         listened as not answering: never lost for it. A broker that was stopped or starved
@@ -554,8 +455,8 @@ class Broker:
         stranger (it restarted). A broker below that does not answer has its ranks unreachable;
         it is lost with them only once its connection is gone (`check_dropped`)."""
         limit = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
-        for identity in self.registry.silent(now, limit, self.listening_since):
-            peer = self.registry.peer(identity)
+        for identity in self.registry.table.silent(now, limit, self.listening_since):
+            peer = self.registry.table.peer(identity)
             assert peer is not None
             if identity == UPSTREAM:
                 peer.silent = True
@@ -579,12 +480,12 @@ class Broker:
             self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
 
     def drop(self, identity: bytes, reason: wire.Ending) -> None:
-        gone = self.registry.leave(identity, reason)
+        gone = self.registry.table.leave(identity, reason)
         if gone is None:
             return
         for sess in gone.freed:
             self.sessions.publish(wire.EventKind.RELEASED, sess)
-            if self.registry.is_branch(sess.peer):
+            if self.registry.table.is_branch(sess.peer):
                 self.send(sess.peer, wire.Detach(session=sess.sid))
             self.sessions.hand_back(sess)
         role = gone.peer.role
@@ -658,88 +559,3 @@ class Broker:
                 self.router.send_multipart([identity, *frames])
         for part in parts:
             self.router.send_multipart([identity, *self.codec.encode(part)])
-
-
-def raise_open_file_limit() -> str:
-    """Each rank process and shell is a connection: take as many descriptors as allowed, and
-    say how many connections that makes when it is few."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    if soft == resource.RLIM_INFINITY or soft >= 65536:
-        return ""
-    return f"can serve about {max(soft - 64, 0)} rank processes and shells (open-file limit {soft}; raise it with ulimit -n)"
-
-
-def broker_secret(settings: Settings) -> str:
-    """The configured secret; else that of the broker that last served this port, if its file
-    is still here (ranks and shells that knew it reconnect to a restarted broker without a
-    word); else a new one."""
-    configured = discovery.secret_of(settings)
-    if configured is not None:
-        return configured
-    previous = discovery.read_connection_file(settings)
-    return previous.secret if previous is not None else discovery.new_secret()
-
-
-def run(settings: Settings, embedded: bool, idle_exit: float, audit: str | None = None) -> int:
-    """Run a broker in this process until stopped; 0 also when another broker already runs."""
-    try:
-        lock = discovery.take_broker_lock(settings)
-        secret = broker_secret(settings)
-    except discovery.Insecure as problem:
-        log(str(problem))
-        return 2
-    if lock is None:
-        if not embedded:
-            log(f"another broker already serves port {settings.port} (see {discovery.connection_file(settings)})")
-            return 1
-        return 0
-    if discovery.secret_of(settings) is None and not discovery.is_local(settings.host):
-        log(
-            f"refusing to listen on {settings.host} without a secret: set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE"
-        )
-        return 2
-    if discovery.secret_of(settings) is None and settings.upstream:
-        log(
-            f"cannot register with the broker above ({settings.upstream}) without the secret it was given: "
-            "set MONARCH_PDB_SECRET or MONARCH_PDB_SECRET_FILE"
-        )
-        return 2
-    unresolved = discovery.does_not_resolve(discovery.bind_host(settings.host))
-    if unresolved:
-        log(f"cannot listen on {settings.host}:{settings.port}: {unresolved}")
-        return 2
-    capacity = raise_open_file_limit()
-    audit_file = open(audit, "a", encoding="utf-8") if audit else None
-    broker = Broker(settings, secret, idle_exit, audit_file)
-    try:
-        conn = broker.bind()
-    except zmq.ZMQError as error:
-        log(f"cannot listen on {settings.host}:{settings.port}: {error}")
-        return 1
-    try:
-        discovery.write_connection(settings, conn)
-    except discovery.Insecure as problem:
-        log(str(problem))
-        broker.context.destroy(linger=0)
-        return 2
-    encrypted = ", encrypted with CURVE" if settings.curve else ""
-    log(f"listening on {conn.router} (events on {conn.pub}){encrypted} as {getpass.getuser()}, pid {os.getpid()}")
-    if capacity:
-        log(capacity)
-    if settings.upstream and discovery.reaches_itself(settings.upstream, conn.router):
-        log(f"the broker above ({settings.upstream}) is this broker itself: it serves as the root, with none above")
-    elif settings.upstream:
-        broker.start_upstream(settings.upstream)
-    try:
-        broker.serve()
-    finally:
-        discovery.remove_connection(settings, conn)
-        if audit_file is not None:
-            audit_file.close()
-    return 0

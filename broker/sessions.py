@@ -52,7 +52,7 @@ class Sessions:
         """Keep a chunk of a session's output, and pass it on to whoever follows ranks."""
         if not text:
             return
-        seq = self.registry.output_log(sess).add(text)
+        seq = self.registry.table.output_log(sess).add(text)
         self.publish_output(sess, seq, text)
 
     def end(self, sess: Session, text: str, reason: str) -> None:
@@ -62,7 +62,7 @@ class Sessions:
             self.requests.settle(self.casts, cast)
         self.to_holder(sess, wire.SessionEnded(session=sess.id, text=text, reason=reason))
         self.upstream.ended(sess, text, reason)
-        self.registry.end(sess, reason)
+        self.registry.table.end(sess, reason)
         self.publish(wire.EventKind.LOST if reason == wire.Ending.LOST else wire.EventKind.ENDED, sess, reason)
 
     def announce_lost(self, job: str, actor: str, ranks_lost: list[int]) -> None:
@@ -86,7 +86,7 @@ class Sessions:
         that the session runs: what it shows of it is past."""
         for sess in sessions:
             if sess.holder is not None and sess.holder != by:
-                holder = self.registry.peer(sess.holder)
+                holder = self.registry.table.peer(sess.holder)
                 if holder is not None and holder.role == wire.Role.SHELL:
                     self.send(sess.holder, wire.Resumed(session=sess.id, release=release))
 
@@ -99,14 +99,14 @@ class Sessions:
     def hand_back(self, sess: Session) -> None:
         """A shell let go of a session it took from an editor: the editor holds it again."""
         editor, sess.watcher = sess.watcher, None
-        if editor is not None and self.registry.peer(editor) is not None and sess.holder is None:
-            self.registry.hold(editor, sess)
+        if editor is not None and self.registry.table.peer(editor) is not None and sess.holder is None:
+            self.registry.table.hold(editor, sess)
             self.now_held(editor, sess)
 
     def now_held(self, identity: bytes, sess: Session, taken_from: str = "") -> None:
         """Tell `identity` it holds `sess` (taken from whom, if anyone), once the broker below
         that has it holds it for us."""
-        if self.registry.is_branch(sess.peer):
+        if self.registry.table.is_branch(sess.peer):
             # Held here; below, it is held by us for whichever shell up here holds it.
             self.attaching[sess.peer].append((identity, sess.id, taken_from))
             self.send(sess.peer, wire.Attach(job=sess.job, actor=sess.actor, rank=sess.rank, force=True))
@@ -141,7 +141,7 @@ class Sessions:
     def name_twins(self) -> None:
         """Ranks that two processes run (one started again while the first runs on): both stay
         listed, and every shell is told once."""
-        for first, second in self.registry.take_twins():
+        for first, second in self.registry.table.take_twins():
             detail = f"pid {first.pid} on {first.host} and pid {second.pid} on {second.host}"
             self.publish(wire.EventKind.TWICE, second, detail)
             log(f"{second.actor} {second.rank} of job {second.job} is run by two processes ({detail}); both are listed")

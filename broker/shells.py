@@ -55,7 +55,7 @@ class Shells:
 
     def reachable(self, sess: Session) -> Session:
         """`sess`, unless the broker below that has it does not answer."""
-        below = self.registry.peer(sess.peer)
+        below = self.registry.table.peer(sess.peer)
         assert below is not None
         if below.silent:
             raise CannotServe(f"{sess.actor} {sess.rank} is {unreachable_because(below.host)}")
@@ -64,12 +64,12 @@ class Shells:
     def on_attach(self, shell: bytes, msg: wire.Attach) -> None:
         try:
             sess = self.reachable(self.registry.find(msg.job, msg.actor, msg.rank))
-            taken_from = self.registry.hold(shell, sess, force=msg.force)
+            taken_from = self.registry.table.hold(shell, sess, force=msg.force)
         except CannotServe as refusal:
             self.send(shell, wire.Error(text=str(refusal)))
             return
         if taken_from is not None:
-            taker = self.registry.peer(shell)
+            taker = self.registry.table.peer(shell)
             assert taker is not None
             self.send(
                 taken_from.identity,
@@ -79,26 +79,26 @@ class Shells:
         self.sessions.now_held(shell, sess, taken_from.attached_in() if taken_from is not None else "")
 
     def on_detach(self, shell: bytes, msg: wire.Detach) -> None:
-        sess = self.registry.held(shell, msg.session)
-        if sess is not None and self.registry.is_branch(sess.peer):
+        sess = self.registry.table.held(shell, msg.session)
+        if sess is not None and self.registry.table.is_branch(sess.peer):
             self.send(sess.peer, wire.Detach(session=sess.sid))
-        self.registry.release(shell, msg.session)
+        self.registry.table.release(shell, msg.session)
         self.send(shell, wire.Detached(session=msg.session))
         if sess is not None:
             self.sessions.hand_back(sess)
-        elif (watched := self.registry.session_at(msg.session)) is not None and watched.watcher == shell:
+        elif (watched := self.registry.table.session_at(msg.session)) is not None and watched.watcher == shell:
             watched.watcher = None
 
     def on_send(self, shell: bytes, msg: wire.Send) -> None:
-        sess = self.registry.held(shell, msg.session)
+        sess = self.registry.table.held(shell, msg.session)
         if sess is None:
-            reason = wire.Ending.UNKNOWN if self.registry.session_at(msg.session) is None else wire.Ending.TAKEN
+            reason = wire.Ending.UNKNOWN if self.registry.table.session_at(msg.session) is None else wire.Ending.TAKEN
             self.send(shell, wire.SessionEnded(session=msg.session, text="", reason=reason))
             return
         self.audit.record(shell, sess.job, sess.actor, [sess.rank], msg.line)
         if sess.watcher is not None:
             self.send(sess.watcher, wire.Resumed(session=sess.id))
-        if self.registry.is_branch(sess.peer):
+        if self.registry.table.is_branch(sess.peer):
             self.send(sess.peer, wire.Send(session=sess.sid, line=msg.line, colour=msg.colour))
         else:
             self.sessions.forward(sess, msg.line, colour=msg.colour)
@@ -106,7 +106,7 @@ class Shells:
     def on_complete(self, shell: bytes, msg: wire.Complete) -> None:
         """Pass a Tab at the held session's prompt to its process (or to the broker below that
         has it); the paused thread answers, and the answer comes back as an inspection's does."""
-        sess = self.registry.held(shell, msg.session)
+        sess = self.registry.table.held(shell, msg.session)
         if sess is None:
             self.send(shell, wire.Completions(ref=msg.ref, matches=[], error="this shell does not hold the session"))
             return
@@ -143,7 +143,7 @@ class Shells:
             )
 
     def on_output_since(self, shell: bytes, msg: wire.OutputSince) -> None:
-        sess = self.registry.session_at(msg.session)
+        sess = self.registry.table.session_at(msg.session)
         self.send(shell, wire.OutputLog(session=msg.session, rows=sess.log.since(msg.since) if sess else []))
 
     def on_continue(self, shell: bytes, msg: wire.Continue) -> None:
@@ -151,7 +151,7 @@ class Shells:
         after clearing its breakpoints; each broker below releases its own, told once."""
         released: dict[tuple[str, str], list[int]] = {}
         branches = set()
-        chosen = self.registry.paused(msg.job)
+        chosen = self.registry.table.paused(msg.job)
         if msg.actor:
             chosen = [sess for sess in chosen if sess.actor == msg.actor]
         if msg.selector:
@@ -166,7 +166,7 @@ class Shells:
         for sess in chosen:
             self.sessions.publish(wire.EventKind.RESUMED, sess)
             released.setdefault((sess.job, sess.actor), []).append(sess.rank)
-            if self.registry.is_branch(sess.peer):
+            if self.registry.table.is_branch(sess.peer):
                 branches.add(sess.peer)
                 sess.state = State.RELEASED
             else:
@@ -194,7 +194,7 @@ class Shells:
         """Ask each process (or broker below) to stop its chosen ranks that run; those asked."""
         by_peer: dict[bytes, list[int]] = {}
         for live in chosen:
-            if not self.registry.is_paused(live.job, live.actor, live.rank):
+            if not self.registry.table.is_paused(live.job, live.actor, live.rank):
                 by_peer.setdefault(live.peer, []).append(live.rank)
         asked = sorted(rank for peer_ranks in by_peer.values() for rank in peer_ranks)
         self.audit.record(shell, job, actor, asked, "interrupt")

@@ -158,8 +158,8 @@ class StackRequests:
     def pid_here(self, identity: bytes) -> int:
         """The pid of a peer that is an agent's process on this host, which this broker can read
         from outside; 0 for any other."""
-        peer = self.registry.peers.get(identity)
-        if peer is None or peer.role != wire.Role.AGENT or peer.host != self.registry.host:
+        peer = self.registry.table.peers.get(identity)
+        if peer is None or peer.role != wire.Role.AGENT or peer.host != self.registry.table.host:
             return 0
         return peer.pid
 
@@ -232,7 +232,7 @@ class StackRequests:
         for live in picked.sessions:
             request.waiting.setdefault(live.peer, []).append(live.rank)
         if picked.below:
-            branches = {peer.identity: peer for peer in self.registry.branches()}
+            branches = {peer.identity: peer for peer in self.registry.table.branches()}
             request.picked_there = lambda branch: self.registry.picked_live_below(
                 branches[branch], job, actor, picked.selection
             )

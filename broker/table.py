@@ -11,9 +11,8 @@ from __future__ import annotations
 import secrets
 import socket
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from sys import intern
 
 from monarch_pdb import wire
@@ -28,12 +27,7 @@ from monarch_pdb.broker.entries import (
     Session,
     State,
     process_gone,
-    rank_row,
 )
-
-Found = Session | wire.SessionRow | tuple[Peer, tuple] | None
-"""What stands for a rank in `list --all`: its session, its row from below, the process that
-runs it with what it said of it, or nothing (its process is gone)."""
 
 
 @dataclass
@@ -440,40 +434,6 @@ class Table:
         found, self.found_gone = self.found_gone, []
         return found
 
-    def job_rows(self) -> list[wire.JobRow]:
-        """Each job's processes and hosts (a broker below counts its own), and its sessions."""
-        jobs: dict[str, wire.JobRow] = {}
-
-        def job(name: str) -> wire.JobRow:
-            return jobs.setdefault(name, wire.JobRow(job=name, processes=0, sessions=0, paused=0, hosts=[]))
-
-        for peer in self.peers.values():
-            if peer.role == wire.Role.AGENT:
-                row = job(peer.name)
-                row.processes += 1
-                row.hosts += [peer.host] if peer.host not in row.hosts else []
-            elif peer.role == wire.Role.BROKER:
-                for below in peer.jobs:
-                    row = job(below.job)
-                    row.processes += below.processes
-                    row.hosts += [host for host in below.hosts if host not in row.hosts]
-            else:
-                continue
-            for sess in peer.owned.values():
-                row = job(sess.job)
-                row.sessions += 1
-                row.paused += sess.paused
-        return [jobs[name] for name in sorted(jobs)]
-
-    def rows(self) -> Iterator[wire.SessionRow]:
-        """`list`: the paused sessions in order, each row made as it is wanted."""
-        paused = self.paused()
-        # (job, actor, rank) order by three stable sorts on what the sessions hold: a key tuple
-        # per session, at every list, would be memory the allocator keeps.
-        for name in ("rank", "actor", "job"):
-            paused.sort(key=attrgetter(name))
-        return (s.row() for s in paused)
-
     # --- presence: ranks known whether or not they are paused ----------------------------
 
     def set_present(self, identity: bytes, entries: list[wire.PresentRank], added: bool) -> None:
@@ -529,40 +489,3 @@ class Table:
             self.ended.pop(key, None)
         while len(self.departed) > self.departed_kept:
             self.departed.popitem(last=False)
-
-    def running_state(self, key: tuple[str, str, int]) -> wire.RankState:
-        """The state of a rank its process runs, without a session."""
-        return self.ended.get(key, wire.RankState.RUNNING)
-
-    def rows_without_session(self) -> Iterator[wire.SessionRow]:
-        """`list --all` but the sessions: what a broker tells its parent besides them."""
-        return (row for row in self.all_rows() if self.session_for(row.job, row.actor, row.rank) is None)
-
-    def all_rows(self) -> Iterator[wire.SessionRow]:
-        """`list --all`: every session, every rank running without one, and ranks whose
-        process is gone, in order; each row made as it is wanted, from what stands for its
-        rank: a session, a process and what it said it runs, a row from below, or the
-        departed."""
-        found: dict[tuple[str, str, int], Found] = {(s.job, s.actor, s.rank): s for s in self.sessions.values()}
-        for peer in self.peers.values():
-            for entry in peer.present:
-                found.setdefault(entry[:3], (peer, entry))
-        for peer in self.branches():
-            for row in peer.below:
-                found.setdefault((row.job, row.actor, row.rank), row)
-        for key in self.departed:
-            found.setdefault(key, None)
-        for key in sorted(found):
-            yield self._row(key, found[key])
-
-    def _row(self, key: tuple[str, str, int], what: Found) -> wire.SessionRow:
-        """The row of a rank, from what `all_rows` found for it."""
-        if isinstance(what, Session):
-            return what.row()
-        if isinstance(what, wire.SessionRow):
-            return what
-        if what is None:
-            coords, host, pid, state, instance = self.departed[key]
-            return rank_row(*key, coords, host, pid, state, instance)
-        peer, (_, _, _, dims, values, instance) = what
-        return rank_row(*key, dict(zip(dims, values)), peer.host, peer.pid, self.running_state(key), instance)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from monarch_pdb import discovery, wire
+from monarch_pdb.broker import table_rows
 from monarch_pdb.broker.inflight import in_parts, row_parts, row_weight
 from monarch_pdb.link import Link
 from monarch_pdb.settings import Settings
@@ -158,7 +159,7 @@ class Upstream:
         session as news (a restarted broker hears every waiting rank again, so shells there do)."""
         self.told.clear()
         self.running.clear()
-        self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.sessions.values()}
+        self.changed = {sess.id: (sess.paused, sess.detail) for sess in registry.table.sessions.values()}
         self.ranks_due = True
         self.ranks_sent_at = float("-inf")
 
@@ -174,7 +175,7 @@ class Upstream:
     def cast_answered(self, registry: Registry, still_running: Iterable[int]) -> None:
         """A cast of the parent's has its answer: its sessions that still run are news now."""
         for sess_id in still_running:
-            sess = registry.session_at(sess_id)
+            sess = registry.table.session_at(sess_id)
             if sess is not None:
                 self.touched(sess)
 
@@ -202,7 +203,7 @@ class Upstream:
         was queued, which may name a session the parent learns of here."""
         if ticked:
             for sess_id, since in list(self.running.items()):
-                sess = registry.session_at(sess_id)
+                sess = registry.table.session_at(sess_id)
                 if sess is None or sess.paused:
                     del self.running[sess_id]
                 elif now - since >= RUNNING_AFTER:
@@ -210,7 +211,7 @@ class Upstream:
                     self.changed.setdefault(sess_id, (False, ""))
         items = []
         for sess_id, (news, detail) in self.changed.items():
-            sess = registry.session_at(sess_id)
+            sess = registry.table.session_at(sess_id)
             if sess is None:
                 continue
             where = (sess.paused, sess.reason, sess.function, sess.filename, sess.lineno, sess.prompt)
@@ -225,8 +226,8 @@ class Upstream:
         ]
         if self.ranks_due and now - self.ranks_sent_at >= self.ranks_every:
             self.ranks_due, self.ranks_sent_at = False, now
-            jobs = registry.job_rows()
-            parts = row_parts(registry.rows_without_session(), self.part_size)
+            jobs = table_rows.job_rows(registry.table)
+            parts = row_parts(table_rows.rows_without_session(registry.table), self.part_size)
             out += [wire.BranchRanks(rows=part, jobs=jobs, added=n > 0) for n, (part, _) in enumerate(parts)]
         return out
 

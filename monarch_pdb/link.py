@@ -38,6 +38,12 @@ CONNECTION_MESSAGES = frozenset({"hello", "heartbeat", "bye", "catch_up"})
 """Their wire names (an agent never loads the shells' messages, among them `CatchUp`)."""
 
 
+def codec_for(key: bytes, settings: Settings) -> wire.Codec:
+    """The codec of every conversation with a broker, on both ends: signed with `key`, its
+    size and age limits those the settings give."""
+    return wire.Codec(key, max_body=settings.max_message, max_age=settings.max_age)
+
+
 class LinkOwner(Protocol):
     """What the owner of a link does with it; every method runs on the link's thread."""
 
@@ -310,7 +316,7 @@ class Link:
 
     def _converse(self, conn: discovery.BrokerAddress) -> None:
         """Talk to one broker until it goes silent or we stop."""
-        codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
+        codec = codec_for(conn.key, self.settings)
         self._subscribed = ""
         self._owe_again()
         dealer = self.context.socket(zmq.DEALER)
@@ -332,7 +338,7 @@ class Link:
             zmtp_heartbeats(sub, self.settings.heartbeat_interval)
             if conn.curve:
                 curve.connect(sub, conn.secret)
-        sub_codec = wire.Codec(conn.key, max_body=self.settings.max_message, max_age=self.settings.max_age)
+        sub_codec = codec_for(conn.key, self.settings)
         poller = zmq.Poller()
         for sock in (dealer, self._wake_rx, sub, monitor):
             if sock is not None:

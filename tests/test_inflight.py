@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from monarch_pdb import wire
+from monarch_pdb.broker import table_rows
 from monarch_pdb.broker.casts import CastInFlight, Casts
 from monarch_pdb.broker.entries import Peer, Session
 from monarch_pdb.broker.inflight import InFlight, row_parts, row_weight
@@ -48,8 +49,10 @@ def S(threads: list[wire.ThreadStack], ranks: list[int]) -> wire.StackGroup:
 
 def paused(count: int) -> tuple[Registry, list[Session]]:
     registry = Registry()
-    registry.join(Peer(identity=b"agent", role="agent", name="job", host="h", pid=100, user="u", last_seen=0.0))
-    return registry, [registry.prompt(b"agent", dataclasses.replace(STOP, sid=n + 1, rank=n))[0] for n in range(count)]
+    registry.table.join(Peer(identity=b"agent", role="agent", name="job", host="h", pid=100, user="u", last_seen=0.0))
+    return registry, [
+        registry.table.prompt(b"agent", dataclasses.replace(STOP, sid=n + 1, rank=n))[0] for n in range(count)
+    ]
 
 
 def cast_of(sessions: list[Session], deadline: float = 10.0) -> CastInFlight:
@@ -59,7 +62,7 @@ def cast_of(sessions: list[Session], deadline: float = 10.0) -> CastInFlight:
 def answer(registry: Registry, casts: Casts, sess: Session, output: str) -> CastInFlight | None:
     """The session runs the line it was sent and stops again, having printed `output`."""
     cmd = sess.resume(release=False)
-    registry.prompt(b"agent", dataclasses.replace(STOP, sid=sess.sid, rank=sess.rank, cmd=cmd))
+    registry.table.prompt(b"agent", dataclasses.replace(STOP, sid=sess.sid, rank=sess.rank, cmd=cmd))
     sess.log.add(output)
     return casts.stopped(sess)
 
@@ -195,12 +198,12 @@ def test_the_rows_of_a_long_list_are_made_one_part_at_a_time():
     registry, _ = paused(6)
     made: list[int] = []
 
-    def rows():
-        for row in registry.rows():
+    def listed():
+        for row in table_rows.rows(registry.table):
             made.append(row.rank)
             yield row
 
-    parts = row_parts(rows(), part_size=2 * row_weight(next(registry.rows())))
+    parts = row_parts(listed(), part_size=2 * row_weight(next(table_rows.rows(registry.table))))
     first, more = next(parts)
     assert [row.rank for row in first] == [0, 1] and more
     assert made == [0, 1, 2], "no row past the one that starts the next part"

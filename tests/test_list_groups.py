@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from monarch_pdb import wire
+from monarch_pdb.broker import table_rows
 from monarch_pdb.broker.entries import STOP_STATES, Peer
 from monarch_pdb.broker.list_groups import group_parts, group_rows, group_sessions
 from monarch_pdb.broker.registry import Registry
@@ -93,13 +94,13 @@ def test_groups_made_straight_from_the_sessions_are_those_made_from_their_rows()
         prompt="(Pdb) ",
     )
     for n, (identity, host) in enumerate([(b"a", "node2"), (b"b", "node1"), (b"c", "node3")]):
-        registry.join(
+        registry.table.join(
             Peer(identity=identity, role="agent", name="job", host=host, pid=100 + n, user="u", last_seen=0.0)
         )
     for rank in (*range(40, 64), *range(0, 40), 99, 70):
         identity, host = (b"a", "node2") if rank < 32 else (b"b", "node1") if rank < 64 else (b"c", "node3")
         coords = {"host": rank // 8, "gpu": rank % 8} if rank != 99 else {"host": 12, "gpu": 3, "slot": 1}
-        registry.prompt(
+        registry.table.prompt(
             identity,
             dataclasses.replace(
                 stop,
@@ -112,9 +113,11 @@ def test_groups_made_straight_from_the_sessions_are_those_made_from_their_rows()
                 reason=wire.Stop.POST_MORTEM if rank == 3 else wire.Stop.BREAKPOINT,
             ),
         )
-    registry.join(Peer(identity=b"e", role="shell", name=wire.Client.EDITOR, host="h", pid=1, user="u", last_seen=0.0))
-    for sess in list(registry.sessions.values())[:3]:
-        registry.hold(b"e", sess)
-    assert group_sessions(registry.paused(), STOP_STATES) == group_rows(registry.rows())
-    assert any(g.attached == wire.Client.EDITOR for g in group_rows(registry.rows()))
+    registry.table.join(
+        Peer(identity=b"e", role="shell", name=wire.Client.EDITOR, host="h", pid=1, user="u", last_seen=0.0)
+    )
+    for sess in list(registry.table.sessions.values())[:3]:
+        registry.table.hold(b"e", sess)
+    assert group_sessions(registry.table.paused(), STOP_STATES) == group_rows(table_rows.rows(registry.table))
+    assert any(g.attached == wire.Client.EDITOR for g in group_rows(table_rows.rows(registry.table)))
     assert group_sessions([], STOP_STATES) == []

@@ -12,8 +12,10 @@ import sys
 import pytest
 
 from monarch_pdb import wire
+from monarch_pdb.broker import table_rows
 from monarch_pdb.broker.entries import CannotServe, KeptOutput, Peer, Session
 from monarch_pdb.broker.registry import Registry
+from monarch_pdb.broker.table import Table
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -37,8 +39,8 @@ STOP = wire.Prompt(
 
 def agent(registry: Registry, identity: bytes, link: bytes = b"", ranks: tuple[int, ...] = ()) -> Peer:
     peer = Peer(identity=identity, role="agent", name="job", host=HERE, pid=100, user="u", last_seen=0.0, link=link)
-    registry.join(peer)
-    registry.set_present(
+    registry.table.join(peer)
+    registry.table.set_present(
         identity, [wire.PresentRank("job", "train", rank, {"gpu": rank}) for rank in ranks], added=False
     )
     return peer
@@ -46,16 +48,16 @@ def agent(registry: Registry, identity: bytes, link: bytes = b"", ranks: tuple[i
 
 def shell(registry: Registry, identity: bytes, host: str = HERE, pid: int = 1) -> Peer:
     peer = Peer(identity=identity, role="shell", name="shell", host=host, pid=pid, user="u", last_seen=0.0)
-    registry.join(peer)
+    registry.table.join(peer)
     return peer
 
 
 def stop(registry: Registry, peer: bytes = b"agent", **fields) -> tuple[Session | None, bool]:
-    return registry.prompt(peer, dataclasses.replace(STOP, **fields))
+    return registry.table.prompt(peer, dataclasses.replace(STOP, **fields))
 
 
 def paused_session(registry: Registry, rank: int = 0) -> Session:
-    if registry.peer(b"agent") is None:
+    if registry.table.peer(b"agent") is None:
         agent(registry, b"agent")
     sess, _ = stop(registry, sid=rank + 1, rank=rank)
     return sess
@@ -100,7 +102,7 @@ def test_post_mortem_is_news_once():
 
 
 def test_a_connection_past_its_session_limit_is_refused_and_keeps_what_it_has():
-    registry = Registry(sessions_per_connection=2)
+    registry = Registry(Table(sessions_per_connection=2))
     agent(registry, b"agent")
     stop(registry, sid=1, rank=0)
     stop(registry, sid=2, rank=1)
@@ -110,17 +112,17 @@ def test_a_connection_past_its_session_limit_is_refused_and_keeps_what_it_has():
         r"\(MONARCH_PDB_MAX_SESSIONS_PER_CONNECTION\); it continues without stopping$",
     ):
         stop(registry, sid=3, rank=2)
-    assert [row.rank for row in registry.rows()] == [0, 1]
+    assert [row.rank for row in table_rows.rows(registry.table)] == [0, 1]
 
 
 def test_a_rank_that_quit_is_listed_as_quit_until_it_stops_again():
     registry = Registry()
     agent(registry, b"agent", ranks=(0,))
     sess, _ = stop(registry)
-    registry.end(sess, "quit")
-    assert [row.state for row in registry.all_rows()] == ["quit"]
+    registry.table.end(sess, "quit")
+    assert [row.state for row in table_rows.all_rows(registry.table)] == ["quit"]
     stop(registry, sid=2)
-    assert [row.state for row in registry.all_rows()] == ["breakpoint"]
+    assert [row.state for row in table_rows.all_rows(registry.table)] == ["breakpoint"]
 
 
 def test_a_rank_whose_call_ended_is_finished_until_its_next_call_and_one_continued_runs():
@@ -128,17 +130,17 @@ def test_a_rank_whose_call_ended_is_finished_until_its_next_call_and_one_continu
     agent(registry, b"agent", ranks=(0, 1))
     returned, _ = stop(registry, sid=1, rank=0)
     continued, _ = stop(registry, sid=2, rank=1)
-    registry.end(returned, "returned")
-    registry.end(continued, "continued")
-    assert [row.state for row in registry.all_rows()] == ["finished", "running"]
-    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {"gpu": 0})], added=True)
-    assert [row.state for row in registry.all_rows()] == ["running", "running"]
+    registry.table.end(returned, "returned")
+    registry.table.end(continued, "continued")
+    assert [row.state for row in table_rows.all_rows(registry.table)] == ["finished", "running"]
+    registry.table.set_present(b"agent", [wire.PresentRank("job", "train", 0, {"gpu": 0})], added=True)
+    assert [row.state for row in table_rows.all_rows(registry.table)] == ["running", "running"]
 
 
 def test_a_rank_announced_as_finished_or_quit_is_listed_so_until_announced_running():
     registry = Registry()  # a broker that restarted: the process tells it how its ranks stand
     agent(registry, b"agent", ranks=())
-    registry.set_present(
+    registry.table.set_present(
         b"agent",
         [
             wire.PresentRank("job", "train", 0, {}, state="finished"),
@@ -147,17 +149,17 @@ def test_a_rank_announced_as_finished_or_quit_is_listed_so_until_announced_runni
         ],
         added=False,
     )
-    assert [row.state for row in registry.all_rows()] == ["finished", "quit", "running"]
-    registry.set_present(b"agent", [wire.PresentRank("job", "train", 0, {})], added=True)
-    assert [row.state for row in registry.all_rows()] == ["running", "quit", "running"]
+    assert [row.state for row in table_rows.all_rows(registry.table)] == ["finished", "quit", "running"]
+    registry.table.set_present(b"agent", [wire.PresentRank("job", "train", 0, {})], added=True)
+    assert [row.state for row in table_rows.all_rows(registry.table)] == ["running", "quit", "running"]
 
 
 def test_the_ranks_of_a_process_gone_with_only_its_sessions_stay_listed_as_lost():
     registry = Registry()
     agent(registry, b"agent")
     stop(registry)
-    registry.leave(b"agent", wire.Ending.LOST)
-    assert [(row.rank, row.state) for row in registry.all_rows()] == [(0, "lost")]
+    registry.table.leave(b"agent", wire.Ending.LOST)
+    assert [(row.rank, row.state) for row in table_rows.all_rows(registry.table)] == [(0, "lost")]
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -167,16 +169,16 @@ def test_a_rank_a_second_process_stops_as_stays_listed_beside_the_first_and_is_n
     registry = Registry()
     agent(registry, b"first")
     peer = Peer(identity=b"second", role="agent", name="job", host="host2", pid=200, user="u", last_seen=0.0)
-    registry.join(peer)
+    registry.table.join(peer)
     first, _ = stop(registry, b"first", rank=5, pid=os.getpid())  # a process that runs here
     second, _ = stop(registry, b"second", rank=5, host="host2", pid=200)
-    assert [(r.host, r.pid) for r in registry.rows()] == [(HERE, os.getpid()), ("host2", 200)]
-    assert registry.take_twins() == [(first, second)] and registry.take_twins() == []
+    assert [(r.host, r.pid) for r in table_rows.rows(registry.table)] == [(HERE, os.getpid()), ("host2", 200)]
+    assert registry.table.take_twins() == [(first, second)] and registry.table.take_twins() == []
     assert registry.find("", "train", 5) is second
     again, _ = stop(registry, b"second", sid=2, rank=5, host="host2", pid=200)
-    assert registry.take_twins() == [], "named once"
-    registry.end(second)
-    registry.end(again)
+    assert registry.table.take_twins() == [], "named once"
+    registry.table.end(second)
+    registry.table.end(again)
     assert registry.find("", "train", 5) is first, "the first stands for its rank again"
 
 
@@ -184,10 +186,10 @@ def test_a_rank_whose_process_is_gone_here_is_replaced_by_its_restart_without_a_
     registry = Registry()
     agent(registry, b"old")
     peer = Peer(identity=b"new", role="agent", name="job", host=HERE, pid=101, user="u", last_seen=0.0)
-    registry.join(peer)
+    registry.table.join(peer)
     stop(registry, b"old", rank=5, pid=dead_pid())
     restarted, _ = stop(registry, b"new", rank=5, pid=101)
-    assert registry.take_twins() == [] and registry.find("", "train", 5) is restarted
+    assert registry.table.take_twins() == [] and registry.find("", "train", 5) is restarted
 
 
 def test_a_slice_picks_ranks_and_other_threads_sessions_only_when_asked_or_named():
@@ -198,8 +200,8 @@ def test_a_slice_picks_ranks_and_other_threads_sessions_only_when_asked_or_named
     assert [s.rank for s in registry.select("", "train", "ranks(:)")[0]] == [5]
     assert [s.rank for s in registry.select("", "train", "ranks(:, threads)")[0]] == [5, 4242]
     assert [s.rank for s in registry.select("", "train", "ranks(4242)")[0]] == [4242]
-    registry.end(loader)
-    assert registry.thread_sessions == 0
+    registry.table.end(loader)
+    assert registry.table.thread_sessions == 0
 
 
 def test_a_replay_is_what_was_printed_since_the_last_input():
@@ -230,16 +232,16 @@ def test_one_shell_holds_a_session_and_force_takes_it_naming_whom_from():
     registry = Registry()
     sess = paused_session(registry)
     first, second = shell(registry, b"first"), shell(registry, b"second", pid=2)
-    registry.hold(b"first", sess)
+    registry.table.hold(b"first", sess)
     with pytest.raises(
         CannotServe,
         match=r"^train 0 is attached in another shell \(u@.+ pid 1\); "
         r"use 'attach --force' to take it over$",
     ):
-        registry.hold(b"second", sess)
-    assert registry.hold(b"second", sess, force=True) is first
-    assert registry.held(b"first", sess.id) is None and registry.held(b"second", sess.id) is sess
-    assert registry.hold(b"second", sess) is None, "holding it again takes it from nobody"
+        registry.table.hold(b"second", sess)
+    assert registry.table.hold(b"second", sess, force=True) is first
+    assert registry.table.held(b"first", sess.id) is None and registry.table.held(b"second", sess.id) is sess
+    assert registry.table.hold(b"second", sess) is None, "holding it again takes it from nobody"
 
 
 def test_detach_lets_go_only_of_what_the_shell_holds():
@@ -247,11 +249,11 @@ def test_detach_lets_go_only_of_what_the_shell_holds():
     sess = paused_session(registry)
     shell(registry, b"first")
     shell(registry, b"second", pid=2)
-    registry.hold(b"first", sess)
-    registry.release(b"second", sess.id)
-    assert registry.held(b"first", sess.id) is sess
-    registry.release(b"first", sess.id)
-    assert registry.hold(b"second", sess) is None
+    registry.table.hold(b"first", sess)
+    registry.table.release(b"second", sess.id)
+    assert registry.table.held(b"first", sess.id) is sess
+    registry.table.release(b"first", sess.id)
+    assert registry.table.hold(b"second", sess) is None
 
 
 def test_a_shell_that_leaves_frees_what_it_held():
@@ -259,10 +261,10 @@ def test_a_shell_that_leaves_frees_what_it_held():
     sess = paused_session(registry)
     shell(registry, b"first")
     shell(registry, b"second", pid=2)
-    registry.hold(b"first", sess)
-    gone = registry.leave(b"first", "lost")
+    registry.table.hold(b"first", sess)
+    gone = registry.table.leave(b"first", "lost")
     assert gone.freed == [sess] and not gone.ended
-    assert registry.hold(b"second", sess) is None
+    assert registry.table.hold(b"second", sess) is None
 
 
 def test_a_holder_whose_process_is_gone_from_this_host_holds_nothing():
@@ -270,9 +272,9 @@ def test_a_holder_whose_process_is_gone_from_this_host_holds_nothing():
     sess = paused_session(registry)
     shell(registry, b"killed", pid=dead_pid())
     shell(registry, b"new", pid=2)
-    registry.hold(b"killed", sess)
-    assert registry.hold(b"new", sess) is None, "taken from nobody: no one to tell"
-    assert registry.leave(b"killed", "lost").freed == [], "freed once, not again when its silence is noticed"
+    registry.table.hold(b"killed", sess)
+    assert registry.table.hold(b"new", sess) is None, "taken from nobody: no one to tell"
+    assert registry.table.leave(b"killed", "lost").freed == [], "freed once, not again when its silence is noticed"
 
 
 def test_a_holder_on_another_host_holds_on_whatever_its_pid_is_here():
@@ -280,9 +282,9 @@ def test_a_holder_on_another_host_holds_on_whatever_its_pid_is_here():
     sess = paused_session(registry)
     shell(registry, b"far", host="elsewhere", pid=dead_pid())
     shell(registry, b"new", pid=2)
-    registry.hold(b"far", sess)
+    registry.table.hold(b"far", sess)
     with pytest.raises(CannotServe, match="is attached in another shell"):
-        registry.hold(b"new", sess)
+        registry.table.hold(b"new", sess)
 
 
 # --- peers that reconnect or leave ----------------------------------------------------------
@@ -291,9 +293,9 @@ def test_a_holder_on_another_host_holds_on_whatever_its_pid_is_here():
 def test_a_hello_said_again_on_a_known_connection_is_the_same_peer():
     registry = Registry()
     agent(registry, b"agent", link=b"one")
-    assert registry.knows(b"agent", "agent", b"one")
-    assert not registry.knows(b"agent", "agent", b"two") and not registry.knows(b"agent", "shell", b"one")
-    assert not registry.knows(b"other", "agent", b"one")
+    assert registry.table.knows(b"agent", "agent", b"one")
+    assert not registry.table.knows(b"agent", "agent", b"two") and not registry.table.knows(b"agent", "shell", b"one")
+    assert not registry.table.knows(b"other", "agent", b"one")
 
 
 def test_an_agent_that_reconnects_on_a_new_socket_keeps_one_session_per_rank():
@@ -301,12 +303,12 @@ def test_an_agent_that_reconnects_on_a_new_socket_keeps_one_session_per_rank():
     agent(registry, b"old", link=b"one")
     sess, _ = stop(registry, b"old")
     agent(registry, b"new", link=b"one")
-    assert registry.peer(b"old") is None
+    assert registry.table.peer(b"old") is None
     assert stop(registry, b"new") == (None, False), "the same session, which it says again"
-    assert registry.session_of(b"new", 1) is sess and sess.peer == b"new"
+    assert registry.table.session_of(b"new", 1) is sess and sess.peer == b"new"
     agent(registry, b"neighbour", link=b"two")
     stop(registry, b"neighbour", rank=1)
-    assert [row.rank for row in registry.rows()] == [0, 1], "another link of the process keeps its own"
+    assert [row.rank for row in table_rows.rows(registry.table)] == [0, 1], "another link of the process keeps its own"
 
 
 def test_an_agent_that_leaves_ends_its_sessions_and_its_ranks_stay_listed_as_lost_or_finished():
@@ -314,41 +316,45 @@ def test_an_agent_that_leaves_ends_its_sessions_and_its_ranks_stay_listed_as_los
     agent(registry, b"lost", ranks=(0,))
     sess, _ = stop(registry, b"lost")
     agent(registry, b"done", ranks=(1,))
-    gone = registry.leave(b"lost", "lost")
+    gone = registry.table.leave(b"lost", "lost")
     assert gone.ended == [sess] and not gone.job_left, "another process of the job is left"
-    assert registry.session_at(sess.id) is None and list(registry.rows()) == []
-    assert registry.leave(b"done", "returned").job_left
-    assert [(row.rank, row.state) for row in registry.all_rows()] == [(0, "lost"), (1, "finished")]
-    assert registry.leave(b"done", "returned") is None
+    assert registry.table.session_at(sess.id) is None and list(table_rows.rows(registry.table)) == []
+    assert registry.table.leave(b"done", "returned").job_left
+    assert [(row.rank, row.state) for row in table_rows.all_rows(registry.table)] == [(0, "lost"), (1, "finished")]
+    assert registry.table.leave(b"done", "returned") is None
 
 
 def test_an_agent_that_only_reconnected_leaves_no_departed_ranks():
     registry = Registry()
     agent(registry, b"agent", ranks=(0,))
-    registry.leave(b"agent", "reconnected")
-    assert list(registry.all_rows()) == []
+    registry.table.leave(b"agent", "reconnected")
+    assert list(table_rows.all_rows(registry.table)) == []
 
 
 def test_departed_ranks_are_kept_within_bounds_the_latest_ones():
-    registry = Registry(departed_kept=3)
+    registry = Registry(Table(departed_kept=3))
     for n in range(5):
         agent(registry, bytes([n]), ranks=(n,))
-        registry.leave(bytes([n]), "lost")
-    assert [row.rank for row in registry.all_rows()] == [2, 3, 4]
+        registry.table.leave(bytes([n]), "lost")
+    assert [row.rank for row in table_rows.all_rows(registry.table)] == [2, 3, 4]
     agent(registry, b"back", ranks=(3,))
-    assert [(row.rank, row.state) for row in registry.all_rows()] == [(2, "lost"), (3, "running"), (4, "lost")]
+    assert [(row.rank, row.state) for row in table_rows.all_rows(registry.table)] == [
+        (2, "lost"),
+        (3, "running"),
+        (4, "lost"),
+    ]
 
 
 def test_silence_counts_only_for_brokers_and_only_from_when_the_broker_listens_again():
     registry = Registry()
     agent(registry, b"quiet")
-    registry.join(
+    registry.table.join(
         Peer(identity=b"below", role=wire.Role.BROKER, name="broker@h", host="h", pid=1, user="", last_seen=0.0)
     )
     for identity in (b"quiet", b"below"):
-        registry.heard(identity, now=10.0)
-    assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"below"], "a rank may hold its GIL: no sign"
-    assert registry.silent(now=13.5, limit=3.0, since=12.0) == [], "its messages waited unread"
+        registry.table.heard(identity, now=10.0)
+    assert registry.table.silent(now=13.5, limit=3.0, since=0.0) == [b"below"], "a rank may hold its GIL: no sign"
+    assert registry.table.silent(now=13.5, limit=3.0, since=12.0) == [], "its messages waited unread"
 
 
 # --- selectors ------------------------------------------------------------------------------
@@ -375,12 +381,14 @@ def test_a_job_whose_processes_here_are_gone_gives_its_actor_name_up_to_the_live
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     registry = Registry()
     for identity, job, pid in ((b"old", "old", int(dead.stdout)), (b"new", "new", os.getpid())):
-        registry.join(Peer(identity=identity, role="agent", name=job, host=HERE, pid=pid, user="u", last_seen=0.0))
+        registry.table.join(
+            Peer(identity=identity, role="agent", name=job, host=HERE, pid=pid, user="u", last_seen=0.0)
+        )
         stop(registry, identity, job=job, pid=pid)
     assert [(s.job, s.rank) for s in registry.select("", "train", "ranks(:)")[0]] == [("new", 0)]
-    assert [s.job for s in registry.paused()] == ["new"]
-    assert set(registry.take_found_gone()) == {b"old"} and registry.take_found_gone() == []
-    registry.peers[b"old"].host = "elsewhere"  # a process of another host may be alive: both count
+    assert [s.job for s in registry.table.paused()] == ["new"]
+    assert set(registry.table.take_found_gone()) == {b"old"} and registry.table.take_found_gone() == []
+    registry.table.peers[b"old"].host = "elsewhere"  # a process of another host may be alive: both count
     with pytest.raises(CannotServe, match=r"^actor train exists in 2 jobs \(new, old\); name it as job:train$"):
         registry.select("", "train", "ranks(:)")
 
@@ -406,7 +414,7 @@ def branch(registry: Registry, identity: bytes = b"below", host: str = "host1") 
     peer = Peer(
         identity=identity, role=wire.Role.BROKER, name="broker@" + host, host=host, pid=7, user="u", last_seen=0.0
     )
-    registry.join(peer)
+    registry.table.join(peer)
     return peer
 
 
@@ -417,7 +425,7 @@ def row(rank: int, state: wire.RankState = wire.RankState.BREAKPOINT, lineno: in
 
 
 def told(registry: Registry, rank: int, news: bool = False, **fields) -> Session:
-    return registry.mirror(
+    return registry.table.mirror(
         b"below", wire.BranchSession(id=1000 + rank, row=row(rank, **fields), prompt="(Pdb) ", news=news)
     )
 
@@ -429,38 +437,42 @@ def test_sessions_below_are_listed_where_they_stand_and_paused_only_while_stoppe
     assert first.paused and not first.resumed and first.host == "host1"
     assert told(registry, 0, lineno=4) is first and first.lineno == 4 and first.resumed
     told(registry, 0, state=wire.RankState.RUNNING)
-    assert not first.paused and list(registry.rows()) == []
+    assert not first.paused and list(table_rows.rows(registry.table)) == []
     told(registry, 1, news=True)
-    assert [r.rank for r in registry.rows()] == [1] and registry.find("", "train", 1).peer == b"below"
+    assert [r.rank for r in table_rows.rows(registry.table)] == [1] and registry.find("", "train", 1).peer == b"below"
 
 
 def test_ranks_below_without_a_session_are_live_listed_and_named_when_a_selector_wants_them():
     registry = Registry()
     branch(registry)
     told(registry, 0, news=True)
-    registry.set_below(
+    registry.table.set_below(
         b"below",
         [row(1, wire.RankState.RUNNING), row(2, wire.RankState.FINISHED)],
         [wire.JobRow("job", 3, 0, 0, ["host1"])],
         added=False,
     )
-    assert [(r.rank, r.state) for r in registry.all_rows()] == [(0, "breakpoint"), (1, "running"), (2, "finished")]
+    assert [(r.rank, r.state) for r in table_rows.all_rows(registry.table)] == [
+        (0, "breakpoint"),
+        (1, "running"),
+        (2, "finished"),
+    ]
     assert [(r.rank, r.peer) for r in registry.live_ranks("", "train")] == [(0, b"below"), (1, b"below")]
     chosen, absent = registry.pick("job", "train", [0, 1, 2, 3])
     assert [s.rank for s in chosen] == [0]
     assert absent == [wire.Missing(1, "running"), wire.Missing(2, "finished"), wire.Missing(3, "no such rank is known")]
-    assert registry.job_rows() == [wire.JobRow("job", 3, 1, 1, ["host1"])]
+    assert table_rows.job_rows(registry.table) == [wire.JobRow("job", 3, 1, 1, ["host1"])]
 
 
 def test_a_broker_below_that_is_gone_leaves_every_rank_of_it_lost():
     registry = Registry()
     branch(registry)
     told(registry, 0, news=True)
-    registry.set_below(b"below", [row(1, wire.RankState.RUNNING)], [], added=False)
-    gone = registry.leave(b"below", wire.Ending.RETURNED)
+    registry.table.set_below(b"below", [row(1, wire.RankState.RUNNING)], [], added=False)
+    gone = registry.table.leave(b"below", wire.Ending.RETURNED)
     assert [s.rank for s in gone.ended] == [0] and not gone.job_left
-    assert [(r.rank, r.state) for r in registry.all_rows()] == [(0, "lost"), (1, "lost")]
-    assert registry.sessions == {}
+    assert [(r.rank, r.state) for r in table_rows.all_rows(registry.table)] == [(0, "lost"), (1, "lost")]
+    assert registry.table.sessions == {}
 
 
 def test_a_selector_never_refuses_a_parent_that_asks_for_ranks_it_knew():
@@ -471,6 +483,6 @@ def test_a_selector_never_refuses_a_parent_that_asks_for_ranks_it_knew():
 def test_a_broker_known_to_be_silent_is_not_found_silent_again_at_every_tick():
     registry = Registry()
     below = branch(registry)
-    assert registry.silent(now=13.5, limit=3.0, since=0.0) == [b"below"]
+    assert registry.table.silent(now=13.5, limit=3.0, since=0.0) == [b"below"]
     below.silent = True
-    assert registry.silent(now=14.0, limit=3.0, since=0.0) == [], "told once"
+    assert registry.table.silent(now=14.0, limit=3.0, since=0.0) == [], "told once"

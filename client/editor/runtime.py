@@ -61,6 +61,14 @@ class Debuggee:
         except ranks.SelectorError as error:
             raise Refused(f"ranks: {error}") from None
 
+    def picked(self, rows: list[wire.SessionRow]) -> set[int] | None:
+        """The ranks of `rows` its selector picks; None where it has none (every rank)."""
+        if not self.selector:
+            return None
+        selection = ranks.parse_selector(self.selector)
+        mine = [row for row in rows if self.chooses(row.job, row.actor, None, row.rank)]
+        return set(ranks.select(selection, ((row.rank, row.coords) for row in mine)))
+
     def chooses(self, job: str, actor: str, picked: set[int] | None, rank: int) -> bool:
         return (
             (not self.job or job == self.job)
@@ -410,7 +418,7 @@ class Runtime:
         """The paused sessions of the selected ranks, each a thread (new ones announced)."""
         assert self.conn is not None
         rows = self.ask(wire.ListSessions(), wire.SessionList).rows
-        picked = self.picked(rows)
+        picked = self.target.picked(rows)
         chosen = [row for row in rows if self.target.chooses(row.job, row.actor, picked, row.rank)]
         limit = self.conn.settings.editor_threads
         self.tell_hidden(chosen, limit)
@@ -450,13 +458,6 @@ class Runtime:
                 f'"{first.actor} ranks({first.rank}:{first.rank + limit})", or use the shell.'
             )
         )
-
-    def picked(self, rows: list[wire.SessionRow]) -> set[int] | None:
-        if not self.target.selector:
-            return None
-        selection = ranks.parse_selector(self.target.selector)
-        mine = [row for row in rows if self.target.chooses(row.job, row.actor, None, row.rank)]
-        return set(ranks.select(selection, ((row.rank, row.coords) for row in mine)))
 
     def stopped(self, thread: Thread, reason: str, own: bool = False) -> None:
         thread.running = thread.pausing = thread.released = False
