@@ -73,7 +73,7 @@ def hold(address: str, key: bytes, beating: bool, pid: int) -> float:
             sock.connect(address)
             sock.send_multipart(
                 codec.encode(
-                    wire.Hello(role=wire.Role.AGENT, job="idle", host="bench", pid=n, user="bench", link=os.urandom(8))
+                    wire.Hello(role=wire.Role.RANK, job="idle", host="bench", pid=n, user="bench", link=os.urandom(8))
                 )
             )
             socks.append(sock)

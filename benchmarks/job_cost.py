@@ -6,7 +6,7 @@ floor measured in the same run, in alternating batches:
   msgpack, which `install` needs;
 - the guide's 16 ranks of the embedded mesh, from start until every rank's call returned, beside
   the same program with a debugger that does nothing (`install` and `endpoint_call` stubbed);
-- 1,000 endpoint calls in a rank with the agent, beside 1,000 entries of a context manager that
+- 1,000 endpoint calls in a rank with the rank process, beside 1,000 entries of a context manager that
   does nothing (what a runtime without a debugger pays);
 - on Python 3.12+: 1,000 calls of a function whose line holds a breakpoint with a false condition,
   beside the same calls with no breakpoint, and the difference, the condition's cost;
@@ -105,11 +105,11 @@ def _per_op(once: Callable[[], None]) -> Callable[[], int]:
 
 
 def _set(path: str, spots: list) -> list[str]:
-    from monarch_pdb.rank.agent import Agent
+    from monarch_pdb.rank.rank_process import RankProcess
 
-    agent = Agent.existing()
-    assert agent is not None
-    return agent.breakpoints.change(path, spots, b"bench")
+    rank_process = RankProcess.existing()
+    assert rank_process is not None
+    return rank_process.breakpoints.change(path, spots, b"bench")
 
 
 def _subject(mode: str, workdir: Path) -> Callable[[], int]:

@@ -3,7 +3,7 @@ per host, as a process of many paused threads does, with no pdb and no thread pe
 
 Each connection is the project's own `Link` (hello, libzmq's heartbeats, a hello again after a
 broker restarts), and every message is built and read by `wire`, so the emulator speaks exactly the
-protocol a real agent speaks. What a session does:
+protocol a real rank process speaks. What a session does:
 - stops at once, at one canned place (`FUNCTION` in this file at `LINENO`): its `Prompt` goes
   with the first handshake, and again after any welcome as a stranger;
 - answers a line with a `Prompt` carrying its output: `p rank` and `p __name__` as a rank's pdb
@@ -77,7 +77,7 @@ class Ranks:
         self.job, self.hostname, self.pid = job_name(), socket.gethostname(), os.getpid()
         # The link's thread starts at once, and may ask for `welcomed` before it is assigned here.
         self.link = Link(
-            settings, wire.Role.AGENT, self, lambda: discovery.locate(settings), context=context, job=self.job
+            settings, wire.Role.RANK, self, lambda: discovery.locate(settings), context=context, job=self.job
         )
 
     def prompt(self, index: int, output: str) -> wire.Prompt:

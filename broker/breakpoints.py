@@ -4,7 +4,7 @@ ranks share, and of each broker below that holds some, which selects its own; an
 point's message on its way back to the editor that set it.
 
 The handlers of its messages live here, one for each peer that takes part: the editor (or
-the broker above) that asks, the agents and brokers below that answer.
+the broker above) that asks, the rank processes and brokers below that answer.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class BreakpointRequests:
         return Routes(
             editor={wire.Breakpoints: self.on_breakpoints},
             parent={wire.Breakpoints: self.on_parent_breakpoints, wire.EditorGone: self.on_editor_gone},
-            agent={wire.BreakReport: self.on_break_report, wire.Logged: self.on_logged},
+            rank={wire.BreakReport: self.on_break_report, wire.Logged: self.on_logged},
             branch={wire.BreakpointsResult: self.on_breakpoints_result, wire.Logged: self.on_logged},
         )
 
@@ -252,7 +252,7 @@ class BreakpointRequests:
                 )
 
     def on_break_report(self, identity: bytes, msg: wire.BreakReport) -> None:
-        """From an agent."""
+        """From a rank process."""
         request = self.table.get(msg.ref)
         if request is not None and identity in request.waiting:
             request.take(identity, msg.reasons)
@@ -278,12 +278,12 @@ class BreakpointRequests:
         self.setters.discard(owner)
         self.standing = {key: wish for key, wish in self.standing.items() if wish.owner != owner}
         for peer in list(self.registry.table.peers.values()):
-            if peer.role in (wire.Role.AGENT, wire.Role.BROKER):
+            if peer.role in (wire.Role.RANK, wire.Role.BROKER):
                 self.send(peer.identity, wire.EditorGone(owner=owner))
         return True
 
     def on_logged(self, identity: bytes, msg: wire.Logged) -> None:
-        """From an agent, or a broker below: to the editor that set the log point, if it is
+        """From a rank process, or a broker below: to the editor that set the log point, if it is
         still connected."""
         if msg.owner.startswith(UPSTREAM):
             self.send(UPSTREAM, replace(msg, owner=msg.owner[len(UPSTREAM) :]))

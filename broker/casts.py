@@ -163,7 +163,7 @@ class CastInFlight(Request[wire.CastGroup]):
 
     def lost(self, peer: bytes, reason: str) -> None:
         """A broker below will send nothing more (lost, or done): its ranks still owed are missing.
-        (A lost agent's sessions end one by one: `Casts.ended`.)"""
+        (A lost rank process's sessions end one by one: `Casts.ended`.)"""
         if peer in self.owed:
             self.missing += [wire.Missing(rank, reason) for rank in self.still_owed(peer)]
             self.owed.pop(peer)

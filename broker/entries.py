@@ -18,7 +18,7 @@ CLIENT_KINDS: dict[str, str] = {wire.Client.EDITOR: "an editor", wire.Client.AGE
 
 @dataclass(slots=True)
 class Peer:
-    """One connection: an agent (a rank process) or a shell."""
+    """One connection: a rank process or a shell."""
 
     identity: bytes
     role: str
@@ -29,7 +29,7 @@ class Peer:
     last_seen: float
     link: bytes = b""
     owned: dict[int, Session] = field(default_factory=dict)
-    """An agent's sessions (those of the ranks it runs), or a broker below's, by its own number
+    """A rank process's sessions (those of the ranks it runs), or a broker below's, by its own number
     for each."""
     held: set[int] = field(default_factory=set)
     """A shell's sessions: those it is attached to."""
@@ -46,7 +46,7 @@ class Peer:
 
     @property
     def inspects(self) -> bool:
-        """An editor, or an agent's MCP server (which reads a rank's source so): a shell that
+        """An editor, or a coding agent's MCP server (which reads a rank's source so): a shell that
         may also ask a paused session structured questions (`Inspect`)."""
         return self.name in (wire.Client.EDITOR, wire.Client.AGENT)
 
@@ -242,7 +242,7 @@ class Departure:
 
     peer: Peer
     ended: list[Session] = field(default_factory=list)
-    """An agent's sessions, over with it."""
+    """A rank process's sessions, over with it."""
     freed: list[Session] = field(default_factory=list)
     """The sessions a shell held, free again."""
     job_left: bool = False

@@ -1,5 +1,5 @@
 """Stacks read from outside the processes of this host (monarch_pdb.outside), for ranks whose
-agent has not answered `stacks` a moment after it was asked, and for every rank when native
+rank process has not answered `stacks` a moment after it was asked, and for every rank when native
 frames are asked for.
 
 A read takes tens of milliseconds, so reads run on threads of their own, a few processes at

@@ -2,7 +2,7 @@
 (or broker below) that runs some of the selected ranks, and its answers grouped as a cast's are.
 
 The handlers of its messages live here, one for each peer that takes part: the shell that asks,
-the broker above that asks for ranks below us, the agents that answer, and the brokers below
+the broker above that asks for ranks below us, the rank processes that answer, and the brokers below
 that answer for theirs.
 """
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from monarch_pdb.broker.requests import Requests
 
 HOLDS_THE_GIL = "holds the GIL in C code (its process sent nothing in time)"
-"""Why a rank gave no answer: its process's agent thread could not run, since the rank's own
+"""Why a rank gave no answer: its rank process's thread could not run, since the rank's own
 thread holds the interpreter's lock (a C call that does not release it), or the process is
 stopped."""
 
@@ -62,7 +62,7 @@ class Peeks:
         return Routes(
             shell={wire.Peek: self.on_peek},
             parent={wire.PeekRanks: self.on_peek_ranks},
-            agent={wire.PeekReport: self.on_peek_report},
+            rank={wire.PeekReport: self.on_peek_report},
             branch={wire.PeekResult: self.on_peek_result},
         )
 
@@ -127,7 +127,7 @@ class Peeks:
         self.requests.settle(self.table, request)
 
     def on_peek_report(self, identity: bytes, msg: wire.PeekReport) -> None:
-        """From an agent."""
+        """From a rank process."""
         request = self.table.get(msg.ref)
         if request is not None and identity in request.waiting:
             request.report(identity, msg.groups)

@@ -127,7 +127,7 @@ class Registry:
         own = [
             s
             for peer in self.table.peers.values()
-            if peer.role == wire.Role.AGENT
+            if peer.role == wire.Role.RANK
             for s in peer.owned.values()
             if s.actor == actor and s.job == job
         ]
@@ -236,7 +236,7 @@ class Registry:
         (job,) = self.in_one_job(actor, jobs)
         own: dict[tuple[str, int], LiveRank] = {}
         for peer in self.table.peers.values():
-            if peer.role == wire.Role.AGENT:
+            if peer.role == wire.Role.RANK:
                 own.update(self._present_live(peer, job, actor))
                 for sess in peer.owned.values():
                     if sess.actor == actor and sess.job == job:

@@ -17,11 +17,12 @@ Table = dict[type, Handler]
 
 @dataclass
 class Routes:
-    """The handlers for each kind of peer; an editor (and an agent's MCP server) is a shell that
+    """The handlers for each kind of peer; an editor (and a coding agent's MCP server) is a shell that
     may also ask what only an editor asks."""
 
     every: Table = field(default_factory=dict)
-    agent: Table = field(default_factory=dict)
+    rank: Table = field(default_factory=dict)
+    """A rank process."""
     shell: Table = field(default_factory=dict)
     editor: Table = field(default_factory=dict)
     branch: Table = field(default_factory=dict)
@@ -30,12 +31,12 @@ class Routes:
     """The broker above, which asks for its shells up there."""
 
     def add(self, more: Routes) -> None:
-        for name in ("every", "agent", "shell", "editor", "branch", "parent"):
+        for name in ("every", "rank", "shell", "editor", "branch", "parent"):
             getattr(self, name).update(getattr(more, name))
 
     def table(self, peer: Peer) -> Table:
-        if peer.role == wire.Role.AGENT:
-            kind = self.agent
+        if peer.role == wire.Role.RANK:
+            kind = self.rank
         elif peer.role == wire.Role.BROKER:
             kind = self.branch
         elif peer.role == wire.Role.PARENT:
@@ -50,14 +51,14 @@ class Routes:
         """Each table made once, by (role, `Peer.inspects`)."""
         return {
             (role, inspects): self.table(Peer(b"", role, wire.Client.EDITOR if inspects else "", "", 0, "", 0.0))
-            for role in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER, wire.Role.PARENT)
+            for role in (wire.Role.RANK, wire.Role.SHELL, wire.Role.BROKER, wire.Role.PARENT)
             for inspects in (False, True)
         }
 
 
 def sender(peer: Peer) -> str:
     """Who sent a message, as a refusal names it."""
-    if peer.role == wire.Role.AGENT:
+    if peer.role == wire.Role.RANK:
         return "a rank process"
     if peer.role == wire.Role.BROKER:
         return f"the broker below on {peer.host}"

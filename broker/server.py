@@ -1,4 +1,4 @@
-"""The broker's poll loop: one ROUTER for agents, shells, editors and brokers below, one PUB for
+"""The broker's poll loop: one ROUTER for rank processes, shells, editors and brokers below, one PUB for
 events, and the link to the broker above.
 
 Single-threaded on purpose: every piece of state is touched by this loop only, so there is
@@ -29,7 +29,7 @@ from monarch_pdb.broker.connections import Connections, Refusals
 from monarch_pdb.broker.entries import Peer, Session, process_gone
 from monarch_pdb.broker.events import HISTORY, EventLog
 from monarch_pdb.broker.following import Followers
-from monarch_pdb.broker.from_agents import Agents
+from monarch_pdb.broker.from_ranks import FromRanks
 from monarch_pdb.broker.inflight import Request
 from monarch_pdb.broker.lists import Lists
 from monarch_pdb.broker.log import log
@@ -113,7 +113,7 @@ class Broker:
             }
         )
         for more in (
-            Agents(self.requests, self.sessions, self.refusals.count, self.breakpoints.started),
+            FromRanks(self.requests, self.sessions, self.refusals.count, self.breakpoints.started),
             Shells(self.requests, self.sessions, audit, self.breakpoints.setters),
             Lists(self.registry, self.send_parts, self.settings.max_message),
             self.following,
@@ -399,7 +399,7 @@ class Broker:
 
     def on_hello(self, identity: bytes, msg: wire.Hello) -> None:
         """Know a new connection; a hello said again on a known one keeps its sessions."""
-        if msg.role not in (wire.Role.AGENT, wire.Role.SHELL, wire.Role.BROKER):
+        if msg.role not in (wire.Role.RANK, wire.Role.SHELL, wire.Role.BROKER):
             self.send(identity, wire.Error(text=f"unknown role {msg.role!r}"))
             return
         self.connections.said_hello(identity)
@@ -410,7 +410,7 @@ class Broker:
                 Peer(
                     identity=identity,
                     role=msg.role,
-                    name=msg.job if msg.role == wire.Role.AGENT else msg.client or "",
+                    name=msg.job if msg.role == wire.Role.RANK else msg.client or "",
                     host=msg.host,
                     pid=msg.pid,
                     user=msg.user,
@@ -494,9 +494,9 @@ class Broker:
             return
         for sess in gone.ended:
             self.sessions.end(sess, "", reason)
-        if role == wire.Role.AGENT and reason == wire.Ending.LOST:
+        if role == wire.Role.RANK and reason == wire.Ending.LOST:
             self.running_lost(gone.peer, gone.ended)
-        if role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
+        if role == wire.Role.RANK and reason != wire.Ending.RECONNECTED:
             self.requests.lost(identity, wire.Ending.LOST)
         if role == wire.Role.SHELL and reason != wire.Ending.RECONNECTED and self.breakpoints.gone(identity):
             how = "was lost" if reason == wire.Ending.LOST else "disconnected"
@@ -506,7 +506,7 @@ class Broker:
             )
         if gone.job_left:
             log(f"job {gone.peer.name} left ({reason})")
-        if role == wire.Role.AGENT:
+        if role == wire.Role.RANK:
             self.sessions.below_changed()
 
     def running_lost(self, peer: Peer, ended: list[Session]) -> None:

@@ -49,7 +49,7 @@ class Shells:
             },
             editor={wire.Inspect: self.on_inspect},
             parent={**holding, wire.Inspect: self.on_inspect, wire.InterruptRanks: self.on_interrupt_ranks},
-            agent=answers,
+            rank=answers,
             branch=answers,
         )
 
@@ -126,7 +126,7 @@ class Shells:
         self.send(sess.peer, ask)
 
     def on_inspection(self, peer: bytes, msg: wire.Inspection | wire.Completions) -> None:
-        """An answer, from an agent or a broker below, to whoever asked."""
+        """An answer, from a rank process or a broker below, to whoever asked."""
         if (answer := self.inspections.answered(msg)) is not None:
             self.send(*answer)
 

@@ -3,7 +3,7 @@ and the stacks merged as they come, identical ones sharing one entry however man
 sent them, their ranks merged as runs.
 
 The handlers of its messages live here, one for each peer that takes part: the shell that asks,
-the broker above that asks for ranks below us, the agents that answer, and the brokers below
+the broker above that asks for ranks below us, the rank processes that answer, and the brokers below
 that answer for theirs.
 """
 
@@ -145,8 +145,8 @@ class StackRequests:
 
     def read_outside(self, now: float) -> None:
         """The processes of this host that have not answered a request a moment after it was
-        asked are read from outside (their agents cannot run: C code holds the GIL), and those
-        of a request for native frames at once (no agent sees them)."""
+        asked are read from outside (their rank processes cannot run: C code holds the GIL), and those
+        of a request for native frames at once (no rank process sees them)."""
         for request in self.table:
             if request.read_outside_at > now:
                 continue
@@ -156,10 +156,10 @@ class StackRequests:
                 self.outside.start(request.id, here, request.asked)
 
     def pid_here(self, identity: bytes) -> int:
-        """The pid of a peer that is an agent's process on this host, which this broker can read
+        """The pid of a peer that is a rank process on this host, which this broker can read
         from outside; 0 for any other."""
         peer = self.registry.table.peers.get(identity)
-        if peer is None or peer.role != wire.Role.AGENT or peer.host != self.registry.table.host:
+        if peer is None or peer.role != wire.Role.RANK or peer.host != self.registry.table.host:
             return 0
         return peer.pid
 
@@ -169,7 +169,7 @@ class StackRequests:
         for done in self.outside.taken():
             request = self.table.get(done.ref)
             if request is None or done.peer not in request.waiting:
-                continue  # settled, or its agent answered after all
+                continue  # settled, or its rank process answered after all
             owed = RankSet.of(request.waiting[done.peer])
             if done.found is not None:
                 values = [wire.LocalValue(name, value, list(owed)) for name, value in done.found.locals.items()]
@@ -184,7 +184,7 @@ class StackRequests:
         return Routes(
             shell={wire.Stacks: self.on_stacks},
             parent={wire.TakeStacks: self.on_take_stacks},
-            agent={wire.StackReport: self.on_stack_report},
+            rank={wire.StackReport: self.on_stack_report},
             branch={wire.StacksResult: self.on_stacks_result},
         )
 
@@ -261,10 +261,10 @@ class StackRequests:
             )
         self.requests.settle(self.table, request)
 
-    def on_stack_report(self, agent: bytes, msg: wire.StackReport) -> None:
+    def on_stack_report(self, rank_process: bytes, msg: wire.StackReport) -> None:
         request = self.table.get(msg.ref)
-        if request is not None and agent in request.waiting:
-            request.report(agent, msg.groups)
+        if request is not None and rank_process in request.waiting:
+            request.report(rank_process, msg.groups)
             self.requests.settle(self.table, request)
 
     def on_stacks_result(self, branch: bytes, msg: wire.StacksResult) -> None:

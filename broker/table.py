@@ -51,7 +51,7 @@ class Table:
     (job, actor, rank) tuple per session."""
     by_link: dict[bytes, bytes] = field(default_factory=dict)
     """Each link id's current connection."""
-    agents_per_job: Counter = field(default_factory=Counter)
+    processes_per_job: Counter = field(default_factory=Counter)
     dims: dict[tuple, tuple] = field(default_factory=dict)
     """One copy of each tuple of dimension names that sessions and present ranks use."""
     ended: dict = field(default_factory=dict)
@@ -95,16 +95,16 @@ class Table:
         return known is not None and (known.role, known.link) == (role, link)
 
     def join(self, peer: Peer) -> bool:
-        """Know a peer that said hello; True when it is the first process of its job. An agent
+        """Know a peer that said hello; True when it is the first process of its job. A rank process
         whose link had another socket, not yet declared lost, takes over that connection's
         sessions."""
         self.peers[peer.identity] = peer
         if peer.role in (wire.Role.BROKER, wire.Role.PARENT):
             self.brokers[peer.identity] = peer
-        if peer.role != wire.Role.AGENT:
+        if peer.role != wire.Role.RANK:
             return False
         first = not self.has_job(peer.name)
-        self.agents_per_job[peer.name] += 1
+        self.processes_per_job[peer.name] += 1
         if peer.link:
             old = self.by_link.get(peer.link)
             self.by_link[peer.link] = peer.identity
@@ -113,7 +113,7 @@ class Table:
         return first
 
     def has_job(self, name: str) -> bool:
-        return self.agents_per_job[name] > 0
+        return self.processes_per_job[name] > 0
 
     def connected(self) -> bool:
         """Whether any rank, shell or broker below is connected (the parent does not count)."""
@@ -142,17 +142,17 @@ class Table:
     def _forget_peer(self, identity: bytes) -> Peer | None:
         peer = self.peers.pop(identity, None)
         self.brokers.pop(identity, None)
-        if peer is not None and peer.role == wire.Role.AGENT:
-            self.agents_per_job[peer.name] -= 1
-            if not self.agents_per_job[peer.name]:
-                del self.agents_per_job[peer.name]
+        if peer is not None and peer.role == wire.Role.RANK:
+            self.processes_per_job[peer.name] -= 1
+            if not self.processes_per_job[peer.name]:
+                del self.processes_per_job[peer.name]
         if peer is not None and self.by_link.get(peer.link) == identity:
             del self.by_link[peer.link]
         return peer
 
     def leave(self, identity: bytes, reason: wire.Ending) -> Departure | None:
         """Forget a peer that is gone for `reason` (lost, returned, reconnected). A shell's
-        sessions are free again; an agent's are over, and the ranks it ran stay listed as lost
+        sessions are free again; a rank process's are over, and the ranks it ran stay listed as lost
         or finished, unless it only reconnected."""
         peer = self._forget_peer(identity)
         if peer is None:
@@ -169,18 +169,18 @@ class Table:
             self._depart(peer, wire.RankState.LOST)
         for sess in ended:
             self.end(sess, reason)
-        if peer.role == wire.Role.AGENT and reason != wire.Ending.RECONNECTED:
+        if peer.role == wire.Role.RANK and reason != wire.Ending.RECONNECTED:
             self._depart(peer, wire.RankState.LOST if reason == wire.Ending.LOST else wire.RankState.FINISHED, ended)
-        return Departure(peer, ended=ended, job_left=peer.role == wire.Role.AGENT and not self.has_job(peer.name))
+        return Departure(peer, ended=ended, job_left=peer.role == wire.Role.RANK and not self.has_job(peer.name))
 
     # --- sessions ------------------------------------------------------------------------
 
     def prompt(self, peer: bytes, msg: wire.Prompt) -> tuple[Session | None, bool]:
         """Record a session waiting for input; the flag says the stop is news for every shell:
         a first stop, a stop after a top-level continue, or the start of post-mortem. A stop an
-        agent tells again (a broker before this one heard it) is news only of a rank this broker
+        rank process tells again (a broker before this one heard it) is news only of a rank this broker
         took for gone. None for a prompt we already have, or one that an input we sent since
-        will answer: an agent sends what it waits with again after each handshake. CannotServe
+        will answer: a rank process sends what it waits with again after each handshake. CannotServe
         past the sessions one connection may have."""
         sess = self.session_of(peer, msg.sid)
         if sess is not None and (msg.cmd < sess.cmd or (msg.cmd == sess.cmd and sess.paused)):
@@ -314,7 +314,7 @@ class Table:
         return peer is not None and peer.role == wire.Role.BROKER
 
     def session_of(self, peer: bytes, sid: int) -> Session | None:
-        """A session by its agent's own number for it."""
+        """A session by its rank process's own number for it."""
         owner = self.peers.get(peer)
         return None if owner is None else owner.owned.get(sid)
 
@@ -419,7 +419,7 @@ class Table:
             return set()
         processes: dict[str, list[Peer]] = {}
         for peer in self.peers.values():
-            if peer.role == wire.Role.AGENT and peer.name in jobs:
+            if peer.role == wire.Role.RANK and peer.name in jobs:
                 processes.setdefault(peer.name, []).append(peer)
         dead = {
             job
@@ -437,9 +437,9 @@ class Table:
     # --- presence: ranks known whether or not they are paused ----------------------------
 
     def set_present(self, identity: bytes, entries: list[wire.PresentRank], added: bool) -> None:
-        """What an agent says it runs (`added`: besides what it said before)."""
+        """What a rank process says it runs (`added`: besides what it said before)."""
         peer = self.peers[identity]
-        if peer.role != wire.Role.AGENT:
+        if peer.role != wire.Role.RANK:
             return
         present = []
         for item in entries:

@@ -24,7 +24,7 @@ def job_rows(table: Table) -> list[wire.JobRow]:
         return jobs.setdefault(name, wire.JobRow(job=name, processes=0, sessions=0, paused=0, hosts=[]))
 
     for peer in table.peers.values():
-        if peer.role == wire.Role.AGENT:
+        if peer.role == wire.Role.RANK:
             row = job(peer.name)
             row.processes += 1
             row.hosts += [peer.host] if peer.host not in row.hosts else []

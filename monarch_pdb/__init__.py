@@ -1,10 +1,10 @@
 """monarch-pdb: pdb for programs that run as many processes at once.
 
-A program calls these entry points; the agent they start, which lives inside every rank, is
+A program calls these entry points; the rank process they start, which lives inside every rank, is
 `monarch_pdb.rank`. What every part shares (the wire, `ranks(...)`, settings) sits beside it.
 
 Users leave it installed in every job, so importing it costs what a bare interpreter does: each
-entry point loads what it needs when first called (`install` the agent, ZeroMQ and msgpack; the
+entry point loads what it needs when first called (`install` the rank process, ZeroMQ and msgpack; the
 first stop pdb), and `endpoint_call` is loaded on first use, then is the real one.
 """
 
@@ -36,12 +36,12 @@ def set_identity(
 ) -> None:
     """Name this process's sessions explicitly; overrides every detected value given."""
     from monarch_pdb.rank import identity
-    from monarch_pdb.rank.endpoint_call import process_agent_if_started
+    from monarch_pdb.rank.endpoint_call import rank_process_if_started
 
     identity.set_identity(actor=actor, rank=rank, coords=coords, job=job)
-    agent = process_agent_if_started()
-    if agent is not None:
-        agent.presence.renamed()
+    rank_process = rank_process_if_started()
+    if rank_process is not None:
+        rank_process.presence.renamed()
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,7 @@
 """CurveZMQ encryption for untrusted networks, keyed by the shared secret.
 
 The broker's key pair is derived from the secret, so every holder of the secret knows the
-broker's public key without another file to copy; each agent and shell makes a fresh key pair.
+broker's public key without another file to copy; each rank process and shell makes a fresh key pair.
 Who may talk is still decided by the signatures on every message; CURVE adds privacy.
 """
 

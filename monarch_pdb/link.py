@@ -1,4 +1,4 @@
-"""A connection to the broker, owned by one background thread: the agent's and the shell's.
+"""A connection to the broker, owned by one background thread: the rank process's and the shell's.
 
 The thread finds the broker, says hello, and when the connection drops looks for it again, so
 both a rank and a shell outlive a broker restart; a broker that is still the one to talk to (it
@@ -33,9 +33,9 @@ from monarch_pdb.settings import Settings
 
 # Messages about the connection itself; everything else a broker that restarted and answers
 # Unknown never saw, and is sent again after the new handshake (waiting prompts are re-sent by
-# the agent itself).
+# the rank process itself).
 CONNECTION_MESSAGES = frozenset({"hello", "heartbeat", "bye", "catch_up"})
-"""Their wire names (an agent never loads the shells' messages, among them `CatchUp`)."""
+"""Their wire names (a rank process never loads the shells' messages, among them `CatchUp`)."""
 
 
 def codec_for(key: bytes, settings: Settings) -> wire.Codec:
@@ -179,7 +179,7 @@ class Link:
         self.events = events
         self.pid = os.getpid()
         self.id = routing_id(os.urandom(8))
-        self.beats = role != wire.Role.AGENT
+        self.beats = role != wire.Role.RANK
         """Whether this link also beats in Python, as a probe of whether the other end's Python
         loop answers, never of whether it lives: a shell's (and so an editor's), to tell its user
         at once when the broker does not answer (which judges no shell by them); a host broker's,
@@ -446,7 +446,7 @@ class Link:
 
     def _owe_again(self) -> None:
         """What the broker never answered goes again to the one that welcomes us next: a broker
-        that restarted, or a new one where the last died, never saw it (prompts the agent sends
+        that restarted, or a new one where the last died, never saw it (prompts the rank process sends
         again itself)."""
         self._resend += [m for m in self._unanswered if not isinstance(m, wire.Prompt)]
         self._unanswered = []

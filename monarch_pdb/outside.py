@@ -1,6 +1,6 @@
-"""A process's stacks read from outside it, running no code in it: for a process whose agent
+"""A process's stacks read from outside it, running no code in it: for a process whose rank process
 cannot answer (C code holds the GIL), one that never loaded the debugger, and the C/C++ frames no
-agent can see. The standard library's remote unwinder reads a process that runs this Python,
+rank process can see. The standard library's remote unwinder reads a process that runs this Python,
 from 3.14 on; py-spy (`pip install monarch-pdb[outside]`) reads any other, and alone reads
 native frames and locals.
 
@@ -29,7 +29,7 @@ from monarch_pdb.settings import DEFAULT_READ_TIMEOUT
 READS_AT_ONCE = 8
 """Processes read at the same time: each read is a py-spy process, or the unwinder's syscalls."""
 LOCAL_WIDTH = 80
-"""Characters of one local's value shown; the agent's `stacks --locals` cuts at the same width."""
+"""Characters of one local's value shown; the rank process's `stacks --locals` cuts at the same width."""
 ADDRESS = re.compile(r"0x[0-9a-f]+")
 
 
@@ -173,7 +173,7 @@ def _failure(said: str) -> str:
 
 
 def _frame(spied: dict) -> wire.Frame:
-    """A frame as py-spy tells it: a Python one named by its code's name, as the agent names it
+    """A frame as py-spy tells it: a Python one named by its code's name, as the rank process names it
     (py-spy names it by its qualified name from 3.11); a native one (py-spy names its module)
     with its library for file, an unnamed one's address (which differs between processes) as
     `?`, so that ranks in the same place merge."""

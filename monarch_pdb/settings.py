@@ -1,4 +1,4 @@
-"""Settings shared by agent, broker and shell, and the names a process is given.
+"""Settings shared by rank process, broker and shell, and the names a process is given.
 
 Every value comes from the environment (the guide's MONARCH_DEBUG_SERVER_* and our own
 MONARCH_PDB_*), and a command-line flag may override it; the names of a rank come from ours and

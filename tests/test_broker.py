@@ -95,7 +95,7 @@ def test_a_process_that_reconnects_on_a_new_socket_keeps_one_session_per_rank(en
         for link, rank in ((b"link-one", 0), (b"link-one", 0), (b"link-two", 1)):
             sock, codec = ctx.socket(zmq.DEALER), wire.Codec(conn.key)
             sock.connect(conn.router)
-            sock.send_multipart(codec.encode(wire.Hello(role="agent", job="job", host="h", pid=4242, link=link)))
+            sock.send_multipart(codec.encode(wire.Hello(role=wire.Role.RANK, job="job", host="h", pid=4242, link=link)))
             assert sock.poll(5000), "welcomed"
             sock.recv_multipart()
             sock.send_multipart(codec.encode(dataclasses.replace(prompt, rank=rank)))
@@ -160,7 +160,7 @@ def test_a_message_from_a_role_that_may_not_send_it_does_nothing_and_is_named_on
     ctx = zmq.Context()
     stop = STOP
     try:
-        rank = RawPeer(ctx, conn, wire.Hello(role="agent", job="job", host="h", pid=4242, link=b"rank"))
+        rank = RawPeer(ctx, conn, wire.Hello(role=wire.Role.RANK, job="job", host="h", pid=4242, link=b"rank"))
         shell = RawPeer(ctx, conn, wire.Hello(role="shell", client=wire.Client.SHELL, host="h", pid=4243))
         shell.say(stop)
         shell.say(wire.ListSessions())

@@ -49,7 +49,9 @@ def S(threads: list[wire.ThreadStack], ranks: list[int]) -> wire.StackGroup:
 
 def paused(count: int) -> tuple[Registry, list[Session]]:
     registry = Registry()
-    registry.table.join(Peer(identity=b"agent", role="agent", name="job", host="h", pid=100, user="u", last_seen=0.0))
+    registry.table.join(
+        Peer(identity=b"agent", role=wire.Role.RANK, name="job", host="h", pid=100, user="u", last_seen=0.0)
+    )
     return registry, [
         registry.table.prompt(b"agent", dataclasses.replace(STOP, sid=n + 1, rank=n))[0] for n in range(count)
     ]

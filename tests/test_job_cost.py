@@ -53,7 +53,7 @@ def test_an_endpoint_call_in_a_process_that_never_installed_loads_no_debugger(en
                 raise KeyError("x")
         except KeyError:
             pass
-        {loaded(["zmq", "msgpack", "pdb", "asyncio", "monarch_pdb.rank.agent"])}
+        {loaded(["zmq", "msgpack", "pdb", "asyncio", "monarch_pdb.rank.rank_process"])}
     """
     assert run(env, code) == []
 
@@ -177,12 +177,12 @@ def test_a_breakpoint_that_waits_for_a_file_leaves_no_hook_once_the_file_is_impo
         import json, sys
         import monarch_pdb
         from monarch_pdb import wire
-        from monarch_pdb.rank.agent import Agent
+        from monarch_pdb.rank.rank_process import RankProcess
 
         monarch_pdb.install()
         import pdb
         finders = list(sys.meta_path)
-        said = Agent.existing().breakpoints.change({str(tmp_path / "late.py")!r}, [wire.Spot(line=2)], b"editor")
+        said = RankProcess.existing().breakpoints.change({str(tmp_path / "late.py")!r}, [wire.Spot(line=2)], b"editor")
         waiting = len(sys.meta_path) - len(finders)
         import late
         print(json.dumps([said, waiting, sys.meta_path == finders, late.__loader__.__class__.__name__]))
@@ -202,14 +202,14 @@ def test_setting_a_breakpoint_looks_at_the_heap_only_for_code_no_module_names(en
         import gc, json
         import monarch_pdb
         from monarch_pdb import wire
-        from monarch_pdb.rank.agent import Agent
+        from monarch_pdb.rank.rank_process import RankProcess
         import late, made
 
         monarch_pdb.install()
         scans = []
         get_objects = gc.get_objects
         gc.get_objects = lambda *args: scans.append(1) or get_objects(*args)
-        change = Agent.existing().breakpoints.change
+        change = RankProcess.existing().breakpoints.change
         named = change(late.__file__, [wire.Spot(line=2)], b"editor")
         named_scans = len(scans)
         unnamed = change(made.__file__, [wire.Spot(line=4)], b"editor")

@@ -95,7 +95,7 @@ def test_groups_made_straight_from_the_sessions_are_those_made_from_their_rows()
     )
     for n, (identity, host) in enumerate([(b"a", "node2"), (b"b", "node1"), (b"c", "node3")]):
         registry.table.join(
-            Peer(identity=identity, role="agent", name="job", host=host, pid=100 + n, user="u", last_seen=0.0)
+            Peer(identity=identity, role=wire.Role.RANK, name="job", host=host, pid=100 + n, user="u", last_seen=0.0)
         )
     for rank in (*range(40, 64), *range(0, 40), 99, 70):
         identity, host = (b"a", "node2") if rank < 32 else (b"b", "node1") if rank < 64 else (b"c", "node3")

@@ -38,7 +38,9 @@ STOP = wire.Prompt(
 
 
 def agent(registry: Registry, identity: bytes, link: bytes = b"", ranks: tuple[int, ...] = ()) -> Peer:
-    peer = Peer(identity=identity, role="agent", name="job", host=HERE, pid=100, user="u", last_seen=0.0, link=link)
+    peer = Peer(
+        identity=identity, role=wire.Role.RANK, name="job", host=HERE, pid=100, user="u", last_seen=0.0, link=link
+    )
     registry.table.join(peer)
     registry.table.set_present(
         identity, [wire.PresentRank("job", "train", rank, {"gpu": rank}) for rank in ranks], added=False
@@ -168,7 +170,7 @@ def test_the_ranks_of_a_process_gone_with_only_its_sessions_stay_listed_as_lost(
 def test_a_rank_a_second_process_stops_as_stays_listed_beside_the_first_and_is_named_once():
     registry = Registry()
     agent(registry, b"first")
-    peer = Peer(identity=b"second", role="agent", name="job", host="host2", pid=200, user="u", last_seen=0.0)
+    peer = Peer(identity=b"second", role=wire.Role.RANK, name="job", host="host2", pid=200, user="u", last_seen=0.0)
     registry.table.join(peer)
     first, _ = stop(registry, b"first", rank=5, pid=os.getpid())  # a process that runs here
     second, _ = stop(registry, b"second", rank=5, host="host2", pid=200)
@@ -185,7 +187,7 @@ def test_a_rank_a_second_process_stops_as_stays_listed_beside_the_first_and_is_n
 def test_a_rank_whose_process_is_gone_here_is_replaced_by_its_restart_without_a_word():
     registry = Registry()
     agent(registry, b"old")
-    peer = Peer(identity=b"new", role="agent", name="job", host=HERE, pid=101, user="u", last_seen=0.0)
+    peer = Peer(identity=b"new", role=wire.Role.RANK, name="job", host=HERE, pid=101, user="u", last_seen=0.0)
     registry.table.join(peer)
     stop(registry, b"old", rank=5, pid=dead_pid())
     restarted, _ = stop(registry, b"new", rank=5, pid=101)
@@ -293,9 +295,11 @@ def test_a_holder_on_another_host_holds_on_whatever_its_pid_is_here():
 def test_a_hello_said_again_on_a_known_connection_is_the_same_peer():
     registry = Registry()
     agent(registry, b"agent", link=b"one")
-    assert registry.table.knows(b"agent", "agent", b"one")
-    assert not registry.table.knows(b"agent", "agent", b"two") and not registry.table.knows(b"agent", "shell", b"one")
-    assert not registry.table.knows(b"other", "agent", b"one")
+    assert registry.table.knows(b"agent", wire.Role.RANK, b"one")
+    assert not registry.table.knows(b"agent", wire.Role.RANK, b"two") and not registry.table.knows(
+        b"agent", "shell", b"one"
+    )
+    assert not registry.table.knows(b"other", wire.Role.RANK, b"one")
 
 
 def test_an_agent_that_reconnects_on_a_new_socket_keeps_one_session_per_rank():
@@ -382,7 +386,7 @@ def test_a_job_whose_processes_here_are_gone_gives_its_actor_name_up_to_the_live
     registry = Registry()
     for identity, job, pid in ((b"old", "old", int(dead.stdout)), (b"new", "new", os.getpid())):
         registry.table.join(
-            Peer(identity=identity, role="agent", name=job, host=HERE, pid=pid, user="u", last_seen=0.0)
+            Peer(identity=identity, role=wire.Role.RANK, name=job, host=HERE, pid=pid, user="u", last_seen=0.0)
         )
         stop(registry, identity, job=job, pid=pid)
     assert [(s.job, s.rank) for s in registry.select("", "train", "ranks(:)")[0]] == [("new", 0)]

@@ -742,7 +742,7 @@ def test_hostile_input_on_the_upstream_link_is_dropped_and_the_tree_serves_on(tr
         posing = ctx.socket(zmq.DEALER)
         posing.setsockopt(zmq.LINGER, 0)
         posing.connect(f"tcp://{tree.upstream}")
-        round_trip(posing, codec, wire.Hello(role=wire.Role.AGENT, job=JOB, host="elsewhere", pid=1), wire.Welcome)
+        round_trip(posing, codec, wire.Hello(role=wire.Role.RANK, job=JOB, host="elsewhere", pid=1), wire.Welcome)
         os.kill(below.pid, signal.SIGSTOP)  # so that a cast waits on it while the impostor answers
         try:
             sh.child.sendline("cast rank ranks(:) p rank")

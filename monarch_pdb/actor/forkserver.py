@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from monarch_pdb.actor import worker
 
-DEBUGGER_MODULES = ("monarch_pdb.rank.hooks", "monarch_pdb.wire.agents")
+DEBUGGER_MODULES = ("monarch_pdb.rank.hooks", "monarch_pdb.wire.rank_messages")
 """Each worker installs the debugger first thing, and tells its broker the ranks it runs: the
-modules for that (ZeroMQ, the agent, its messages) are imported once in the fork server, before
+modules for that (ZeroMQ, the rank process, its messages) are imported once in the fork server, before
 the forks, not in every worker after its own."""
 MAX_REQUEST = 1 << 20
 """The largest request (the program's environment) the fork server reads."""

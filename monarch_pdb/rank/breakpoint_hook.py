@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any
 
-    from monarch_pdb.rank.agent import Agent
     from monarch_pdb.rank.identity import Identity
+    from monarch_pdb.rank.rank_process import RankProcess
 
 INSTALLED = "_monarch_pdb_installed"
 """The mark on each hook of ours (an exception hook, an engine's function we wrapped)."""
@@ -92,29 +92,29 @@ def _known_from_first_stop() -> None:
         return
     from monarch_pdb.rank import main_thread_signal
 
-    agent = process_agent()
-    if not agent.presence.own():
+    rank_process = this_rank_process()
+    if not rank_process.presence.own():
         main_thread_signal.arm(stop_signalled)
-        agent.presence.host_self()
+        rank_process.presence.host_self()
 
 
 def stop_signalled(frame) -> None:
     """The interrupt signal's work, on the main thread: stop at `frame` if this process's
-    agent was asked to."""
-    from monarch_pdb.rank.agent import Agent
+    rank process was asked to."""
+    from monarch_pdb.rank.rank_process import RankProcess
 
-    agent = Agent.existing()
-    interrupts = agent.made("interrupts") if agent is not None else None
+    rank_process = RankProcess.existing()
+    interrupts = rank_process.made("interrupts") if rank_process is not None else None
     if interrupts is not None:
         interrupts.signalled(frame)
 
 
-def process_agent() -> Agent:
-    """This process's agent, started on first use; its interrupts and an editor's breakpoints
+def this_rank_process() -> RankProcess:
+    """This process's RankProcess, started on first use; its interrupts and an editor's breakpoints
     stop a thread in the debugger, which loads then."""
-    from monarch_pdb.rank.agent import Agent
+    from monarch_pdb.rank.rank_process import RankProcess
 
-    return Agent.get(_interrupt, _break_at)
+    return RankProcess.get(_interrupt, _break_at)
 
 
 def _interrupt(frame: Any, identity: Identity) -> None:

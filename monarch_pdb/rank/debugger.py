@@ -1,4 +1,4 @@
-"""pdb, with its stdin and stdout carried by the agent to the broker.
+"""pdb, with its stdin and stdout carried by the rank process to the broker.
 
 Everything pdb writes is buffered; when pdb asks for a line, the buffer, the prompt and where
 the session stands travel as one message, and one message brings the line back. Output written
@@ -21,9 +21,9 @@ from typing import IO, cast
 
 from monarch_pdb import wire
 from monarch_pdb.rank import collectives
-from monarch_pdb.rank.agent import OUTPUT_IDLE, Agent, Line
 from monarch_pdb.rank.identity import CallContext, Identity, current, current_call
 from monarch_pdb.rank.inspection import EditorBreakpoints, Inspector
+from monarch_pdb.rank.rank_process import OUTPUT_IDLE, Line, RankProcess
 from monarch_pdb.rank.sources import PACKAGE_DIR, package_code, source_file
 
 PDB_TAKES_EXCEPTIONS = sys.version_info >= (3, 13)
@@ -54,7 +54,7 @@ class SessionIO:
         self._last_chunk = ""
         self._told = False
         self.on_output: Callable[[], None] = lambda: None
-        """Called when text is written and the agent has not been told since it last found none."""
+        """Called when text is written and the rank process has not been told since it last found none."""
 
     def write(self, text: str) -> int:
         """Take text, as a text file does: anything else is the writer's error, raised in the
@@ -90,7 +90,7 @@ class SessionIO:
     def take_idle(self, now: float) -> tuple[str, bool]:
         """The whole lines written before the last OUTPUT_IDLE seconds, and whether output is
         still held: written too recently, or an unfinished line, which may be pdb's prompt and
-        then goes with the prompt. Once nothing is held, the next write tells the agent again."""
+        then goes with the prompt. Once nothing is held, the next write tells the rank process again."""
         with self._lock:
             if not self._chunks or now - self._last_write < OUTPUT_IDLE:
                 self._told = bool(self._chunks)
@@ -115,7 +115,7 @@ class SessionIO:
         return text[: len(text) - len(prompt)], prompt
 
     def _take(self) -> str:
-        """Empty the buffer; the next write tells the agent again."""
+        """Empty the buffer; the next write tells the rank process again."""
         text = "".join(self._chunks)
         self._chunks.clear()
         self._last_chunk = ""
@@ -346,7 +346,7 @@ class RemotePdb(ConfinedPdb):
     def break_here(self, frame) -> bool:
         """pdb's, without the breakpoints of an editor that is gone (one that set them and
         disconnected while the rank ran)."""
-        self.session.breakpoints.drop_gone(self, self.session.agent.gone_editors)
+        self.session.breakpoints.drop_gone(self, self.session.rank_process.gone_editors)
         return super().break_here(frame)
 
     def user_line(self, frame) -> None:
@@ -369,12 +369,12 @@ class RemotePdb(ConfinedPdb):
 class ThreadSession:
     """One paused thread's conversation with the broker, from first stop to end."""
 
-    agent: Agent
+    rank_process: RankProcess
     identity: Identity
     call: CallContext | None
     named: bool = False
     """Whether `identity` names this session for sure: an endpoint call's, or the rank an
-    interrupt stops as; any other is renamed when the process's name is taken (agent.py)."""
+    interrupt stops as; any other is renamed when the process's name is taken (rank_process.py)."""
     sid: int = 0
     cmd: int = 0
     reason: wire.Stop = wire.Stop.BREAKPOINT
@@ -387,12 +387,12 @@ class ThreadSession:
 
     def __post_init__(self) -> None:
         self.io = SessionIO(self.ask)
-        self.sid, self.inbox, self.identity = self.agent.open_session(
+        self.sid, self.inbox, self.identity = self.rank_process.open_session(
             self.io, self.identity, self.named or self.call is not None
         )
-        self.io.on_output = functools.partial(self.agent.printing, self.sid)
+        self.io.on_output = functools.partial(self.rank_process.printing, self.sid)
         self.debugger = RemotePdb(self)
-        self.breakpoints = EditorBreakpoints(lambda owner, text: self.agent.log(owner, self.identity, text))
+        self.breakpoints = EditorBreakpoints(lambda owner, text: self.rank_process.log(owner, self.identity, text))
         self.exception: BaseException | None = None
         """What a post-mortem stop caught, while it waits."""
         self.inspector = Inspector(self)
@@ -404,7 +404,7 @@ class ThreadSession:
             self.inspector = Inspector(self)
         frame = self.debugger.curframe
         ident = self.identity
-        self.agent.wait_for_input(
+        self.rank_process.wait_for_input(
             wire.Prompt(
                 sid=self.sid,
                 cmd=self.cmd,
@@ -417,7 +417,7 @@ class ThreadSession:
                 function=describe_function(frame) if frame else "",
                 filename=source_file(frame) if frame else "",
                 lineno=self.debugger.line_shown() if frame else 0,
-                output=self.agent.clip(output),
+                output=self.rank_process.clip(output),
                 prompt=prompt,
                 reason=self.reason,
                 exc=self.exc,
@@ -428,10 +428,10 @@ class ThreadSession:
         )
         line = self.inbox.get()
         while not isinstance(line, Line):
-            self.agent.link.post(self.answer(line))
+            self.rank_process.link.post(self.answer(line))
             line = self.inbox.get()
         self.cmd, self.released = line.cmd, line.release
-        self.breakpoints.drop_gone(self.debugger, self.agent.gone_editors)
+        self.breakpoints.drop_gone(self.debugger, self.rank_process.gone_editors)
         if PDB_COLOURS:
             self.debugger.colorize = line.colour  # type: ignore[attr-defined]
         if line.release:
@@ -460,25 +460,28 @@ class ThreadSession:
         self.debugger.clear_all_breaks()
         self.debugger.leave_pdb()
         output = self.io.take_all()
-        self.agent.close_session(
-            self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.agent.clip(output), reason=reason)
+        self.rank_process.close_session(
+            self.sid, wire.Ended(sid=self.sid, cmd=self.cmd, output=self.rank_process.clip(output), reason=reason)
         )
         if getattr(_loose, "session", None) is self:
             del _loose.session
 
 
-def session_for_this_thread(agent: Agent, identity: Identity | None = None) -> ThreadSession:
+def session_for_this_thread(rank_process: RankProcess, identity: Identity | None = None) -> ThreadSession:
     """The session of the running endpoint call, or of this thread outside any call (named
-    `identity` when given, else as `current` finds it); a thread's session of another agent
-    (its process's, before a fork) is not this agent's."""
+    `identity` when given, else as `current` finds it); a thread's session of another rank process
+    (its process's, before a fork) is not this rank process's."""
     call = current_call.get()
     existing = call.session if call is not None else getattr(_loose, "session", None)
-    if existing is not None and not existing.ended and (call is not None or existing.agent is agent):
+    if existing is not None and not existing.ended and (call is not None or existing.rank_process is rank_process):
         return existing
     collectives.raise_timeouts()
     named = identity is not None and call is None
     session = ThreadSession(
-        agent=agent, identity=identity if named and identity is not None else current(), call=call, named=named
+        rank_process=rank_process,
+        identity=identity if named and identity is not None else current(),
+        call=call,
+        named=named,
     )
     if call is not None:
         call.session = session
@@ -492,19 +495,19 @@ def _who() -> str:
     return f"{ident.actor} rank {ident.rank}"
 
 
-def process_agent() -> Agent:
-    """This process's agent, started on first use: an interrupt, or an editor's breakpoint,
+def this_rank_process() -> RankProcess:
+    """This process's RankProcess, started on first use: an interrupt, or an editor's breakpoint,
     stops one of its threads in a session opened here (`interrupt`, `break_at`)."""
-    return Agent.get(interrupt, break_at)
+    return RankProcess.get(interrupt, break_at)
 
 
-def _stopping(agent: Agent | None, header: str | None, commands: list[str] | None) -> ThreadSession | None:
-    """The session about to stop this thread, through this process's agent unless another is
+def _stopping(rank_process: RankProcess | None, header: str | None, commands: list[str] | None) -> ThreadSession | None:
+    """The session about to stop this thread, through this process's rank process unless another is
     given, with pdb's `header` written and its `commands` queued; None if no broker came."""
-    agent = agent or process_agent()
-    if not agent.wait_ready(_who()):
+    rank_process = rank_process or this_rank_process()
+    if not rank_process.wait_ready(_who()):
         return None
-    session = session_for_this_thread(agent)
+    session = session_for_this_thread(rank_process)
     if header:
         session.io.write(header + "\n")
     if commands:
@@ -512,9 +515,11 @@ def _stopping(agent: Agent | None, header: str | None, commands: list[str] | Non
     return session
 
 
-def set_trace(frame, header: str | None = None, agent: Agent | None = None, commands: list[str] | None = None) -> None:
+def set_trace(
+    frame, header: str | None = None, rank_process: RankProcess | None = None, commands: list[str] | None = None
+) -> None:
     """Stop `frame` at its next line in a broker session (the target of breakpoint())."""
-    session = _stopping(agent, header, commands)
+    session = _stopping(rank_process, header, commands)
     if session is not None:
         session.debugger.set_trace(frame)
 
@@ -533,10 +538,10 @@ def post_mortem(raised: BaseException | TracebackType) -> None:
     exc = raised if isinstance(raised, BaseException) else None
     if traceback_of(raised) is None:
         raise ValueError("A valid traceback must be passed if no exception is being handled")
-    agent = process_agent()
-    if not agent.wait_ready(_who()):
+    rank_process = this_rank_process()
+    if not rank_process.wait_ready(_who()):
         return
-    session = session_for_this_thread(agent)
+    session = session_for_this_thread(rank_process)
     session.reason, session.exception = wire.Stop.POST_MORTEM, exc
     session.exc = describe(exc) if exc is not None else "a traceback, its exception not given"
     debugger = session.debugger
@@ -556,8 +561,8 @@ def interrupt(frame, identity: Identity) -> None:
     """Stop this thread at `frame`, where a signal found it, at once: inside the call it was
     blocked in rather than at its next line, which may never come. Afterwards `n`, `s` and
     breakpoints work as after breakpoint()."""
-    agent = process_agent()
-    session = session_for_this_thread(agent, identity)
+    rank_process = this_rank_process()
+    session = session_for_this_thread(rank_process, identity)
     session.reason = wire.Stop.INTERRUPTED
     _stop_at(session.debugger, frame)
 

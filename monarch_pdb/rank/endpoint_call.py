@@ -4,7 +4,7 @@ A session opened by a breakpoint inside the scope lives until the scope exits, a
 exception leaving the scope after such a breakpoint stops the rank where it was raised.
 
 A runtime enters one scope per call of every rank, so a scope costs a few attribute looks when
-no agent runs and a dictionary look-up for the rank's identity when one does; the debugger's
+no rank process runs and a dictionary look-up for the rank's identity when one does; the debugger's
 modules (pdb, the wire, ZeroMQ) load only once a process installs or stops.
 """
 
@@ -17,15 +17,15 @@ from monarch_pdb import settings
 from monarch_pdb.rank.identity import CallContext, current, current_call
 
 if TYPE_CHECKING:
-    from monarch_pdb.rank.agent import Agent
+    from monarch_pdb.rank.rank_process import RankProcess
 
 
-def process_agent_if_started() -> Agent | None:
-    """The process's agent if `install` or a stop started one; its module is loaded only then,
+def rank_process_if_started() -> RankProcess | None:
+    """The process's RankProcess if `install` or a stop started one; its module is loaded only then,
     so a process whose module is not loaded has none, nor one whose first stop, in another
     thread, is loading it now."""
-    agent_class = getattr(sys.modules.get("monarch_pdb.rank.agent"), "Agent", None)
-    return agent_class.existing() if agent_class is not None else None
+    process_class = getattr(sys.modules.get("monarch_pdb.rank.rank_process"), "RankProcess", None)
+    return process_class.existing() if process_class is not None else None
 
 
 def is_quit(exc: BaseException) -> bool:
@@ -40,8 +40,8 @@ def wants_post_mortem(exc: BaseException, stopped_before: bool) -> bool:
     while an editor asks for every uncaught exception."""
     if not isinstance(exc, Exception) or is_quit(exc):
         return False
-    agent = process_agent_if_started()
-    if agent is not None and agent.breakpoints.uncaught:
+    rank_process = rank_process_if_started()
+    if rank_process is not None and rank_process.breakpoints.uncaught:
         return True
     policy = settings.load().post_mortem
     if policy == "always":
@@ -82,15 +82,15 @@ class endpoint_call(CallContext):
     The call and its scope are one object, and a class named as the function it stands for,
     not a generator: a runtime enters one per call of every rank."""
 
-    __slots__ = ("_token", "_running", "_agent")
+    __slots__ = ("_token", "_running", "_rank_process")
 
     def __enter__(self) -> CallContext:
         self._token = current_call.set(self)
-        self._agent = agent = process_agent_if_started()
-        if agent is not None:
+        self._rank_process = rank_process = rank_process_if_started()
+        if rank_process is not None:
             ident = current()
-            agent.presence.host(ident.job, self.actor, self.rank, self.coords)
-            self._running = agent.threads.started(ident)
+            rank_process.presence.host(ident.job, self.actor, self.rank, self.coords)
+            self._running = rank_process.threads.started(ident)
         return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
@@ -98,9 +98,9 @@ class endpoint_call(CallContext):
             if exc is not None:
                 stop_after_raise(self, exc)
         finally:
-            agent = self._agent
-            if agent is not None:
-                agent.threads.ended(self._running)
+            rank_process = self._rank_process
+            if rank_process is not None:
+                rank_process.threads.ended(self._running)
             if self.session is not None:
                 end_call(self, exc)
             current_call.reset(self._token)

@@ -23,19 +23,19 @@ from typing import Any
 
 from monarch_pdb import settings
 from monarch_pdb.rank import identity, main_thread_signal
-from monarch_pdb.rank.agent import Agent
 from monarch_pdb.rank.breakpoint_hook import (
     INSTALLED,
     pm,
     post_mortem,
-    process_agent,
     set_trace,
     set_trace_async,
     stop_signalled,
+    this_rank_process,
 )
 from monarch_pdb.rank.endpoint_call import end_call, endpoint_call, stop_after_raise, wants_post_mortem
 from monarch_pdb.rank.file_loads import OneImport, spec_behind
 from monarch_pdb.rank.identity import CallContext, current_call
+from monarch_pdb.rank.rank_process import RankProcess
 
 
 def _take_pdb(hook: Callable[..., None]) -> None:
@@ -97,10 +97,10 @@ def install(*, announce: bool = True) -> None:
     and `interrupt` reach it. It is a rank of its own (see `set_identity`) unless `announce` is
     False: a mesh runtime then names the ranks it runs as their endpoint calls start."""
     _take_pdb(set_trace)
-    agent = process_agent()
+    rank_process = this_rank_process()
     main_thread_signal.arm(stop_signalled)
     if announce:
-        agent.presence.host_self()
+        rank_process.presence.host_self()
     if not getattr(sys.excepthook, INSTALLED, False):
         sys.excepthook = _post_mortem_first(sys.excepthook, lambda args: args[1])
     if not getattr(threading.excepthook, INSTALLED, False):
@@ -141,8 +141,8 @@ def _reach_into(package: str, otherwise: str, take: Callable[[], None]) -> None:
 
 def stopped_in_this_process() -> bool:
     """Whether a breakpoint of this process has opened a session."""
-    agent = Agent.existing()
-    return agent is not None and agent.stopped.is_set()
+    rank_process = RankProcess.existing()
+    return rank_process is not None and rank_process.stopped.is_set()
 
 
 def post_mortem_if_wanted(exc: BaseException | None) -> None:
@@ -209,7 +209,7 @@ def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with process_agent().threads.call(identity.current()):
+        with this_rank_process().threads.call(identity.current()):
             result = function(*args, **kwargs)
         return _awaited_as_call(result) if inspect.iscoroutine(result) else result
 
@@ -217,7 +217,7 @@ def _ray_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 async def _awaited_as_call(coroutine: Any) -> Any:
-    with process_agent().threads.call(identity.current(), coroutine):
+    with this_rank_process().threads.call(identity.current(), coroutine):
         return await coroutine
 
 

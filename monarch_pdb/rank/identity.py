@@ -171,7 +171,7 @@ def from_ray() -> Detected | None:
     """A Ray actor (its class) or task (its function), or an idle worker, in a Ray worker
     process; the rank is the pid unless the program names one with set_identity.
 
-    Asked from a thread that runs no task (the agent's, announcing the process), Ray names no
+    Asked from a thread that runs no task (the rank process's, announcing the process), Ray names no
     function, so an actor's class comes from its handle.
     """
     ray = sys.modules.get("ray")

@@ -1,7 +1,7 @@
 """Stopping a running rank where it is, without a breakpoint() in its code.
 
 Python delivers signals to the main thread only. When that thread runs the rank's code, the
-agent's thread sends it a dedicated signal: the signal cuts short a sleep, a lock wait or a
+rank process's thread sends it a dedicated signal: the signal cuts short a sleep, a lock wait or a
 socket read (Python runs the handler, then resumes the call), and the handler opens a session
 on the frame it interrupted, at once.
 
@@ -53,8 +53,8 @@ def signal_reaches(running: Running) -> bool:
     )
 
 
-def inside_agent(frame) -> bool:
-    """The interrupted code is this package's (the debugger, which may hold the agent's locks
+def inside_rank_process(frame) -> bool:
+    """The interrupted code is this package's (the debugger, which may hold the rank process's locks
     or be paused already, or the wrapper of an engine's call): the session must wait until
     the program's code runs."""
     if package_code(frame.f_code.co_filename):
@@ -68,7 +68,7 @@ def inside_agent(frame) -> bool:
 
 class Interrupts:
     """Ranks of this process asked to stop where they run: on the main thread by the signal,
-    which cuts short a sleep or a wait, on any other at its next line (the agent keeps one).
+    which cuts short a sleep or a wait, on any other at its next line (the rank process keeps one).
 
     Locking: `_lock` guards `_signals` and `_signalled`; the signal handler only tries it, and
     line stops keep their own."""
@@ -107,8 +107,8 @@ class Interrupts:
         """The signal's work, in the main thread at `frame`: stop as the rank wanted (one
         session per thread at a time, so the rest are dropped). Never waits for the lock: the
         handler may run while the thread holds it. A signal that finds this package's code
-        running is left for the next one (see `inside_agent`)."""
-        if inside_agent(frame) or not self._lock.acquire(blocking=False):
+        running is left for the next one (see `inside_rank_process`)."""
+        if inside_rank_process(frame) or not self._lock.acquire(blocking=False):
             return
         try:
             wanted, self._signals = self._signals, []

@@ -7,7 +7,7 @@ the rank changes: the expression is compiled as an expression only, and runs in 
 frame's names, so even `(x := 1)` binds nothing in the rank; no trace function is set.
 
 An expression cannot be stopped from outside, so each request is evaluated on a short-lived
-thread of the agent's own, and the link's thread goes on beating and serving meanwhile. At the
+thread of the rank process's own, and the link's thread goes on beating and serving meanwhile. At the
 time limit the link answers for the ranks not done ("still evaluating"); the thread runs on
 until the expression returns, and its late answer is dropped. An expression that calls code
 waiting for a lock the rank's thread holds waits as long as the rank holds it: its thread,
@@ -174,7 +174,7 @@ class Evaluation:
 
 class Evaluations:
     """The requests this process evaluates, each on a short-lived thread, answered by the
-    link's thread when done or at its deadline (the agent keeps one).
+    link's thread when done or at its deadline (the rank process keeps one).
 
     Locking: `_lock` guards `_open` and each evaluation's `answers` and `finished`; the work of
     a rank runs with it released."""

@@ -38,7 +38,7 @@ Rank = tuple[str, str, int]
 
 class Presence:
     """What the broker has been told of this process's ranks, and what it must be told next
-    (the agent keeps one; its link's thread announces).
+    (the rank process keeps one; its link's thread announces).
 
     Locking: every attribute but `_threads` and `_wake` is written under `_lock`, and read under
     it but for `host`'s first look, and nothing is called while it is held."""

@@ -56,7 +56,7 @@ def task_coroutine() -> Any:
 
 
 class RankThreads:
-    """The calls and paused sessions of one process, by rank (the agent keeps one).
+    """The calls and paused sessions of one process, by rank (the rank process keeps one).
 
     Locking: `_paused` is read and written under `_lock`. `_calls` changes by one list operation
     at a time (an append, a remove), which CPython makes atomic with or without the GIL, and is

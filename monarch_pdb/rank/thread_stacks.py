@@ -1,4 +1,4 @@
-"""Every thread's Python stack, read from the agent's own thread without stopping anyone.
+"""Every thread's Python stack, read from the rank process's own thread without stopping anyone.
 
 `sys._current_frames()` is a snapshot the interpreter takes under the GIL, so it works while
 the program's threads block in a lock, a socket read, a sleep or a C call that releases the
@@ -95,7 +95,7 @@ def awaiting(frames: list[wire.Frame], coro: Any) -> list[wire.Frame]:
 def take(ranks: Iterable[int], running: Mapping[int, Running], every_thread: bool) -> list[wire.StackGroup]:
     """The ranks' stacks, ranks whose stacks have the same frames sharing one group (the
     threads of two ranks differ in name only). `running` maps each rank to its own thread,
-    shown first; the calling thread, the agent's, is never reported."""
+    shown first; the calling thread, the rank process's, is never reported."""
     current = sys._current_frames()
     names = {t.ident: t.name for t in threading.enumerate()}
     me = threading.get_ident()

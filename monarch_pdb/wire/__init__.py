@@ -8,7 +8,7 @@ say who says what:
 - `words`: the enums whose words travel; `records`: a rank (`RankRef`) and the rows, answers
   and stacks more than one conversation carries;
 - `handshake`: what every peer says (hello, welcome, heartbeats, goodbye, errors);
-- `agents`: a rank's agent and its broker; `clients`: a shell or an editor and its broker;
+- `rank_messages`: a rank process and its broker; `clients`: a shell or an editor and its broker;
   `brokers`: a broker and the broker above it.
 
 Nothing else in the project builds or reads the maps that travel. A message that is too large,
@@ -25,27 +25,6 @@ TYPE_CHECKING = False
 """Each module loads when one of its names is first asked for (`__getattr__`): a rank that never
 stops declares only what it says to its broker, not the sixty-odd types of shells and brokers."""
 if TYPE_CHECKING:
-    from monarch_pdb.wire.agents import (
-        THREAD,
-        BreakRanks,
-        BreakReport,
-        Dismiss,
-        EditorGone,
-        Ended,
-        Input,
-        InterruptRanks,
-        Logged,
-        Output,
-        PeekRanks,
-        PeekReport,
-        Present,
-        PresentRank,
-        Prompt,
-        StackReport,
-        TakeStacks,
-        is_thread,
-        thread_instance,
-    )
     from monarch_pdb.wire.brokers import (
         BranchEnded,
         BranchLost,
@@ -135,6 +114,27 @@ if TYPE_CHECKING:
         Unknown,
         Welcome,
     )
+    from monarch_pdb.wire.rank_messages import (
+        THREAD,
+        BreakRanks,
+        BreakReport,
+        Dismiss,
+        EditorGone,
+        Ended,
+        Input,
+        InterruptRanks,
+        Logged,
+        Output,
+        PeekRanks,
+        PeekReport,
+        Present,
+        PresentRank,
+        Prompt,
+        StackReport,
+        TakeStacks,
+        is_thread,
+        thread_instance,
+    )
     from monarch_pdb.wire.records import (
         CastGroup,
         Frame,
@@ -168,7 +168,7 @@ if TYPE_CHECKING:
         Word,
     )
 
-MODULES = ("codec", "schema", "words", "records", "handshake", "agents", "brokers", "clients")
+MODULES = ("codec", "schema", "words", "records", "handshake", "rank_messages", "brokers", "clients")
 """Where a name is looked for, the modules every peer needs first."""
 _NOWHERE = object()
 

@@ -1,7 +1,7 @@
 """What a broker and the broker above it (`--upstream`) say to each other.
 
 A broker below speaks to its parent as a shell would be answered: it says hello as `broker`,
-and the parent sends it what a shell sends (Attach, Send, Detach, Continue) and what an agent
+and the parent sends it what a shell sends (Attach, Send, Detach, Continue) and what a rank process
 is sent (TakeStacks, PeekRanks, InterruptRanks), plus `CastDown`; it answers as to a shell
 (Attached, SessionOutput, CastResult, StacksResult, PeekResult) and tells what lies below it in
 the messages here.

@@ -181,7 +181,7 @@ class Complete(Message):
     """Shell to broker, and on to the held session's process (or the broker below that has it):
     the words pdb offers for `line[begidx:endidx]` at its prompt, as Tab at stock pdb's prompt
     does. The paused thread answers with `Completions`; it is no input: the session stays where
-    it is. `session` is the receiver's number for the session (the broker's, the agent's)."""
+    it is. `session` is the receiver's number for the session (the broker's, the rank process's)."""
 
     ref: int
     session: int
@@ -533,7 +533,7 @@ class Inspect(Message):
     mine: bool = False
     name: str = ""
     owner: bytes = b""
-    """(Broker to agent.) The asker's connection, which `Logged` names for the log points it sets."""
+    """(Broker to rank process.) The asker's connection, which `Logged` names for the log points it sets."""
 
 
 @message("inspection")

@@ -23,7 +23,7 @@ class Hello(Message):
     host: str
     pid: int
     job: str = ""
-    """An agent's job."""
+    """A rank process's job."""
     client: Client | None = None
     """A shell-role peer's kind: a shell or an editor."""
     user: str = ""

@@ -107,7 +107,7 @@ class StackGroup(Record):
     """As runs, as a cast's answers: the stack of 1,048,576 ranks is a few numbers."""
     locals: list[LocalValue] = field(default_factory=list)
     outside: bool = False
-    """Read from outside the processes by their host's broker, their agents not answering (C
+    """Read from outside the processes by their host's broker, their rank processes not answering (C
     code holding the GIL): frames only, no code run in them."""
 
 

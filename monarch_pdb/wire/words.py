@@ -17,9 +17,10 @@ class Role(Word):
     """Who a peer of a broker is: what it says in its hello, or, for the parent, how the broker
     knows it."""
 
-    AGENT = "agent"
+    RANK = "rank"
+    """A process that runs ranks: this package's side in it (`monarch_pdb.rank`)."""
     SHELL = "shell"
-    """A shell or an editor (its hello's `client` says which)."""
+    """A shell, an editor or a coding agent's server (its hello's `client` says which)."""
     BROKER = "broker"
     """A broker below this one (`--upstream`): it speaks for every rank below it."""
     PARENT = "parent"

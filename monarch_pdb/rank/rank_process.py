@@ -1,9 +1,9 @@
-"""The agent: what a rank process keeps to talk to the broker, one per process.
+"""What a rank process keeps to talk to the broker, one per process.
 
-Paused threads never touch a socket. They hand their prompt to the agent and block on a
+Paused threads never touch a socket. They hand their prompt to the rank process and block on a
 queue of their own until the broker sends their next line; the link's thread does the rest,
 including sending output that a running command printed once it has sat idle a moment. The
-agent keeps the sessions; what the broker knows of the ranks that run is its `Presence`, and
+rank process keeps the sessions; what the broker knows of the ranks that run is its `Presence`, and
 stopping a running rank its `Interrupts`, reading one without stopping it its `Evaluations`.
 """
 
@@ -66,35 +66,35 @@ class OutputSource(Protocol):
         """Output that has sat idle, and whether the session still holds some to come back for."""
 
 
-class Agent:
+class RankProcess:
     """This process's sessions, and its link to the broker.
 
     Locking: `_lock` guards the session tables (`_inboxes` to `_by_thread`); while it is held,
     a session's output, the presence and the rank threads may take their locks, never the
     other way round."""
 
-    _instance: Agent | None = None
+    _instance: RankProcess | None = None
     _instance_lock = threading.Lock()
 
     @classmethod
-    def get(cls, stop: Stop, break_at: Callable[[Any], None]) -> Agent:
-        """The process's agent, started on first use (the one global this package keeps);
+    def get(cls, stop: Stop, break_at: Callable[[Any], None]) -> RankProcess:
+        """The process's RankProcess, started on first use (the one global this package keeps);
         `stop` is how its interrupts stop a thread (the debugger's `interrupt`), `break_at` how
         an editor's breakpoints do (its `break_at`)."""
         with cls._instance_lock:
             if cls._instance is None:
-                cls._instance = Agent(load_settings(), stop, break_at=break_at)
+                cls._instance = RankProcess(load_settings(), stop, break_at=break_at)
             return cls._instance
 
     @classmethod
-    def existing(cls) -> Agent | None:
-        """The process's agent if `install` or a breakpoint started it, without starting one
+    def existing(cls) -> RankProcess | None:
+        """The process's RankProcess if `install` or a breakpoint started it, without starting one
         (an endpoint call asks each time: a look-up, no system call)."""
         return cls._instance
 
     @classmethod
     def forked(cls) -> None:
-        """In a forked child: the parent's agent, whose link's thread did not come along, is
+        """In a forked child: the parent's rank process, whose link's thread did not come along, is
         not this process's."""
         cls._instance = None
         cls._instance_lock = threading.Lock()
@@ -106,7 +106,7 @@ class Agent:
         context: zmq.Context | None = None,
         break_at: Callable[[Any], None] | None = None,
     ) -> None:
-        """A process has one agent (`get`); a load generator that stands in for many rank
+        """A process has one rank process (`get`); a load generator that stands in for many rank
         processes makes one per emulated rank, sharing one ZeroMQ context, and none of them
         stops at an editor's breakpoints (no `break_at`)."""
         self.settings = settings
@@ -134,7 +134,7 @@ class Agent:
         self.gone_editors: set[bytes] = set()
         """Editors that disconnected, or were lost, after setting breakpoints: a session
         forgets theirs (`EditorBreakpoints.drop_gone`) before it stops at one or runs on."""
-        self.link = Link(settings, wire.Role.AGENT, self, self._locate, context=context, job=job_name())
+        self.link = Link(settings, wire.Role.RANK, self, self._locate, context=context, job=job_name())
 
     # --- parts made when first used: a rank that is never stopped, read or given
     # breakpoints does not load them ------------------------------------------------------
@@ -309,7 +309,7 @@ class Agent:
         return []
 
     def received(self, msg: wire.Message) -> None:
-        """By the message's type: those of agents first, then the questions an editor asks a
+        """By the message's type: those of rank processes first, then the questions an editor asks a
         paused session (their module loads with the first one)."""
         if isinstance(msg, wire.Dismiss):
             print(f"monarch-pdb: the debug broker {msg.text}", file=sys.stderr, flush=True)
@@ -379,7 +379,7 @@ class Agent:
         """Prompts first (each took its output before anything queued after it), then idle output.
 
         A session is forgotten here only under both locks, and its output emptied under the
-        second, so a write racing with that tells the agent again."""
+        second, so a write racing with that tells the rank process again."""
         with self._lock:
             prompts = [self._waiting[s] for s in self._unsent if s in self._waiting]
             self._unsent.clear()
@@ -477,4 +477,4 @@ class Agent:
         )
 
 
-os.register_at_fork(after_in_child=Agent.forked)
+os.register_at_fork(after_in_child=RankProcess.forked)

@@ -1,4 +1,4 @@
-"""What a rank process's agent tells the broker of its sessions and ranks: a session that stops
+"""What a rank process tells the broker of its sessions and ranks: a session that stops
 (its prompt), what it prints while it runs, its end, and which ranks the process runs."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 TOO_MANY = "too many sessions on one connection"
 
 
-class Agents:
+class FromRanks:
     def __init__(
         self, requests: Requests, sessions: Sessions, refused: Callable[[str], None], started: Callable[[bytes], None]
     ) -> None:
@@ -33,7 +33,7 @@ class Agents:
 
     def routes(self) -> Routes:
         return Routes(
-            agent={
+            rank={
                 wire.Prompt: self.on_prompt,
                 wire.Output: self.on_output,
                 wire.Ended: self.on_ended,
@@ -41,11 +41,11 @@ class Agents:
             }
         )
 
-    def on_prompt(self, agent: bytes, msg: wire.Prompt) -> None:
+    def on_prompt(self, process: bytes, msg: wire.Prompt) -> None:
         try:
-            sess, news = self.registry.table.prompt(agent, msg)
+            sess, news = self.registry.table.prompt(process, msg)
         except CannotServe as refusal:
-            self.send(agent, wire.Dismiss(sid=msg.sid, text=str(refusal)))
+            self.send(process, wire.Dismiss(sid=msg.sid, text=str(refusal)))
             self.refused(TOO_MANY)
             return
         if sess is None:
@@ -62,19 +62,19 @@ class Agents:
         if (line := self.casts.next_line(sess)) is not None:
             sessions.forward(sess, line)
 
-    def on_output(self, agent: bytes, msg: wire.Output) -> None:
-        sess = self.registry.table.session_of(agent, msg.sid)
+    def on_output(self, process: bytes, msg: wire.Output) -> None:
+        sess = self.registry.table.session_of(process, msg.sid)
         if sess is None:
             return
         self.sessions.record_output(sess, msg.text)
         self.sessions.to_holder(sess, wire.SessionOutput(session=sess.id, text=msg.text, paused=False))
 
-    def on_ended(self, agent: bytes, msg: wire.Ended) -> None:
-        sess = self.registry.table.session_of(agent, msg.sid)
+    def on_ended(self, process: bytes, msg: wire.Ended) -> None:
+        sess = self.registry.table.session_of(process, msg.sid)
         if sess is not None:
             self.sessions.end(sess, msg.output, msg.reason)
 
-    def on_present(self, agent: bytes, msg: wire.Present) -> None:
-        self.registry.table.set_present(agent, msg.ranks, msg.added)
-        self.started(agent)
+    def on_present(self, process: bytes, msg: wire.Present) -> None:
+        self.registry.table.set_present(process, msg.ranks, msg.added)
+        self.started(process)
         self.sessions.below_changed()

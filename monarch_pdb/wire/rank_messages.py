@@ -1,5 +1,5 @@
-"""What a rank's agent and its broker say to each other: stops, input and output, the ranks a
-process runs, and the requests (stacks, peeks, interrupts, breakpoints) its agent thread answers
+"""What a rank's rank process and its broker say to each other: stops, input and output, the ranks a
+process runs, and the requests (stacks, peeks, interrupts, breakpoints) its rank process thread answers
 without stopping them. A broker below is sent some of them too, and answers as a broker."""
 
 from __future__ import annotations
@@ -113,9 +113,9 @@ class Present(Message):
 
 @message("take_stacks")
 class TakeStacks(Message):
-    """Broker to agent, or to a broker below: report the stacks of these ranks of one actor,
+    """Broker to rank process, or to a broker below: report the stacks of these ranks of one actor,
     without stopping them, or, to a broker below with a `selector`, of the live ranks it picks
-    there (as `CastDown`). An agent answers `StackReport`; a broker, `StacksResult` by `timeout`."""
+    there (as `CastDown`). A rank process answers `StackReport`; a broker, `StacksResult` by `timeout`."""
 
     ref: int
     actor: str
@@ -124,10 +124,10 @@ class TakeStacks(Message):
     job: str = ""
     timeout: float = 0.0
     locals: bool = False
-    """Each group's locals too: read on a thread of the agent's own, as a `peek` is."""
+    """Each group's locals too: read on a thread of the rank process's own, as a `peek` is."""
     selector: str = ""
     native: bool = False
-    """C/C++ frames too: a broker reads its host's processes from outside for them (an agent,
+    """C/C++ frames too: a broker reads its host's processes from outside for them (a rank process,
     which cannot see them, answers its Python frames)."""
 
 
@@ -142,7 +142,7 @@ class StackReport(Message):
 
 @message("interrupt_ranks")
 class InterruptRanks(Message):
-    """Broker to agent (or to a broker below, which passes it on): stop these ranks of one
+    """Broker to rank process (or to a broker below, which passes it on): stop these ranks of one
     actor in the thread that runs them."""
 
     actor: str
@@ -152,7 +152,7 @@ class InterruptRanks(Message):
 
 @message("peek_ranks")
 class PeekRanks(Message):
-    """Broker to agent, or to a broker below: a `Peek` for these ranks of one actor. An agent
+    """Broker to rank process, or to a broker below: a `Peek` for these ranks of one actor. A rank process
     answers `PeekReport`, within `limit`; a broker, `PeekResult` by `timeout`."""
 
     ref: int
@@ -178,7 +178,7 @@ class PeekReport(Message):
 
 @message("break_ranks")
 class BreakRanks(Message):
-    """Broker to agent: `Breakpoints` for the whole process (a breakpoint is in its code, which
+    """Broker to rank process: `Breakpoints` for the whole process (a breakpoint is in its code, which
     all its ranks share); `owner` is the editor's connection, named in each `Logged`. Answered
     with `BreakReport`."""
 
@@ -213,7 +213,7 @@ class Logged(Message):
 
 @message("editor_gone")
 class EditorGone(Message):
-    """Broker to agent, and to a broker below: the editor `owner` (named as in `BreakRanks`)
+    """Broker to rank process, and to a broker below: the editor `owner` (named as in `BreakRanks`)
     disconnected or was lost; its breakpoints, in running and paused ranks, and its `uncaught`
     filter go with it."""
 
