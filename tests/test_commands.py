@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from monarch_pdb import wire
 from monarch_pdb.client import commands
 from monarch_pdb.client.commands import CommandError, StacksArgs
+from monarch_pdb.client.commands.arguments import seconds
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIME_LIMITS = ("-5", "0", "nan", "inf", "soon")
@@ -105,6 +106,20 @@ def test_time_limits_are_positive_finite_seconds(line, value):
     option = "--every" if "--every" in line else "--timeout"
     with pytest.raises(CommandError, match=f"^{option} needs a positive number of seconds, not '{value}'$"):
         commands.parse(line.format(value))
+
+
+@pytest.mark.parametrize("value", TIME_LIMITS)
+def test_the_shells_time_settings_are_positive_finite_seconds(value):
+    with pytest.raises(ValueError, match=f"^needs a positive number of seconds, not '{value}'$"):
+        seconds(value)
+
+
+def test_a_line_from_the_editors_console_may_leave_out_its_actor():
+    assert commands.COMMANDS["cast"].parse("ranks(0:2) p x", actor="job:has space") == commands.CastArgs(
+        "job:has space", "ranks(0:2)", "p x"
+    )
+    assert commands.COMMANDS["stacks"].parse("", actor="train") == commands.StacksArgs()
+    assert commands.COMMANDS["peek"].parse("other ranks(1) x", actor="train").actor == "other"
 
 
 @settings(max_examples=300, deadline=None)

@@ -332,9 +332,10 @@ def test_a_shell_the_broker_refuses_says_so_in_json_too(env, tmp_path):
         stop_broker(broker)
 
 
-@pytest.mark.timeout(120)  # eleven shells, one after another
-def test_time_limits_must_be_positive_finite_seconds(env, broker):
-    for value in ("-5", "0", "nan", "inf", "soon"):
+@pytest.mark.timeout(60)
+def test_a_time_limit_that_is_no_positive_finite_number_fails_the_script_in_one_line(env, broker):
+    """Every value is checked in-process (test_commands.py); here, what a script prints for one."""
+    for value in ("nan",):
         done = shell(env, "-c", f"set cast_timeout {value}")
         assert done.returncode == 1, value
         assert (

@@ -86,9 +86,12 @@ class Spec:
                 options.append(f"{names[0]} {word_of(value)}")
         return " ".join([self.name, *options, *positionals])
 
-    def parse(self, typed: str) -> Any:
+    def parse(self, typed: str, actor: str = "") -> Any:
         """The record of what followed the command word on a line; UsageError or CommandError
-        with the one line that says what is wrong."""
+        with the one line that says what is wrong. `actor`: the one a line that starts with its
+        selector means (the editor's console: the actor of the rank it is at)."""
+        if actor and typed.lstrip().startswith("ranks("):
+            typed = f"{shlex.quote(actor)} {typed.lstrip()}"
         words = split_words(typed)
         return self.read(self.parser().parse_args(words), typed, len(words))
 

@@ -10,7 +10,6 @@ the editor debugs.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, replace
 
 from monarch_pdb.client.commands import COMMANDS as LAYER
@@ -38,19 +37,11 @@ def command_of(line: str) -> tuple[str, str] | None:
     return (word, rest) if word in COMMANDS else None
 
 
-def with_actor(rest: str, here: ConsoleAt) -> str:
-    """The line with the console's actor before a selector that comes first."""
-    if not rest.lstrip().startswith("ranks(") or not here.actor:
-        return rest
-    name = f"{here.job}:{here.actor}" if here.job else here.actor
-    return f"{shlex.quote(name)} {rest.lstrip()}"
-
-
 def answer(conn: BrokerConnection, word: str, rest: str, here: ConsoleAt) -> str:
     """Command `word`'s answer as the shell shows it; Refused with the shell's one line, its
     usage as the console's `!` command's."""
     try:
-        args = LAYER[word].parse(with_actor(rest, here))
+        args = LAYER[word].parse(rest, f"{here.job}:{here.actor}" if here.job and here.actor else here.actor)
         if isinstance(args, StacksArgs) and args.actor is None:
             args = replace(args, job=here.job)
         return run(conn, args).shown
