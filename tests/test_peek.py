@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import textwrap
 import threading
@@ -71,11 +72,11 @@ GIL = textwrap.dedent("""
     while not os.path.exists(sys.argv[1]):
         time.sleep(0.05)
     print("HOLDING", flush=True)
-
-
+    import signal
+    signal.signal(signal.SIGUSR1, lambda *_: None)  # a SIGUSR1 ends the hold
     def hold(seconds):
         holding = "the GIL"
-        ctypes.PyDLL(None).sleep(seconds)  # a C call that keeps the GIL
+        while not ctypes.PyDLL(None).sleep(seconds): pass  # C calls that keep the GIL, until a signal
 
 
     hold(int(sys.argv[2]))
@@ -234,7 +235,7 @@ def test_a_rank_holding_the_gil_is_named_by_peek_and_shown_by_stacks_read_from_o
     script = tmp_path / "gil.py"
     script.write_text(GIL)
     go = tmp_path / "go"
-    program = Program(env, script, str(go), "20", cwd=tmp_path)
+    program = Program(env, script, str(go), "20", cwd=tmp_path)  # held until SIGUSR1, however slow the reads
     try:
         wait_for_all_rows(env, lambda rows: [(r.actor, r.state) for r in rows] == [("train", "running")])
         assert debug(env, "peek train ranks(0) 1 + 1").stdout == "train ranks[0] (1)\n2\n"
@@ -263,6 +264,7 @@ def test_a_rank_holding_the_gil_is_named_by_peek_and_shown_by_stacks_read_from_o
             "  seconds = 20\n"
             "train ranks[0] (1): read from outside their processes (frames only): native frames asked for\n"
         ), deeper.stdout
+        program.proc.send_signal(signal.SIGUSR1)
         code, output = program.finish(timeout=30)
         assert code == 0 and "DONE" in output, output
     finally:
