@@ -1,0 +1,114 @@
+"""`monarch-pdb snapshot [actor] -o FILE`: the whole job as one HTML file to attach to a bug
+report, that opens in any browser with no server and no network, after the job is gone.
+
+Each part is a command of the command layer, run as the shell runs it: the jobs, every rank
+(`list --all`), and for each actor that runs, its mesh, the hang story (where the ranks are, the
+collective they disagree on, who is behind) and its merged stacks with the program frame's
+locals. Nothing in the ranks is stopped or changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from monarch_pdb import settings as settings_module
+from monarch_pdb import wire
+from monarch_pdb.client import commands
+from monarch_pdb.client.commands.arguments import seconds
+from monarch_pdb.client.commands.cast import CAST_TIMEOUT
+from monarch_pdb.client.connection import BrokerConnection, NoBroker
+from monarch_pdb.client.web.page import page
+
+GONE = (wire.RankState.LOST, wire.RankState.FINISHED)
+
+
+def actor_names(rows: list[dict], actor: str | None) -> list[str]:
+    """The actors with a rank neither lost nor finished (only `actor`, when one is named), as
+    a command names them: `job:actor` where several jobs run."""
+    live = sorted({(r["job"], r["actor"]) for r in rows if r["state"] not in GONE})
+    several = len({job for job, _ in live}) > 1
+    names = [f"{job}:{name}" if several else name for job, name in live]
+    if actor is None:
+        return names
+    wanted = [n for n, (job, name) in zip(names, live) if actor in (n, name, f"{job}:{name}")]
+    if not wanted:
+        raise commands.CommandError(f"no running rank of actor {actor} is known to the broker")
+    return wanted
+
+
+def gather(conn: BrokerConnection, actor: str | None, cast_timeout: float) -> dict[str, Any]:
+    """What the page shows, each part as the command that makes it answers."""
+    rows = commands.run(conn, commands.ListArgs(all=True, rows=True)).doc
+    parts = []
+    for name in actor_names(rows, actor):
+        stacks = commands.run(conn, commands.StacksArgs(name, locals=True, cast_timeout=cast_timeout))
+        hang = commands.run(conn, commands.HangArgs(name, cast_timeout=cast_timeout))
+        parts.append(
+            {
+                "name": name,
+                "mesh": commands.run(conn, commands.MeshArgs(name)).doc,
+                "stacks": stacks.shown,
+                "stacks_document": stacks.doc,
+                "hang": hang.shown,
+                "hang_document": hang.doc,
+                "failures": [f for f in (stacks.failure, hang.failure) if f],
+            }
+        )
+    return {
+        "taken": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "jobs": commands.run(conn, commands.JobsArgs()).doc,
+        "ranks": rows,
+        "actors": parts,
+    }
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="monarch-pdb snapshot")
+    parser.description = (
+        "Write the whole job as one HTML file, with everything it shows inside it: the mesh, the hang story, "
+        "the merged stacks with their locals, every rank. Stops nothing."
+    )
+    parser.add_argument("actor", nargs="?", help="one actor (default: every actor that runs)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
+    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
+    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
+    parser.add_argument(
+        "--timeout",
+        type=seconds,
+        default=CAST_TIMEOUT,
+        metavar="S",
+        help="seconds the ranks get to answer (default %(default)g)",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_module.load().with_overrides(host=args.host, port=args.port)
+    try:
+        conn = BrokerConnection.open(settings)
+    except NoBroker as error:
+        print(f"monarch-pdb: {error}", file=sys.stderr)
+        return 2
+    try:
+        data = gather(conn, args.actor, args.timeout)
+    except commands.FAILURES as error:
+        print(f"monarch-pdb: {error}", file=sys.stderr)
+        return 1
+    finally:
+        conn.close()
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(page(data))
+    except OSError as error:
+        print(f"monarch-pdb: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    print(f"wrote {os.path.abspath(args.output)}: {len(data['ranks'])} ranks, {len(data['actors'])} actors")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    return run(build_parser().parse_args(argv))
