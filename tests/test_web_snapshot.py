@@ -51,6 +51,9 @@ def test_a_snapshot_holds_the_job_and_shows_what_ranks_sent_as_text_only(env, tm
         data = data_of(html)
         assert sorted(part["name"] for part in data["actors"]) == sorted([IMG, SCRIPT])
         running = next(part for part in data["actors"] if part["name"] == SCRIPT)
+        assert (
+            running["collectives"] == f"{SCRIPT} ranks[1] (1): torch.distributed has no process group in this process\n"
+        )
         assert "rank_main" in running["stacks"] and f"actor = {SCRIPT!r}" in running["stacks"], "and its locals"
         assert sorted((row["actor"], row["state"]) for row in data["ranks"]) == [
             (SCRIPT, "running"),

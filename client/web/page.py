@@ -76,6 +76,8 @@ for (const actor of data.actors) {
   drawMesh(part, actor.mesh, data.ranks);
   add(part, "h3", "The hang story");
   add(part, "pre", actor.hang);
+  add(part, "h3", "Process groups (collectives)");
+  add(part, "pre", actor.collectives);
   add(part, "h3", "Merged stacks, with the program frame's locals");
   add(part, "pre", actor.stacks);
   for (const failure of actor.failures) add(part, "p", failure);

@@ -3,8 +3,8 @@ report, that opens in any browser with no server and no network, after the job i
 
 Each part is a command of the command layer, run as the shell runs it: the jobs, every rank
 (`list --all`), and for each actor that runs, its mesh, the hang story (where the ranks are, the
-collective they disagree on, who is behind) and its merged stacks with the program frame's
-locals. Nothing in the ranks is stopped or changed.
+collective they disagree on, who is behind), its torch.distributed process groups as
+`collectives` folds them, and its merged stacks with the program frame's locals. Nothing in the ranks is stopped or changed.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def gather(conn: BrokerConnection, actor: str | None, cast_timeout: float) -> di
     for name in actor_names(rows, actor):
         stacks = commands.run(conn, commands.StacksArgs(name, locals=True, cast_timeout=cast_timeout))
         hang = commands.run(conn, commands.HangArgs(name, cast_timeout=cast_timeout))
+        groups = commands.run(conn, commands.CollectivesArgs(name))
         parts.append(
             {
                 "name": name,
@@ -55,7 +56,9 @@ def gather(conn: BrokerConnection, actor: str | None, cast_timeout: float) -> di
                 "stacks_document": stacks.doc,
                 "hang": hang.shown,
                 "hang_document": hang.doc,
-                "failures": [f for f in (stacks.failure, hang.failure) if f],
+                "collectives": groups.shown,
+                "collectives_document": groups.doc,
+                "failures": [f for f in (stacks.failure, hang.failure, groups.failure) if f],
             }
         )
     return {
