@@ -40,7 +40,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(INSTALLED): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[test,mcp]'
+	$(BIN)/python -m pip install --quiet -e '.[test,mcp,web]'
 	touch $@
 
 demo: $(INSTALLED)

@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from typing import Protocol
 
-COMMANDS = ("debug", "broker", "join", "stacks", "dap", "mcp", "snapshot")
+COMMANDS = ("debug", "broker", "join", "stacks", "dap", "mcp", "web", "snapshot")
 MONARCH_MAIN = "monarch_pdb.cli:monarch_main"
 """Our `monarch` console script's entry point; any other is Monarch's own."""
 
@@ -29,7 +29,7 @@ class _Command(Protocol):
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="pdb for programs that run as many processes at once")
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{debug,broker,join,stacks,dap,mcp,snapshot}"
+        dest="command", required=True, metavar="{debug,broker,join,stacks,dap,mcp,web,snapshot}"
     )
     commands.add_parser("debug", help="open the debugger shell", add_help=True)
     commands.add_parser("broker", help="run a debug broker in the foreground", add_help=True)
@@ -37,6 +37,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     commands.add_parser("stacks", help="read the stacks of processes from outside, joined or not", add_help=True)
     commands.add_parser("dap", help="serve an editor through the Debug Adapter Protocol", add_help=True)
     commands.add_parser("mcp", help="serve a coding agent through the Model Context Protocol", add_help=True)
+    commands.add_parser("web", help="serve the job as a page in a browser", add_help=True)
     commands.add_parser("snapshot", help="write the whole job as one HTML file to share", add_help=True)
     return parser
 
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None, prog: str = "monarch-pdb") -> int:
         from monarch_pdb.client.editor import dap as chosen
     elif argv[0] == "mcp":
         from monarch_pdb.client.agents import mcp_server as chosen
+    elif argv[0] == "web":
+        from monarch_pdb.client.web import server as chosen
     elif argv[0] == "snapshot":
         from monarch_pdb.client.web import snapshot as chosen
     else:

@@ -36,7 +36,9 @@ def test_without_torchmonarch_monarch_debug_is_the_shell_and_another_command_a_o
     for program in ("monarch", "monarch-pdb"):
         wrong = run(env, os.path.join(BIN, program), "apply", "job.py")
         assert (wrong.returncode, wrong.stdout) == (2, "")
-        said = f"{program}: 'apply' is not a command of monarch-pdb (debug, broker, join, stacks, dap, mcp, snapshot)"
+        said = (
+            f"{program}: 'apply' is not a command of monarch-pdb (debug, broker, join, stacks, dap, mcp, web, snapshot)"
+        )
         if program == "monarch":
             said += ", and torchmonarch, whose `monarch` runs Monarch's own, is not installed"
         assert wrong.stderr.splitlines() == [said]

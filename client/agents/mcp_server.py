@@ -13,10 +13,8 @@ does more than read (`read_only`), is refused unless the server was started with
 from __future__ import annotations
 
 import argparse
-import hmac
 import inspect
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -30,7 +28,7 @@ from monarch_pdb.client.agents.mcp_tools import Debugger, Refusal, ToolResult, o
 from monarch_pdb.client.commands.arguments import ACTOR_HELP, SELECTOR_HELP
 from monarch_pdb.client.commands.cast import PEEK_TIMEOUT
 from monarch_pdb.client.commands.hangs import INTERRUPT_TIMEOUT
-from monarch_pdb.client.listen import listen_address
+from monarch_pdb.client.listen import listen_address, serve
 
 NEEDS_SDK = "monarch-pdb mcp needs the MCP Python SDK: pip install 'monarch-pdb[mcp]'"
 try:
@@ -298,40 +296,6 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
     return server
 
 
-def guarded(app: Any, secret: str) -> Any:
-    """`app`, answering only requests with `Authorization: Bearer <secret>`: off loopback, the
-    secret that lets the server listen there is what a client must show."""
-    from starlette.responses import PlainTextResponse
-
-    expected = f"Bearer {secret}".encode()
-
-    async def guard(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not hmac.compare_digest(
-            dict(scope["headers"]).get(b"authorization", b""), expected
-        ):
-            refusal = PlainTextResponse("monarch-pdb mcp: send 'Authorization: Bearer <the secret>'\n", status_code=401)
-            await refusal(scope, receive, send)
-            return
-        await app(scope, receive, send)
-
-    return guard
-
-
-def serve_http(server: MCPServer, host: str, port: int, secret: str | None) -> None:
-    """The streamable HTTP transport on HOST:PORT (port 0: any free one, said on stderr)."""
-    import uvicorn
-
-    app = server.streamable_http_app(streamable_http_path=PATH, host=host)
-    if not discovery.is_local(host):
-        assert secret is not None  # listen_address refused it otherwise
-        app = guarded(app, secret)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.create_server((host, port), family=family) as sock:
-        where = discovery.endpoint(host, sock.getsockname()[1]).removeprefix("tcp://")
-        print(f"monarch-pdb mcp: listening on http://{where}{PATH}", file=sys.stderr, flush=True)
-        anyio.run(uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve, [sock])
-
-
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb mcp")
     parser.description = "a Model Context Protocol server: the shell's commands as tools for a coding agent"
@@ -364,7 +328,8 @@ def run(args: argparse.Namespace) -> int:
         if where is None:
             server.run("stdio")
         else:
-            serve_http(server, *where, discovery.secret_of(settings))
+            app = server.streamable_http_app(streamable_http_path=PATH, host=where[0])
+            serve(app, *where, discovery.secret_of(settings), "monarch-pdb mcp", PATH)
     finally:
         debugger.close()
     return 0

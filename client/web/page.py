@@ -17,7 +17,7 @@ table { border-collapse: collapse; font-size: 12px; } td, th { border: 1px solid
 canvas { border: 1px solid #ccc; image-rendering: pixelated; }
 """
 
-SCRIPT = """
+SCRIPT = r"""
 const data = JSON.parse(document.getElementById("job-data").textContent);
 const COLOURS = {breakpoint: "#e0a800", interrupted: "#e0a800", "post-mortem": "#d33", running: "#3a3",
   lost: "#a3a", finished: "#36c", quit: "#3aa"};
@@ -66,24 +66,61 @@ function table(parent, rows, columns) {
     for (const column of columns) add(line, "td", String(row[column] ?? ""));
   }
 }
-add(document.body, "h1", `monarch-pdb snapshot, ${data.taken}`);
-add(document.body, "h2", "Jobs");
-table(document.body, data.jobs, ["job", "processes", "sessions", "paused"]);
-for (const actor of data.actors) {
-  const part = add(document.body, "section");
-  add(part, "h2", actor.name);
-  add(part, "h3", "Mesh");
-  drawMesh(part, actor.mesh, data.ranks);
-  add(part, "h3", "The hang story");
-  add(part, "pre", actor.hang);
-  add(part, "h3", "Process groups (collectives)");
-  add(part, "pre", actor.collectives);
-  add(part, "h3", "Merged stacks, with the program frame's locals");
-  add(part, "pre", actor.stacks);
+function fill(part, actor) {
+  part.querySelector(".hang").textContent = actor.hang;
+  part.querySelector(".collectives").textContent = actor.collectives;
+  part.querySelector(".stacks").textContent = actor.stacks;
   for (const failure of actor.failures) add(part, "p", failure);
 }
-add(document.body, "h2", "Every rank");
-table(document.body, data.ranks, ["job", "actor", "rank", "state", "host", "pid", "function", "file", "line"]);
+function draw(view, data) {
+  view.replaceChildren();
+  add(view, "h1", data.taken ? `monarch-pdb snapshot, ${data.taken}` : "monarch-pdb: the job now");
+  add(view, "h2", "Jobs");
+  table(view, data.jobs, ["job", "processes", "sessions", "paused"]);
+  for (const actor of data.actors) {
+    const part = add(view, "section");
+    add(part, "h2", actor.name);
+    add(part, "h3", "Mesh");
+    drawMesh(part, actor.mesh, data.ranks);
+    for (const [title, kind] of [["The hang story", "hang"], ["Process groups (collectives)", "collectives"],
+                                 ["Merged stacks, with the program frame's locals", "stacks"]]) {
+      add(part, "h3", title);
+      add(part, "pre").className = kind;
+    }
+    if (actor.stacks !== undefined) {
+      fill(part, actor);
+    } else {
+      const read = add(part, "button", "Read their stacks and the hang story (stops nothing)");
+      read.addEventListener("click", async () => {
+        read.disabled = true;
+        const answer = await fetch("actor?name=" + encodeURIComponent(actor.name));
+        if (answer.ok) fill(part, await answer.json());
+        else add(part, "p", await answer.text());
+        read.disabled = false;
+      });
+    }
+  }
+  add(view, "h2", "Every rank");
+  table(view, data.ranks, ["job", "actor", "rank", "state", "host", "pid", "function", "file", "line"]);
+}
+const view = add(document.body, "div");
+draw(view, data);
+if (data.live) {
+  const news = add(document.body, "pre");
+  news.className = "news";
+  let due = null;
+  const refresh = async () => {
+    due = null;
+    const answer = await fetch("state");
+    if (answer.ok) draw(view, {live: true, ...await answer.json()});
+  };
+  const stream = new EventSource("news");
+  stream.onmessage = event => {
+    news.textContent = (JSON.parse(event.data) + "\n" + news.textContent).slice(0, 20000);
+    if (due === null) due = setTimeout(refresh, 300);
+  };
+  stream.onerror = () => { news.textContent = "(the page lost its server; it tries again)\n" + news.textContent; };
+}
 """
 
 
@@ -92,13 +129,14 @@ def embedded(data: Any) -> str:
     return json.dumps(data, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def page(data: Any) -> str:
-    """The whole page: one file with everything it shows inside it."""
+def page(data: dict[str, Any], live: bool = False) -> str:
+    """The whole page: one file with everything it shows inside it. `live`: a server's page,
+    which is told of the broker's news (`news`) and then asks it for the job again (`state`)."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-        "<title>monarch-pdb snapshot</title>\n"
+        "<title>monarch-pdb</title>\n"
         f"<style>{STYLE}</style></head><body>\n"
-        f'<script type="application/json" id="job-data">{embedded(data)}</script>\n'
+        f'<script type="application/json" id="job-data">{embedded({**data, "live": live})}</script>\n'
         f"<script>{SCRIPT}</script>\n"
         "</body></html>\n"
     )

@@ -12,61 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from typing import Any
 
 from monarch_pdb import settings as settings_module
-from monarch_pdb import wire
 from monarch_pdb.client import commands
 from monarch_pdb.client.commands.arguments import seconds
 from monarch_pdb.client.commands.cast import CAST_TIMEOUT
 from monarch_pdb.client.connection import BrokerConnection, NoBroker
 from monarch_pdb.client.web.page import page
-
-GONE = (wire.RankState.LOST, wire.RankState.FINISHED)
-
-
-def actor_names(rows: list[dict], actor: str | None) -> list[str]:
-    """The actors with a rank neither lost nor finished (only `actor`, when one is named), as
-    a command names them: `job:actor` where several jobs run."""
-    live = sorted({(r["job"], r["actor"]) for r in rows if r["state"] not in GONE})
-    several = len({job for job, _ in live}) > 1
-    names = [f"{job}:{name}" if several else name for job, name in live]
-    if actor is None:
-        return names
-    wanted = [n for n, (job, name) in zip(names, live) if actor in (n, name, f"{job}:{name}")]
-    if not wanted:
-        raise commands.CommandError(f"no running rank of actor {actor} is known to the broker")
-    return wanted
-
-
-def gather(conn: BrokerConnection, actor: str | None, cast_timeout: float) -> dict[str, Any]:
-    """What the page shows, each part as the command that makes it answers."""
-    rows = commands.run(conn, commands.ListArgs(all=True, rows=True)).doc
-    parts = []
-    for name in actor_names(rows, actor):
-        stacks = commands.run(conn, commands.StacksArgs(name, locals=True, cast_timeout=cast_timeout))
-        hang = commands.run(conn, commands.HangArgs(name, cast_timeout=cast_timeout))
-        groups = commands.run(conn, commands.CollectivesArgs(name))
-        parts.append(
-            {
-                "name": name,
-                "mesh": commands.run(conn, commands.MeshArgs(name)).doc,
-                "stacks": stacks.shown,
-                "stacks_document": stacks.doc,
-                "hang": hang.shown,
-                "hang_document": hang.doc,
-                "collectives": groups.shown,
-                "collectives_document": groups.doc,
-                "failures": [f for f in (stacks.failure, hang.failure, groups.failure) if f],
-            }
-        )
-    return {
-        "taken": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "jobs": commands.run(conn, commands.JobsArgs()).doc,
-        "ranks": rows,
-        "actors": parts,
-    }
+from monarch_pdb.client.web.views import gather
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
