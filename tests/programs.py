@@ -320,6 +320,20 @@ NAMED_RANKS = textwrap.dedent("""
 each stops at a breakpoint but the rank its second argument names, which runs on, a sleep at a time."""
 
 
+HOSTILE_NAMES = ("<img src=x onerror=alert(1)>", "</script><script>alert(2)</script>")
+"""Actor names that would be markup, or end a script, in a page that took them as HTML."""
+
+
+def hostile_ranks(env: dict[str, str], tmp_path: Path) -> Program:
+    """Rank 0 of an actor named HOSTILE_NAMES[0], paused, and rank 1 of HOSTILE_NAMES[1], running."""
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_RANKS)
+    program = Program(env, script, ",".join(HOSTILE_NAMES), "1", cwd=tmp_path)
+    wait_for_lines(program, "RUNNING", 1)
+    wait_for_sessions(env, 1)
+    return program
+
+
 LAUNCHED_RANK = textwrap.dedent("""
     import os
     import sys

@@ -14,11 +14,10 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from programs import NAMED_RANKS, Program, debug, start_broker, stop_broker, wait_for_lines, wait_for_sessions
+from programs import HOSTILE_NAMES, debug, hostile_ranks, start_broker, stop_broker
 
 MONARCH_PDB = os.path.join(os.path.dirname(sys.executable), "monarch-pdb")
-IMG = "<img src=x onerror=alert(1)>"
-SCRIPT = "</script><script>alert(2)</script>"
+IMG, SCRIPT = HOSTILE_NAMES
 CHROMIUM = shutil.which("chromium")
 
 pytest.importorskip("starlette", reason="monarch-pdb web needs the web extra (make test installs it)")
@@ -44,12 +43,8 @@ def get(url: str, headers: dict[str, str] | None = None) -> urllib.response.addi
 
 @pytest.mark.timeout(150)
 def test_the_live_page_shows_the_job_reads_an_actor_and_tells_the_news(env, tmp_path):
-    script = tmp_path / "named.py"
-    script.write_text(NAMED_RANKS)
-    program = Program(env, script, f"{IMG},{SCRIPT}", "1", cwd=tmp_path)
+    program = hostile_ranks(env, tmp_path)
     try:
-        wait_for_lines(program, "RUNNING", 1)
-        wait_for_sessions(env, 1)
         with serving(env, "127.0.0.1:0") as base:
             state = json.load(get(base + "state"))
             assert sorted((row["actor"], row["state"]) for row in state["ranks"]) == [

@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from programs import NAMED_RANKS, Program, wait_for_lines, wait_for_sessions
+from programs import HOSTILE_NAMES, hostile_ranks
 
-IMG = "<img src=x onerror=alert(1)>"
-SCRIPT = "</script><script>alert(2)</script>"
+IMG, SCRIPT = HOSTILE_NAMES
 CHROMIUM = shutil.which("chromium")
 
 
@@ -36,12 +35,8 @@ def data_of(html: str) -> dict:
 
 @pytest.mark.timeout(120)
 def test_a_snapshot_holds_the_job_and_shows_what_ranks_sent_as_text_only(env, tmp_path):
-    script = tmp_path / "named.py"
-    script.write_text(NAMED_RANKS)
-    program = Program(env, script, f"{IMG},{SCRIPT}", "1", cwd=tmp_path)
+    program = hostile_ranks(env, tmp_path)
     try:
-        wait_for_lines(program, "RUNNING", 1)
-        wait_for_sessions(env, 1)
         page = tmp_path / "job.html"
         done = snapshot(env, "-o", str(page))
         assert done.returncode == 0, done.stderr

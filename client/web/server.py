@@ -21,8 +21,6 @@ from typing import Any
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client import commands
-from monarch_pdb.client.commands.arguments import seconds
-from monarch_pdb.client.commands.cast import CAST_TIMEOUT
 from monarch_pdb.client.commands.event_lines import describe_events
 from monarch_pdb.client.connection import RESTARTED, BrokerConnection, NoBroker
 from monarch_pdb.client.listen import listen_address, serve
@@ -130,15 +128,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help=f"where the page is served (default {LISTEN}; port 0: any free one); off loopback, with a secret "
         "set, which a browser shows by opening ?token=<secret> once",
     )
-    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
-    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
-    parser.add_argument(
-        "--timeout",
-        type=seconds,
-        default=CAST_TIMEOUT,
-        metavar="S",
-        help="seconds the ranks get to answer when an actor is read (default %(default)g)",
-    )
+    views.broker_options(parser, "when an actor is read")
     return parser
 
 

@@ -15,11 +15,9 @@ import sys
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client import commands
-from monarch_pdb.client.commands.arguments import seconds
-from monarch_pdb.client.commands.cast import CAST_TIMEOUT
 from monarch_pdb.client.connection import BrokerConnection, NoBroker
+from monarch_pdb.client.web import views
 from monarch_pdb.client.web.page import page
-from monarch_pdb.client.web.views import gather
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -30,15 +28,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("actor", nargs="?", help="one actor (default: every actor that runs)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
-    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
-    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
-    parser.add_argument(
-        "--timeout",
-        type=seconds,
-        default=CAST_TIMEOUT,
-        metavar="S",
-        help="seconds the ranks get to answer (default %(default)g)",
-    )
+    views.broker_options(parser, "the snapshot's reading")
     return parser
 
 
@@ -50,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"monarch-pdb: {error}", file=sys.stderr)
         return 2
     try:
-        data = gather(conn, args.actor, args.timeout)
+        data = views.gather(conn, args.actor, args.timeout)
     except commands.FAILURES as error:
         print(f"monarch-pdb: {error}", file=sys.stderr)
         return 1

@@ -5,14 +5,31 @@ the ranks and takes a second or two."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
 from monarch_pdb import wire
 from monarch_pdb.client import commands
+from monarch_pdb.client.commands.arguments import seconds
+from monarch_pdb.client.commands.cast import CAST_TIMEOUT
 from monarch_pdb.client.connection import BrokerConnection
 
 GONE = (wire.RankState.LOST, wire.RankState.FINISHED)
+
+
+def broker_options(parser: argparse.ArgumentParser, reading: str) -> None:
+    """The options of every command of the page's: its broker, and `--timeout`, the seconds the
+    ranks get to answer `reading`."""
+    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
+    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
+    parser.add_argument(
+        "--timeout",
+        type=seconds,
+        default=CAST_TIMEOUT,
+        metavar="S",
+        help=f"seconds the ranks get to answer {reading} (default %(default)g)",
+    )
 
 
 def actor_names(rows: list[dict], actor: str | None) -> list[str]:
