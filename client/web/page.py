@@ -66,10 +66,12 @@ function table(parent, rows, columns) {
     for (const column of columns) add(line, "td", String(row[column] ?? ""));
   }
 }
-function fill(part, actor) {
-  part.querySelector(".hang").textContent = actor.hang;
-  part.querySelector(".collectives").textContent = actor.collectives;
-  part.querySelector(".stacks").textContent = actor.stacks;
+function readings(part, actor) {
+  for (const [title, kind] of [["The hang story", "hang"], ["Process groups (collectives)", "collectives"],
+                               ["Merged stacks, with the program frame's locals", "stacks"]]) {
+    add(part, "h3", title);
+    add(part, "pre", actor[kind]);
+  }
   for (const failure of actor.failures) add(part, "p", failure);
 }
 function draw(view, data) {
@@ -82,23 +84,22 @@ function draw(view, data) {
     add(part, "h2", actor.name);
     add(part, "h3", "Mesh");
     drawMesh(part, actor.mesh, data.ranks);
-    for (const [title, kind] of [["The hang story", "hang"], ["Process groups (collectives)", "collectives"],
-                                 ["Merged stacks, with the program frame's locals", "stacks"]]) {
-      add(part, "h3", title);
-      add(part, "pre").className = kind;
-    }
     if (actor.stacks !== undefined) {
-      fill(part, actor);
-    } else {
-      const read = add(part, "button", "Read their stacks and the hang story (stops nothing)");
-      read.addEventListener("click", async () => {
-        read.disabled = true;
-        const answer = await fetch("actor?name=" + encodeURIComponent(actor.name));
-        if (answer.ok) fill(part, await answer.json());
-        else add(part, "p", await answer.text());
-        read.disabled = false;
-      });
+      readings(part, actor);
+      continue;
     }
+    const read = add(part, "button", "Read their stacks and the hang story (stops nothing)");
+    read.addEventListener("click", async () => {
+      read.disabled = true;
+      const answer = await fetch("actor?name=" + encodeURIComponent(actor.name));
+      if (answer.ok) {
+        read.remove();
+        readings(part, await answer.json());
+      } else {
+        add(part, "p", await answer.text());
+        read.disabled = false;
+      }
+    });
   }
   add(view, "h2", "Every rank");
   table(view, data.ranks, ["job", "actor", "rank", "state", "host", "pid", "function", "file", "line"]);
