@@ -13,6 +13,8 @@
 # Playwright) with the extension packed from editors/vscode, through the guide; code-server and
 # Node.js 24 are installed from tests/editor's lockfiles into a cache outside the clone, and the
 # screenshots of a failed step are kept in EDITOR_SCREENSHOTS.
+# `make test-web` drives the live page (`monarch-pdb web`) in Debian's Chromium through the same
+# Playwright: hover, click, the broker's news, and hostile rank names that must run nothing.
 # Each test starts many Python processes, and each compiles what it imports (the stdlib of an
 # unpacked CPython, this checkout) unless it may write bytecode caches, which some CI images
 # forbid with PYTHONDONTWRITEBYTECODE: on 2 cores that doubled the matrix's 3.14 and 3.15.
@@ -33,7 +35,7 @@ TEST_WORKERS ?= 4
 # Where the CPU wheels are not on the default index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_CPU := torch==2.13.0+cpu
 
-.PHONY: demo test test-engines test-pythons test-dap test-editor docs lint bench bench-tree-large bench-monarch bench-hang clean
+.PHONY: demo test test-engines test-pythons test-dap test-editor test-web docs lint bench bench-tree-large bench-monarch bench-hang clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +99,9 @@ test-editor: $(EDITOR_INSTALLED)
 	rm -rf $(EDITOR_SCREENSHOTS)
 	cache=$$($(EDITOR_TESTS)/install) && EDITOR_CACHE=$$cache EDITOR_SCREENSHOTS=$(CURDIR)/$(EDITOR_SCREENSHOTS) \
 		$(BIN)/python -m pytest $(EDITOR_TESTS) $(PYTEST_ARGS)
+
+test-web: $(EDITOR_INSTALLED)
+	$(BIN)/python -m pytest tests/web $(PYTEST_ARGS)
 
 $(ENGINES_BIN)/python:
 	$(PYTHON) -m venv $(ENGINES_VENV)
