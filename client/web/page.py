@@ -13,7 +13,7 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; } h3 { font-size: 1em; }
 pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font: 12px/1.35 ui-monospace, monospace; }
 table { border-collapse: collapse; font-size: 12px; } td, th { border: 1px solid #ccc; padding: 2px 6px; }
-.legend span { display: inline-block; margin-right: 1em; } .swatch { width: 0.9em; height: 0.9em; }
+.legend span { display: inline-block; margin-right: 1em; } .selection { display: block; margin: 0.4em 0; } .swatch { width: 0.9em; height: 0.9em; }
 canvas { border: 1px solid #ccc; image-rendering: pixelated; }
 """
 
@@ -32,22 +32,54 @@ function cellOf(dims, rank) {
   if (dims[0] === "") return [0, rank.coords[dims[1]] || 0];
   return [rank.coords[dims[0]] || 0, rank.coords[dims[1]] || 0];
 }
+function selector(numbers) {
+  // The shell's ranks(...) for these ranks: one run as start:stop, else the list of them (the
+  // shell's selector takes a slice or a list, not both).
+  const sorted = [...new Set(numbers)].sort((a, b) => a - b);
+  const run = sorted.length > 2 && sorted[sorted.length - 1] - sorted[0] === sorted.length - 1;
+  return run ? `ranks(${sorted[0]}:${sorted[sorted.length - 1] + 1})` : `ranks(${sorted.join(",")})`;
+}
+function actorWord(name) {
+  return /\s/.test(name) ? `"${name}"` : name;
+}
 function drawMesh(parent, mesh, rows) {
   const size = 14, cells = mesh.ranks.map(r => [cellOf(mesh.dims, r), r]);
   const height = Math.max(...cells.map(([c]) => c[0])) + 1, width = Math.max(...cells.map(([c]) => c[1])) + 1;
   const canvas = add(parent, "canvas");
   canvas.width = width * size; canvas.height = height * size;
   const pen = canvas.getContext("2d"), at = new Map();
-  for (const [[row, col], rank] of cells) {
-    pen.fillStyle = COLOURS[rank.state] || "#999";
-    pen.fillRect(col * size + 1, row * size + 1, size - 2, size - 2);
-    at.set(row + "," + col, rank);
-  }
+  let chosen = new Set(), from = null;
+  const paint = () => {
+    pen.clearRect(0, 0, canvas.width, canvas.height);
+    for (const [[row, col], rank] of cells) {
+      pen.fillStyle = COLOURS[rank.state] || "#999";
+      pen.fillRect(col * size + 1, row * size + 1, size - 2, size - 2);
+      if (chosen.has(rank.rank)) pen.strokeRect(col * size + 0.5, row * size + 0.5, size - 1, size - 1);
+    }
+  };
+  for (const [[row, col], rank] of cells) at.set(row + "," + col, rank);
+  const cellAt = event => [Math.floor(event.offsetY / size), Math.floor(event.offsetX / size)];
   canvas.addEventListener("mousemove", event => {
-    const rank = at.get(Math.floor(event.offsetY / size) + "," + Math.floor(event.offsetX / size));
+    const rank = at.get(cellAt(event).join(","));
     const row = rank && rows.find(r => r.actor === mesh.actor.split(":").pop() && r.rank === rank.rank);
     canvas.title = rank ? `rank ${rank.rank} ${rank.state}` + (row ? ` on ${row.host}, pid ${row.pid}, ${row.function}` : "") : "";
   });
+  const shown = add(parent, "code");
+  shown.className = "selection";
+  canvas.addEventListener("mousedown", event => { from = cellAt(event); });
+  canvas.addEventListener("mouseup", event => {
+    if (from === null) return;
+    const to = cellAt(event), picked = [];
+    for (const [[row, col], rank] of cells) {
+      if (row >= Math.min(from[0], to[0]) && row <= Math.max(from[0], to[0]) &&
+          col >= Math.min(from[1], to[1]) && col <= Math.max(from[1], to[1])) picked.push(rank.rank);
+    }
+    from = null;
+    chosen = new Set(picked);
+    shown.textContent = picked.length ? `${actorWord(mesh.actor)} ${selector(picked)}` : "";
+    paint();
+  });
+  paint();
   const legend = add(parent, "div");
   legend.className = "legend";
   for (const [state, count] of Object.entries(mesh.counts)) {
