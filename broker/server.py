@@ -53,6 +53,9 @@ PIPES_SETTLE = 0.1
 """Seconds after a connection drops before the ROUTER is asked whether its peer can be reached:
 the socket forgets a dropped connection a moment after the monitor tells of it."""
 NOT_YOURS = "a message its sender's role may not send"
+LOST_TOGETHER = 0.25
+"""Seconds of quiet among dropped connections before processes found gone are told lost: the
+deaths of one job's processes, a few milliseconds apart, are told in one line, not one a tick."""
 
 
 @dataclass
@@ -282,8 +285,11 @@ class Broker:
         its ranks), at once where its process is gone from this host, else once it has not come
         back (libzmq reconnects it under its routing id) within a few heartbeats: a broker that
         was stopped finds every connection dropped by the peers' heartbeats, and each peer back.
-        Busy peers keep their connections: libzmq answers heartbeats without the GIL."""
+        Busy peers keep their connections: libzmq answers heartbeats without the GIL. Processes
+        that die together are told lost together: a gone one waits while another connection
+        dropped less than LOST_TOGETHER ago."""
         grace = wire.LOST_AFTER_BEATS * self.settings.heartbeat_interval
+        settling = any(now - since < LOST_TOGETHER for since in self.connections.dropped.values())
         for identity, since in list(self.connections.dropped.items()):
             peer = self.registry.table.peer(identity)
             if peer is None or identity in self.connections.fd_of_peer:
@@ -291,6 +297,8 @@ class Broker:
                 if peer is None:
                     self.connections.unplaced.discard(identity)
             elif peer.host == self.registry.table.host and process_gone(peer.pid):
+                if settling and now - since < grace:
+                    continue
                 del self.connections.dropped[identity]
                 self.drop(identity, wire.Ending.LOST)
             elif now - since < PIPES_SETTLE:
