@@ -16,6 +16,8 @@ import urllib.request
 import pytest
 from programs import HOSTILE_NAMES, debug, hostile_ranks, start_broker, stop_broker
 
+from monarch_pdb.client.connection import RESTARTED
+
 MONARCH_PDB = os.path.join(os.path.dirname(sys.executable), "monarch-pdb")
 IMG, SCRIPT = HOSTILE_NAMES
 CHROMIUM = shutil.which("chromium")
@@ -104,6 +106,24 @@ def test_off_loopback_only_a_request_that_shows_the_secret_is_answered(env):
             with pytest.raises(urllib.error.HTTPError) as wrong:
                 get(base + "?token=guessed")
             assert wrong.value.code == 401
+    finally:
+        stop_broker(broker)
+
+
+@pytest.mark.timeout(120)
+def test_a_page_left_open_through_a_broker_restart_is_told_and_served_again(env):
+    broker, _ = start_broker(env)
+    try:
+        with serving(env, "127.0.0.1:0") as base:
+            stream = get(base + "news")
+            stop_broker(broker)
+            broker, _ = start_broker(env)
+            told = ""
+            while "data:" not in told:
+                told += stream.readline().decode()
+            assert json.loads(told.partition("data: ")[2]) == RESTARTED
+            stream.close()
+            assert json.load(get(base + "state")) == {"actors": [], "jobs": [], "ranks": []}
     finally:
         stop_broker(broker)
 
