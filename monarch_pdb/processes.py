@@ -167,14 +167,15 @@ def launched(pid: int) -> Detected | None:
     """The rank its launcher gave process `pid`, from its environment as it started; OSError
     when /proc does not tell."""
     script = script_of(pid)
+    return from_launcher(environment(read_proc(pid, "environ")), script, script, lambda: parent_args(pid))
 
-    def parent_args() -> list[str]:
-        try:
-            return command_line(parent_of(pid))
-        except OSError:
-            return []
 
-    return from_launcher(environment(read_proc(pid, "environ")), script, script, parent_args)
+def parent_args(pid: int) -> list[str]:
+    """The command line of the parent of process `pid`; [] where /proc does not tell."""
+    try:
+        return command_line(parent_of(pid))
+    except OSError:
+        return []
 
 
 def stat(pid: int) -> list[bytes]:

@@ -133,14 +133,9 @@ def job_name(detected: Detected | None = None) -> str:
 def from_launcher(env: Mapping[str, str]) -> Detected | None:
     """torchrun, Slurm, Open MPI or PMI (MPICH, Intel MPI), in that order, from their variables."""
     stem = _script_stem()
-    return processes.from_launcher(env, stem, settings.naming().actor or stem, _parent_args)
-
-
-def _parent_args() -> list[str]:
-    try:
-        return processes.command_line(os.getppid())
-    except OSError:
-        return []
+    return processes.from_launcher(
+        env, stem, settings.naming().actor or stem, lambda: processes.parent_args(os.getpid())
+    )
 
 
 def in_monarch_proc() -> bool:
