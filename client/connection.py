@@ -8,6 +8,7 @@ once. Events are folded (`debugee ranks[0-15] (16) stopped at debugging.py:12`) 
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import os
@@ -42,6 +43,13 @@ GONE_MEANWHILE = (
     "the broker went away and restarted while this ran; run it again once the ranks have joined "
     "the new one (they do by themselves)"
 )
+
+
+def broker_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every client of the broker that say which broker: a host and a port
+    (the settings, and the connection file, otherwise)."""
+    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
+    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
 
 
 class NoBroker(Exception):

@@ -28,6 +28,7 @@ from monarch_pdb.client.agents.mcp_tools import Debugger, Refusal, ToolResult, o
 from monarch_pdb.client.commands.arguments import ACTOR_HELP, SELECTOR_HELP
 from monarch_pdb.client.commands.cast import PEEK_TIMEOUT
 from monarch_pdb.client.commands.hangs import INTERRUPT_TIMEOUT
+from monarch_pdb.client.connection import broker_options
 from monarch_pdb.client.listen import listen_address, serve
 
 NEEDS_SDK = "monarch-pdb mcp needs the MCP Python SDK: pip install 'monarch-pdb[mcp]'"
@@ -299,8 +300,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb mcp")
     parser.description = "a Model Context Protocol server: the shell's commands as tools for a coding agent"
-    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
-    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
+    broker_options(parser)
     parser.add_argument(
         "--allow-control",
         action="store_true",

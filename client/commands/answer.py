@@ -9,7 +9,7 @@ result is not whole (ranks that did not answer): the result still stands.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from monarch_pdb import wire
@@ -46,8 +46,6 @@ class Answer:
     failure: str = ""
     colours: bool = False
     actors: frozenset[str] = frozenset()
-    extra: dict[str, Any] = field(default_factory=dict)
-    """What a front end acts on beyond showing the answer (`attach`'s session)."""
 
     @property
     def shown(self) -> str:
@@ -56,6 +54,11 @@ class Answer:
     @property
     def doc(self) -> Any:
         return made(self.document)
+
+
+def one_or_all(docs: list) -> Any:
+    """The document of a command over one actor, or over several: one actor's as it is."""
+    return docs[0] if len(docs) == 1 else docs
 
 
 def ask(conn: BrokerConnection, msg: wire.Message, *replies: type[Reply]) -> Reply:

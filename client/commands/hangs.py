@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 from monarch_pdb import wire
 from monarch_pdb.client.commands import answers, collectives_report, hang_report, stack_samples, stack_tree
-from monarch_pdb.client.commands.answer import Answer, CommandError, ask
+from monarch_pdb.client.commands.answer import Answer, CommandError, ask, one_or_all
 from monarch_pdb.client.commands.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
@@ -41,6 +41,8 @@ HANG_SAMPLES = 3
 HANG_EVERY = 0.5
 """`hang` takes three samples of the stacks this far apart: enough to tell ranks that move."""
 EVERY_RANK = "ranks(:)"
+GONE = (wire.RankState.LOST, wire.RankState.FINISHED)
+"""The states of a rank whose process is gone: every other rank is one that runs, to be read."""
 
 
 def in_call_line(actor: str, in_call: list[int], place: str, holds_gil: bool) -> str:
@@ -59,13 +61,7 @@ def running_actors(conn: BrokerConnection, job: str = "") -> list[tuple[str, str
     """Every (job, actor) with a rank neither lost nor finished (of `job`, where one is named):
     what `stacks` and `hang` look at when no actor is named."""
     rows = ask(conn, wire.ListAll(), wire.SessionList).rows
-    found = sorted(
-        {
-            (r.job, r.actor)
-            for r in rows
-            if r.state not in (wire.RankState.LOST, wire.RankState.FINISHED) and (not job or r.job == job)
-        }
-    )
+    found = sorted({(r.job, r.actor) for r in rows if r.state not in GONE and (not job or r.job == job)})
     if not found:
         raise CommandError("no running rank is known to the broker")
     return found
@@ -82,10 +78,6 @@ def sampled(count: int, every_s: float, take: Callable[[], wire.StacksResult]) -
         if not results[-1].groups:
             break
     return results
-
-
-def one_or_all(docs: list) -> object:
-    return docs[0] if len(docs) == 1 else docs
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 from monarch_pdb import wire
 from monarch_pdb.client.commands import mesh
-from monarch_pdb.client.commands.answer import Answer, CommandError, ask
+from monarch_pdb.client.commands.answer import Answer, CommandError, ask, one_or_all
 from monarch_pdb.client.commands.arguments import ACTOR_HELP, argument, count_number, split_job, timeout
 from monarch_pdb.client.commands.listing import groups_table, jobs_table, sessions_table
 from monarch_pdb.client.commands.spec import command, usage
@@ -120,7 +120,7 @@ def mesh_picture(conn: BrokerConnection, args: MeshArgs) -> Answer:
     names = {key: f"{key[0]}:{key[1]}" if several_jobs else key[1] for key in by_actor}
     pictures = [mesh.picture(names[key], by_actor[key], args.colour, args.columns) for key in sorted(by_actor)]
     docs = [mesh.document(names[key], by_actor[key]) for key in sorted(by_actor)]
-    return Answer("\n".join(pictures), docs[0] if len(docs) == 1 else docs, colours=args.colour)
+    return Answer("\n".join(pictures), one_or_all(docs), colours=args.colour)
 
 
 @dataclass(frozen=True)

@@ -114,9 +114,10 @@ def typed_words(args: Any, name: str) -> list[str]:
     return [word_of(getattr(args, name))]
 
 
-def usage(record: type) -> str:
-    """The error that shows a command's usage: the first line of its record's docstring."""
-    return "usage: " + (record.__doc__ or "").partition("\n")[0].strip()
+def usage(command: object) -> str:
+    """The error that shows a command's usage: the first line of its docstring (its record's, or
+    a `do_*` of the shell's own)."""
+    return "usage: " + (command.__doc__ or "").partition("\n")[0].strip()
 
 
 ALIASES = {"h": "help", "l": "list", "a": "attach", "c": "continue", "q": "quit"}

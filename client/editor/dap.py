@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 from monarch_pdb import discovery
 from monarch_pdb import settings as settings_module
-from monarch_pdb.client.connection import readable
+from monarch_pdb.client.connection import broker_options, readable
 from monarch_pdb.client.editor.dap_session import DebugSession
 from monarch_pdb.client.editor.runtime import Refused
 from monarch_pdb.client.listen import listen_address
@@ -229,8 +229,7 @@ class Adapter:
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb dap")
     parser.description = "a Debug Adapter Protocol server: every paused rank a thread of one debug session"
-    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
-    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
+    broker_options(parser)
     parser.add_argument(
         "--listen",
         metavar="HOST:PORT",

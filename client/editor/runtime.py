@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from monarch_pdb import ranks, wire
+from monarch_pdb.client.commands.hangs import GONE
 from monarch_pdb.client.connection import BrokerConnection, NoBroker, RequestFailed, Timeout
 from monarch_pdb.settings import Settings
 
@@ -724,8 +725,7 @@ class Runtime:
             {
                 (r.job, r.actor)
                 for r in rows
-                if self.target.chooses(r.job, r.actor, None, r.rank)
-                and r.state not in (wire.RankState.LOST, wire.RankState.FINISHED)
+                if self.target.chooses(r.job, r.actor, None, r.rank) and r.state not in GONE
             }
         )
         selector = self.target.selector or "ranks(:)"

@@ -33,12 +33,6 @@ def typed_arguments(args: argparse.Namespace) -> str:
     return args.cmd2_statement.get().raw.strip().partition(" ")[2]
 
 
-def usage(command: Command) -> str:
-    """The error that shows a command's usage: the first line of its docstring."""
-    first_line = (command.__doc__ or "").partition("\n")[0]
-    return f"usage: {first_line.strip()}"
-
-
 def one_line_errors(do: Command) -> Command:
     """Every failure of a command as one line: a refusal, the broker's silence, Ctrl-C, and, as
     this goes above `cmd2.with_argparser`, a mistake in the arguments. The shell says it with

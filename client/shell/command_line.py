@@ -11,7 +11,7 @@ import sys
 
 from monarch_pdb import settings as settings_module
 from monarch_pdb.client.commands.arguments import seconds
-from monarch_pdb.client.connection import WAIT_BROKER, BrokerConnection, NoBroker
+from monarch_pdb.client.connection import WAIT_BROKER, BrokerConnection, NoBroker, broker_options
 from monarch_pdb.client.shell.reporter import Transcript
 
 QUIT_KEYS = "Ctrl-C, Ctrl-D or quit leaves; other lines typed meanwhile run once it answers."
@@ -22,8 +22,7 @@ INTERRUPTED = 130
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="monarch-pdb debug")
     parser.description = "Open the debugger shell on the ranks paused in a broker."
-    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
-    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
+    broker_options(parser)
     parser.add_argument(
         "--script",
         metavar="FILE",

@@ -23,7 +23,7 @@ from typing import Any
 import cmd2
 
 from monarch_pdb import wire
-from monarch_pdb.client.commands import ALIASES, COMMANDS, CommandError, Spec, ask, run, with_settings
+from monarch_pdb.client.commands import ALIASES, COMMANDS, CommandError, Spec, ask, run, usage, with_settings
 from monarch_pdb.client.commands.arguments import (
     ACTOR_HELP,
     SELECTOR_HELP,
@@ -39,7 +39,7 @@ from monarch_pdb.client.commands.event_lines import STOPS, describe_events
 from monarch_pdb.client.connection import RESTARTED, BrokerConnection, Timeout, readable
 from monarch_pdb.client.escapes import visible
 from monarch_pdb.client.shell.attachment import Attachment, Left
-from monarch_pdb.client.shell.cmd2_commands import command, shell_command, usage
+from monarch_pdb.client.shell.cmd2_commands import command, shell_command
 from monarch_pdb.client.shell.pager import Pager, checked
 from monarch_pdb.client.shell.reporter import Reporter, Transcript
 from monarch_pdb.client.shell.terminal import EOF, Terminal

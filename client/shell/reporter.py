@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from monarch_pdb.client.commands.answer import made
 from monarch_pdb.client.escapes import visible, without_colours
 
 
@@ -49,11 +50,6 @@ class Transcript:
 
     def close(self) -> None:
         self.file.close()
-
-
-def made(value: Any) -> Any:
-    """A value, or what the function given for it makes."""
-    return value() if callable(value) else value
 
 
 @dataclass

@@ -71,19 +71,16 @@ def app(conn: BrokerConnection, news: News, cast_timeout: float) -> Any:
     asking = threading.Lock()
     """One question to the broker at a time, as the shell asks them."""
 
-    def answered(make: Any) -> Any:
+    def answered(make: Any, response: Any = JSONResponse) -> Any:
+        """What `make` asks of the broker, as `response`; a command's one-line failure as 503."""
         with asking:
             try:
-                return JSONResponse(make())
+                return response(make())
             except commands.FAILURES as error:
                 return PlainTextResponse(str(error), status_code=503)
 
     def home(request: Request) -> Any:
-        with asking:
-            try:
-                return HTMLResponse(page(views.state(conn), live=True))
-            except commands.FAILURES as error:
-                return PlainTextResponse(str(error), status_code=503)
+        return answered(lambda: page(views.state(conn), live=True), HTMLResponse)
 
     def state(request: Request) -> Any:
         return answered(lambda: views.state(conn))
@@ -128,7 +125,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help=f"where the page is served (default {LISTEN}; port 0: any free one); off loopback, with a secret "
         "set, which a browser shows by opening ?token=<secret> once",
     )
-    views.broker_options(parser, "when an actor is read")
+    views.client_options(parser, "when an actor is read")
     return parser
 
 

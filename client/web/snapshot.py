@@ -28,7 +28,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("actor", nargs="?", help="one actor (default: every actor that runs)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
-    views.broker_options(parser, "the snapshot's reading")
+    views.client_options(parser, "the snapshot's reading")
     return parser
 
 

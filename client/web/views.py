@@ -9,20 +9,17 @@ import argparse
 import time
 from typing import Any
 
-from monarch_pdb import wire
 from monarch_pdb.client import commands
 from monarch_pdb.client.commands.arguments import seconds
 from monarch_pdb.client.commands.cast import CAST_TIMEOUT
-from monarch_pdb.client.connection import BrokerConnection
+from monarch_pdb.client.commands.hangs import GONE
+from monarch_pdb.client.connection import BrokerConnection, broker_options
 
-GONE = (wire.RankState.LOST, wire.RankState.FINISHED)
 
-
-def broker_options(parser: argparse.ArgumentParser, reading: str) -> None:
+def client_options(parser: argparse.ArgumentParser, reading: str) -> None:
     """The options of every command of the page's: its broker, and `--timeout`, the seconds the
     ranks get to answer `reading`."""
-    parser.add_argument("--host", help="the broker's host (MONARCH_DEBUG_SERVER_HOST, default localhost)")
-    parser.add_argument("--port", type=int, help="the broker's port (MONARCH_DEBUG_SERVER_PORT, default 27000)")
+    broker_options(parser)
     parser.add_argument(
         "--timeout",
         type=seconds,
