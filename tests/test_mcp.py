@@ -80,7 +80,7 @@ def test_the_tools_are_listed_with_valid_schemas_and_the_reading_ones_answer_fol
             stacks = await call(session, "stacks", actor="debugee")
             assert not stacks.is_error, text_of(stacks)
             assert "_debugee_actor_internal" in text_of(stacks)
-            assert stacks.structured_content["command"] == "stacks debugee"
+            assert stacks.structured_content["command"] == "stacks --thread main debugee"
 
             sampled = await call(session, "stacks", actor="debugee", samples=2, every=0.1, by="rank")
             assert not sampled.is_error, text_of(sampled)

@@ -196,7 +196,8 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
                     samples,
                     every if samples > 1 else 1.0,
                     by=reading("by", by) if by else "",
-                )
+                ),
+                ("thread", "samples", "every") if samples > 1 else ("thread",),
             )
 
         return answered(run)
@@ -212,7 +213,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
     ) -> Result:
         def run() -> ToolResult:
             expression_read = reading("the expression", one_line("expression", expression))
-            return debugger.run(commands.PeekArgs(actor, ranks, expression_read, timeout, frame, up))
+            return debugger.run(commands.PeekArgs(actor, ranks, expression_read, timeout, frame, up), ("up", "timeout"))
 
         return answered(run)
 
@@ -222,7 +223,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
 
     @server.tool(name="collectives", description=about("collectives"))
     def collectives(actor: Actor, ranks: Selector = "ranks(:)", timeout: Seconds = PEEK_TIMEOUT) -> Result:
-        return answered(lambda: debugger.run(commands.CollectivesArgs(actor, ranks, timeout)))
+        return answered(lambda: debugger.run(commands.CollectivesArgs(actor, ranks, timeout), ("timeout",)))
 
     @server.tool(name="source", description=inspect.cleandoc(mcp_tools.Debugger.source.__doc__ or ""))
     def source(
@@ -253,7 +254,7 @@ def build(debugger: Debugger, allow_control: bool) -> MCPServer:
         timeout: Annotated[float, Field(description="seconds to wait for them to stop", gt=0)] = INTERRUPT_TIMEOUT,
     ) -> Result:
         control("interrupt")
-        return answered(lambda: debugger.run(commands.InterruptArgs(actor, ranks, timeout)))
+        return answered(lambda: debugger.run(commands.InterruptArgs(actor, ranks, timeout), ("timeout",)))
 
     @server.tool(name="step", description=inspect.cleandoc(Debugger.step.__doc__ or "") + " Needs --allow-control.")
     def step(

@@ -187,19 +187,22 @@ class Debugger:
             return [f"({len(lines) - EVENT_LINES} earlier events left out)", *lines[-EVENT_LINES:]]
         return lines
 
-    def run(self, args: Any) -> ToolResult:
-        """The command whose record `args` is, as the shell runs it."""
+    def run(self, args: Any, always: tuple[str, ...] = ()) -> ToolResult:
+        """The command whose record `args` is, as the shell runs it; its line names the options
+        in `always` (the tool's own arguments) even at their default."""
         with self.lock:
             self.ready()
-            return self.command(args)
+            return self.command(args, always)
 
-    def command(self, args: Any) -> ToolResult:
+    def command(self, args: Any, always: tuple[str, ...] = ()) -> ToolResult:
         args = with_settings(args, list_rows=self.settings.list_rows)
         try:
             answer = run(self.conn, args)
         except FAILURES as error:
             raise Refusal(str(error)) from None
-        return ToolResult(SPECS[type(args)].line(args), answer.shown, answer.doc, answer.failure, self.take_events())
+        return ToolResult(
+            SPECS[type(args)].line(args, always), answer.shown, answer.doc, answer.failure, self.take_events()
+        )
 
     def step(self, actor: str, rank: int, how: str) -> ToolResult:
         """pdb's `how` (next, step, return) in one paused rank, which the agent holds from then

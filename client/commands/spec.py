@@ -71,18 +71,20 @@ class Spec:
         names = {f.name for f in fields(self.record)}
         return self.record(**{name: value for name, value in vars(parsed).items() if name in names})
 
-    def line(self, args: Any) -> str:
+    def line(self, args: Any, always: tuple[str, ...] = ()) -> str:
         """The line a person would type in the shell for `args`: what the agent server tells an
-        agent it ran. Options that keep their default are left out."""
+        agent it ran. Options that keep their default are left out, but those named in `always`
+        (by their record's field), which the asker set itself."""
         options, positionals = [], []
         for names, settings in self.arguments:
             if not names[0].startswith("-"):
                 positionals += typed_words(args, names[0])
                 continue
-            value = getattr(args, settings.get("dest", names[0].lstrip("-").replace("-", "_")))
+            field = settings.get("dest", names[0].lstrip("-").replace("-", "_"))
+            value = getattr(args, field)
             if settings.get("action") == "store_true":
                 options += [names[0]] if value else []
-            elif value != settings.get("default") and value not in (None, ""):
+            elif field in always or (value != settings.get("default") and value not in (None, "")):
                 options.append(f"{names[0]} {word_of(value)}")
         return " ".join([self.name, *options, *positionals])
 
